@@ -1,0 +1,68 @@
+# fleetcast: `make demo` and `make test` are all a new machine needs.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+UV := $(BIN)/uv
+SAM_VENV := .venv-sam
+CHECKOV_VENV := .venv-checkov
+STAMP := $(VENV)/.installed
+LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lock.txt
+
+.PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck \
+        validate bench bench-smoke clean
+
+help:  ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+$(UV):
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
+
+$(STAMP): $(UV) pyproject.toml $(LOCKS)
+	$(UV) pip install --quiet -p $(BIN)/python -c requirements/lock.txt -e '.[dev]'
+	[ -x $(SAM_VENV)/bin/sam ] || $(UV) venv --quiet -p $(BIN)/python $(SAM_VENV)
+	$(UV) pip install --quiet -p $(SAM_VENV)/bin/python -r requirements/sam.lock.txt
+	[ -x $(CHECKOV_VENV)/bin/checkov ] || $(UV) venv --quiet -p $(BIN)/python $(CHECKOV_VENV)
+	$(UV) pip install --quiet -p $(CHECKOV_VENV)/bin/python -r requirements/checkov.lock.txt
+	touch $@
+
+install: $(STAMP)  ## Create the virtual environments (idempotent)
+
+lock: $(UV)  ## Re-resolve the pinned lock files from pyproject.toml and requirements/*.in
+	$(UV) pip compile --quiet -p $(BIN)/python --extra dev pyproject.toml -o requirements/lock.txt
+	$(UV) pip compile --quiet -p $(BIN)/python requirements/sam.in -o requirements/sam.lock.txt
+	$(UV) pip compile --quiet -p $(BIN)/python requirements/checkov.in -o requirements/checkov.lock.txt
+
+demo: $(STAMP)  ## Run the whole pipeline locally: 1000 customers, 2 training instances
+	$(BIN)/fleetcast demo --customers 1000 --instances 2
+
+up: $(STAMP)  ## Start the embedded local stack in the foreground
+	$(BIN)/fleetcast up
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy src layers/common containers/processing containers/training
+
+test-unit: $(STAMP)  ## Unit tests: no sockets
+	$(BIN)/pytest tests/unit -q
+
+test-integration: $(STAMP)  ## Integration tests against a moto server
+	$(BIN)/pytest tests/integration -q
+
+test-e2e: $(STAMP)  ## End-to-end tests on the embedded local stack
+	$(BIN)/pytest tests/e2e -q
+
+test: $(STAMP) lint typecheck  ## Everything: lint, types, unit, integration, e2e
+	$(BIN)/pytest tests -q
+
+bench: $(STAMP)  ## Benchmarks against the public sample's approach
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""fleetcast's multi-model endpoint container: serves any customer's Prophet forecast."""

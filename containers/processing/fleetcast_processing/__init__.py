@@ -1,0 +1,1 @@
+"""fleetcast's SageMaker Processing container: validate, aggregate and split readings per customer."""

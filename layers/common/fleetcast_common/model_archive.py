@@ -1,0 +1,80 @@
+"""The per-customer model archive: what training writes and the endpoint loads.
+
+``{customer_id}.tar.gz`` holds two members:
+
+- ``model.json``: the fitted model, ``prophet.serialize.model_to_json``;
+- ``metadata.json``: :class:`ModelMetadata`.
+
+The archive is what a SageMaker multi-model endpoint downloads as one TargetModel.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from datetime import date, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MODEL_MEMBER = "model.json"
+METADATA_MEMBER = "metadata.json"
+
+
+class HoldoutMetrics(BaseModel):
+    """Out-of-sample error on the last ``holdout_days`` of history, which the scored fit
+    did not see, beside a seasonal-naive forecast (same weekday last week) on the same days."""
+
+    model_config = ConfigDict(frozen=True)
+
+    holdout_days: int
+    smape: float = Field(description="Symmetric MAPE of the model, 0..2")
+    mae: float
+    naive_smape: float = Field(description="Symmetric MAPE of the seasonal-naive forecast")
+    naive_mae: float
+
+
+class ModelMetadata(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    customer_id: str
+    run_id: str
+    trained_at: datetime
+    frequency: str = "D"
+    data_start: date
+    data_end: date
+    rows: int
+    metrics: HoldoutMetrics
+    library_versions: dict[str, str]
+
+
+def write_archive(path: Path, model_json: str, metadata: ModelMetadata) -> None:
+    """Write atomically (temporary file, then rename) so a reader, or a resumed job,
+    never sees half an archive."""
+    partial = path.with_name(path.name + ".partial")
+    with tarfile.open(partial, "w:gz", compresslevel=6) as archive:
+        for name, text in ((MODEL_MEMBER, model_json), (METADATA_MEMBER, metadata.model_dump_json())):
+            payload = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            archive.addfile(info, io.BytesIO(payload))
+    partial.replace(path)
+
+
+def read_archive(source: Path | bytes) -> tuple[str, ModelMetadata]:
+    """Return ``(model_json, metadata)``; raise ``ValueError`` for a malformed archive."""
+    fileobj = io.BytesIO(source) if isinstance(source, bytes) else None
+    try:
+        with tarfile.open(name=None if fileobj else source, fileobj=fileobj, mode="r:gz") as archive:
+            members = {m.name: m for m in archive.getmembers() if m.isfile()}
+            missing = {MODEL_MEMBER, METADATA_MEMBER} - members.keys()
+            if missing:
+                raise ValueError(f"model archive lacks {', '.join(sorted(missing))}")
+            texts = {}
+            for name in (MODEL_MEMBER, METADATA_MEMBER):
+                extracted = archive.extractfile(members[name])
+                assert extracted is not None
+                texts[name] = extracted.read().decode()
+    except (tarfile.TarError, OSError, EOFError) as error:
+        raise ValueError(f"not a readable model archive: {error}") from error
+    return texts[MODEL_MEMBER], ModelMetadata.model_validate_json(texts[METADATA_MEMBER])

@@ -1,0 +1,39 @@
+"""What each training instance reports about its shard: ``manifest-{host}.json``.
+
+Written by the training container into the checkpoint directory (so it is synced to S3
+with the models) and read by the register-models function.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from fleetcast_common.model_archive import HoldoutMetrics
+
+
+class CustomerOutcome(StrEnum):
+    TRAINED = "trained"
+    # Trained before a spot interruption; its checkpointed archive was kept, not refitted.
+    RESUMED = "resumed"
+    FAILED = "failed"
+
+
+class CustomerResult(BaseModel):
+    customer_id: str
+    outcome: CustomerOutcome
+    reason: str | None = Field(default=None, description="Why it failed, for FAILED")
+    rows: int | None = None
+    metrics: HoldoutMetrics | None = None
+    fit_seconds: float | None = None
+
+
+class TrainingManifest(BaseModel):
+    run_id: str
+    host: str
+    hosts: list[str]
+    customers: list[CustomerResult]
+
+    def count(self, outcome: CustomerOutcome) -> int:
+        return sum(1 for result in self.customers if result.outcome is outcome)

@@ -1,0 +1,1 @@
+"""fleetcast: per-customer forecasting on AWS SageMaker, and its embedded local stack."""
