@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from fleetcast_common.model_archive import HoldoutMetrics
+from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
 
 
 class CustomerOutcome(StrEnum):
@@ -27,6 +27,9 @@ class CustomerResult(BaseModel):
     rows: int | None = None
     metrics: HoldoutMetrics | None = None
     fit_seconds: float | None = None
+    # The archive's metadata (data range, metrics, versions) for TRAINED and RESUMED,
+    # so registration needs no download per customer.
+    metadata: ModelMetadata | None = None
 
 
 class TrainingManifest(BaseModel):

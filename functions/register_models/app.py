@@ -1,0 +1,69 @@
+"""SageMaker Training Job State Change -> the model registry (Completed), or a structured
+error and a metric (Failed, Stopped) with nothing registered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from fleetcast_common.aws import client, dynamodb_table
+from fleetcast_common.ids import run_id_from_job_name
+from fleetcast_common.registration import register_models
+from fleetcast_common.registry import ModelRegistry
+from fleetcast_common.settings import RegistrationSettings
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+settings = RegistrationSettings.from_env()
+
+
+@logger.inject_lambda_context(correlation_id_path="detail.TrainingJobName", log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_source(data_class=EventBridgeEvent)
+def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
+    job = str(event.detail["TrainingJobName"])
+    status = str(event.detail["TrainingJobStatus"])
+    run_id = run_id_from_job_name(settings.job_name_prefix, job)
+    if run_id is None:
+        logger.info("not a fleetcast training job", extra={"training_job": job})
+        return {"outcome": "ignored", "training_job": job}
+    if status != "Completed":
+        logger.error(
+            "training job did not complete: nothing registered",
+            extra={
+                "training_job": job,
+                "status": status,
+                "failure_reason": event.detail.get("FailureReason"),
+            },
+        )
+        metrics.add_metric(name="TrainingJobsFailed", unit=MetricUnit.Count, value=1)
+        return {"outcome": "not_registered", "training_job": job, "status": status}
+
+    registry = ModelRegistry(dynamodb_table(settings.registry_table))
+    report = register_models(
+        run_id, job, settings.artifacts_bucket, settings.quality_gate_ratio, client("s3"), registry
+    )
+    expected_hosts = int(
+        event.detail.get("ResourceConfig", {}).get("InstanceCount", report.hosts_reporting)
+    )
+    if report.hosts_reporting < expected_hosts:
+        logger.error(
+            "some training instances left no manifest",
+            extra={"expected": expected_hosts, "found": report.hosts_reporting},
+        )
+    for failure in report.failures:
+        logger.warning(
+            "customer not trained", extra=failure.model_dump(mode="json", exclude={"metadata"})
+        )
+    metrics.add_metric(name="ModelsRegistered", unit=MetricUnit.Count, value=report.registered)
+    metrics.add_metric(name="ModelsRejected", unit=MetricUnit.Count, value=report.rejected)
+    metrics.add_metric(name="ModelsFailed", unit=MetricUnit.Count, value=report.failed_training)
+    summary = report.model_dump(mode="json", exclude={"customers", "failures"})
+    logger.info("models registered", extra=summary)
+    return {"outcome": "registered", **summary}

@@ -1,0 +1,296 @@
+"""The ``fleetcast`` command: run the embedded local stack and use fleetcast with it (or
+with a deployed stack: every command but ``up`` and ``demo`` only uses standard clients
+configured by the usual AWS environment variables)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import boto3
+from rich.console import Console
+from rich.table import Table
+
+from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
+from fleetcast.status import RunStatus, pipeline_status
+
+console = Console()
+err = Console(stderr=True)
+
+
+class UsageError(Exception):
+    """A mistake the user can fix; printed without a traceback."""
+
+
+# -- shared helpers ----------------------------------------------------------------------
+
+
+def _names(args: argparse.Namespace) -> dict[str, str]:
+    """Bucket/table names from the environment (``fleetcast env``), else the running stack."""
+    env = {
+        "raw_bucket": os.environ.get("FLEETCAST_RAW_BUCKET"),
+        "artifacts_bucket": os.environ.get("FLEETCAST_ARTIFACTS_BUCKET"),
+        "registry_table": os.environ.get("FLEETCAST_REGISTRY_TABLE"),
+        "job_name_prefix": os.environ.get("FLEETCAST_JOB_NAME_PREFIX"),
+    }
+    if all(env.values()):
+        return {k: str(v) for k, v in env.items()}
+    try:
+        info = StackInfo.load(args.state_dir)
+    except FileNotFoundError as error:
+        raise UsageError(f"{error}, or export the FLEETCAST_* names of a deployed stack") from error
+    os.environ.update({k: v for k, v in info.environment().items() if k not in os.environ})
+    return {
+        "raw_bucket": info.raw_bucket,
+        "artifacts_bucket": info.artifacts_bucket,
+        "registry_table": info.registry_table,
+        "job_name_prefix": info.job_name_prefix,
+    }
+
+
+def _seconds(start: Any, end: Any) -> float | None:
+    if start is None or end is None:
+        return None
+    return float((end - start).total_seconds())
+
+
+def _status_table(runs: list[RunStatus]) -> Table:
+    table = Table(title="fleetcast runs", header_style="bold")
+    for column in (
+        "run",
+        "source",
+        "processing",
+        "rows (rejected)",
+        "training",
+        "customers",
+        "trained",
+        "failed",
+        "live",
+    ):
+        table.add_column(column)
+    for run in runs:
+        processing = run.processing_status + (
+            f"\n{run.processing_failure}" if run.processing_failure else ""
+        )
+        training = (run.training_status or "-") + (
+            f" ({run.training_secondary_status})"
+            if run.training_secondary_status and run.training_status == "InProgress"
+            else ""
+        )
+        if run.training_failure:
+            training += f"\n{run.training_failure}"
+        table.add_row(
+            run.run_id,
+            run.source or "-",
+            processing,
+            f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})",
+            training,
+            str(run.customers_processed if run.customers_processed is not None else "-"),
+            str(
+                run.customers_trained
+                if run.customers_trained is not None
+                else run.customers_checkpointed
+            ),
+            str(run.customers_failed if run.customers_failed is not None else "-"),
+            str(run.customers_registered),
+        )
+    return table
+
+
+def _statuses(names: dict[str, str]) -> list[RunStatus]:
+    table = boto3.resource("dynamodb").Table(names["registry_table"])
+    return pipeline_status(
+        names["job_name_prefix"],
+        names["artifacts_bucket"],
+        boto3.client("sagemaker"),
+        boto3.client("s3"),
+        table,
+    )
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    with console.status("starting the local stack"):
+        stack = LocalStack(
+            state_dir=args.state_dir,
+            port=args.port,
+            parameters={"TrainingInstanceCount": str(args.instances)},
+        )
+        info = stack.start()
+    try:
+        table = Table(title="fleetcast local stack (127.0.0.1 only)", show_header=False)
+        table.add_row("AWS APIs (moto + SageMaker runner)", info.endpoint_url)
+        table.add_row("raw bucket (drop CSVs under incoming/)", info.raw_bucket)
+        table.add_row("artifacts bucket", info.artifacts_bucket)
+        table.add_row("model registry table", info.registry_table)
+        table.add_row("function logs", str(Path(info.state_dir) / "logs"))
+        table.add_row("job logs", str(Path(info.state_dir) / "jobs"))
+        console.print(table)
+        console.print(
+            'In another shell: [bold]eval "$(fleetcast env)"[/] then use the AWS CLI or boto3. Ctrl-C stops.'
+        )
+        try:
+            while not stopping.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    finally:
+        with console.status("stopping"):
+            stack.stop()
+    console.print("local stack stopped")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    try:
+        info = StackInfo.load(args.state_dir)
+    except FileNotFoundError as error:
+        raise UsageError(str(error)) from error
+    for key, value in info.environment().items():
+        print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from fleetcast import datagen
+
+    started = time.perf_counter()
+    rows = datagen.write_readings(
+        args.output,
+        customers=args.customers,
+        days=args.days,
+        start=args.start,
+        readings_per_day=args.readings_per_day,
+        seed=args.seed,
+        customer_offset=args.customer_offset,
+    )
+    console.print(
+        f"wrote {rows:,} readings for {args.customers:,} customers to {args.output} in {time.perf_counter() - started:.1f} s"
+    )
+    return 0
+
+
+def upload_files(files: Sequence[Path], bucket: str, prefix: str) -> list[str]:
+    s3 = boto3.client("s3")
+    keys = []
+    for path in files:
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file")
+        key = f"{prefix}{path.name}"
+        s3.upload_file(str(path), bucket, key)
+        keys.append(key)
+    return keys
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    names = _names(args)
+    for key in upload_files(args.files, names["raw_bucket"], args.prefix):
+        console.print(f"uploaded s3://{names['raw_bucket']}/{key}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    runs = _statuses(_names(args))
+    if args.json:
+        print(json.dumps([run.model_dump(mode="json") for run in runs], indent=2))
+    elif not runs:
+        console.print("no uploads yet: `fleetcast upload FILE`")
+    else:
+        console.print(_status_table(runs))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from fleetcast.demo import run_demo
+
+    return run_demo(
+        customers=args.customers,
+        instances=args.instances,
+        days=args.days,
+        state_dir=args.state_dir,
+        console=console,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fleetcast", description=__doc__)
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help=f"local stack state folder (default {default_state_dir()})",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log what the local stack does"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser("up", help="start the embedded local stack in the foreground")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT)
+    up.add_argument("--instances", type=int, default=2, help="training instances per job")
+    up.set_defaults(run=cmd_up)
+
+    env = commands.add_parser("env", help="print export lines for standard AWS clients")
+    env.set_defaults(run=cmd_env)
+
+    generate = commands.add_parser("generate", help="write synthetic meter readings")
+    generate.add_argument("-o", "--output", type=Path, default=Path("readings.csv.gz"))
+    generate.add_argument("--customers", type=int, default=1000)
+    generate.add_argument("--days", type=int, default=730)
+    generate.add_argument("--start", default="2022-01-01")
+    generate.add_argument("--readings-per-day", type=int, default=1)
+    generate.add_argument("--customer-offset", type=int, default=0, help="first customer id")
+    generate.add_argument("--seed", type=int, default=0)
+    generate.set_defaults(run=cmd_generate)
+
+    upload = commands.add_parser("upload", help="drop files into the raw bucket")
+    upload.add_argument("files", nargs="+", type=Path)
+    upload.add_argument("--prefix", default="incoming/")
+    upload.set_defaults(run=cmd_upload)
+
+    status = commands.add_parser("status", help="each upload's jobs and customer counts")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=cmd_status)
+
+    demo = commands.add_parser(
+        "demo", help="start the stack, generate, upload, follow the chain, stop"
+    )
+    demo.add_argument("--customers", type=int, default=1000)
+    demo.add_argument("--instances", type=int, default=2)
+    demo.add_argument("--days", type=int, default=730)
+    demo.set_defaults(run=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(message)s",
+    )
+    try:
+        result: int = args.run(args)
+    except UsageError as error:
+        err.print(f"[red]error:[/] {error}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""``fleetcast demo``: the whole chain on the embedded local stack, followed live."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from fleetcast.localstack.stack import LocalStack
+from fleetcast.status import RunStatus, decisions_per_run, run_status
+
+POLL_SECONDS = 0.5
+TIMEOUT_SECONDS = 900
+
+
+def follow_run(
+    stack: LocalStack,
+    run_id: str,
+    console: Console,
+    expected_customers: int,
+    timeout: float = TIMEOUT_SECONDS,
+) -> RunStatus:
+    """Poll the run's status with progress bars until nothing more will happen to it."""
+    assert stack.info is not None
+    info = stack.info
+    sagemaker, s3 = stack.client("sagemaker"), stack.client("s3")
+    registry = stack.resource("dynamodb").Table(info.registry_table)
+
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    deadline = time.monotonic() + timeout
+    with Progress(*columns, console=console) as progress:
+        processing = progress.add_task("processing", total=1)
+        training = progress.add_task("training", total=expected_customers, start=False)
+        registering = progress.add_task("registering", total=expected_customers, start=False)
+        while True:
+            status = run_status(
+                run_id,
+                info.job_name_prefix,
+                info.artifacts_bucket,
+                sagemaker,
+                s3,
+                decisions_per_run(registry),
+            )
+            if status is not None:
+                if status.processing_status != "InProgress":
+                    progress.update(processing, completed=1)
+                if status.customers_processed:
+                    progress.update(training, total=status.customers_processed)
+                    progress.update(registering, total=status.customers_processed)
+                if status.training_job:
+                    progress.start_task(training)
+                    progress.update(
+                        training,
+                        completed=status.customers_trained
+                        if status.customers_trained is not None
+                        else status.customers_checkpointed,
+                    )
+                if status.training_status == "Completed":
+                    progress.start_task(registering)
+                    if status.customers_trained is not None:
+                        progress.update(registering, total=status.customers_trained)
+                    progress.update(registering, completed=status.customers_decided)
+                if status.done:
+                    return status
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} did not finish within {timeout:.0f} s")
+            time.sleep(POLL_SECONDS)
+
+
+def run_demo(
+    customers: int, instances: int, days: int, state_dir: Path | None, console: Console
+) -> int:
+    from fleetcast import datagen
+
+    stages: list[tuple[str, float, str]] = []
+    began = time.perf_counter()
+    with console.status("starting the local stack (moto server, functions, SageMaker runner)"):
+        stack = LocalStack(
+            state_dir=state_dir, port=0, parameters={"TrainingInstanceCount": str(instances)}
+        )
+        info = stack.start()
+    stages.append(("start local stack", time.perf_counter() - began, info.endpoint_url))
+    try:
+        os.environ.update(stack.client_environment())
+        data = Path(info.state_dir) / "demo" / "readings.csv.gz"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        with console.status(f"generating {customers:,} customers x {days} days"):
+            rows = datagen.write_readings(data, customers=customers, days=days)
+        stages.append(
+            (
+                "generate data",
+                time.perf_counter() - started,
+                f"{rows:,} readings, {data.stat().st_size / 1e6:.1f} MB",
+            )
+        )
+
+        started = time.perf_counter()
+        key = f"incoming/{data.name}"
+        stack.client("s3").upload_file(str(data), info.raw_bucket, key)
+        stages.append(("upload", time.perf_counter() - started, f"s3://{info.raw_bucket}/{key}"))
+
+        run_id = _wait_for_run(stack)
+        status = follow_run(stack, run_id, console, expected_customers=customers)
+        processing = _span(status.processing_started_at, status.processing_ended_at)
+        training = _span(status.training_started_at, status.training_ended_at)
+        stages.append(
+            (
+                "processing",
+                processing,
+                f"{status.rows_read or 0:,} rows, {status.rows_rejected or 0} rejected, {status.customers_processed or 0} customers",
+            )
+        )
+        stages.append(
+            (
+                "training",
+                training,
+                f"{status.instances} instances, {status.customers_trained or 0} trained, {status.customers_failed or 0} failed",
+            )
+        )
+        stages.append(
+            (
+                "registration",
+                _since(status.training_ended_at),
+                f"{status.customers_registered} live",
+            )
+        )
+        stages.append(("total", time.perf_counter() - began, ""))
+        table = Table(title="fleetcast demo", header_style="bold")
+        table.add_column("stage")
+        table.add_column("seconds", justify="right")
+        table.add_column("detail")
+        for name, seconds, detail in stages:
+            table.add_row(name, f"{seconds:.1f}", detail)
+        console.print(table)
+        failed = status.processing_status != "Completed" or status.training_status != "Completed"
+        if failed:
+            console.print(
+                f"[red]the run did not complete:[/] {status.processing_failure or status.training_failure}"
+            )
+            return 1
+        console.print(
+            f"logs: {Path(info.state_dir) / 'logs'} (functions), {Path(info.state_dir) / 'jobs'} (SageMaker jobs)"
+        )
+        return 0
+    finally:
+        with console.status("stopping the local stack"):
+            stack.stop()
+
+
+def _span(start: object, end: object) -> float:
+    if start is None or end is None:
+        return 0.0
+    return float((end - start).total_seconds())  # type: ignore[operator]
+
+
+def _since(moment: object) -> float:
+    if moment is None:
+        return 0.0
+    from datetime import UTC, datetime
+
+    return float((datetime.now(UTC) - moment).total_seconds())  # type: ignore[operator]
+
+
+def _wait_for_run(stack: LocalStack, timeout: float = 60) -> str:
+    """The run id of the processing job the upload starts."""
+    assert stack.info is not None
+    prefix = f"{stack.info.job_name_prefix}-p-"
+    sagemaker = stack.client("sagemaker")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = sagemaker.list_processing_jobs(NameContains=prefix).get("ProcessingJobSummaries", [])
+        if jobs:
+            return str(jobs[0]["ProcessingJobName"])[len(prefix) :]
+        time.sleep(0.2)
+    raise TimeoutError(
+        "the upload started no processing job: see the start-processing log in "
+        + str(Path(stack.info.state_dir) / "logs")
+    )

@@ -1,0 +1,65 @@
+"""One HTTP endpoint for every AWS API of the local stack.
+
+moto's own WSGI application answers the AWS APIs. Requests that moto cannot serve the
+way AWS does (a multi-model endpoint's invocations, for one) are routed to handlers the
+local stack registers, by a WSGI middleware in front of moto.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import BaseWSGIServer, make_server
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+# A route decides from the WSGI environ whether it takes the request.
+Route = tuple[Callable[[dict[str, Any]], bool], WsgiApp]
+
+log = logging.getLogger("fleetcast.localstack.gateway")
+
+
+class _QuietHandler(MotoRequestHandler):
+    def log_request(self, code: Any = "-", size: Any = "-") -> None:
+        pass
+
+
+class Gateway:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._moto = DomainDispatcherApplication(create_backend_app)
+        self._routes: list[Route] = []
+        self._server: BaseWSGIServer = make_server(
+            host, port, self._app, threaded=True, request_handler=_QuietHandler
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, daemon=True, name="aws-gateway"
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def add_route(self, matches: Callable[[dict[str, Any]], bool], app: WsgiApp) -> None:
+        self._routes.append((matches, app))
+
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        for matches, app in self._routes:
+            if matches(environ):
+                return app(environ, start_response)
+        return self._moto(environ, start_response)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)

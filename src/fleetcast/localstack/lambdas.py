@@ -1,0 +1,115 @@
+"""Lambda functions without Docker: each function runs in warm worker processes of its own,
+with the environment template.yaml gives it, as the Lambda service would.
+
+A worker imports the handler module from the function's CodeUri (Lambda puts the code
+directory on the import path; here each module gets a name of its own, so every
+function's ``app.py`` can live in one process tree), and writes its logs to a file per
+function, as CloudWatch Logs keeps a log group per function.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+import sys
+import uuid
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleetcast.localstack.template import ACCOUNT_ID, REGION
+
+
+def load_handler(code_dir: Path, handler: str, module_name: str) -> Any:
+    """Import ``handler`` (``module.function``) from ``code_dir`` under ``module_name``."""
+    module_file, _, function_name = handler.rpartition(".")
+    path = code_dir / f"{module_file.replace('.', '/')}.py"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load handler {handler} from {code_dir}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, function_name)
+
+
+@dataclass(frozen=True)
+class LambdaContext:
+    """The parts of the Lambda context object that Powertools and handlers read."""
+
+    function_name: str
+    memory_limit_in_mb: int
+    aws_request_id: str
+    invoked_function_arn: str
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = "local"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+_handler: Any = None
+_function_name = ""
+_memory = 512
+
+
+def _start_worker(
+    code_dir: str, handler: str, function_name: str, env: dict[str, str], log_path: str, memory: int
+) -> None:
+    global _handler, _function_name, _memory
+    os.environ.update(env)
+    log = Path(log_path).open("a", buffering=1)  # noqa: SIM115 - lives as long as the worker
+    sys.stdout = log
+    sys.stderr = log
+    _function_name, _memory = function_name, memory
+    _handler = load_handler(
+        Path(code_dir), handler, f"fleetcast_lambda_{function_name.replace('-', '_')}"
+    )
+
+
+def _invoke(event: dict[str, Any]) -> Any:
+    context = LambdaContext(
+        function_name=_function_name,
+        memory_limit_in_mb=_memory,
+        aws_request_id=str(uuid.uuid4()),
+        invoked_function_arn=f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{_function_name}",
+        log_group_name=f"/aws/lambda/{_function_name}",
+    )
+    return _handler(event, context)
+
+
+class LocalFunction:
+    """One function: its warm workers and how to invoke it."""
+
+    def __init__(
+        self,
+        name: str,
+        code_dir: Path,
+        handler: str,
+        environment: dict[str, str],
+        log_path: Path,
+        concurrency: int = 1,
+        memory: int = 512,
+    ) -> None:
+        self.name = name
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._pool = ProcessPoolExecutor(
+            max_workers=concurrency,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(str(code_dir), handler, name, environment, str(log_path), memory),
+        )
+
+    def warm_up(self) -> Future[int]:
+        """Start a worker now (imports take a second or two) rather than on the first event."""
+        return self._pool.submit(int)
+
+    def invoke(self, event: dict[str, Any]) -> Any:
+        return self._pool.submit(_invoke, event).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,615 @@
+"""Really running the SageMaker jobs that moto only records.
+
+moto's SageMaker control plane stores CreateProcessingJob / CreateTrainingJob requests and
+marks them Completed at once. The local stack hooks those two calls: the job is set
+InProgress, and a runner executes the job's container entrypoint under the SageMaker
+container contract (an ``/opt/ml`` tree per instance, inputs downloaded from S3,
+``ShardedByS3Key`` shares, checkpoints synced both ways, outputs uploaded), updates the job
+as DescribeProcessingJob/DescribeTrainingJob report it, and publishes the documented
+"SageMaker ... Job State Change" events so the chain goes on by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from moto.sagemaker import models as sagemaker_models
+from moto.sagemaker.exceptions import ResourceInUseException
+
+log = logging.getLogger("fleetcast.localstack.jobs")
+
+OPT_ML = "/opt/ml"
+OPT_ML_ENV = "FLEETCAST_OPT_ML"  # read by both containers' contract modules
+INSTANCE_CPUS_ENV = "FLEETCAST_INSTANCE_CPUS"
+MESSAGE_LIMIT = 1024
+CHECKPOINT_SYNC_SECONDS = 1.0
+_ENTRYPOINT = re.compile(r"^\s*ENTRYPOINT\s+(\[.*\])\s*$", re.MULTILINE)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an S3 URI: {uri}")
+    bucket, _, key = uri[5:].partition("/")
+    return bucket, key
+
+
+def under_root(root: Path, container_path: str) -> Path:
+    """Map a container path (``/opt/ml/...``) into an instance's local root."""
+    relative = Path(container_path).relative_to(OPT_ML)
+    return root / relative
+
+
+def shard(keys: list[str], hosts: int, index: int) -> list[str]:
+    """ShardedByS3Key: each instance gets about 1/n of the objects. AWS does not document
+    the assignment; round-robin over sorted keys keeps shards within one object of even."""
+    return sorted(keys)[index::hosts]
+
+
+def image_entrypoint(image_uri: str, containers_dir: Path) -> list[str]:
+    """The ENTRYPOINT of the Dockerfile that builds ``image_uri`` (``…/fleetcast-training:tag``
+    is built from ``containers/training/Dockerfile``), so the local stack runs what ships."""
+    repository = image_uri.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+    family = repository.removeprefix("fleetcast-")
+    dockerfile = containers_dir / family / "Dockerfile"
+    if not dockerfile.is_file():
+        raise LookupError(
+            f"the local stack has no container for image {image_uri!r} (looked for {dockerfile})"
+        )
+    found = _ENTRYPOINT.findall(dockerfile.read_text())
+    if not found:
+        raise LookupError(f"{dockerfile} has no exec-form ENTRYPOINT")
+    command: list[str] = json.loads(found[-1])
+    return command
+
+
+def local_command(command: list[str]) -> list[str]:
+    """Run a container's ``python3 …`` command with this environment's interpreter."""
+    if command and Path(command[0]).name in ("python", "python3"):
+        return [sys.executable, *command[1:]]
+    return command
+
+
+def _epoch_ms(value: Any) -> Any:
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else value
+
+
+def _jsonable(value: Any, as_string: bool) -> Any:
+    if isinstance(value, datetime):
+        millis = _epoch_ms(value)
+        return str(millis) if as_string else millis
+    if isinstance(value, dict):
+        return {k: _jsonable(v, as_string) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v, as_string) for v in value]
+    return value
+
+
+@dataclass
+class S3Transfer:
+    """Bulk S3 copies between the local moto server and a folder, a few requests at a time."""
+
+    s3: Any
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(16))
+
+    def keys(self, bucket: str, prefix: str) -> list[str]:
+        keys: list[str] = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys.extend(entry["Key"] for entry in page.get("Contents", []))
+        return keys
+
+    def download(self, bucket: str, prefix: str, keys: list[str], target: Path) -> int:
+        def fetch(key: str) -> None:
+            relative = key[len(prefix) :].lstrip("/") or Path(key).name
+            path = target / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.s3.download_file(bucket, key, str(path))
+
+        list(self.pool.map(fetch, keys))
+        return len(keys)
+
+    def upload_tree(
+        self, source: Path, bucket: str, prefix: str, skip: Callable[[Path], bool] = lambda _: False
+    ) -> int:
+        files = [p for p in sorted(source.rglob("*")) if p.is_file() and not skip(p)]
+        base = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+        list(
+            self.pool.map(
+                lambda p: self.s3.upload_file(
+                    str(p), bucket, base + p.relative_to(source).as_posix()
+                ),
+                files,
+            )
+        )
+        return len(files)
+
+
+class CheckpointSync:
+    """SageMaker copies new checkpoint files to S3 while the job runs; so does this, every
+    second, skipping files still being written (``*.partial``)."""
+
+    def __init__(self, transfer: S3Transfer, local: Path, s3_uri: str) -> None:
+        self._transfer = transfer
+        self._local = local
+        self._bucket, self._prefix = split_s3_uri(s3_uri)
+        if self._prefix and not self._prefix.endswith("/"):
+            self._prefix += "/"
+        self._seen: dict[Path, tuple[float, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, daemon=True, name=f"checkpoint-sync {local}"
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sync()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(CHECKPOINT_SYNC_SECONDS):
+            try:
+                self.sync()
+            except Exception:  # the next round, or the final sync, retries
+                log.exception("checkpoint sync of %s failed", self._local)
+
+    def sync(self) -> int:
+        changed = []
+        for path in self._local.rglob("*"):
+            if not path.is_file() or path.name.endswith(".partial"):
+                continue
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            signature = (stat.st_mtime, stat.st_size)
+            if self._seen.get(path) != signature:
+                changed.append((path, signature))
+        for path, _ in changed:
+            self._transfer.s3.upload_file(
+                str(path), self._bucket, self._prefix + path.relative_to(self._local).as_posix()
+            )
+        self._seen.update(changed)
+        return len(changed)
+
+
+@dataclass
+class RunningJob:
+    kind: str  # "processing" | "training"
+    name: str
+    future: Future[None] | None = None
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    interrupted: threading.Event = field(default_factory=threading.Event)
+
+
+class JobRunner:
+    """Executes the jobs that the hooked moto backend records."""
+
+    def __init__(
+        self,
+        s3: Any,
+        events: Any,
+        workdir: Path,
+        containers_dir: Path,
+        cpus: int | None = None,
+    ) -> None:
+        self._transfer = S3Transfer(s3)
+        self._events = events
+        self._workdir = workdir
+        self._containers_dir = containers_dir
+        self._cpus = cpus or max(1, len(os.sched_getaffinity(0)))
+        self._pool = ThreadPoolExecutor(4, thread_name_prefix="sagemaker-job")
+        self._jobs: dict[str, RunningJob] = {}
+        self._lock = threading.Lock()
+        self._originals: dict[str, Any] = {}
+
+    # -- moto hooks -------------------------------------------------------------------
+
+    def install(self) -> None:
+        backend_class = sagemaker_models.SageMakerModelBackend
+        runner = self
+        self._originals = {
+            "create_processing_job": backend_class.create_processing_job,
+            "create_training_job": backend_class.create_training_job,
+        }
+        create_processing = self._originals["create_processing_job"]
+        create_training = self._originals["create_training_job"]
+
+        def create_processing_job(backend: Any, *args: Any, **kwargs: Any) -> Any:
+            name = kwargs["processing_job_name"]
+            if name in backend.processing_jobs:
+                raise ResourceInUseException(
+                    message=f"Job name must be unique within an AWS account and region, and a job with this name already exists ({name})"
+                )
+            job = create_processing(backend, *args, **kwargs)
+            job.processing_job_status = "InProgress"
+            job.processing_end_time = None
+            job.processing_start_time = None
+            runner.submit("processing", backend, name)
+            return job
+
+        def create_training_job(backend: Any, *args: Any, **kwargs: Any) -> Any:
+            name = kwargs["training_job_name"]
+            if name in backend.training_jobs:
+                raise ResourceInUseException(
+                    message=f"Training job names must be unique within an AWS account and region, and a training job with this name already exists ({name})"
+                )
+            requested_metrics = list(kwargs["algorithm_specification"].get("MetricDefinitions", []))
+            job = create_training(backend, *args, **kwargs)
+            # moto replaces the metric definitions with a canned one: put ours back.
+            job.algorithm_specification["MetricDefinitions"] = requested_metrics
+            job.training_job_status = "InProgress"
+            job.secondary_status = "Starting"
+            job.training_start_time = None
+            job.training_end_time = None
+            job.final_metric_data_list = []
+            job.secondary_status_transitions = []
+            job.model_artifacts = None
+            runner.submit("training", backend, name)
+            return job
+
+        backend_class.create_processing_job = create_processing_job  # type: ignore[method-assign]
+        backend_class.create_training_job = create_training_job  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        backend_class = sagemaker_models.SageMakerModelBackend
+        for name, original in self._originals.items():
+            setattr(backend_class, name, original)
+        self._originals = {}
+
+    def shutdown(self) -> None:
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            for process in job.processes:
+                if process.poll() is None:
+                    process.kill()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, kind: str, backend: Any, name: str) -> None:
+        job = RunningJob(kind=kind, name=name)
+        with self._lock:
+            self._jobs[name] = job
+        run = self._run_processing if kind == "processing" else self._run_training
+        job.future = self._pool.submit(self._guarded, run, backend, name)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True when every submitted job has finished within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                pending = [
+                    j for j in self._jobs.values() if j.future is not None and not j.future.done()
+                ]
+            if not pending:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def interrupt(self, name: str) -> bool:
+        """Emulate a spot interruption of a running training job: its instances are
+        stopped, then the job resumes from its checkpoints, as SageMaker does."""
+        with self._lock:
+            job = self._jobs.get(name)
+        if job is None or job.kind != "training" or job.future is None or job.future.done():
+            return False
+        job.interrupted.set()
+        for process in job.processes:
+            if process.poll() is None:
+                process.kill()
+        return True
+
+    def _guarded(self, run: Callable[[Any, str], None], backend: Any, name: str) -> None:
+        try:
+            run(backend, name)
+        except Exception:
+            log.exception("local stack failed to run job %s", name)
+
+    # -- events -----------------------------------------------------------------------
+
+    def _publish(self, detail_type: str, arn: str, detail: dict[str, Any]) -> None:
+        response = self._events.put_events(
+            Entries=[
+                {
+                    "Source": "aws.sagemaker",
+                    "DetailType": detail_type,
+                    "Resources": [arn],
+                    "Detail": json.dumps(detail, default=str),
+                }
+            ]
+        )
+        if response.get("FailedEntryCount"):
+            log.error("could not publish %s for %s: %s", detail_type, arn, response)
+
+    # -- processing -------------------------------------------------------------------
+
+    def _run_processing(self, backend: Any, name: str) -> None:
+        job = backend.processing_jobs[name]
+        job.processing_start_time = _now()
+        job.last_modified_time = _now()
+        self._publish_processing(job)
+        root = self._workdir / "jobs" / name / "algo-1"
+        log_file = self._workdir / "jobs" / name / "algo-1.log"
+        status, exit_message, failure = "Failed", None, None
+        try:
+            for entry in job.processing_inputs or []:
+                s3_input = entry.get("S3Input")
+                if not s3_input:
+                    continue
+                bucket, prefix = split_s3_uri(s3_input["S3Uri"])
+                keys = self._transfer.keys(bucket, prefix)
+                if not keys:
+                    raise LookupError(f"no S3 objects found under S3 URL {s3_input['S3Uri']!r}")
+                target = under_root(root, s3_input["LocalPath"])
+                target.mkdir(parents=True, exist_ok=True)
+                common = (
+                    prefix
+                    if prefix.endswith("/") or len(keys) > 1
+                    else prefix.rsplit("/", 1)[0] + "/"
+                )
+                self._transfer.download(bucket, common, keys, target)
+            outputs = (
+                job.processing_output_config.get("Outputs", [])
+                if job.processing_output_config
+                else []
+            )
+            for entry in outputs:
+                under_root(root, entry["S3Output"]["LocalPath"]).mkdir(parents=True, exist_ok=True)
+            app = job.app_specification
+            command = list(
+                app.get("ContainerEntrypoint")
+                or image_entrypoint(app["ImageUri"], self._containers_dir)
+            )
+            command = local_command(command) + list(app.get("ContainerArguments") or [])
+            env = {**os.environ, OPT_ML_ENV: str(root), INSTANCE_CPUS_ENV: str(self._cpus)}
+            returncode = self._run_instances(self._jobs[name], [(command, env, log_file)])[0]
+            message = _read_limited(under_root(root, "/opt/ml/output/message"))
+            if returncode == 0:
+                for entry in outputs:
+                    bucket, prefix = split_s3_uri(entry["S3Output"]["S3Uri"])
+                    self._transfer.upload_tree(
+                        under_root(root, entry["S3Output"]["LocalPath"]), bucket, prefix
+                    )
+                status, exit_message = "Completed", message
+            else:
+                exit_message = message
+                failure = (
+                    f"AlgorithmError: {message or _tail(log_file) or f'exit code {returncode}'}"
+                )
+        except Exception as error:
+            failure = f"ClientError: {error}"
+            log.exception("processing job %s failed in the local stack", name)
+        job.processing_job_status = status
+        job.exit_message = exit_message
+        job.failure_reason = failure[:MESSAGE_LIMIT] if failure else None
+        job.processing_end_time = _now()
+        job.last_modified_time = _now()
+        self._publish_processing(job)
+
+    def _publish_processing(self, job: Any) -> None:
+        detail = _jsonable(job.response_object, as_string=False)
+        self._publish("SageMaker Processing Job State Change", job.arn, detail)
+
+    # -- training ---------------------------------------------------------------------
+
+    def _transition(self, job: Any, status: str, message: str) -> None:
+        now = _now()
+        if job.secondary_status_transitions:
+            job.secondary_status_transitions[-1].setdefault("EndTime", now)
+        job.secondary_status_transitions.append(
+            {"Status": status, "StartTime": now, "StatusMessage": message}
+        )
+        job.secondary_status = status
+        job.last_modified_time = now
+
+    def _run_training(self, backend: Any, name: str) -> None:
+        job = backend.training_jobs[name]
+        running = self._jobs[name]
+        instance_count = int(job.resource_config.get("InstanceCount", 1))
+        hosts = [f"algo-{i + 1}" for i in range(instance_count)]
+        job_dir = self._workdir / "jobs" / name
+        self._transition(job, "Starting", "Preparing the instances for training")
+        self._publish_training(job)
+        started = time.monotonic()
+        interruptions = 0
+        failure: str | None = None
+        try:
+            command = local_command(
+                image_entrypoint(job.algorithm_specification["TrainingImage"], self._containers_dir)
+            )
+            command.append("train")
+            while True:
+                self._transition(job, "Downloading", "Downloading input data")
+                job.training_start_time = job.training_start_time or _now()
+                roots = [self._prepare_instance(job, job_dir / host, host, hosts) for host in hosts]
+                self._transition(
+                    job, "Training", "Training image download completed. Training in progress."
+                )
+                syncs = self._start_checkpoint_syncs(job, roots)
+                cpus = str(max(1, self._cpus // instance_count))
+                launches = [
+                    (
+                        command,
+                        {**os.environ, OPT_ML_ENV: str(root), INSTANCE_CPUS_ENV: cpus},
+                        job_dir / f"{host}.log",
+                    )
+                    for root, host in zip(roots, hosts, strict=True)
+                ]
+                codes = self._run_instances(running, launches)
+                for sync in syncs:
+                    sync.stop()
+                if running.interrupted.is_set():
+                    running.interrupted.clear()
+                    interruptions += 1
+                    self._transition(
+                        job, "Interrupted", "Training job interrupted (spot capacity reclaimed)"
+                    )
+                    self._transition(job, "Restarting", "Restarting from the last checkpoint")
+                    continue
+                break
+            failed = [(host, code) for host, code in zip(hosts, codes, strict=True) if code != 0]
+            if failed:
+                host, code = failed[0]
+                reason = _read_limited(job_dir / host / "output" / "failure") or _tail(
+                    job_dir / f"{host}.log"
+                )
+                failure = f"AlgorithmError: {reason or f'exit code {code}'} (host {host})"
+            else:
+                self._transition(job, "Uploading", "Uploading generated training model")
+                self._upload_model(job, job_dir / hosts[0])
+        except Exception as error:
+            log.exception("training job %s failed in the local stack", name)
+            failure = f"ClientError: {error}"
+        elapsed = max(1, round(time.monotonic() - started))
+        job.training_end_time = _now()
+        job.training_time_in_seconds = elapsed
+        # Billed per instance from Downloading on; spot would be less, but locally nothing is.
+        job.billable_time_in_seconds = elapsed * instance_count
+        job.final_metric_data_list = self._scrape_metrics(
+            job, [job_dir / f"{h}.log" for h in hosts]
+        )
+        if interruptions:
+            job.interruptions = interruptions
+        if failure:
+            job.training_job_status = "Failed"
+            job.failure_reason = failure[:MESSAGE_LIMIT]
+            self._transition(job, "Failed", "Training job failed")
+        else:
+            job.training_job_status = "Completed"
+            self._transition(job, "Completed", "Training job completed")
+        job.secondary_status_transitions[-1]["EndTime"] = job.training_end_time
+        self._publish_training(job)
+
+    def _prepare_instance(self, job: Any, root: Path, host: str, hosts: list[str]) -> Path:
+        config = root / "input" / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "hyperparameters.json").write_text(json.dumps(job.hyper_parameters or {}))
+        (config / "resourceconfig.json").write_text(
+            json.dumps({"current_host": host, "hosts": hosts, "network_interface_name": "eth0"})
+        )
+        channels: dict[str, Any] = {}
+        index = hosts.index(host)
+        for channel in job.input_data_config or []:
+            source = channel["DataSource"]["S3DataSource"]
+            distribution = source.get("S3DataDistributionType", "FullyReplicated")
+            channels[channel["ChannelName"]] = {
+                "ContentType": channel.get("ContentType", ""),
+                "TrainingInputMode": job.algorithm_specification.get("TrainingInputMode", "File"),
+                "S3DistributionType": distribution,
+                "RecordWrapperType": channel.get("RecordWrapperType", "None"),
+            }
+            target = root / "input" / "data" / channel["ChannelName"]
+            if target.exists():
+                continue  # a restart after interruption keeps the data it downloaded
+            target.mkdir(parents=True)
+            bucket, prefix = split_s3_uri(source["S3Uri"])
+            keys = self._transfer.keys(bucket, prefix)
+            if distribution == "ShardedByS3Key":
+                keys = shard(keys, len(hosts), index)
+            self._transfer.download(bucket, prefix, keys, target)
+        (config / "inputdataconfig.json").write_text(json.dumps(channels))
+        for folder in ("model", "output/data", "checkpoints"):
+            (root / folder).mkdir(parents=True, exist_ok=True)
+        checkpoint = job.checkpoint_config
+        if checkpoint:
+            # Restored from S3 at every start, as SageMaker does after a spot interruption.
+            local = under_root(root, checkpoint.get("LocalPath", "/opt/ml/checkpoints"))
+            bucket, prefix = split_s3_uri(checkpoint["S3Uri"])
+            prefix = prefix if prefix.endswith("/") else prefix + "/"
+            self._transfer.download(bucket, prefix, self._transfer.keys(bucket, prefix), local)
+        return root
+
+    def _start_checkpoint_syncs(self, job: Any, roots: list[Path]) -> list[CheckpointSync]:
+        checkpoint = job.checkpoint_config
+        if not checkpoint:
+            return []
+        syncs = [
+            CheckpointSync(
+                self._transfer,
+                under_root(root, checkpoint.get("LocalPath", "/opt/ml/checkpoints")),
+                checkpoint["S3Uri"],
+            )
+            for root in roots
+        ]
+        for sync in syncs:
+            sync.start()
+        return syncs
+
+    def _run_instances(
+        self, job: RunningJob, launches: list[tuple[list[str], dict[str, str], Path]]
+    ) -> list[int]:
+        processes = []
+        handles = []
+        for command, env, log_file in launches:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            handle = log_file.open("ab")
+            handles.append(handle)
+            processes.append(
+                subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
+            )
+        job.processes = processes
+        try:
+            return [process.wait() for process in processes]
+        finally:
+            for handle in handles:
+                handle.close()
+
+    def _upload_model(self, job: Any, root: Path) -> None:
+        output = job.output_data_config["S3OutputPath"].rstrip("/")
+        bucket, prefix = split_s3_uri(f"{output}/{job.training_job_name}/output/model.tar.gz")
+        archive = root / "model.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            for path in sorted((root / "model").rglob("*")):
+                tar.add(path, arcname=path.relative_to(root / "model").as_posix(), recursive=False)
+        self._transfer.s3.upload_file(str(archive), bucket, prefix)
+        job.model_artifacts = {"S3ModelArtifacts": f"s3://{bucket}/{prefix}"}
+
+    def _scrape_metrics(self, job: Any, logs: list[Path]) -> list[dict[str, Any]]:
+        definitions = job.algorithm_specification.get("MetricDefinitions") or []
+        found: dict[str, float] = {}
+        for log_path in logs:
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            for definition in definitions:
+                for match in re.finditer(definition["Regex"], text):
+                    try:
+                        found[definition["Name"]] = float(match.group(1))
+                    except (IndexError, ValueError):
+                        continue
+        return [{"MetricName": k, "Value": v, "Timestamp": _now()} for k, v in found.items()]
+
+    def _publish_training(self, job: Any) -> None:
+        detail = _jsonable(job.response_object, as_string=True)
+        self._publish("SageMaker Training Job State Change", job.arn, detail)
+
+
+def _read_limited(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    text = path.read_text(errors="replace").strip()
+    return text[:MESSAGE_LIMIT] or None
+
+
+def _tail(path: Path, lines: int = 3) -> str | None:
+    if not path.is_file():
+        return None
+    content = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return " | ".join(content[-lines:])[:MESSAGE_LIMIT] or None

@@ -1,0 +1,350 @@
+"""The embedded local stack: AWS APIs from moto, wired from template.yaml, with the
+SageMaker jobs really run and the functions really invoked.
+
+Everything listens on 127.0.0.1 only. ``stack.json`` in the state folder tells clients
+(``fleetcast env``, ``status``, the tests) where everything is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from fleetcast.localstack.events import EventDelivery
+from fleetcast.localstack.gateway import Gateway
+from fleetcast.localstack.lambdas import LocalFunction
+from fleetcast.localstack.sagemaker_jobs import JobRunner
+from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
+
+log = logging.getLogger("fleetcast.localstack")
+
+DEFAULT_PORT = 4599
+STATE_FILE = "stack.json"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+def repo_root() -> Path:
+    """The checkout that holds template.yaml (the local stack runs from the source tree)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "template.yaml").is_file() and (parent / "functions").is_dir():
+            return parent
+    return Path.cwd()
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("FLEETCAST_HOME", repo_root() / ".fleetcast"))
+
+
+@dataclass
+class StackInfo:
+    """Where a running local stack is, as clients need to know it."""
+
+    endpoint_url: str
+    stack_name: str
+    raw_bucket: str
+    artifacts_bucket: str
+    registry_table: str
+    job_name_prefix: str
+    state_dir: str
+    region: str = REGION
+    account_id: str = ACCOUNT_ID
+    pid: int = field(default_factory=os.getpid)
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def environment(self) -> dict[str, str]:
+        """What a standard client (boto3, the AWS CLI) needs to talk to this stack."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            **CREDENTIALS,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+            "FLEETCAST_RAW_BUCKET": self.raw_bucket,
+            "FLEETCAST_ARTIFACTS_BUCKET": self.artifacts_bucket,
+            "FLEETCAST_REGISTRY_TABLE": self.registry_table,
+            "FLEETCAST_JOB_NAME_PREFIX": self.job_name_prefix,
+            **self.extra,
+        }
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, state_dir: Path | None = None) -> StackInfo:
+        path = (state_dir or default_state_dir()) / STATE_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no local stack is running (no {path}); start one with `fleetcast up`"
+            )
+        info = cls(**json.loads(path.read_text()))
+        if not _alive(info.pid):
+            raise FileNotFoundError(
+                f"the local stack recorded in {path} (pid {info.pid}) is not running; start one with `fleetcast up`"
+            )
+        return info
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalStack:
+    def __init__(
+        self,
+        state_dir: Path | None = None,
+        port: int = DEFAULT_PORT,
+        stack_name: str = "fleetcast",
+        parameters: dict[str, str] | None = None,
+        root: Path | None = None,
+        function_concurrency: int = 1,
+    ) -> None:
+        self.root = root or repo_root()
+        self.state_dir = state_dir or default_state_dir()
+        self.template = LocalTemplate(
+            self.root / "template.yaml", stack_name=stack_name, parameter_overrides=parameters or {}
+        )
+        self._port = port
+        self._function_concurrency = function_concurrency
+        self.gateway: Gateway | None = None
+        self.runner: JobRunner | None = None
+        self.delivery: EventDelivery | None = None
+        self.functions: dict[str, LocalFunction] = {}
+        self.info: StackInfo | None = None
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def start(self) -> StackInfo:
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir / "jobs", ignore_errors=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.gateway = Gateway(port=self._port)
+        self.gateway.start()
+        try:
+            self.runner = JobRunner(
+                s3=self.client("s3"),
+                events=self.client("events"),
+                workdir=self.state_dir,
+                containers_dir=self.root / "containers",
+            )
+            self.runner.install()
+            self._create_resources()
+            self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
+            self._create_functions()
+            self.delivery.start()
+            self.info = self._describe()
+            self.info.save(self.state_dir / STATE_FILE)
+        except BaseException:
+            self.stop()
+            raise
+        return self.info
+
+    def stop(self) -> None:
+        if self.delivery:
+            self.delivery.stop()
+        for function in self.functions.values():
+            function.close()
+        if self.runner:
+            self.runner.shutdown()
+            self.runner.uninstall()
+        if self.gateway:
+            self.gateway.stop()
+        state = self.state_dir / STATE_FILE
+        if (
+            state.is_file()
+            and self.info
+            and json.loads(state.read_text()).get("pid") == os.getpid()
+        ):
+            state.unlink()
+        self.gateway = None
+
+    # -- clients ----------------------------------------------------------------------
+
+    @property
+    def endpoint_url(self) -> str:
+        assert self.gateway is not None, "the local stack is not started"
+        return self.gateway.url
+
+    def client(self, service: str) -> Any:
+        return boto3.session.Session(
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=REGION,
+        ).client(
+            service,
+            endpoint_url=self.endpoint_url,
+            config=Config(retries={"mode": "standard"}, max_pool_connections=32),
+        )  # type: ignore[call-overload]
+
+    def resource(self, service: str) -> Any:
+        return boto3.session.Session(
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=REGION,
+        ).resource(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+
+    def client_environment(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            **CREDENTIALS,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+        }
+
+    # -- resources from template.yaml -------------------------------------------------
+
+    def _properties(self, logical_id: str) -> dict[str, Any]:
+        properties: dict[str, Any] = self.template.resolve(
+            self.template.resources[logical_id].get("Properties", {})
+        )
+        return properties
+
+    def _create_resources(self) -> None:
+        s3, dynamodb, sqs, iam = (self.client(s) for s in ("s3", "dynamodb", "sqs", "iam"))
+        for logical_id in self.template.resources_of_type("AWS::IAM::Role"):
+            properties = self._properties(logical_id)
+            iam.create_role(
+                RoleName=self.template.physical_name(logical_id),
+                AssumeRolePolicyDocument=json.dumps(properties.get("AssumeRolePolicyDocument", {})),
+            )
+        for logical_id in self.template.resources_of_type("AWS::SQS::Queue"):
+            sqs.create_queue(QueueName=self.template.physical_name(logical_id))
+        for logical_id in self.template.resources_of_type("AWS::S3::Bucket"):
+            self._create_bucket(
+                s3, self.template.physical_name(logical_id), self._properties(logical_id)
+            )
+        for logical_id in self.template.resources_of_type("AWS::DynamoDB::Table"):
+            properties = self._properties(logical_id)
+            request: dict[str, Any] = {
+                "TableName": self.template.physical_name(logical_id),
+                "KeySchema": properties["KeySchema"],
+                "AttributeDefinitions": properties["AttributeDefinitions"],
+                "BillingMode": properties.get("BillingMode", "PAY_PER_REQUEST"),
+            }
+            if "GlobalSecondaryIndexes" in properties:
+                request["GlobalSecondaryIndexes"] = properties["GlobalSecondaryIndexes"]
+            dynamodb.create_table(**request)
+
+    @staticmethod
+    def _create_bucket(s3: Any, name: str, properties: dict[str, Any]) -> None:
+        s3.create_bucket(Bucket=name)
+        if properties.get("VersioningConfiguration", {}).get("Status") == "Enabled":
+            s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+        if "PublicAccessBlockConfiguration" in properties:
+            s3.put_public_access_block(
+                Bucket=name,
+                PublicAccessBlockConfiguration=properties["PublicAccessBlockConfiguration"],
+            )
+        if "BucketEncryption" in properties:
+            # CloudFormation's property names differ from the API's here.
+            rules = [
+                {
+                    "ApplyServerSideEncryptionByDefault": rule["ServerSideEncryptionByDefault"],
+                    **(
+                        {"BucketKeyEnabled": rule["BucketKeyEnabled"]}
+                        if "BucketKeyEnabled" in rule
+                        else {}
+                    ),
+                }
+                for rule in properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+                if "ServerSideEncryptionByDefault" in rule
+            ]
+            if rules:
+                s3.put_bucket_encryption(
+                    Bucket=name, ServerSideEncryptionConfiguration={"Rules": rules}
+                )
+        notifications = properties.get("NotificationConfiguration", {})
+        if (
+            str(
+                notifications.get("EventBridgeConfiguration", {}).get("EventBridgeEnabled", "false")
+            ).lower()
+            == "true"
+        ):
+            s3.put_bucket_notification_configuration(
+                Bucket=name, NotificationConfiguration={"EventBridgeConfiguration": {}}
+            )
+
+    def _create_functions(self) -> None:
+        assert self.delivery is not None
+        sqs = self.client("sqs")
+        default_dlq_url = sqs.create_queue(
+            QueueName=f"{self.template.stack_name}-local-dead-letters"
+        )["QueueUrl"]
+        default_dlq = sqs.get_queue_attributes(
+            QueueUrl=default_dlq_url, AttributeNames=["QueueArn"]
+        )["Attributes"]["QueueArn"]
+        globals_ = self.template.body.get("Globals", {}).get("Function", {})
+        for logical_id, resource in self.template.resources_of_type(
+            "AWS::Serverless::Function"
+        ).items():
+            properties = resource["Properties"]
+            code_dir = self.root / str(self.template.resolve(properties["CodeUri"]))
+            environment = {
+                **self.template.function_environment(logical_id),
+                **self.client_environment(),
+                "AWS_LAMBDA_FUNCTION_NAME": self.template.physical_name(logical_id),
+                "POWERTOOLS_TRACE_DISABLED": "true",
+            }
+            function = LocalFunction(
+                name=self.template.physical_name(logical_id),
+                code_dir=code_dir,
+                handler=str(
+                    properties.get("Handler", globals_.get("Handler", "app.lambda_handler"))
+                ),
+                environment=environment,
+                log_path=self.state_dir / "logs" / f"{logical_id}.log",
+                concurrency=self._function_concurrency,
+                memory=int(properties.get("MemorySize", globals_.get("MemorySize", 512))),
+            )
+            self.functions[logical_id] = function
+            for event_name, event in properties.get("Events", {}).items():
+                if event.get("Type") != "EventBridgeRule":
+                    continue
+                event_properties = self.template.resolve(event["Properties"])
+                dead_letter = event_properties.get("DeadLetterConfig", {}).get("Arn", default_dlq)
+                self.delivery.add_rule(
+                    f"{self.template.stack_name}-{logical_id}-{event_name}"[:64],
+                    event_properties["Pattern"],
+                    function,
+                    dead_letter,
+                )
+        for started in [function.warm_up() for function in self.functions.values()]:
+            started.result()
+
+    def _describe(self) -> StackInfo:
+        def resource_named(logical_id: str) -> str:
+            return (
+                self.template.physical_name(logical_id)
+                if logical_id in self.template.resources
+                else ""
+            )
+
+        return StackInfo(
+            endpoint_url=self.endpoint_url,
+            stack_name=self.template.stack_name,
+            raw_bucket=resource_named("RawBucket"),
+            artifacts_bucket=resource_named("ArtifactsBucket"),
+            registry_table=resource_named("ModelRegistryTable"),
+            job_name_prefix=self.template.parameters.get("JobNamePrefix", "fleetcast"),
+            state_dir=str(self.state_dir),
+        )

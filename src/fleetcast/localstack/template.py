@@ -1,0 +1,212 @@
+"""template.yaml as the local stack's single source of wiring.
+
+Loads the SAM template (CloudFormation short tags included) and resolves the intrinsic
+functions the template uses, with local physical names standing in for the ones
+CloudFormation would generate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ACCOUNT_ID = "123456789012"
+REGION = "us-east-1"
+
+_SHORT_TAGS = {
+    "Ref": "Ref",
+    "Sub": "Fn::Sub",
+    "GetAtt": "Fn::GetAtt",
+    "Join": "Fn::Join",
+    "If": "Fn::If",
+    "Equals": "Fn::Equals",
+    "Not": "Fn::Not",
+    "And": "Fn::And",
+    "Or": "Fn::Or",
+    "Select": "Fn::Select",
+    "Split": "Fn::Split",
+    "Condition": "Condition",
+    "GetAZs": "Fn::GetAZs",
+    "ImportValue": "Fn::ImportValue",
+    "Base64": "Fn::Base64",
+    "FindInMap": "Fn::FindInMap",
+}
+
+
+class _TemplateLoader(yaml.SafeLoader):
+    """SafeLoader that reads ``!Ref X`` as ``{"Ref": "X"}`` and so on."""
+
+
+def _construct(tag: str, full_name: str):  # type: ignore[no-untyped-def]
+    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
+        value: Any
+        if isinstance(node, yaml.ScalarNode):
+            value = loader.construct_scalar(node)
+            if tag == "GetAtt":
+                value = str(value).split(".", 1)
+        elif isinstance(node, yaml.SequenceNode):
+            value = loader.construct_sequence(node, deep=True)
+        else:
+            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+        return {full_name: value}
+
+    return construct
+
+
+for _tag, _name in _SHORT_TAGS.items():
+    _TemplateLoader.add_constructor(f"!{_tag}", _construct(_tag, _name))
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    with path.open() as stream:
+        loaded = yaml.load(stream, Loader=_TemplateLoader)  # noqa: S506 - SafeLoader subclass
+    assert isinstance(loaded, dict), f"{path} is not a template"
+    return loaded
+
+
+def _physical_name(stack: str, logical_id: str, resource_type: str) -> str:
+    if resource_type == "AWS::S3::Bucket":
+        # Bucket names are global and lower case; CloudFormation adds a random suffix.
+        return re.sub(r"[^a-z0-9-]", "-", f"{stack}-{logical_id}".lower())[:63]
+    return f"{stack}-{logical_id}"[:64]
+
+
+@dataclass
+class LocalTemplate:
+    """A resolved view of template.yaml for one local stack."""
+
+    path: Path
+    stack_name: str = "fleetcast"
+    parameter_overrides: dict[str, str] = field(default_factory=dict)
+    body: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.body = load_template(self.path)
+
+    @property
+    def resources(self) -> dict[str, dict[str, Any]]:
+        resources: dict[str, dict[str, Any]] = self.body.get("Resources", {})
+        return resources
+
+    def resources_of_type(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.resources.items() if v.get("Type") == resource_type}
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        values = {
+            name: str(spec["Default"])
+            for name, spec in self.body.get("Parameters", {}).items()
+            if "Default" in spec
+        }
+        values.update(self.parameter_overrides)
+        return values
+
+    def physical_name(self, logical_id: str) -> str:
+        return _physical_name(self.stack_name, logical_id, self.resources[logical_id]["Type"])
+
+    def arn(self, logical_id: str) -> str:
+        kind = self.resources[logical_id]["Type"]
+        name = self.physical_name(logical_id)
+        formats = {
+            "AWS::S3::Bucket": f"arn:aws:s3:::{name}",
+            "AWS::DynamoDB::Table": f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{name}",
+            "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT_ID}:role/{name}",
+            "AWS::SQS::Queue": f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}",
+            "AWS::Serverless::Function": f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{name}",
+            "AWS::SNS::Topic": f"arn:aws:sns:{REGION}:{ACCOUNT_ID}:{name}",
+        }
+        return formats.get(kind, f"arn:aws:local:{REGION}:{ACCOUNT_ID}:{logical_id}/{name}")
+
+    def ref(self, name: str) -> str:
+        pseudo = {
+            "AWS::Region": REGION,
+            "AWS::AccountId": ACCOUNT_ID,
+            "AWS::StackName": self.stack_name,
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::NoValue": "",
+        }
+        if name in pseudo:
+            return pseudo[name]
+        if name in self.parameters:
+            return self.parameters[name]
+        if name in self.resources:
+            if self.resources[name]["Type"] == "AWS::SQS::Queue":
+                return f"http://local/{ACCOUNT_ID}/{self.physical_name(name)}"
+            return self.physical_name(name)
+        raise KeyError(f"template.yaml refers to unknown name {name!r}")
+
+    def get_att(self, logical_id: str, attribute: str) -> str:
+        if attribute == "Arn":
+            return self.arn(logical_id)
+        if attribute in ("Name", "QueueName", "TopicName"):
+            return self.physical_name(logical_id)
+        raise KeyError(f"local stack cannot resolve {logical_id}.{attribute}")
+
+    def condition(self, name: str) -> bool:
+        return bool(self.resolve(self.body.get("Conditions", {})[name]))
+
+    def resolve(self, value: Any) -> Any:
+        """Resolve intrinsic functions in ``value`` (recursively)."""
+        if isinstance(value, list):
+            return [self.resolve(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            ((key, argument),) = value.items()
+            if key == "Ref":
+                return self.ref(argument)
+            if key == "Fn::GetAtt":
+                return self.get_att(*argument)
+            if key == "Fn::Sub":
+                return self._sub(argument)
+            if key == "Fn::Join":
+                separator, items = argument
+                return separator.join(str(self.resolve(i)) for i in items)
+            if key == "Fn::If":
+                name, when_true, when_false = argument
+                return self.resolve(when_true if self.condition(name) else when_false)
+            if key == "Fn::Equals":
+                left, right = (self.resolve(a) for a in argument)
+                return str(left) == str(right)
+            if key == "Fn::Not":
+                return not self.resolve(argument[0])
+            if key == "Fn::And":
+                return all(self.resolve(a) for a in argument)
+            if key == "Fn::Or":
+                return any(self.resolve(a) for a in argument)
+            if key == "Condition":
+                return self.condition(argument)
+            if key == "Fn::Select":
+                index, items = argument
+                return self.resolve(items)[int(self.resolve(index))]
+            if key == "Fn::Split":
+                separator, text = argument
+                return str(self.resolve(text)).split(separator)
+        return {k: self.resolve(v) for k, v in value.items()}
+
+    def _sub(self, argument: Any) -> str:
+        text, variables = (argument, {}) if isinstance(argument, str) else argument
+        resolved = {k: str(self.resolve(v)) for k, v in variables.items()}
+
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in resolved:
+                return resolved[name]
+            if "." in name:
+                logical_id, attribute = name.split(".", 1)
+                return self.get_att(logical_id, attribute)
+            return self.ref(name)
+
+        return re.sub(r"\$\{([^!}][^}]*)\}", replace, text)
+
+    def function_environment(self, logical_id: str) -> dict[str, str]:
+        """Globals' environment variables overlaid with the function's own, resolved."""
+        global_env = self.body.get("Globals", {}).get("Function", {}).get("Environment", {})
+        own_env = self.resources[logical_id]["Properties"].get("Environment", {})
+        merged = {**global_env.get("Variables", {}), **own_env.get("Variables", {})}
+        return {k: str(self.resolve(v)) for k, v in merged.items()}
