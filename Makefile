@@ -47,7 +47,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy src layers/common containers/processing containers/training
+	$(BIN)/mypy src layers/common containers/processing containers/training containers/inference
 
 test-unit: $(STAMP)  ## Unit tests: no sockets
 	$(BIN)/pytest tests/unit -q

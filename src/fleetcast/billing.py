@@ -262,9 +262,23 @@ class _Shapes:
         )
 
     def noise(
-        self, usage_type: str, unit: str, price: float, base: float, sigma: float = 0.3
+        self,
+        usage_type: str,
+        unit: str,
+        price: float,
+        base: float,
+        sigma: float = 0.3,
+        spike_at: int | None = None,
+        spike_factor: float = 6.0,
     ) -> UsageSeries:
-        return UsageSeries(usage_type, "noise", unit, price, self._noisy([base] * self.days, sigma))
+        """A usage type whose cost wobbles a lot from day to day (``sigma`` on a log
+        scale): only a spike far outside that wobble is an anomaly."""
+        level = [base] * self.days
+        labels: tuple[tuple[int, AnomalyShape], ...] = ()
+        if spike_at is not None:
+            level[spike_at] *= spike_factor
+            labels = ((spike_at, "spike"),)
+        return UsageSeries(usage_type, "noise", unit, price, self._noisy(level, sigma), labels)
 
 
 def labelled_history(
@@ -359,10 +373,19 @@ def labelled_history(
                 "Hrs",
                 price("ml.c5.9xlarge"),
                 base=20.0,
-                start_day=at(0.35),
+                start_day=at(0.45),
                 daily_increase=0.5,
             ),
             s.noise("USE1-Train:ml.m5.12xlarge", "Hrs", price("ml.m5.12xlarge"), base=35.0),
+            s.noise(
+                "USE1-Processing:ml.c5.2xlarge",
+                "Hrs",
+                0.408,
+                base=12.0,
+                sigma=0.25,
+                spike_at=at(0.65),
+                spike_factor=6.0,
+            ),
             s.noise("USE1-Train:VolumeUsage.gp2", "GB-Mo", 0.14 / 30, base=2.5, sigma=0.3),
         ),
     )
@@ -371,7 +394,8 @@ def labelled_history(
 def demo_history(end: date, days: int = 90, seed: int = 7) -> BillingHistory:
     """A plausible fleetcast account for the local stack: an endpoint, nightly training
     on ml.c5.xlarge with a weekly rhythm, processing, storage, and three anomalies near
-    the end of the window (a spike, a new ml.p3.2xlarge, a second endpoint instance) so a
+    the end of the window (a spike, a new ml.p3.2xlarge, an endpoint scaled from one
+    instance to three) so a
     freshly started stack has something to report."""
     start = end - timedelta(days=days)
     rng = random.Random(seed)
@@ -381,7 +405,7 @@ def demo_history(end: date, days: int = 90, seed: int = 7) -> BillingHistory:
         days,
         (
             s.level_shift(
-                "USE1-Host:ml.c5.xlarge", "Hrs", 0.238, base=0.238 * 24, day=days - 2, factor=2.0
+                "USE1-Host:ml.c5.xlarge", "Hrs", 0.238, base=0.238 * 24, day=days - 2, factor=3.0
             ),
             s.weekly(
                 "USE1-Train:ml.c5.xlarge",

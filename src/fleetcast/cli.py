@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
+from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 
 console = Console()
@@ -273,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--instances", type=int, default=2)
     demo.add_argument("--days", type=int, default=730)
     demo.set_defaults(run=cmd_demo)
+
+    add_serving_commands(commands)
     return parser
 
 

@@ -22,6 +22,7 @@ from fleetcast.localstack.events import EventDelivery
 from fleetcast.localstack.gateway import Gateway
 from fleetcast.localstack.lambdas import LocalFunction
 from fleetcast.localstack.sagemaker_jobs import JobRunner
+from fleetcast.localstack.serving import LocalServing
 from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
 
 log = logging.getLogger("fleetcast.localstack")
@@ -124,6 +125,7 @@ class LocalStack:
         self.delivery: EventDelivery | None = None
         self.functions: dict[str, LocalFunction] = {}
         self.info: StackInfo | None = None
+        self.serving: LocalServing | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -153,6 +155,8 @@ class LocalStack:
             self._create_functions()
             self.delivery.start()
             self.info = self._describe()
+            self.serving = LocalServing(self)
+            self.info.extra.update(self.serving.start())
             self.info.save(self.state_dir / STATE_FILE)
         except BaseException:
             self.stop()
@@ -160,6 +164,8 @@ class LocalStack:
         return self.info
 
     def stop(self) -> None:
+        if self.serving:
+            self.serving.stop()
         if self.delivery:
             self.delivery.stop()
         for function in self.functions.values():

@@ -75,6 +75,16 @@ def _physical_name(stack: str, logical_id: str, resource_type: str) -> str:
     return f"{stack}-{logical_id}"[:64]
 
 
+_NAME_PROPERTIES = {
+    "AWS::S3::Bucket": "BucketName",
+    "AWS::DynamoDB::Table": "TableName",
+    "AWS::SQS::Queue": "QueueName",
+    "AWS::IAM::Role": "RoleName",
+    "AWS::Serverless::Function": "FunctionName",
+    "AWS::SNS::Topic": "TopicName",
+}
+
+
 @dataclass
 class LocalTemplate:
     """A resolved view of template.yaml for one local stack."""
@@ -106,7 +116,12 @@ class LocalTemplate:
         return values
 
     def physical_name(self, logical_id: str) -> str:
-        return _physical_name(self.stack_name, logical_id, self.resources[logical_id]["Type"])
+        """The name the template gives the resource, else one like CloudFormation's."""
+        resource = self.resources[logical_id]
+        explicit = _NAME_PROPERTIES.get(resource["Type"])
+        if explicit and explicit in resource.get("Properties", {}):
+            return str(self.resolve(resource["Properties"][explicit]))
+        return _physical_name(self.stack_name, logical_id, resource["Type"])
 
     def arn(self, logical_id: str) -> str:
         kind = self.resources[logical_id]["Type"]

@@ -1,0 +1,188 @@
+"""Routing of the multi-model endpoint API, and the one place errors become responses.
+
+:meth:`InferenceApp.dispatch` takes a parsed HTTP request and returns the response; the
+socket side lives in :mod:`fleetcast_inference.server`, so tests call ``dispatch``
+directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+from fleetcast_inference import protocol
+from fleetcast_inference.artifact import read_model_artifact
+from fleetcast_inference.contract import (
+    INVOCATIONS_PATH,
+    INVOKE_SUFFIX,
+    MODELS_DIR,
+    MODELS_PATH,
+    PING_PATH,
+    TARGET_MODEL_HEADER,
+    InferenceSettings,
+    model_path,
+)
+from fleetcast_inference.errors import (
+    BadRequestError,
+    InferenceError,
+    InvalidArtifactError,
+    MethodNotAllowedError,
+    ModelNotLoadedError,
+    RouteNotFoundError,
+)
+from fleetcast_inference.forecaster import compile_model, forecast_seed
+from fleetcast_inference.memory import retained_bytes
+from fleetcast_inference.registry import MODEL_ENTRY_OVERHEAD_BYTES, ModelRegistry, ServedModel
+
+logger = logging.getLogger(__name__)
+
+_MODEL_PREFIX = MODELS_PATH + "/"
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: str = ""
+    # Names in lower case.
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+class InferenceApp:
+    def __init__(self, settings: InferenceSettings, registry: ModelRegistry | None = None) -> None:
+        self.settings = settings
+        self.registry = registry or ModelRegistry(settings.memory_budget_bytes)
+
+    def dispatch(self, request: Request) -> Response:
+        try:
+            return self._route(request)
+        except InferenceError as error:
+            if error.status >= 500 and error.status != 507:
+                logger.error("%s %s failed: %s", request.method, request.path, error)
+            return Response(error.status, protocol.render_error(error))
+        except Exception:
+            logger.exception("%s %s failed", request.method, request.path)
+            failure = InferenceError("unexpected error; the container log has the details")
+            return Response(failure.status, protocol.render_error(failure))
+
+    def _route(self, request: Request) -> Response:
+        method, path = request.method, request.path
+        if path == PING_PATH:
+            _allow(method, "GET")
+            return Response(200, protocol.render_ping())
+        if path == MODELS_PATH:
+            _allow(method, "GET", "POST")
+            return self.list_models(request) if method == "GET" else self.load_model(request)
+        if path == INVOCATIONS_PATH:
+            _allow(method, "POST")
+            target_model = request.header(TARGET_MODEL_HEADER)
+            if not target_model:
+                raise BadRequestError(f"{INVOCATIONS_PATH} needs the {TARGET_MODEL_HEADER} header")
+            return self.invoke(target_model, request)
+        if path.startswith(_MODEL_PREFIX) and len(path) > len(_MODEL_PREFIX):
+            rest = path[len(_MODEL_PREFIX) :]
+            if rest.endswith(INVOKE_SUFFIX) and len(rest) > len(INVOKE_SUFFIX):
+                _allow(method, "POST")
+                return self.invoke(unquote(rest[: -len(INVOKE_SUFFIX)]), request)
+            _allow(method, "GET", "DELETE")
+            name = unquote(rest)
+            return self.describe_model(name) if method == "GET" else self.unload_model(name)
+        raise RouteNotFoundError(f"no route for {method} {path}")
+
+    def load_model(self, request: Request) -> Response:
+        load = protocol.parse_load_body(request.body)
+        path = model_path(load.url, self.settings)
+        if path is None:
+            roots = {MODELS_DIR, str(self.settings.models_root)}
+            raise BadRequestError(
+                f"url {load.url!r} must be an absolute path under {' or '.join(sorted(roots))}"
+            )
+
+        def build() -> ServedModel:
+            return build_served_model(load.model_name, load.url, path)
+
+        model = self.registry.load(load.model_name, build)
+        usage = self.registry.usage()
+        logger.info(
+            "loaded %s (customer %s, version %s): %d bytes; models %d, %d of %d bytes used",
+            model.name,
+            model.customer_id,
+            model.model_version,
+            model.memory_bytes,
+            usage.models,
+            usage.model_bytes + usage.cache_bytes,
+            usage.budget_bytes,
+        )
+        return Response(200, protocol.render_loaded(model))
+
+    def list_models(self, request: Request) -> Response:
+        listing = protocol.parse_list_query(request.query)
+        models, after = self.registry.page(listing.after, listing.limit)
+        return Response(200, protocol.render_model_list(models, after))
+
+    def describe_model(self, name: str) -> Response:
+        return Response(200, protocol.render_model_status(self.registry.status(name)))
+
+    def unload_model(self, name: str) -> Response:
+        model = self.registry.unload(name)
+        logger.info("unloaded %s", name)
+        return Response(200, protocol.render_unloaded(model))
+
+    def invoke(self, name: str, request: Request) -> Response:
+        period = protocol.parse_invoke_body(request.body)
+
+        def compute(model: ServedModel) -> bytes:
+            seed = forecast_seed(model.customer_id, model.model_version, period)
+            return protocol.render_forecast(model, model.forecaster.forecast(period, seed))
+
+        try:
+            return Response(200, self.registry.answer(name, period, compute))
+        except ModelNotLoadedError:
+            target_model = request.header(TARGET_MODEL_HEADER)
+            if target_model and target_model != name:
+                raise ModelNotLoadedError(
+                    f"model {name!r} (TargetModel {target_model!r}) is not loaded"
+                ) from None
+            raise
+
+
+def build_served_model(name: str, url: str, path: Path) -> ServedModel:
+    """Read and compile the artifact at ``path``; measure what the result holds."""
+    model_json, metadata = read_model_artifact(path)
+    try:
+        forecaster = compile_model(model_json, metadata.frequency)
+    except ValueError as error:
+        raise InvalidArtifactError(str(error)) from None
+    model = ServedModel(
+        name=name,
+        url=url,
+        customer_id=metadata.customer_id,
+        model_version=metadata.run_id,
+        frequency=metadata.frequency,
+        data_start=metadata.data_start.isoformat(),
+        data_end=metadata.data_end.isoformat(),
+        forecaster=forecaster,
+    )
+    return dataclasses.replace(
+        model, memory_bytes=retained_bytes(model) + MODEL_ENTRY_OVERHEAD_BYTES
+    )
+
+
+def _allow(method: str, *allowed: str) -> None:
+    if method not in allowed:
+        raise MethodNotAllowedError(f"{method} is not allowed here; use {' or '.join(allowed)}")

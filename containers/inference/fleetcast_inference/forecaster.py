@@ -1,0 +1,313 @@
+"""Prophet's forecast, computed from a fitted model's parameters without Prophet.
+
+``prophet.serialize.model_from_json`` plus ``Prophet.predict`` costs ~30 ms per call and
+keeps the whole history frame in memory. Everything ``predict`` does for dates after the
+history is a closed form of the fitted parameters, so :func:`compile_model` evaluates the
+deterministic part (trend, seasonalities, ``yhat``) once for every date a request may
+ask for, keeps those arrays and the few scalars the uncertainty simulation needs, and
+drops the rest of the model.
+
+:meth:`ProphetForecaster.forecast` then follows ``Prophet.predict`` with its default
+vectorised uncertainty step by step, drawing the same random numbers in the same order:
+with a ``numpy.random.RandomState`` seeded like ``numpy.random.seed`` the intervals
+equal Prophet's own. The unit tests hold both to that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetcast_inference.contract import MAX_PERIOD
+from fleetcast_inference.errors import UnsupportedModelError
+
+FloatArray = npt.NDArray[np.float64]
+
+_NS_PER_SECOND = 1_000_000_000
+_SECONDS_PER_DAY = 24 * 60 * 60
+_MIDNIGHT_NS = _SECONDS_PER_DAY * _NS_PER_SECOND
+# pandas aliases of fixed steps, optionally with a multiple ("15min"), to numpy units.
+_FIXED_STEP = re.compile(r"([0-9]*)(D|h|min|s)")
+_STEP_UNITS: dict[str, Literal["D", "h", "m", "s"]] = {"D": "D", "h": "h", "min": "m", "s": "s"}
+
+
+@dataclass(frozen=True)
+class Forecast:
+    dates: npt.NDArray[np.datetime64]
+    yhat: FloatArray
+    # None when the model was fitted with uncertainty_samples=0, as Prophet gives none.
+    yhat_lower: FloatArray | None
+    yhat_upper: FloatArray | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ProphetForecaster:
+    """A fitted Prophet model reduced to what forecasting after its history needs.
+
+    Arrays hold one value per future period (``horizon`` of them); per-iteration arrays
+    have one row per set of fitted parameters (one for a MAP fit, one per draw for MCMC).
+    """
+
+    dates: npt.NDArray[np.datetime64]
+    t: FloatArray
+    yhat: FloatArray
+    trend_expected: FloatArray  # per iteration, before scaling by y_scale
+    additive: FloatArray  # per iteration, on the scale of y
+    multiplicative: FloatArray  # per iteration, relative to the trend
+    sigma_obs: FloatArray  # per iteration
+    mean_abs_delta: FloatArray  # per iteration: the scale of simulated trend changes
+    linear_growth: bool
+    changepoint_count: int
+    history_step: float  # mean step of the history's t: Prophet's for one-period futures
+    y_scale: float
+    floor: float
+    uncertainty_samples: int
+    interval_width: float
+    daily_dates: bool  # every date at midnight: render them as plain dates
+
+    @property
+    def horizon(self) -> int:
+        return int(self.t.shape[0])
+
+    def forecast(self, period: int, seed: int) -> Forecast:
+        if not 1 <= period <= self.horizon:
+            raise ValueError(f"period must be 1 to {self.horizon}, got {period}")
+        lower, upper = self._intervals(period, seed) if self.uncertainty_samples else (None, None)
+        return Forecast(self.dates[:period], self.yhat[:period], lower, upper)
+
+    def _intervals(self, period: int, seed: int) -> tuple[FloatArray, FloatArray]:
+        """Prophet's ``sample_posterior_predictive`` (vectorised) and its percentiles."""
+        random = np.random.RandomState(seed)
+        iterations = self.sigma_obs.shape[0]
+        per_iteration = max(1, math.ceil(self.uncertainty_samples / iterations))
+        t = self.t[:period]
+        step = float(np.diff(t).mean()) if period > 1 else self.history_step
+        change_likelihood = self.changepoint_count * step
+        shape = (per_iteration, period)
+        simulations = []
+        for i in range(iterations):
+            if self.linear_growth:
+                changes = random.uniform(size=shape) < change_likelihood
+                shifts = random.laplace(0, self.mean_abs_delta[i], size=shape) * changes
+                previous = np.hstack([np.zeros((per_iteration, 1)), shifts])[:, :-1]
+                slope_changes = (previous + shifts) / 2
+                uncertainty = slope_changes.cumsum(axis=1).cumsum(axis=1)
+                uncertainty *= step
+            else:
+                uncertainty = np.zeros(shape)
+            trends = (self.trend_expected[i, :period] + uncertainty) * self.y_scale + self.floor
+            noise = random.normal(0, self.sigma_obs[i], shape) * self.y_scale
+            simulations.append(
+                trends * (1 + self.multiplicative[i, :period]) + self.additive[i, :period] + noise
+            )
+        samples = np.vstack(simulations)
+        percentile = np.nanpercentile if np.isnan(samples).any() else np.percentile
+        lower = percentile(samples, 100 * (1.0 - self.interval_width) / 2, axis=0)
+        upper = percentile(samples, 100 * (1.0 + self.interval_width) / 2, axis=0)
+        return lower, upper
+
+
+def forecast_seed(customer_id: str, model_version: str, period: int) -> int:
+    """The same request to the same model always gets the same intervals, on any host."""
+    digest = hashlib.sha256(f"{customer_id}\n{model_version}\n{period}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def compile_model(model_json: str, frequency: str, horizon: int = MAX_PERIOD) -> ProphetForecaster:
+    """Reduce ``model_to_json`` output to a :class:`ProphetForecaster`.
+
+    Raises :class:`UnsupportedModelError` for models a period alone cannot forecast and
+    ``ValueError`` for anything that is not a fitted Prophet model.
+    """
+    try:
+        model = json.loads(model_json)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"model.json is not JSON: {error}") from None
+    if not isinstance(model, dict):
+        raise ValueError("model.json is not a serialised Prophet model (not an object)")
+    try:
+        return _compile(model, frequency, horizon)
+    except (KeyError, TypeError, IndexError) as error:
+        raise ValueError(f"model.json is not a fitted Prophet model: {error!r}") from None
+
+
+def _compile(model: dict[str, Any], frequency: str, horizon: int) -> ProphetForecaster:
+    _check_supported(model)
+    params = model["params"]
+    k = np.asarray(params["k"], dtype=np.float64).reshape(-1)
+    iterations = k.shape[0]
+    m = np.asarray(params["m"], dtype=np.float64).reshape(iterations)
+    delta = np.asarray(params["delta"], dtype=np.float64).reshape(iterations, -1)
+    beta = np.asarray(params["beta"], dtype=np.float64).reshape(iterations, -1)
+    sigma_obs = np.asarray(params["sigma_obs"], dtype=np.float64).reshape(iterations, -1)[:, 0]
+    changepoints_t = np.asarray(model["changepoints_t"], dtype=np.float64).reshape(-1)
+    y_scale = float(model["y_scale"])
+    floor = float(model["y_min"]) if model.get("scaling", "absmax") == "minmax" else 0.0
+    linear = model["growth"] == "linear"
+
+    # Prophet keeps start as a POSIX timestamp to the microsecond and t_scale in seconds.
+    start_ns = round(float(model["start"]) * 1_000_000) * 1_000
+    t_scale_ns = round(float(model["t_scale"]) * _NS_PER_SECOND)
+    last_ns = _last_history_ns(model["history_dates"])
+    dates = _future_dates(last_ns, frequency, horizon)
+    dates_ns = dates.astype("datetime64[ns]").astype(np.int64)
+    t = (dates_ns - start_ns) / t_scale_ns
+
+    features, additive_columns = _seasonality_features(model, dates_ns)
+    if features.shape[1] != beta.shape[1]:
+        raise ValueError(
+            f"the model has {beta.shape[1]} seasonal coefficients but its seasonalities "
+            f"describe {features.shape[1]}"
+        )
+    beta_additive = beta * additive_columns
+    beta_multiplicative = beta * ~additive_columns
+    additive = np.ascontiguousarray((features @ beta_additive.T).T) * y_scale
+    multiplicative = np.ascontiguousarray((features @ beta_multiplicative.T).T)
+
+    if linear:
+        trend_expected = np.vstack(
+            [_piecewise_linear(t, delta[i], k[i], m[i], changepoints_t) for i in range(iterations)]
+        )
+        point_trend = _piecewise_linear(
+            t, np.nanmean(delta, axis=0), float(np.nanmean(k)), float(np.nanmean(m)), changepoints_t
+        )
+    else:
+        trend_expected = np.repeat(m[:, None], horizon, axis=1)
+        point_trend = np.full(horizon, np.nanmean(m))
+    point_additive = np.nanmean(additive, axis=0)
+    point_multiplicative = np.nanmean(multiplicative, axis=0)
+    yhat = (point_trend * y_scale + floor) * (1 + point_multiplicative) + point_additive
+    mean_abs_delta = np.abs(delta).mean(axis=1) + 1e-8
+    if not all(np.isfinite(a).all() for a in (yhat, sigma_obs, mean_abs_delta)):
+        raise ValueError("the model's parameters give non-finite forecasts")
+    # Shared by every request thread: make sure none can change them.
+    for array in (dates, t, yhat, trend_expected, additive, multiplicative, sigma_obs):
+        array.setflags(write=False)
+    mean_abs_delta.setflags(write=False)
+
+    history_t = _history_t(model["history"])
+    return ProphetForecaster(
+        dates=dates,
+        t=t,
+        yhat=yhat,
+        trend_expected=trend_expected,
+        additive=additive,
+        multiplicative=multiplicative,
+        sigma_obs=sigma_obs,
+        mean_abs_delta=mean_abs_delta,
+        linear_growth=linear,
+        changepoint_count=int(changepoints_t.shape[0]),
+        history_step=float(np.diff(history_t).mean()) if history_t.shape[0] > 1 else 0.0,
+        y_scale=y_scale,
+        floor=floor,
+        uncertainty_samples=int(model["uncertainty_samples"] or 0),
+        interval_width=float(model["interval_width"]),
+        daily_dates=bool((dates_ns % _MIDNIGHT_NS == 0).all()),
+    )
+
+
+def _check_supported(model: dict[str, Any]) -> None:
+    growth = model["growth"]
+    if growth == "logistic":
+        raise UnsupportedModelError(
+            "the model uses logistic growth, which needs a capacity for every forecast date; "
+            "an invoke carries only a period"
+        )
+    if growth not in ("linear", "flat"):
+        raise ValueError(f"unknown growth {growth!r}")
+    regressor_names = model["extra_regressors"][0]
+    if regressor_names:
+        raise UnsupportedModelError(
+            f"the model uses extra regressors ({', '.join(map(str, regressor_names))}), whose "
+            "future values an invoke does not carry"
+        )
+    if model.get("holidays") is not None or model.get("country_holidays") is not None:
+        raise UnsupportedModelError("models with holidays are not served yet")
+    for name, seasonality in model["seasonalities"][1].items():
+        if seasonality.get("condition_name") is not None:
+            raise UnsupportedModelError(
+                f"seasonality {name!r} is conditional on column "
+                f"{seasonality['condition_name']!r}, which an invoke does not carry"
+            )
+
+
+def _last_history_ns(history_dates_json: str) -> int:
+    data = json.loads(history_dates_json)["data"]
+    if not data:
+        raise ValueError("the model has no history dates")
+    dates = np.array([text.removesuffix("Z") for text in data], dtype="datetime64[ns]")
+    return int(dates.max().astype(np.int64))
+
+
+def _future_dates(last_ns: int, frequency: str, horizon: int) -> npt.NDArray[np.datetime64]:
+    """``Prophet.make_future_dataframe(horizon, freq, include_history=False)``.
+
+    Fixed steps (what training writes: ``D``, ``h``) are added with numpy; other pandas
+    frequencies go through ``pandas.date_range``, imported only then: pandas adds a
+    second to start-up and tens of MB to the process.
+    """
+    fixed = _FIXED_STEP.fullmatch(frequency)
+    if fixed is not None:
+        step = np.timedelta64(int(fixed[1] or 1), _STEP_UNITS[fixed[2]]).astype("timedelta64[ns]")
+        if step <= np.timedelta64(0, "ns"):
+            raise ValueError(f"frequency {frequency!r} does not step forward in time")
+        return np.datetime64(last_ns, "ns") + step * np.arange(1, horizon + 1)
+    import pandas as pd
+
+    last = pd.Timestamp(last_ns, unit="ns")
+    try:
+        candidates = pd.date_range(start=last, periods=horizon + 1, freq=frequency)
+    except ValueError as error:
+        raise ValueError(f"frequency {frequency!r} is not a pandas frequency: {error}") from None
+    future = candidates[candidates > last][:horizon]
+    if len(future) != horizon:
+        raise ValueError(f"frequency {frequency!r} does not step forward in time")
+    return np.array(future.as_unit("ns").to_numpy(), dtype="datetime64[ns]")
+
+
+def _seasonality_features(
+    model: dict[str, Any], dates_ns: npt.NDArray[np.int64]
+) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """Prophet's ``make_all_seasonality_features`` for unconditional seasonalities, and
+    which columns are additive. With no seasonality Prophet fits one all-zero column."""
+    names, seasonalities = model["seasonalities"]
+    if not names:
+        return np.zeros((dates_ns.shape[0], 1)), np.zeros(1, dtype=bool)
+    days = dates_ns / _NS_PER_SECOND / _SECONDS_PER_DAY
+    columns: list[FloatArray] = []
+    additive = []
+    for name in names:
+        seasonality = seasonalities[name]
+        period = float(seasonality["period"])
+        order = int(seasonality["fourier_order"])
+        if order < 1 or period <= 0:
+            raise ValueError(f"seasonality {name!r} has period {period} and order {order}")
+        x = 2 * np.pi * days
+        for harmonic in range(1, order + 1):
+            angle = harmonic / period * x
+            columns.extend((np.sin(angle), np.cos(angle)))
+        additive.extend([seasonality["mode"] == "additive"] * (2 * order))
+    return np.column_stack(columns), np.array(additive, dtype=bool)
+
+
+def _history_t(history_json: str) -> FloatArray:
+    rows = json.loads(history_json)["data"]
+    return np.array([row["t"] for row in rows], dtype=np.float64)
+
+
+def _piecewise_linear(
+    t: FloatArray, deltas: FloatArray, k: float, m: float, changepoints_t: FloatArray
+) -> FloatArray:
+    """Prophet's ``piecewise_linear``, term for term."""
+    deltas_t = (changepoints_t[None, :] <= t[..., None]) * deltas
+    k_t = deltas_t.sum(axis=1) + k
+    m_t = (deltas_t * -changepoints_t).sum(axis=1) + m
+    result: FloatArray = k_t * t + m_t
+    return result

@@ -1,0 +1,234 @@
+"""The wire formats: request bodies and query strings in, JSON documents out.
+
+Every parser raises :class:`BadRequestError` with a message that says what to send
+instead; nothing here touches the registry.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+from urllib.parse import parse_qs
+
+import numpy as np
+
+from fleetcast_inference.contract import (
+    DEFAULT_LIST_LIMIT,
+    LIST_LIMIT_PARAM,
+    LIST_TOKEN_FIELD,
+    LIST_TOKEN_PARAM,
+    MAX_LIST_LIMIT,
+    MAX_PERIOD,
+    MIN_PERIOD,
+)
+from fleetcast_inference.errors import BadRequestError, InferenceError
+from fleetcast_inference.forecaster import Forecast
+from fleetcast_inference.registry import ModelStatus, ServedModel
+
+PERIOD_FIELD = "period"
+_EXAMPLE = f'{{"{PERIOD_FIELD}": 7}}'
+_MAX_NAME_LENGTH = 1024
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    model_name: str
+    url: str
+
+
+@dataclass(frozen=True)
+class ListRequest:
+    after: str | None
+    limit: int
+
+
+def parse_invoke_body(body: bytes) -> int:
+    """The period asked for. Also accepts the public AWS sample's body, a JSON string
+    that itself holds the JSON object."""
+    document = _json_document(
+        body, f"send {_EXAMPLE} with a period from {MIN_PERIOD} to {MAX_PERIOD}"
+    )
+    if isinstance(document, str):
+        try:
+            document = json.loads(document)
+        except json.JSONDecodeError as error:
+            raise BadRequestError(
+                f"the body is a JSON string that does not hold JSON ({error.msg}); send {_EXAMPLE}"
+            ) from None
+    if not isinstance(document, dict):
+        raise BadRequestError(
+            f"the body must be a JSON object like {_EXAMPLE}, not {_kind(document)}"
+        )
+    unknown = sorted(set(document) - {PERIOD_FIELD})
+    if unknown:
+        raise BadRequestError(
+            f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"the body has one field, {PERIOD_FIELD!r}"
+        )
+    if PERIOD_FIELD not in document:
+        raise BadRequestError(f"the body lacks {PERIOD_FIELD!r}; send {_EXAMPLE}")
+    period = document[PERIOD_FIELD]
+    if isinstance(period, bool) or not isinstance(period, int):
+        raise BadRequestError(f"{PERIOD_FIELD!r} must be an integer, not {_kind(period)}")
+    if not MIN_PERIOD <= period <= MAX_PERIOD:
+        raise BadRequestError(
+            f"{PERIOD_FIELD!r} must be from {MIN_PERIOD} to {MAX_PERIOD}, not {period}"
+        )
+    return period
+
+
+def parse_load_body(body: bytes) -> LoadRequest:
+    example = '{"model_name": "<name>", "url": "/opt/ml/models/<name>/model"}'
+    document = _json_document(body, f"send {example}")
+    if not isinstance(document, dict):
+        raise BadRequestError(
+            f"the body must be a JSON object like {example}, not {_kind(document)}"
+        )
+    name = document.get("model_name")
+    url = document.get("url")
+    if not isinstance(name, str) or not name:
+        raise BadRequestError(f"'model_name' must be a non-empty string; send {example}")
+    if len(name) > _MAX_NAME_LENGTH or not name.isprintable():
+        raise BadRequestError(
+            f"'model_name' must be at most {_MAX_NAME_LENGTH} printable characters"
+        )
+    if not isinstance(url, str) or not url:
+        raise BadRequestError(f"'url' must be a non-empty string; send {example}")
+    return LoadRequest(name, url)
+
+
+def parse_list_query(query: str) -> ListRequest:
+    try:
+        params = parse_qs(query, keep_blank_values=True, strict_parsing=False)
+    except ValueError as error:
+        raise BadRequestError(f"unreadable query string: {error}") from None
+    limit = DEFAULT_LIST_LIMIT
+    if LIST_LIMIT_PARAM in params:
+        text = params[LIST_LIMIT_PARAM][-1]
+        if not text.isdigit() or not 1 <= int(text) <= MAX_LIST_LIMIT:
+            raise BadRequestError(
+                f"{LIST_LIMIT_PARAM} must be a whole number from 1 to {MAX_LIST_LIMIT}, not {text!r}"
+            )
+        limit = int(text)
+    token = params.get(LIST_TOKEN_PARAM, [""])[-1]
+    return ListRequest(after=decode_page_token(token) if token else None, limit=limit)
+
+
+def encode_page_token(after: str) -> str:
+    return base64.urlsafe_b64encode(after.encode()).decode().rstrip("=")
+
+
+def decode_page_token(token: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (binascii.Error, ValueError):
+        raise BadRequestError(
+            f"{LIST_TOKEN_PARAM} {token!r} is not a token this container gave out"
+        ) from None
+
+
+def render_forecast(model: ServedModel, forecast: Forecast) -> bytes:
+    unit: Literal["D", "s"] = "D" if model.forecaster.daily_dates else "s"
+    dates = np.datetime_as_string(forecast.dates, unit=unit).tolist()
+    yhat = forecast.yhat.tolist()
+    lower = forecast.yhat_lower.tolist() if forecast.yhat_lower is not None else [None] * len(yhat)
+    upper = forecast.yhat_upper.tolist() if forecast.yhat_upper is not None else [None] * len(yhat)
+    document = {
+        "customer_id": model.customer_id,
+        "model_version": model.model_version,
+        "forecast": [
+            {"ds": ds, "yhat": y, "yhat_lower": lo, "yhat_upper": hi}
+            for ds, y, lo, hi in zip(dates, yhat, lower, upper, strict=True)
+        ],
+    }
+    return _encode(document)
+
+
+def render_model_list(models: list[ServedModel], after: str | None) -> bytes:
+    document: dict[str, Any] = {
+        "models": [{"modelName": model.name, "modelUrl": model.url} for model in models]
+    }
+    # Only when another page follows: SageMaker asks again while the field is present.
+    if after is not None:
+        document[LIST_TOKEN_FIELD] = encode_page_token(after)
+    return _encode(document)
+
+
+def render_model_status(status: ModelStatus) -> bytes:
+    model = status.model
+    return _encode(
+        {
+            "modelName": model.name,
+            "modelUrl": model.url,
+            "customerId": model.customer_id,
+            "modelVersion": model.model_version,
+            "frequency": model.frequency,
+            "dataStart": model.data_start,
+            "dataEnd": model.data_end,
+            "memoryBytes": model.memory_bytes,
+            "loadedAt": _timestamp(status.loaded_at),
+            "lastInvokedAt": _timestamp(status.last_used_at),
+            "invocations": status.invocations,
+            "cachedAnswers": status.cached_answers,
+        }
+    )
+
+
+def render_loaded(model: ServedModel) -> bytes:
+    return _encode(
+        {
+            "modelName": model.name,
+            "modelUrl": model.url,
+            "customerId": model.customer_id,
+            "modelVersion": model.model_version,
+            "memoryBytes": model.memory_bytes,
+        }
+    )
+
+
+def render_unloaded(model: ServedModel) -> bytes:
+    return _encode({"modelName": model.name, "status": "unloaded"})
+
+
+def render_error(error: InferenceError) -> bytes:
+    return _encode({"error": error.code, "message": str(error)})
+
+
+def render_ping() -> bytes:
+    return b'{"status":"healthy"}'
+
+
+def _json_document(body: bytes, hint: str) -> object:
+    if not body.strip():
+        raise BadRequestError(f"the body is empty; {hint}")
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+        raise BadRequestError(f"the body is not JSON ({reason}); {hint}") from None
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if value is None:
+        return "null"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _timestamp(epoch_seconds: float | None) -> str | None:
+    if epoch_seconds is None:
+        return None
+    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat(timespec="milliseconds")
+
+
+def _encode(document: object) -> bytes:
+    return json.dumps(document, separators=(",", ":"), allow_nan=False).encode()

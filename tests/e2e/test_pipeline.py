@@ -1,0 +1,209 @@
+"""The spine, end to end on the embedded local stack: S3 drop -> processing -> sharded
+training -> registration, with every job really run."""
+
+import csv
+import gzip
+import io
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from prophet.serialize import model_from_json
+
+from fleetcast.localstack.stack import LocalStack
+from fleetcast.status import RunStatus, decisions_per_run, run_status
+from fleetcast_common import layout
+from fleetcast_common.model_archive import read_archive
+from fleetcast_common.registry import ModelRegistry
+from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+DAYS = 150
+TIMEOUT = 300
+
+
+def readings(customers: list[str], start: str, days: int, seed: int = 0) -> pd.DataFrame:
+    """Daily readings with a weekly pattern: what a meter export looks like."""
+    dates = pd.date_range(start, periods=days, freq="D")
+    random = np.random.default_rng(seed)
+    frames = []
+    for index, customer_id in enumerate(customers):
+        base = 500 + 10 * index
+        weekly = 1 - 0.2 * (dates.day_of_week >= 5)
+        noise = random.normal(0, 0.08 * base, days)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "customer_id": customer_id,
+                    "timestamp": dates.strftime("%Y-%m-%dT08:00:00Z"),
+                    "consumption": (base * weekly + noise).round(3),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def upload(stack: LocalStack, name: str, body: bytes) -> str:
+    """Drop a file under incoming/ and return the run id of the job it starts."""
+    assert stack.info is not None
+    sagemaker = stack.client("sagemaker")
+    prefix = f"{stack.info.job_name_prefix}-p-"
+    before = {j["ProcessingJobName"] for j in sagemaker.list_processing_jobs(NameContains=prefix)["ProcessingJobSummaries"]}
+    stack.client("s3").put_object(Bucket=stack.info.raw_bucket, Key=f"incoming/{name}", Body=body)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = {j["ProcessingJobName"] for j in sagemaker.list_processing_jobs(NameContains=prefix)["ProcessingJobSummaries"]}
+        if now - before:
+            return (now - before).pop()[len(prefix) :]
+        time.sleep(0.2)
+    raise AssertionError(f"uploading {name} started no processing job")
+
+
+def finished(stack: LocalStack, run_id: str) -> RunStatus:
+    assert stack.info is not None
+    info = stack.info
+    table = stack.resource("dynamodb").Table(info.registry_table)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        status = run_status(run_id, info.job_name_prefix, info.artifacts_bucket, stack.client("sagemaker"), stack.client("s3"), decisions_per_run(table))
+        if status.done:
+            return status
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} did not finish: {status}")
+
+
+def manifests(stack: LocalStack, run_id: str) -> list[TrainingManifest]:
+    assert stack.info is not None
+    s3 = stack.client("s3")
+    prefix = layout.checkpoint_prefix(run_id)
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.info.artifacts_bucket, Prefix=prefix).get("Contents", [])]
+    return [
+        TrainingManifest.model_validate_json(s3.get_object(Bucket=stack.info.artifacts_bucket, Key=k)["Body"].read())
+        for k in keys
+        if Path(k).name.startswith("manifest-")
+    ]
+
+
+def registry(stack: LocalStack) -> ModelRegistry:
+    assert stack.info is not None
+    return ModelRegistry(stack.resource("dynamodb").Table(stack.info.registry_table))
+
+
+def to_csv(frame: pd.DataFrame) -> bytes:
+    return frame.to_csv(index=False).encode()
+
+
+@pytest.fixture(scope="module")
+def first_run(stack: LocalStack) -> dict[str, Any]:
+    customers = [str(i) for i in range(30)]
+    body = gzip.compress(to_csv(readings(customers, "2024-01-01", DAYS)))
+    run_id = upload(stack, "first.csv.gz", body)
+    return {"run_id": run_id, "customers": customers, "status": finished(stack, run_id)}
+
+
+def test_every_customer_gets_a_live_loadable_model(stack: LocalStack, first_run: dict[str, Any]) -> None:
+    status: RunStatus = first_run["status"]
+    assert status.processing_status == "Completed", status.processing_failure
+    assert status.training_status == "Completed", status.training_failure
+    assert status.customers_processed == 30 and status.customers_trained == 30
+    assert status.customers_registered == 30
+    assert stack.info is not None
+    s3 = stack.client("s3")
+    for customer_id in first_run["customers"]:
+        live = registry(stack).live(customer_id)
+        assert live is not None and live.model_version == 1 and live.run_id == first_run["run_id"]
+        assert live.rows == DAYS
+        # The model served is a real, loadable Prophet model, at a path of its own
+        key = layout.MODELS_PREFIX + live.target_model
+        model_json, metadata = read_archive(s3.get_object(Bucket=stack.info.artifacts_bucket, Key=key)["Body"].read())
+        assert metadata.customer_id == customer_id
+        model = model_from_json(model_json)
+        future = model.make_future_dataframe(periods=7, include_history=False)
+        assert len(model.predict(future)) == 7
+
+
+def test_each_customer_is_trained_once_across_instances_and_shards_are_even(stack: LocalStack, first_run: dict[str, Any]) -> None:
+    found = manifests(stack, first_run["run_id"])
+    assert sorted(m.host for m in found) == ["algo-1", "algo-2"]
+    trained = Counter(c.customer_id for m in found for c in m.customers)
+    assert set(trained) == set(first_run["customers"]) and set(trained.values()) == {1}
+    sizes = [len(m.customers) for m in found]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_a_second_upload_retrains_only_its_customers_on_their_whole_history(stack: LocalStack, first_run: dict[str, Any]) -> None:
+    # Given 5 existing customers get 10 more days
+    touched = ["3", "7", "11", "19", "23"]
+    more = readings(touched, pd.Timestamp("2024-01-01") + pd.Timedelta(days=DAYS), 10)
+    # When they are uploaded
+    run_id = upload(stack, "second.csv", to_csv(more))
+    status = finished(stack, run_id)
+    # Then exactly those 5 are retrained, on old + new rows, and only their versions go up
+    assert status.customers_trained == 5, status
+    retrained = sorted(c.customer_id for m in manifests(stack, run_id) for c in m.customers)
+    assert retrained == sorted(touched)
+    for customer_id in first_run["customers"]:
+        live = registry(stack).live(customer_id)
+        assert live is not None
+        if customer_id in touched:
+            assert (live.model_version, live.rows, live.run_id) == (2, DAYS + 10, run_id)
+        else:
+            assert (live.model_version, live.rows) == (1, DAYS)
+
+
+def test_a_file_missing_columns_fails_processing_with_a_clear_reason_and_trains_nothing(stack: LocalStack) -> None:
+    run_id = upload(stack, "broken.csv", b"customer_id,when,kwh\n1,2024-01-01,3.5\n")
+    status = finished(stack, run_id)
+    assert status.processing_status == "Failed"
+    assert status.processing_failure is not None
+    assert "timestamp" in status.processing_failure and "consumption" in status.processing_failure
+    assert status.training_job is None
+
+
+def test_a_mixed_file_processes_good_rows_and_reports_every_bad_one(stack: LocalStack) -> None:
+    # Given 2 good customers and one bad row of each kind, plus a customer with 3 rows
+    good = readings(["mix-a", "mix-b"], "2024-01-01", 90)
+    short = readings(["mix-short"], "2024-01-01", 3)
+    bad = pd.DataFrame(
+        {
+            "customer_id": ["mix-a", "../../etc/passwd", "mix-b", "mix-b", "mix-a"],
+            "timestamp": ["not-a-date", "2024-01-02T08:00:00Z", "2024-01-03T08:00:00Z", "2024-01-04T08:00:00Z", good.iloc[0]["timestamp"]],
+            "consumption": ["1", "1", "abc", "-5", "7"],
+        }
+    )
+    frame = pd.concat([good, short, bad], ignore_index=True)
+    run_id = upload(stack, "mixed.csv", to_csv(frame))
+    status = finished(stack, run_id)
+    assert status.processing_status == "Completed"
+    assert status.rows_rejected == len(bad)
+    assert stack.info is not None
+    report = stack.client("s3").get_object(Bucket=stack.info.artifacts_bucket, Key=layout.report_prefix(run_id) + "rejected.csv")
+    rejected = list(csv.DictReader(io.StringIO(report["Body"].read().decode())))
+    first_bad_line = len(good) + len(short) + 2  # header is line 1
+    assert [int(r["line"]) for r in rejected] == list(range(first_bad_line, first_bad_line + len(bad)))
+    assert len({r["reason"] for r in rejected}) == len(bad)
+    # And the 3-row customer fails alone while the others are registered
+    results = {c.customer_id: c for m in manifests(stack, run_id) for c in m.customers}
+    assert results["mix-short"].outcome is CustomerOutcome.FAILED and "3" in (results["mix-short"].reason or "")
+    assert {results["mix-a"].outcome, results["mix-b"].outcome} == {CustomerOutcome.TRAINED}
+    assert registry(stack).live("mix-short") is None
+    assert registry(stack).live("mix-a") is not None
+
+
+def test_a_repeated_upload_event_starts_one_processing_job(stack: LocalStack, first_run: dict[str, Any]) -> None:
+    assert stack.info is not None
+    # Given the same S3 event delivered twice (its object need not exist for this)
+    event = json.loads((ROOT / "events" / "s3_object_created.json").read_text())
+    event["detail"]["bucket"]["name"] = stack.info.raw_bucket
+    event["detail"]["object"]["key"] = "incoming/delivered-twice.csv"
+    function = stack.functions["StartProcessingFunction"]
+    first = function.invoke(event)
+    again = function.invoke(event)
+    assert first["outcome"] == "started"
+    assert again["outcome"] == "already_started" and again["job_name"] == first["job_name"]

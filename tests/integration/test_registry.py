@@ -1,0 +1,98 @@
+"""The model registry against DynamoDB (moto server), with the table built from template.yaml."""
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from fleetcast.localstack.template import LocalTemplate
+from fleetcast_common.model_archive import HoldoutMetrics
+from fleetcast_common.registration import passes_quality_gate
+from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+METRICS = HoldoutMetrics(holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0)
+
+
+@pytest.fixture
+def registry(aws_env: str) -> Iterator[ModelRegistry]:
+    # Given the registry table exactly as template.yaml declares it
+    template = LocalTemplate(ROOT / "template.yaml")
+    properties = template.resolve(template.resources["ModelRegistryTable"]["Properties"])
+    name = f"registry-{uuid.uuid4().hex[:8]}"
+    client = boto3.client("dynamodb")
+    client.create_table(
+        TableName=name,
+        KeySchema=properties["KeySchema"],
+        AttributeDefinitions=properties["AttributeDefinitions"],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    yield ModelRegistry(boto3.resource("dynamodb").Table(name))
+    client.delete_table(TableName=name)
+
+
+def record(run_id: str, customer_id: str = "42", **changes: Any) -> ModelRecord:
+    values: dict[str, Any] = {
+        "customer_id": customer_id,
+        "run_id": run_id,
+        "status": ModelStatus.PENDING,
+        "target_model": f"{customer_id}/{run_id}.tar.gz",
+        "model_s3_uri": f"s3://artifacts/models/{customer_id}/{run_id}.tar.gz",
+        "training_job": f"fleetcast-t-{run_id}",
+        "trained_at": datetime(2026, 11, 29, tzinfo=UTC),
+        "data_start": date(2022, 1, 1),
+        "data_end": date(2023, 12, 31),
+        "rows": 730,
+        "metrics": METRICS,
+    }
+    values.update(changes)
+    return ModelRecord(**values)
+
+
+OLD, NEW = "20261129t100000-aaaaaaaaaa", "20261129t110000-bbbbbbbbbb"
+
+
+def test_versions_go_up_in_run_order(registry: ModelRegistry) -> None:
+    assert registry.promote(record(OLD)) == 1
+    assert registry.promote(record(NEW)) == 2
+    live = registry.live("42")
+    assert live is not None and live.run_id == NEW and live.model_version == 2
+    assert live.metrics == METRICS
+
+
+def test_an_older_run_finishing_late_never_replaces_a_newer_model(registry: ModelRegistry) -> None:
+    # Given the newer run registered first
+    assert registry.promote(record(NEW)) == 1
+    # When the older run's training finishes afterwards
+    assert registry.promote(record(OLD)) is None
+    # Then the newer model stays live
+    live = registry.live("42")
+    assert live is not None and live.run_id == NEW and live.model_version == 1
+
+
+def test_a_repeated_event_registers_once(registry: ModelRegistry) -> None:
+    assert registry.promote(record(OLD)) == 1
+    assert registry.promote(record(OLD)) is None
+    live = registry.live("42")
+    assert live is not None and live.model_version == 1
+
+
+def test_a_decided_record_is_not_reset_to_pending_by_a_repeat(registry: ModelRegistry) -> None:
+    registry.record_candidate(record(OLD))
+    registry.decide("42", OLD, ModelStatus.LIVE, 1)
+    registry.record_candidate(record(OLD))
+    stored = registry.model("42", OLD)
+    assert stored is not None and stored.status is ModelStatus.LIVE and stored.model_version == 1
+    assert [m.run_id for m in registry.models("42")] == [OLD]
+
+
+def test_quality_gate_compares_with_seasonal_naive() -> None:
+    assert passes_quality_gate(METRICS, ratio=1.5)
+    worse = METRICS.model_copy(update={"smape": 0.2})
+    assert not passes_quality_gate(worse, ratio=1.5)
+    perfect_naive = METRICS.model_copy(update={"naive_smape": 0.0, "smape": 0.01})
+    assert not passes_quality_gate(perfect_naive, ratio=1.5)

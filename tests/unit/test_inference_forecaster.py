@@ -1,0 +1,242 @@
+"""The container's forecaster gives Prophet's own numbers without Prophet."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+from prophet import Prophet
+from prophet.serialize import model_from_json, model_to_json
+
+from fleetcast_inference.errors import UnsupportedModelError
+from fleetcast_inference.forecaster import compile_model, forecast_seed
+
+HISTORY_DAYS = 120
+
+# Prophet 1.5 still calls pandas APIs that pandas 3 deprecates.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*")
+
+
+def consumption(days: int, seed: int = 0) -> pd.DataFrame:
+    """A daily series with a trend, a weekly wave and noise, like a customer's readings."""
+    day = np.arange(days)
+    rng = np.random.default_rng(seed)
+    y = 700 + 0.8 * day + 90 * np.sin(2 * np.pi * day / 7) + rng.normal(0, 12, days)
+    return pd.DataFrame({"ds": pd.date_range("2022-03-01", periods=days, freq="D"), "y": y})
+
+
+def fit(history: pd.DataFrame, **options: object) -> Prophet:
+    logging.getLogger("cmdstanpy").disabled = True
+    return Prophet(**options).fit(history)  # type: ignore[arg-type]
+
+
+MODEL_OPTIONS = {
+    "multiplicative-weekly": {
+        "seasonality_mode": "multiplicative",
+        "yearly_seasonality": False,
+        "daily_seasonality": False,
+    },
+    "defaults": {},
+    "flat-growth": {"growth": "flat"},
+    "minmax-no-seasonality": {
+        "scaling": "minmax",
+        "weekly_seasonality": False,
+        "yearly_seasonality": False,
+        "daily_seasonality": False,
+    },
+    "mixed-modes": {"weekly_seasonality": False, "interval_width": 0.95},
+}
+
+
+@pytest.fixture(scope="module")
+def model_jsons() -> dict[str, str]:
+    history = consumption(HISTORY_DAYS)
+    jsons = {}
+    for variant, options in MODEL_OPTIONS.items():
+        model = Prophet(**options)  # type: ignore[arg-type]
+        if variant == "mixed-modes":
+            model.add_seasonality("weekly", period=7, fourier_order=3, mode="multiplicative")
+            model.add_seasonality("monthly", period=30.5, fourier_order=4, mode="additive")
+        logging.getLogger("cmdstanpy").disabled = True
+        jsons[variant] = model_to_json(model.fit(history))
+    return jsons
+
+
+def prophet_forecast(model_json: str, period: int, seed: int, freq: str = "D") -> pd.DataFrame:
+    """What the public sample's container answers: Prophet.predict on the future dates."""
+    model = model_from_json(model_json)
+    future = model.make_future_dataframe(periods=period, freq=freq, include_history=False)
+    np.random.seed(seed)
+    return model.predict(future)
+
+
+@pytest.mark.parametrize("variant", MODEL_OPTIONS)
+@pytest.mark.parametrize("period", [1, 2, 7, 60])
+def test_forecast_equals_prophet_predict(
+    model_jsons: dict[str, str], variant: str, period: int
+) -> None:
+    # Given a fitted model and Prophet's own forecast with the global random state seeded
+    model_json = model_jsons[variant]
+    expected = prophet_forecast(model_json, period, seed=20240607)
+
+    # When the container's forecaster forecasts with the same seed
+    forecast = compile_model(model_json, "D").forecast(period, seed=20240607)
+
+    # Then dates, yhat and the intervals are Prophet's
+    assert forecast.yhat_lower is not None and forecast.yhat_upper is not None
+    np.testing.assert_array_equal(forecast.dates, expected["ds"].to_numpy(dtype="datetime64[ns]"))
+    np.testing.assert_allclose(forecast.yhat, expected["yhat"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(forecast.yhat_lower, expected["yhat_lower"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(forecast.yhat_upper, expected["yhat_upper"], rtol=0, atol=1e-6)
+
+
+def test_yhat_equals_the_fitted_model_before_serialisation() -> None:
+    # Given a model still in memory after fitting
+    model = fit(consumption(HISTORY_DAYS, seed=3), yearly_seasonality=False)
+    future = model.make_future_dataframe(periods=14, include_history=False)
+
+    # When it is forecast directly by Prophet and by the container from its JSON
+    expected = model.predict(future)
+    forecast = compile_model(model_to_json(model), "D").forecast(14, seed=1)
+
+    # Then yhat agrees
+    np.testing.assert_allclose(forecast.yhat, expected["yhat"], rtol=0, atol=1e-6)
+
+
+def test_several_parameter_draws_are_sampled_like_prophet(model_jsons: dict[str, str]) -> None:
+    # Given a model carrying three parameter sets, as an MCMC fit does
+    document = json.loads(model_jsons["defaults"])
+    params = document["params"]
+    for name in ("k", "m", "sigma_obs"):
+        params[name] = [[params[name][0][0] * scale] for scale in (0.9, 1.0, 1.1)]
+    for name in ("delta", "beta"):
+        params[name] = [[value * scale for value in params[name][0]] for scale in (0.9, 1.0, 1.1)]
+    params["lp__"] = [[0.0]] * 3
+    document["mcmc_samples"] = 3
+    model_json = json.dumps(document)
+
+    # When both forecast it
+    expected = prophet_forecast(model_json, 10, seed=7)
+    forecast = compile_model(model_json, "D").forecast(10, seed=7)
+
+    # Then the point forecast is the mean over draws and the intervals pool them all
+    assert forecast.yhat_lower is not None and forecast.yhat_upper is not None
+    np.testing.assert_allclose(forecast.yhat, expected["yhat"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(forecast.yhat_lower, expected["yhat_lower"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(forecast.yhat_upper, expected["yhat_upper"], rtol=0, atol=1e-6)
+
+
+def test_same_request_same_answer_and_seeds_differ_by_request(model_jsons: dict[str, str]) -> None:
+    # Given a compiled model and the seeds of two requests
+    forecaster = compile_model(model_jsons["defaults"], "D")
+    seed = forecast_seed("c-1", "20240101t000000-0123456789", 7)
+
+    # When the same request is answered twice
+    first, second = forecaster.forecast(7, seed), forecaster.forecast(7, seed)
+
+    # Then the answers are identical, and another customer or period gets another seed
+    assert first.yhat_lower is not None and second.yhat_lower is not None
+    np.testing.assert_array_equal(first.yhat_lower, second.yhat_lower)
+    assert seed == forecast_seed("c-1", "20240101t000000-0123456789", 7)
+    assert seed != forecast_seed("c-2", "20240101t000000-0123456789", 7)
+    assert seed != forecast_seed("c-1", "20240101t000000-0123456789", 8)
+
+
+def test_no_uncertainty_samples_gives_no_intervals(model_jsons: dict[str, str]) -> None:
+    # Given a model fitted with uncertainty_samples=0
+    document = json.loads(model_jsons["defaults"])
+    document["uncertainty_samples"] = 0
+
+    # When it is forecast
+    forecast = compile_model(json.dumps(document), "D").forecast(3, seed=1)
+
+    # Then there are no intervals, as from Prophet
+    assert forecast.yhat_lower is None and forecast.yhat_upper is None
+    assert forecast.yhat.shape == (3,)
+
+
+def test_hourly_model_steps_by_the_metadata_frequency() -> None:
+    # Given a model fitted on hourly readings
+    hours = pd.date_range("2024-01-01", periods=24 * 10, freq="h")
+    day = np.arange(len(hours)) / 24
+    history = pd.DataFrame({"ds": hours, "y": 50 + 10 * np.sin(2 * np.pi * day)})
+    model_json = model_to_json(fit(history, weekly_seasonality=False, yearly_seasonality=False))
+
+    # When it is forecast 5 periods with frequency "h"
+    forecast = compile_model(model_json, "h").forecast(5, seed=1)
+    expected = prophet_forecast(model_json, 5, seed=1, freq="h")
+
+    # Then the dates are the next 5 hours and yhat is Prophet's
+    assert str(forecast.dates[0]) == "2024-01-11T00:00:00.000000000"
+    np.testing.assert_allclose(forecast.yhat, expected["yhat"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"growth": "logistic"}, "logistic growth"),
+        ({"extra_regressors": [["temperature"], {"temperature": {}}]}, "extra regressors"),
+        ({"country_holidays": "US"}, "holidays"),
+    ],
+)
+def test_models_a_period_cannot_feed_are_refused(
+    model_jsons: dict[str, str], change: dict[str, object], reason: str
+) -> None:
+    # Given a model that needs more than a period to forecast
+    document = json.loads(model_jsons["defaults"]) | change
+
+    # When it is compiled, then it is refused with the reason
+    with pytest.raises(UnsupportedModelError, match=reason):
+        compile_model(json.dumps(document), "D")
+
+
+def test_conditional_seasonality_is_refused(model_jsons: dict[str, str]) -> None:
+    # Given a model whose weekly seasonality applies only where a column is true
+    document = json.loads(model_jsons["multiplicative-weekly"])
+    document["seasonalities"][1]["weekly"]["condition_name"] = "is_summer"
+
+    # When it is compiled, then it is refused naming the column
+    with pytest.raises(UnsupportedModelError, match="is_summer"):
+        compile_model(json.dumps(document), "D")
+
+
+@pytest.mark.parametrize(
+    ("model_json", "frequency", "message"),
+    [
+        ("not json", "D", "not JSON"),
+        ("[1, 2]", "D", "not an object"),
+        ('{"growth": "linear"}', "D", "not a fitted Prophet model"),
+    ],
+)
+def test_malformed_models_raise_value_error(model_json: str, frequency: str, message: str) -> None:
+    # When something that is not a fitted model is compiled, then it says so
+    with pytest.raises(ValueError, match=message):
+        compile_model(model_json, frequency)
+
+
+@pytest.mark.parametrize("frequency", ["MS", "W-SUN", "2D"])
+def test_other_frequencies_step_like_make_future_dataframe(
+    model_jsons: dict[str, str], frequency: str
+) -> None:
+    # Given Prophet's future dates for a calendar frequency
+    expected = prophet_forecast(model_jsons["defaults"], 6, seed=1, freq=frequency)
+
+    # When the container forecasts with that frequency, then it has the same dates and yhat
+    forecast = compile_model(model_jsons["defaults"], frequency).forecast(6, seed=1)
+    np.testing.assert_array_equal(forecast.dates, expected["ds"].to_numpy(dtype="datetime64[ns]"))
+    np.testing.assert_allclose(forecast.yhat, expected["yhat"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("frequency", ["fortnightly", "0D"])
+def test_unusable_frequency_raises_value_error(model_jsons: dict[str, str], frequency: str) -> None:
+    with pytest.raises(ValueError, match=f"frequency '{frequency}'"):
+        compile_model(model_jsons["defaults"], frequency)
+
+
+def test_period_outside_the_horizon_is_refused(model_jsons: dict[str, str]) -> None:
+    forecaster = compile_model(model_jsons["defaults"], "D", horizon=30)
+    with pytest.raises(ValueError, match="1 to 30"):
+        forecaster.forecast(31, seed=1)

@@ -1,0 +1,116 @@
+"""Request bodies and query strings: what is accepted, and what a refusal says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fleetcast_inference.errors import BadRequestError
+from fleetcast_inference.protocol import (
+    decode_page_token,
+    encode_page_token,
+    parse_invoke_body,
+    parse_list_query,
+    parse_load_body,
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"period": 7}',
+        b'  {"period":7}\n',
+        # The public AWS sample serialises its JSON string a second time.
+        json.dumps('{"period": 7}').encode(),
+    ],
+)
+def test_invoke_body_gives_the_period(body: bytes) -> None:
+    # When a well-formed body is parsed, then the period is 7
+    assert parse_invoke_body(body) == 7
+
+
+@pytest.mark.parametrize("period", [1, 365])
+def test_invoke_body_accepts_the_range_ends(period: int) -> None:
+    assert parse_invoke_body(json.dumps({"period": period}).encode()) == period
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "the body is empty"),
+        (b"period=7", "not JSON"),
+        (b"\xff\xfe{", "not JSON"),
+        (json.dumps("period: 7").encode(), "JSON string that does not hold JSON"),
+        (b"[7]", "must be a JSON object"),
+        (b"7", "must be a JSON object"),
+        (b"{}", "lacks 'period'"),
+        (b'{"period": "7"}', "must be an integer, not a string"),
+        (b'{"period": 7.0}', "must be an integer, not the number 7.0"),
+        (b'{"period": 7.5}', "must be an integer"),
+        (b'{"period": true}', "must be an integer, not a boolean"),
+        (b'{"period": null}', "must be an integer, not null"),
+        (b'{"period": 0}', "from 1 to 365, not 0"),
+        (b'{"period": 366}', "from 1 to 365, not 366"),
+        (b'{"period": -3}', "from 1 to 365"),
+        (b'{"period": 7, "horizon": 7}', "unknown field 'horizon'"),
+        (b'{"period": 7, "b": 1, "a": 2}', "unknown fields 'a', 'b'"),
+    ],
+)
+def test_invoke_body_refusals_say_what_is_wrong(body: bytes, message: str) -> None:
+    # When a bad body is parsed, then it is refused with a message naming the problem
+    with pytest.raises(BadRequestError, match=message):
+        parse_invoke_body(body)
+
+
+def test_load_body_gives_name_and_url_and_ignores_extra_fields() -> None:
+    body = b'{"model_name": "m1", "url": "/opt/ml/models/m1/model", "extra": 1}'
+    load = parse_load_body(body)
+    assert (load.model_name, load.url) == ("m1", "/opt/ml/models/m1/model")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "empty"),
+        (b"{", "not JSON"),
+        (b'["m1"]', "JSON object"),
+        (b'{"url": "/opt/ml/models/m1/model"}', "'model_name' must be a non-empty string"),
+        (b'{"model_name": "", "url": "/x"}', "'model_name' must be a non-empty string"),
+        (b'{"model_name": "a\\nb", "url": "/x"}', "printable"),
+        (b'{"model_name": "m1"}', "'url' must be a non-empty string"),
+        (b'{"model_name": "m1", "url": 3}', "'url' must be a non-empty string"),
+    ],
+)
+def test_load_body_refusals_say_what_is_wrong(body: bytes, message: str) -> None:
+    with pytest.raises(BadRequestError, match=message):
+        parse_load_body(body)
+
+
+def test_list_query_defaults_and_token_round_trip() -> None:
+    # Given a token for a name with characters that need escaping in a URL
+    token = encode_page_token("customer/42 é")
+
+    # When queries with and without parameters are parsed
+    default = parse_list_query("")
+    paged = parse_list_query(f"limit=5&next_page_token={token}")
+
+    # Then the defaults apply, and the token gives back the name
+    assert (default.after, default.limit) == (None, 100)
+    assert (paged.after, paged.limit) == ("customer/42 é", 5)
+    assert decode_page_token(token) == "customer/42 é"
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("limit=0", "limit must be a whole number from 1 to 1000"),
+        ("limit=1001", "limit must be"),
+        ("limit=ten", "limit must be"),
+        ("limit=", "limit must be"),
+        ("next_page_token=%FF%FF", "not a token this container gave out"),
+    ],
+)
+def test_list_query_refusals(query: str, message: str) -> None:
+    with pytest.raises(BadRequestError, match=message):
+        parse_list_query(query)

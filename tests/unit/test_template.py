@@ -1,0 +1,806 @@
+"""template.yaml's contract: the wiring handlers, the local stack and AWS all rely on.
+
+Sample events come from events/*.json, the template from template.yaml: neither is
+restated here, so a drift in either makes a test fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import tomllib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from aws_lambda_powertools.utilities.parser.models import (
+    EventBridgeModel,
+    S3EventNotificationEventBridgeModel,
+)
+from pydantic import BaseModel, ValidationError
+from template_helpers import REPO_ROOT, load_template, loads_template
+
+from fleetcast_common import layout
+from fleetcast_common.ids import is_valid_run_id, processing_job_name, training_job_name
+from fleetcast_common.settings import ProcessingSettings, RegistrationSettings, TrainingSettings
+
+TEMPLATE = load_template()
+RESOURCES: dict[str, dict[str, Any]] = TEMPLATE["Resources"]
+PARAMETERS: dict[str, dict[str, Any]] = TEMPLATE["Parameters"]
+GLOBALS: dict[str, Any] = TEMPLATE["Globals"]["Function"]
+SAMPLE_PSEUDO_PARAMETERS = {
+    "AWS::AccountId": "123456789012",
+    "AWS::Region": "us-east-1",
+    "AWS::Partition": "aws",
+    "AWS::StackName": "fleetcast",
+}
+
+FUNCTION_EVENTS = {
+    "StartProcessingFunction": "UploadedCsv",
+    "StartTrainingFunction": "ProcessingCompleted",
+    "RegisterModelsFunction": "TrainingFinished",
+}
+GLOBAL_ENVIRONMENT = {
+    "POWERTOOLS_SERVICE_NAME": "fleetcast",
+    "POWERTOOLS_METRICS_NAMESPACE": "Fleetcast",
+    "POWERTOOLS_LOG_LEVEL": {"Ref": "LogLevel"},
+    "RAW_BUCKET": {"Ref": "RawBucket"},
+    "ARTIFACTS_BUCKET": {"Ref": "ArtifactsBucket"},
+    "REGISTRY_TABLE": {"Ref": "ModelRegistryTable"},
+    "JOB_NAME_PREFIX": {"Ref": "JobNamePrefix"},
+    "SAGEMAKER_ROLE_ARN": {"Fn::GetAtt": ["SageMakerExecutionRole", "Arn"]},
+}
+FUNCTION_ENVIRONMENT = {
+    "StartProcessingFunction": {
+        "PROCESSING_IMAGE_URI": {"Ref": "ProcessingImageUri"},
+        "PROCESSING_INSTANCE_TYPE": {"Ref": "ProcessingInstanceType"},
+        "PROCESSING_VOLUME_GB": {"Ref": "ProcessingVolumeSizeGB"},
+        "MODEL_FREQUENCY": {"Ref": "ModelFrequency"},
+    },
+    "StartTrainingFunction": {
+        "TRAINING_IMAGE_URI": {"Ref": "TrainingImageUri"},
+        "TRAINING_INSTANCE_TYPE": {"Ref": "TrainingInstanceType"},
+        "TRAINING_INSTANCE_COUNT": {"Ref": "TrainingInstanceCount"},
+        "TRAINING_VOLUME_GB": {"Ref": "TrainingVolumeSizeGB"},
+        "TRAINING_USE_SPOT": {"Ref": "UseSpotTraining"},
+        "TRAINING_MAX_RUNTIME_SECONDS": {"Ref": "TrainingMaxRuntimeSeconds"},
+        "TRAINING_MAX_WAIT_SECONDS": {"Ref": "TrainingMaxWaitSeconds"},
+        "MODEL_FREQUENCY": {"Ref": "ModelFrequency"},
+        "HOLDOUT_DAYS": {"Ref": "HoldoutDays"},
+    },
+    "RegisterModelsFunction": {
+        "QUALITY_GATE_RATIO": {"Ref": "QualityGateRatio"},
+    },
+}
+FUNCTION_SETTINGS: dict[str, type[BaseModel]] = {
+    "StartProcessingFunction": ProcessingSettings,
+    "StartTrainingFunction": TrainingSettings,
+    "RegisterModelsFunction": RegistrationSettings,
+}
+PARAMETER_DEFAULTS = {
+    "JobNamePrefix": "fleetcast",
+    "ProcessingImageUri": "fleetcast-processing:latest",
+    "TrainingImageUri": "fleetcast-training:latest",
+    "InferenceImageUri": "fleetcast-inference:latest",
+    "ProcessingInstanceType": "ml.m5.xlarge",
+    "ProcessingVolumeSizeGB": 30,
+    "TrainingInstanceType": "ml.c5.xlarge",
+    "TrainingInstanceCount": 2,
+    "TrainingVolumeSizeGB": 30,
+    "UseSpotTraining": "true",
+    "TrainingMaxRuntimeSeconds": 3600,
+    "TrainingMaxWaitSeconds": 7200,
+    "ModelFrequency": "D",
+    "HoldoutDays": 7,
+    "QualityGateRatio": 1.5,
+    "LogLevel": "INFO",
+}
+# Actions IAM cannot scope to a resource; the only statements allowed Resource "*".
+UNSCOPABLE_ACTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
+# Not in template.yaml but attached by the SAM transform to every function role, with
+# Resource "*": AWSLambdaBasicExecutionRole (logs) and, for Tracing: Active,
+# AWSXrayWriteOnlyAccess. Checked on the transformed template in
+# tests/integration/test_template_tools.py.
+RUN_ID = "20261129t120000-0123456789"
+PREFIX = "fleetcast"  # JobNamePrefix's default, which the samples are named for
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def resolve(value: Any) -> Any:
+    """Resolve Ref and Fn::Sub with the parameters' defaults and sample pseudo parameters.
+    A named resource resolves to its name, an unnamed one to its logical id, an Arn to a
+    placeholder ARN."""
+    if isinstance(value, list):
+        return [resolve(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if value.keys() == {"Ref"}:
+        return _ref(value["Ref"])
+    if value.keys() == {"Fn::GetAtt"}:
+        logical_id, attribute = value["Fn::GetAtt"]
+        assert attribute == "Arn", value
+        return f"arn:aws:test:::{logical_id}"
+    if value.keys() == {"Fn::Sub"}:
+        assert isinstance(value["Fn::Sub"], str), "only the string form is resolved here"
+        return re.sub(r"\$\{([^}]+)\}", lambda match: _ref(match.group(1)), value["Fn::Sub"])
+    return {key: resolve(item) for key, item in value.items()}
+
+
+def _ref(name: str) -> str:
+    if name in SAMPLE_PSEUDO_PARAMETERS:
+        return SAMPLE_PSEUDO_PARAMETERS[name]
+    if name in PARAMETERS:
+        return str(PARAMETERS[name]["Default"])
+    properties = RESOURCES[name].get("Properties", {})
+    for name_property in ("BucketName", "QueueName", "TableName"):
+        if name_property in properties:
+            return str(resolve(properties[name_property]))
+    return name
+
+
+def matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
+    """EventBridge pattern matching, for the subset our rules use: nested fields, exact
+    values and ``prefix``. Any other operator fails the test rather than guess."""
+    for field, expected in pattern.items():
+        if field not in event:
+            return False
+        actual = event[field]
+        if isinstance(expected, dict):
+            if not isinstance(actual, dict) or not matches(expected, actual):
+                return False
+            continue
+        candidates = actual if isinstance(actual, list) else [actual]
+        if not any(_matches_value(m, c) for m in expected for c in candidates):
+            return False
+    return True
+
+
+def _matches_value(matcher: Any, value: Any) -> bool:
+    if isinstance(matcher, dict):
+        ((operator, argument),) = matcher.items()
+        if operator == "prefix":
+            return isinstance(value, str) and value.startswith(argument)
+        raise NotImplementedError(f"pattern operator {operator!r}: teach matches() first")
+    return bool(matcher == value)
+
+
+def event_rules() -> dict[str, dict[str, Any]]:
+    """Every EventBridgeRule event in the template, by function, with Refs resolved."""
+    rules = {}
+    for logical_id, resource in RESOURCES.items():
+        if resource["Type"] != "AWS::Serverless::Function":
+            continue
+        for event in resource["Properties"].get("Events", {}).values():
+            if event["Type"] == "EventBridgeRule":
+                rules[logical_id] = resolve(event["Properties"]["Pattern"])
+    return rules
+
+
+def sample(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((REPO_ROOT / "events" / name).read_text())
+    return loaded
+
+
+def with_value(event: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(event)
+    target = changed
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return changed
+
+
+def statements(policies: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for policy in policies:
+        document = policy.get("PolicyDocument", policy)
+        yield from document["Statement"]
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def function_statements(logical_id: str) -> list[dict[str, Any]]:
+    return list(statements(RESOURCES[logical_id]["Properties"]["Policies"]))
+
+
+def role_statements() -> list[dict[str, Any]]:
+    return list(statements(RESOURCES["SageMakerExecutionRole"]["Properties"]["Policies"]))
+
+
+_OBJECT_ARN = re.compile(r"^arn:\$\{AWS::Partition\}:s3:::\$\{(?P<bucket>\w+)\}/(?P<key>.+)$")
+
+
+def s3_object_grants(granted: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """(action, bucket logical id, key pattern) for every object-level S3 grant."""
+    grants = set()
+    for statement in granted:
+        actions = [a for a in as_list(statement["Action"]) if a.startswith("s3:")]
+        for resource in as_list(statement["Resource"]):
+            if not (isinstance(resource, dict) and "Fn::Sub" in resource):
+                continue
+            arn = _OBJECT_ARN.match(resource["Fn::Sub"])
+            if arn is None:
+                continue
+            for action in actions:
+                grants.add((action, arn["bucket"], arn["key"]))
+    return grants
+
+
+def environment_for(logical_id: str, overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """A function's resolved environment, as Lambda would give it, with parameter values
+    overridden by name."""
+    values = {**{k: str(v) for k, v in PARAMETER_DEFAULTS.items()}, **(overrides or {})}
+    merged = {
+        **GLOBALS["Environment"]["Variables"],
+        **RESOURCES[logical_id]["Properties"]["Environment"]["Variables"],
+    }
+    environment = {}
+    for name, value in merged.items():
+        if isinstance(value, dict) and value.keys() == {"Ref"} and value["Ref"] in values:
+            environment[name] = values[value["Ref"]]
+        else:
+            environment[name] = str(resolve(value))
+    return environment
+
+
+# ---------------------------------------------------------------- events vs rules
+
+EXPECTED_TARGETS = {
+    "s3_object_created.json": {"StartProcessingFunction"},
+    "processing_job_completed.json": {"StartTrainingFunction"},
+    "processing_job_failed.json": set(),
+    "training_job_completed.json": {"RegisterModelsFunction"},
+    "training_job_failed.json": {"RegisterModelsFunction"},
+    "schedule.json": set(),
+}
+
+
+def test_every_sample_event_file_is_accounted_for() -> None:
+    assert {p.name for p in (REPO_ROOT / "events").glob("*.json")} == set(EXPECTED_TARGETS)
+    assert set(event_rules()) == set(FUNCTION_EVENTS)
+
+
+@pytest.mark.parametrize(
+    ("name", "targets"), sorted(EXPECTED_TARGETS.items()), ids=sorted(EXPECTED_TARGETS)
+)
+def test_each_sample_event_reaches_exactly_the_functions_it_is_for(
+    name: str, targets: set[str]
+) -> None:
+    # Given the sample and every EventBridge rule in the template
+    event = sample(name)
+    # When each rule's pattern is applied to it
+    reached = {function for function, pattern in event_rules().items() if matches(pattern, event)}
+    # Then only the intended function is invoked
+    assert reached == targets
+
+
+COUNTER_EXAMPLES: list[tuple[str, str, tuple[str, ...], Any]] = [
+    ("s3_object_created.json", "another bucket", ("detail", "bucket", "name"), "other-raw"),
+    ("s3_object_created.json", "outside incoming/", ("detail", "object", "key"), "archive/a.csv"),
+    ("s3_object_created.json", "incoming without /", ("detail", "object", "key"), "incoming.csv"),
+    ("s3_object_created.json", "a deletion", ("detail-type",), "Object Deleted"),
+    ("processing_job_completed.json", "in progress", ("detail", "ProcessingJobStatus"), "InProgress"),
+    ("processing_job_completed.json", "stopped", ("detail", "ProcessingJobStatus"), "Stopped"),
+    ("processing_job_completed.json", "another prefix", ("detail", "ProcessingJobName"), f"other-p-{RUN_ID}"),
+    ("processing_job_completed.json", "a longer prefix", ("detail", "ProcessingJobName"), f"fleetcast-prod-p-{RUN_ID}"),
+    ("processing_job_completed.json", "a training job name", ("detail", "ProcessingJobName"), f"fleetcast-t-{RUN_ID}"),
+    ("training_job_completed.json", "in progress", ("detail", "TrainingJobStatus"), "InProgress"),
+    ("training_job_completed.json", "another prefix", ("detail", "TrainingJobName"), f"other-t-{RUN_ID}"),
+    ("training_job_completed.json", "a longer prefix", ("detail", "TrainingJobName"), f"fleetcast-prod-t-{RUN_ID}"),
+    ("training_job_completed.json", "a processing job name", ("detail", "TrainingJobName"), f"fleetcast-p-{RUN_ID}"),
+    ("training_job_completed.json", "another source", ("source",), "aws.events"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "value"),
+    [(name, path, value) for name, _, path, value in COUNTER_EXAMPLES],
+    ids=[f"{name.removesuffix('.json')}: {why}" for name, why, _, _ in COUNTER_EXAMPLES],
+)
+def test_rules_ignore_near_misses(name: str, path: tuple[str, ...], value: Any) -> None:
+    # Given a sample that one rule matches, changed in one field
+    original = sample(name)
+    (function,) = EXPECTED_TARGETS[name]
+    pattern = event_rules()[function]
+    assert matches(pattern, original)
+    # When that field no longer fits
+    changed = with_value(original, path, value)
+    # Then no rule matches
+    assert not any(matches(p, changed) for p in event_rules().values())
+
+
+def test_matcher_refuses_operators_it_does_not_know() -> None:
+    with pytest.raises(NotImplementedError, match="suffix"):
+        matches({"key": [{"suffix": ".csv"}]}, {"key": "a.csv"})
+
+
+def test_sample_events_have_the_shapes_powertools_parses() -> None:
+    s3_event = S3EventNotificationEventBridgeModel.model_validate(sample("s3_object_created.json"))
+    assert s3_event.detail.object.key.startswith(layout.INCOMING_PREFIX)
+    assert s3_event.detail.reason == "PutObject"
+    for name in sorted(EXPECTED_TARGETS):
+        EventBridgeModel.model_validate(sample(name))
+
+
+def test_sample_names_agree_with_the_template_and_the_layout() -> None:
+    raw_bucket, artifacts = _ref("RawBucket"), _ref("ArtifactsBucket")
+    assert sample("s3_object_created.json")["detail"]["bucket"]["name"] == raw_bucket
+    assert raw_bucket == "fleetcast-raw-123456789012"
+    assert PARAMETER_DEFAULTS["JobNamePrefix"] == PREFIX
+    assert is_valid_run_id(RUN_ID)
+
+    for name in ("processing_job_completed.json", "processing_job_failed.json"):
+        event = sample(name)
+        detail = event["detail"]
+        job = processing_job_name(PREFIX, RUN_ID)
+        assert detail["ProcessingJobName"] == job
+        assert detail["ProcessingJobArn"].endswith(f":processing-job/{job}")
+        assert event["resources"] == [detail["ProcessingJobArn"]]
+        outputs = {
+            o["OutputName"]: o["S3Output"]["S3Uri"]
+            for o in detail["ProcessingOutputConfig"]["Outputs"]
+        }
+        assert outputs["train"] == f"s3://{artifacts}/{layout.train_prefix(RUN_ID)}"
+        assert outputs["report"] == f"s3://{artifacts}/{layout.report_prefix(RUN_ID)}"
+        # Processing events carry epoch milliseconds as numbers.
+        assert all(isinstance(detail[t], int) for t in ("CreationTime", "LastModifiedTime"))
+
+    for name in ("training_job_completed.json", "training_job_failed.json"):
+        event = sample(name)
+        detail = event["detail"]
+        job = training_job_name(PREFIX, RUN_ID)
+        assert detail["TrainingJobName"] == job
+        assert event["resources"] == [detail["TrainingJobArn"]]
+        assert all(isinstance(v, str) for v in detail["HyperParameters"].values())
+        assert detail["HyperParameters"]["run_id"] == RUN_ID
+        (channel,) = detail["InputDataConfig"]
+        source = channel["DataSource"]["S3DataSource"]
+        assert source["S3DataDistributionType"] == "ShardedByS3Key"
+        assert source["S3Uri"] == f"s3://{artifacts}/{layout.train_prefix(RUN_ID)}"
+        checkpoints = f"s3://{artifacts}/{layout.checkpoint_prefix(RUN_ID)}"
+        assert detail["CheckpointConfig"]["S3Uri"] == checkpoints
+        # Training events carry epoch milliseconds as strings.
+        times = [detail["CreationTime"], detail["LastModifiedTime"]] + [
+            t["StartTime"] for t in detail["SecondaryStatusTransitions"]
+        ]
+        assert all(isinstance(t, str) and t.isdigit() for t in times)
+
+    failures = [
+        sample(n)["detail"] for n in ("processing_job_failed.json", "training_job_failed.json")
+    ]
+    assert all(d["FailureReason"].startswith("AlgorithmError: ") for d in failures)
+
+
+# ---------------------------------------------------------------- functions
+
+
+def test_parameters_are_the_contracted_names_and_defaults() -> None:
+    assert {name: spec.get("Default") for name, spec in PARAMETERS.items()} == PARAMETER_DEFAULTS
+    assert PARAMETERS["TrainingInstanceCount"]["MinValue"] == 1
+    assert PARAMETERS["TrainingInstanceCount"]["MaxValue"] == 100
+    assert PARAMETERS["UseSpotTraining"]["AllowedValues"] == ["true", "false"]
+    assert PARAMETERS["ModelFrequency"]["AllowedValues"] == ["D", "H"]
+    assert PARAMETERS["JobNamePrefix"]["AllowedPattern"] == "^[a-z][a-z0-9-]{1,20}$"
+
+
+def test_globals_trace_and_share_the_layer_runtime_and_dead_letter_queue() -> None:
+    assert GLOBALS["Tracing"] == "Active"
+    assert GLOBALS["Runtime"] == "python3.11"
+    assert GLOBALS["Architectures"] == ["x86_64"]
+    assert GLOBALS["Layers"] == [{"Ref": "FleetcastCommonLayer"}]
+    assert (GLOBALS["MemorySize"], GLOBALS["Timeout"]) == (512, 60)
+    assert GLOBALS["DeadLetterQueue"] == {
+        "Type": "SQS",
+        "TargetArn": {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]},
+    }
+    assert RESOURCES["RegisterModelsFunction"]["Properties"]["Timeout"] == 300
+    layer = RESOURCES["FleetcastCommonLayer"]
+    assert layer["Type"] == "AWS::Serverless::LayerVersion"
+    assert layer["Metadata"]["BuildMethod"] == "python3.11"
+    assert layer["Properties"]["ContentUri"] == "layers/common"
+    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.11"]
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_EVENTS))
+def test_function_code_and_environment_are_as_contracted(function: str) -> None:
+    properties = RESOURCES[function]["Properties"]
+    assert properties["Handler"] == "app.lambda_handler"
+    code_dir = properties["CodeUri"]
+    assert (REPO_ROOT / code_dir / "requirements.txt").is_file()
+    assert GLOBALS["Environment"]["Variables"] == GLOBAL_ENVIRONMENT
+    assert properties["Environment"]["Variables"] == FUNCTION_ENVIRONMENT[function]
+    # A function's own variable silently wins over a global one of the same name.
+    assert not set(FUNCTION_ENVIRONMENT[function]) & set(GLOBAL_ENVIRONMENT)
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_SETTINGS))
+def test_handler_settings_read_exactly_what_the_template_sets(function: str) -> None:
+    # Given the function's settings model and the environment the template gives it
+    fields = FUNCTION_SETTINGS[function].model_fields.values()
+    read = {field.alias for field in fields}
+    required = {field.alias for field in fields if field.is_required()}
+    environment = environment_for(function)
+    set_by_template = {name for name in environment if not name.startswith("POWERTOOLS_")}
+    # Then every variable set is read, and every variable without a default is set
+    assert set_by_template <= read, f"set but never read: {set_by_template - read}"
+    assert required <= set_by_template, f"read but never set: {required - set_by_template}"
+    FUNCTION_SETTINGS[function].model_validate(environment)
+
+
+def _allowed_values(parameter: str) -> list[str]:
+    spec = PARAMETERS[parameter]
+    if "AllowedValues" in spec:
+        return [str(v) for v in spec["AllowedValues"]]
+    return [str(spec[k]) for k in ("MinValue", "MaxValue") if k in spec]
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_SETTINGS))
+def test_every_value_a_parameter_allows_is_accepted_by_the_handler(function: str) -> None:
+    variables = RESOURCES[function]["Properties"]["Environment"]["Variables"]
+    parameters = [v["Ref"] for v in variables.values() if v["Ref"] in PARAMETERS]
+    checked = 0
+    for parameter in parameters:
+        for value in _allowed_values(parameter):
+            try:
+                FUNCTION_SETTINGS[function].model_validate(
+                    environment_for(function, {parameter: value})
+                )
+            except ValidationError as error:
+                pytest.fail(f"{parameter}={value} deploys but the handler rejects it: {error}")
+            checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_EVENTS))
+def test_each_rule_retries_then_dead_letters(function: str) -> None:
+    event = RESOURCES[function]["Properties"]["Events"][FUNCTION_EVENTS[function]]
+    assert event["Type"] == "EventBridgeRule"
+    properties = event["Properties"]
+    assert properties["RetryPolicy"] == {
+        "MaximumRetryAttempts": 4,
+        "MaximumEventAgeInSeconds": 3600,
+    }
+    assert properties["DeadLetterConfig"] == {
+        "Arn": {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}
+    }
+
+
+def test_only_our_rules_may_dead_letter_and_the_alarm_watches_that_queue() -> None:
+    queue = RESOURCES["EventsDeadLetterQueue"]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True
+    (statement,) = RESOURCES["EventsDeadLetterQueuePolicy"]["Properties"]["PolicyDocument"][
+        "Statement"
+    ]
+    assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+    assert statement["Action"] == "sqs:SendMessage"
+    rule_arns = {
+        resolve({"Fn::Sub": "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:rule/"})
+        + resolve(RESOURCES[f]["Properties"]["Events"][e]["Properties"]["RuleName"])
+        for f, e in FUNCTION_EVENTS.items()
+    }
+    assert set(resolve(statement["Condition"]["ArnEquals"]["aws:SourceArn"])) == rule_arns
+
+    alarm = RESOURCES["EventsDeadLetterAlarm"]["Properties"]
+    assert (alarm["Namespace"], alarm["MetricName"]) == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+    )
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": queue["QueueName"]}]
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_EVENTS))
+def test_each_function_keeps_its_logs_30_days(function: str) -> None:
+    groups = [
+        r["Properties"]
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::Logs::LogGroup"
+        and r["Properties"]["LogGroupName"] == {"Fn::Sub": f"/aws/lambda/${{{function}}}"}
+    ]
+    assert [g["RetentionInDays"] for g in groups] == [30]
+
+
+# ---------------------------------------------------------------- storage
+
+
+def _buckets() -> list[str]:
+    return sorted(k for k, r in RESOURCES.items() if r["Type"] == "AWS::S3::Bucket")
+
+
+def test_the_contracted_buckets_exist() -> None:
+    assert {"RawBucket", "ArtifactsBucket"} <= set(_buckets())
+    assert RESOURCES["RawBucketPolicy"]["Properties"]["Bucket"] == {"Ref": "RawBucket"}
+    assert RESOURCES["ArtifactsBucketPolicy"]["Properties"]["Bucket"] == {"Ref": "ArtifactsBucket"}
+    raw = RESOURCES["RawBucket"]["Properties"]
+    assert (
+        raw["NotificationConfiguration"]["EventBridgeConfiguration"]["EventBridgeEnabled"] is True
+    )
+
+
+@pytest.mark.parametrize("bucket", _buckets())
+def test_buckets_are_private_encrypted_versioned_and_tls_only(bucket: str) -> None:
+    properties = RESOURCES[bucket]["Properties"]
+    block = properties["PublicAccessBlockConfiguration"]
+    assert block == dict.fromkeys(
+        ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"), True
+    )
+    (rule,) = properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in {"AES256", "aws:kms"}
+    assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
+    lifecycle = properties["LifecycleConfiguration"]["Rules"]
+    assert any(r["Status"] == "Enabled" and "NoncurrentVersionExpiration" in r for r in lifecycle)
+
+    policies = [
+        r["Properties"]["PolicyDocument"]
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::S3::BucketPolicy" and r["Properties"]["Bucket"] == {"Ref": bucket}
+    ]
+    (policy,) = policies
+    tls_denials = [
+        s
+        for s in policy["Statement"]
+        if s["Effect"] == "Deny"
+        and s["Principal"] == "*"
+        and s["Action"] == "s3:*"
+        and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    ]
+    (denial,) = tls_denials
+    assert set(resolve(denial["Resource"])) == {
+        f"arn:aws:s3:::{_ref(bucket)}",
+        f"arn:aws:s3:::{_ref(bucket)}/*",
+    }
+
+
+def test_registry_table_keys_billing_encryption_and_recovery() -> None:
+    table = RESOURCES["ModelRegistryTable"]
+    assert table["Type"] == "AWS::DynamoDB::Table"
+    properties = table["Properties"]
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert properties["KeySchema"] == [
+        {"AttributeName": "customer_id", "KeyType": "HASH"},
+        {"AttributeName": "record", "KeyType": "RANGE"},
+    ]
+    assert properties["AttributeDefinitions"] == [
+        {"AttributeName": "customer_id", "AttributeType": "S"},
+        {"AttributeName": "record", "AttributeType": "S"},
+    ]
+    assert properties["SSESpecification"] == {"SSEEnabled": True}
+    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+# ---------------------------------------------------------------- permissions
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_EVENTS))
+def test_function_statements_are_all_scoped(function: str) -> None:
+    for statement in function_statements(function):
+        assert statement["Effect"] == "Allow"
+        assert "*" not in as_list(statement["Resource"]), statement
+        assert not any(a == "*" or a.endswith(":*") for a in as_list(statement["Action"]))
+        if "iam:PassRole" in as_list(statement["Action"]):
+            assert as_list(statement["Action"]) == ["iam:PassRole"]
+            assert statement["Resource"] == {"Fn::GetAtt": ["SageMakerExecutionRole", "Arn"]}
+            assert statement["Condition"] == {
+                "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}
+            }
+        if "s3:ListBucket" in as_list(statement["Action"]):
+            assert "s3:prefix" in statement["Condition"]["StringLike"], statement
+
+
+def test_sagemaker_role_is_scoped_except_for_unscopable_actions() -> None:
+    trust = RESOURCES["SageMakerExecutionRole"]["Properties"]["AssumeRolePolicyDocument"]
+    assert [s["Principal"] for s in trust["Statement"]] == [{"Service": "sagemaker.amazonaws.com"}]
+    unscoped = set()
+    for statement in role_statements():
+        assert statement["Effect"] == "Allow"
+        if "*" in as_list(statement["Resource"]):
+            unscoped |= set(as_list(statement["Action"]))
+        if "cloudwatch:PutMetricData" in as_list(statement["Action"]):
+            assert "cloudwatch:namespace" in statement["Condition"]["StringLike"]
+        if "s3:ListBucket" in as_list(statement["Action"]):
+            assert "s3:prefix" in statement["Condition"]["StringLike"], statement
+    assert unscoped == UNSCOPABLE_ACTIONS
+
+
+S3_OBJECT_GRANTS = {
+    "SageMakerExecutionRole": {
+        ("s3:GetObject", "RawBucket", "incoming/*"),
+        ("s3:GetObject", "ArtifactsBucket", "history/*"),
+        ("s3:GetObject", "ArtifactsBucket", "runs/*"),
+        ("s3:PutObject", "ArtifactsBucket", "history/*"),
+        ("s3:PutObject", "ArtifactsBucket", "runs/*"),
+        ("s3:AbortMultipartUpload", "ArtifactsBucket", "history/*"),
+        ("s3:AbortMultipartUpload", "ArtifactsBucket", "runs/*"),
+    },
+    "StartProcessingFunction": set(),
+    "StartTrainingFunction": {("s3:GetObject", "ArtifactsBucket", "runs/*/report/*")},
+    "RegisterModelsFunction": {
+        ("s3:GetObject", "ArtifactsBucket", "runs/*"),
+        ("s3:PutObject", "ArtifactsBucket", "models/*"),
+    },
+}
+
+
+@pytest.mark.parametrize("principal", sorted(S3_OBJECT_GRANTS))
+def test_object_access_is_limited_to_the_prefixes_each_step_needs(principal: str) -> None:
+    granted = (
+        role_statements()
+        if principal == "SageMakerExecutionRole"
+        else function_statements(principal)
+    )
+    assert s3_object_grants(granted) == S3_OBJECT_GRANTS[principal]
+
+
+SAGEMAKER_GRANTS = {
+    "StartProcessingFunction": {
+        ("sagemaker:CreateProcessingJob", "processing-job/${JobNamePrefix}-p-*"),
+        ("sagemaker:DescribeProcessingJob", "processing-job/${JobNamePrefix}-p-*"),
+        ("sagemaker:AddTags", "processing-job/${JobNamePrefix}-p-*"),
+    },
+    "StartTrainingFunction": {
+        ("sagemaker:CreateTrainingJob", "training-job/${JobNamePrefix}-t-*"),
+        ("sagemaker:DescribeTrainingJob", "training-job/${JobNamePrefix}-t-*"),
+        ("sagemaker:AddTags", "training-job/${JobNamePrefix}-t-*"),
+        ("sagemaker:DescribeProcessingJob", "processing-job/${JobNamePrefix}-p-*"),
+    },
+    "RegisterModelsFunction": {
+        ("sagemaker:DescribeTrainingJob", "training-job/${JobNamePrefix}-t-*"),
+    },
+}
+
+
+@pytest.mark.parametrize("function", sorted(SAGEMAKER_GRANTS))
+def test_sagemaker_access_is_limited_to_our_job_names(function: str) -> None:
+    arn = "arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:"
+    grants = set()
+    for statement in function_statements(function):
+        for action in as_list(statement["Action"]):
+            if action.startswith("sagemaker:"):
+                resource = statement["Resource"]["Fn::Sub"]
+                assert resource.startswith(arn)
+                grants.add((action, resource.removeprefix(arn)))
+    assert grants == SAGEMAKER_GRANTS[function]
+
+
+def test_only_the_register_function_touches_the_registry() -> None:
+    for function in FUNCTION_EVENTS:
+        actions = {
+            a
+            for s in function_statements(function)
+            for a in as_list(s["Action"])
+            if a.startswith("dynamodb:")
+        }
+        expected = (
+            {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}
+            if function == "RegisterModelsFunction"
+            else set()
+        )
+        assert actions == expected
+
+
+# ---------------------------------------------------------------- the template as a whole
+
+
+_RESOLVABLE_LOCALLY = {"Ref", "Fn::Sub", "Fn::GetAtt", "Fn::Join", "Fn::If", "Condition"}
+
+
+def _intrinsics(value: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, list):
+        for item in value:
+            yield from _intrinsics(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key == "Ref" or key == "Condition" or key.startswith("Fn::"):
+                yield key, item
+            yield from _intrinsics(item)
+
+
+def test_template_uses_only_intrinsics_the_local_stack_resolves() -> None:
+    assert TEMPLATE["Transform"] == "AWS::Serverless-2016-10-31"
+    assert "Mappings" not in TEMPLATE
+    used = list(_intrinsics(TEMPLATE["Resources"])) + list(_intrinsics(TEMPLATE["Globals"]))
+    used += list(_intrinsics(TEMPLATE["Outputs"]))
+    assert {name for name, _ in used} <= _RESOLVABLE_LOCALLY
+    for name, argument in used:
+        if name == "Fn::GetAtt":
+            assert argument[1] == "Arn", argument
+        if name == "Fn::Sub":
+            text = argument if isinstance(argument, str) else argument[0]
+            attributes = re.findall(r"\$\{[\w:]+\.(\w+)\}", text)
+            assert set(attributes) <= {"Arn"}, text
+
+
+def test_outputs_name_the_resources_scripts_need() -> None:
+    assert set(TEMPLATE["Outputs"]) == {
+        "RawBucketName",
+        "ArtifactsBucketName",
+        "ModelRegistryTableName",
+        "SageMakerExecutionRoleArn",
+        "StartProcessingFunctionArn",
+        "StartTrainingFunctionArn",
+        "RegisterModelsFunctionArn",
+    }
+
+
+# ---------------------------------------------------------------- samconfig.toml
+
+
+SAMCONFIG = tomllib.loads((REPO_ROOT / "samconfig.toml").read_text())
+
+
+def _overrides(environment: str) -> dict[str, str]:
+    value = SAMCONFIG[environment]["deploy"]["parameters"]["parameter_overrides"]
+    pairs = value if isinstance(value, list) else value.split()
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def _valid_for(parameter: str, value: str) -> bool:
+    spec = PARAMETERS[parameter]
+    if "AllowedValues" in spec and value not in [str(v) for v in spec["AllowedValues"]]:
+        return False
+    if "AllowedPattern" in spec and re.fullmatch(spec["AllowedPattern"], value) is None:
+        return False
+    if spec["Type"] == "Number":
+        number = float(value)
+        return spec.get("MinValue", number) <= number <= spec.get("MaxValue", number)
+    return True
+
+
+@pytest.mark.parametrize("environment", ["default", "prod"])
+def test_samconfig_overrides_are_valid_parameter_values(environment: str) -> None:
+    overrides = _overrides(environment)
+    assert set(overrides) <= set(PARAMETERS)
+    invalid = {k: v for k, v in overrides.items() if not _valid_for(k, v)}
+    assert not invalid
+    for function, settings in FUNCTION_SETTINGS.items():
+        settings.model_validate(environment_for(function, overrides))
+    deploy = SAMCONFIG[environment]["deploy"]["parameters"]
+    assert deploy["capabilities"] == "CAPABILITY_IAM"
+    assert deploy["confirm_changeset"] is True
+    assert deploy["resolve_s3"] is True
+
+
+def test_samconfig_environments_are_separate_stacks_with_separate_names() -> None:
+    assert SAMCONFIG["version"] == 0.1
+    assert SAMCONFIG["default"]["global"]["parameters"]["stack_name"] == "fleetcast"
+    assert SAMCONFIG["prod"]["global"]["parameters"]["stack_name"] == "fleetcast-prod"
+    assert SAMCONFIG["default"]["build"]["parameters"] == {"cached": True, "parallel": True}
+    assert SAMCONFIG["default"]["validate"]["parameters"] == {"lint": True}
+    prod = _overrides("prod")
+    assert (prod["TrainingInstanceCount"], prod["LogLevel"]) == ("10", "WARNING")
+    # One prefix per stack: it names buckets, rules and jobs, and a rule matches jobs by it.
+    assert _overrides("default")["JobNamePrefix"] != prod["JobNamePrefix"]
+
+
+# ---------------------------------------------------------------- template_helpers
+
+
+def test_loader_reads_every_short_form() -> None:
+    loaded = loads_template(
+        "a: !Ref X\n"
+        "b: !GetAtt Res.Attr.Nested\n"
+        "c: !GetAtt [Res, Arn]\n"
+        'd: !Sub ["${A}-x", {A: !Ref B}]\n'
+        "e: !If [Cond, !Join ['', [a, b]], !Ref AWS::NoValue]\n"
+        "f: !Equals [!Ref P, 'x']\n"
+        "g: !Condition C\n"
+    )
+    assert loaded == {
+        "a": {"Ref": "X"},
+        "b": {"Fn::GetAtt": ["Res", "Attr.Nested"]},
+        "c": {"Fn::GetAtt": ["Res", "Arn"]},
+        "d": {"Fn::Sub": ["${A}-x", {"A": {"Ref": "B"}}]},
+        "e": {"Fn::If": ["Cond", {"Fn::Join": ["", ["a", "b"]]}, {"Ref": "AWS::NoValue"}]},
+        "f": {"Fn::Equals": [{"Ref": "P"}, "x"]},
+        "g": {"Condition": "C"},
+    }
+
+
+def test_loader_rejects_tags_cloudformation_does_not_have() -> None:
+    with pytest.raises(yaml.constructor.ConstructorError, match="!Reff"):
+        loads_template("a: !Reff X\n")
