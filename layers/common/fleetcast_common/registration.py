@@ -101,17 +101,22 @@ def _register_one(
         metrics=metadata.metrics,
     )
     registry.record_candidate(record)
+    gate_note = None
     if not passes_quality_gate(metadata.metrics, ratio):
-        registry.decide(customer_id, run_id, ModelStatus.REJECTED, None)
-        return CustomerRegistration(
-            customer_id=customer_id,
-            status=ModelStatus.REJECTED,
-            target_model=target,
-            note=(
-                f"holdout sMAPE {metadata.metrics.smape:.4f} is over {ratio} x seasonal-naive's "
-                f"{metadata.metrics.naive_smape:.4f}"
-            ),
+        gate_note = (
+            f"holdout sMAPE {metadata.metrics.smape:.4f} is over {ratio} x seasonal-naive's "
+            f"{metadata.metrics.naive_smape:.4f}"
         )
+        # The gate keeps a worse model from replacing a live one; a customer without a
+        # live model is better served by this one than by none.
+        if registry.live(customer_id) is not None:
+            registry.decide(customer_id, run_id, ModelStatus.REJECTED, None)
+            return CustomerRegistration(
+                customer_id=customer_id,
+                status=ModelStatus.REJECTED,
+                target_model=target,
+                note=gate_note,
+            )
     version = registry.promote(record)
     if version is not None:
         registry.decide(customer_id, run_id, ModelStatus.LIVE, version)
