@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
+from fleetcast.cost_cli import add_cost_commands
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 
@@ -276,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=cmd_demo)
 
     add_serving_commands(commands)
+    add_cost_commands(commands)
     return parser
 
 

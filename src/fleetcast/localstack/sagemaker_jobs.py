@@ -482,8 +482,8 @@ class JobRunner:
         elapsed = max(1, round(time.monotonic() - started))
         job.training_end_time = _now()
         job.training_time_in_seconds = elapsed
-        # Billed per instance from Downloading on; spot would be less, but locally nothing is.
-        job.billable_time_in_seconds = elapsed * instance_count
+        # AWS reports wall-clock time here; the bill is this times the instance count.
+        job.billable_time_in_seconds = elapsed
         job.final_metric_data_list = self._scrape_metrics(
             job, [job_dir / f"{h}.log" for h in hosts]
         )

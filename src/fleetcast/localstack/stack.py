@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from fleetcast.localstack.costs import LocalCosts
 from fleetcast.localstack.events import EventDelivery
 from fleetcast.localstack.gateway import Gateway
 from fleetcast.localstack.lambdas import LocalFunction
@@ -126,6 +127,7 @@ class LocalStack:
         self.functions: dict[str, LocalFunction] = {}
         self.info: StackInfo | None = None
         self.serving: LocalServing | None = None
+        self.costs: LocalCosts | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -157,6 +159,8 @@ class LocalStack:
             self.info = self._describe()
             self.serving = LocalServing(self)
             self.info.extra.update(self.serving.start())
+            self.costs = LocalCosts(self)
+            self.info.extra.update(self.costs.start())
             self.info.save(self.state_dir / STATE_FILE)
         except BaseException:
             self.stop()
@@ -164,6 +168,8 @@ class LocalStack:
         return self.info
 
     def stop(self) -> None:
+        if self.costs:
+            self.costs.stop()
         if self.serving:
             self.serving.stop()
         if self.delivery:
