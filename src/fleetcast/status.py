@@ -55,7 +55,7 @@ class RunStatus(BaseModel):
 
 
 def decisions_per_run(table: Any) -> dict[str, dict[str, int]]:
-    """Per run: how many of its models are decided (not pending) and how many went live."""
+    """Per run: how many of its models are recorded, and how many of them went live."""
     counts: dict[str, dict[str, int]] = {}
     scan: dict[str, Any] = {
         "FilterExpression": "begins_with(#r, :model)",
@@ -67,7 +67,7 @@ def decisions_per_run(table: Any) -> dict[str, dict[str, int]]:
         page = table.scan(**scan)
         for item in page.get("Items", []):
             run = counts.setdefault(str(item["run_id"]), {"decided": 0, "live": 0})
-            run["decided"] += item.get("status") != "pending"
+            run["decided"] += 1
             run["live"] += item.get("status") == "live"
         if "LastEvaluatedKey" not in page:
             return counts

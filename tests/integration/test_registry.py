@@ -39,7 +39,7 @@ def record(run_id: str, customer_id: str = "42", **changes: Any) -> ModelRecord:
     values: dict[str, Any] = {
         "customer_id": customer_id,
         "run_id": run_id,
-        "status": ModelStatus.PENDING,
+        "status": ModelStatus.LIVE,
         "target_model": f"{customer_id}/{run_id}.tar.gz",
         "model_s3_uri": f"s3://artifacts/models/{customer_id}/{run_id}.tar.gz",
         "training_job": f"fleetcast-t-{run_id}",
@@ -81,13 +81,16 @@ def test_a_repeated_event_registers_once(registry: ModelRegistry) -> None:
     assert live is not None and live.model_version == 1
 
 
-def test_a_decided_record_is_not_reset_to_pending_by_a_repeat(registry: ModelRegistry) -> None:
-    registry.record_candidate(record(OLD))
-    registry.decide("42", OLD, ModelStatus.LIVE, 1)
-    registry.record_candidate(record(OLD))
+def test_every_model_is_recorded_once_per_run(registry: ModelRegistry) -> None:
+    registry.record(record(OLD, model_version=1))
+    registry.record(record(OLD, model_version=1))
+    registry.record(record(NEW, status=ModelStatus.REJECTED))
     stored = registry.model("42", OLD)
     assert stored is not None and stored.status is ModelStatus.LIVE and stored.model_version == 1
-    assert [m.run_id for m in registry.models("42")] == [OLD]
+    assert [(m.run_id, m.status) for m in registry.models("42")] == [
+        (OLD, ModelStatus.LIVE),
+        (NEW, ModelStatus.REJECTED),
+    ]
 
 
 def test_quality_gate_compares_with_seasonal_naive() -> None:

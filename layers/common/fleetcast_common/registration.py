@@ -90,7 +90,7 @@ def _register_one(
     record = ModelRecord(
         customer_id=customer_id,
         run_id=run_id,
-        status=ModelStatus.PENDING,
+        status=ModelStatus.LIVE,
         target_model=target,
         model_s3_uri=f"s3://{bucket}/{model_key}",
         training_job=training_job,
@@ -100,7 +100,6 @@ def _register_one(
         rows=metadata.rows,
         metrics=metadata.metrics,
     )
-    registry.record_candidate(record)
     gate_note = None
     if not passes_quality_gate(metadata.metrics, ratio):
         gate_note = (
@@ -110,7 +109,7 @@ def _register_one(
         # The gate keeps a worse model from replacing a live one; a customer without a
         # live model is better served by this one than by none.
         if registry.live(customer_id) is not None:
-            registry.decide(customer_id, run_id, ModelStatus.REJECTED, None)
+            registry.record(record.model_copy(update={"status": ModelStatus.REJECTED}))
             return CustomerRegistration(
                 customer_id=customer_id,
                 status=ModelStatus.REJECTED,
@@ -119,18 +118,19 @@ def _register_one(
             )
     version = registry.promote(record)
     if version is not None:
-        registry.decide(customer_id, run_id, ModelStatus.LIVE, version)
+        registry.record(record.model_copy(update={"model_version": version}))
         return CustomerRegistration(
             customer_id=customer_id,
             status=ModelStatus.LIVE,
             model_version=version,
             target_model=target,
+            note=gate_note and f"first model, live despite the gate: {gate_note}",
         )
     live = registry.live(customer_id)
     if live is not None and live.run_id == run_id:
-        # A repeated event: this run went live before. Finish its record in case the
+        # A repeated event: this run went live before. Write its record again in case the
         # earlier delivery stopped between the two writes.
-        registry.decide(customer_id, run_id, ModelStatus.LIVE, live.model_version)
+        registry.record(record.model_copy(update={"model_version": live.model_version}))
         return CustomerRegistration(
             customer_id=customer_id,
             status=None,
@@ -139,7 +139,7 @@ def _register_one(
             repeated=True,
             note="already registered by an earlier delivery",
         )
-    registry.decide(customer_id, run_id, ModelStatus.SUPERSEDED, None)
+    registry.record(record.model_copy(update={"status": ModelStatus.SUPERSEDED}))
     return CustomerRegistration(
         customer_id=customer_id,
         status=ModelStatus.SUPERSEDED,

@@ -27,7 +27,6 @@ MODEL_PREFIX = "MODEL#"
 
 
 class ModelStatus(StrEnum):
-    PENDING = "pending"
     LIVE = "live"  # promoted when registered (it may since have been replaced)
     REJECTED = "rejected"  # clearly worse than seasonal-naive on its holdout
     SUPERSEDED = "superseded"  # a newer run had already gone live
@@ -88,21 +87,11 @@ class ModelRegistry:
     def __init__(self, table: Any) -> None:
         self._table = table
 
-    def record_candidate(self, record: ModelRecord) -> None:
-        """Write the MODEL record as pending unless a decision is already recorded
-        (a repeated event must not undo it)."""
-        try:
-            self._table.put_item(
-                Item=_to_item(
-                    {"record": MODEL_PREFIX + record.run_id, **record.model_dump(mode="json")}
-                ),
-                ConditionExpression="attribute_not_exists(#r) OR #s = :pending",
-                ExpressionAttributeNames={"#r": "record", "#s": "status"},
-                ExpressionAttributeValues={":pending": ModelStatus.PENDING.value},
-            )
-        except Exception as error:
-            if error_code(error) != "ConditionalCheckFailedException":
-                raise
+    def record(self, record: ModelRecord) -> None:
+        """Write the MODEL record with its decision. Idempotent: a repeated event writes
+        the same content."""
+        item = {"record": MODEL_PREFIX + record.run_id, **record.model_dump(mode="json")}
+        self._table.put_item(Item=_to_item(item))
 
     def promote(self, record: ModelRecord) -> int | None:
         """Make ``record`` the customer's live model if its run is newer than the live one.
@@ -130,20 +119,6 @@ class ModelRegistry:
                 return None
             raise
         return int(response["Attributes"]["model_version"])
-
-    def decide(
-        self, customer_id: str, run_id: str, status: ModelStatus, version: int | None
-    ) -> None:
-        update = "SET #s = :s" + (", model_version = :v" if version is not None else "")
-        values: dict[str, Any] = {":s": status.value}
-        if version is not None:
-            values[":v"] = version
-        self._table.update_item(
-            Key={"customer_id": customer_id, "record": MODEL_PREFIX + run_id},
-            UpdateExpression=update,
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues=values,
-        )
 
     def live(self, customer_id: str) -> LiveModel | None:
         item = self._table.get_item(Key={"customer_id": customer_id, "record": LIVE}).get("Item")

@@ -1,0 +1,163 @@
+"""Registering a training job's models: S3 and DynamoDB on a moto server."""
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from fleetcast.localstack.template import LocalTemplate
+from fleetcast_common import layout
+from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
+from fleetcast_common.registration import register_models
+from fleetcast_common.registry import ModelRegistry, ModelStatus
+from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_1, RUN_2, RUN_0 = (
+    "20261129t100000-aaaaaaaaaa",
+    "20261129t110000-bbbbbbbbbb",
+    "20261129t090000-cccccccccc",
+)
+GOOD = HoldoutMetrics(holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0)
+BAD = HoldoutMetrics(holdout_days=7, smape=0.30, mae=50.0, naive_smape=0.05, naive_mae=8.0)
+
+
+@pytest.fixture
+def world(aws_env: str) -> Iterator[dict[str, Any]]:
+    template = LocalTemplate(ROOT / "template.yaml")
+    properties = template.resolve(template.resources["ModelRegistryTable"]["Properties"])
+    suffix = uuid.uuid4().hex[:8]
+    bucket, table_name = f"artifacts-{suffix}", f"registry-{suffix}"
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    boto3.client("dynamodb").create_table(
+        TableName=table_name,
+        KeySchema=properties["KeySchema"],
+        AttributeDefinitions=properties["AttributeDefinitions"],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    yield {
+        "s3": s3,
+        "bucket": bucket,
+        "registry": ModelRegistry(boto3.resource("dynamodb").Table(table_name)),
+    }
+
+
+def trained(
+    s3: Any, bucket: str, run_id: str, outcomes: dict[str, HoldoutMetrics | None], hosts: int = 2
+) -> None:
+    """What a finished training job leaves in its checkpoint prefix."""
+    results = []
+    for customer_id, metrics in outcomes.items():
+        if metrics is None:
+            results.append(
+                CustomerResult(
+                    customer_id=customer_id, outcome=CustomerOutcome.FAILED, reason="only 3 rows"
+                )
+            )
+            continue
+        metadata = ModelMetadata(
+            customer_id=customer_id,
+            run_id=run_id,
+            trained_at=datetime(2026, 11, 29, tzinfo=UTC),
+            data_start=date(2024, 1, 1),
+            data_end=date(2024, 6, 1),
+            rows=150,
+            metrics=metrics,
+            library_versions={"prophet": "1.5.0"},
+        )
+        s3.put_object(
+            Bucket=bucket,
+            Key=layout.checkpoint_prefix(run_id) + f"{customer_id}.tar.gz",
+            Body=b"archive",
+        )
+        results.append(
+            CustomerResult(
+                customer_id=customer_id,
+                outcome=CustomerOutcome.TRAINED,
+                metrics=metrics,
+                metadata=metadata,
+            )
+        )
+    host_names = [f"algo-{i + 1}" for i in range(hosts)]
+    for index, host in enumerate(host_names):
+        manifest = TrainingManifest(
+            run_id=run_id, host=host, hosts=host_names, customers=results[index::hosts]
+        )
+        s3.put_object(
+            Bucket=bucket,
+            Key=layout.checkpoint_prefix(run_id) + f"manifest-{host}.json",
+            Body=manifest.model_dump_json(),
+        )
+
+
+def register(world: dict[str, Any], run_id: str) -> Any:
+    return register_models(
+        run_id, f"fleetcast-t-{run_id}", world["bucket"], 1.5, world["s3"], world["registry"]
+    )
+
+
+def test_trained_customers_go_live_at_paths_of_their_own_and_failures_are_reported(
+    world: dict[str, Any],
+) -> None:
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": GOOD, "short": None})
+    report = register(world, RUN_1)
+    assert (report.registered, report.failed_training, report.hosts_reporting) == (2, 1, 2)
+    assert [f.customer_id for f in report.failures] == ["short"]
+    for customer_id in ("a", "b"):
+        world["s3"].head_object(Bucket=world["bucket"], Key=f"models/{customer_id}/{RUN_1}.tar.gz")
+        live = world["registry"].live(customer_id)
+        assert (
+            live is not None
+            and live.model_version == 1
+            and live.target_model == f"{customer_id}/{RUN_1}.tar.gz"
+        )
+    assert world["registry"].live("short") is None
+
+
+def test_a_repeated_event_registers_once(world: dict[str, Any]) -> None:
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD})
+    register(world, RUN_1)
+    again = register(world, RUN_1)
+    assert (again.registered, again.repeated) == (0, 1)
+    live = world["registry"].live("a")
+    assert live is not None and live.model_version == 1
+
+
+def test_a_clearly_worse_model_is_recorded_but_does_not_replace_the_live_one(
+    world: dict[str, Any],
+) -> None:
+    # Given both customers live at version 1
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": GOOD})
+    register(world, RUN_1)
+    # When a new run makes a much worse model for a and a good one for b
+    trained(world["s3"], world["bucket"], RUN_2, {"a": BAD, "b": GOOD})
+    report = register(world, RUN_2)
+    # Then a keeps version 1 (the worse model is recorded as rejected) and b moves to 2
+    assert (report.registered, report.rejected) == (1, 1)
+    live_a, live_b = world["registry"].live("a"), world["registry"].live("b")
+    assert live_a is not None and (live_a.model_version, live_a.run_id) == (1, RUN_1)
+    assert live_b is not None and (live_b.model_version, live_b.run_id) == (2, RUN_2)
+    rejected = world["registry"].model("a", RUN_2)
+    assert rejected is not None and rejected.status is ModelStatus.REJECTED
+
+
+def test_a_new_customers_first_model_goes_live_even_below_the_gate(world: dict[str, Any]) -> None:
+    trained(world["s3"], world["bucket"], RUN_1, {"new": BAD})
+    report = register(world, RUN_1)
+    assert report.registered == 1
+    assert "despite the gate" in (report.customers[0].note or "")
+
+
+def test_an_older_run_finishing_late_is_superseded(world: dict[str, Any]) -> None:
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD})
+    register(world, RUN_1)
+    trained(world["s3"], world["bucket"], RUN_0, {"a": GOOD})
+    report = register(world, RUN_0)
+    assert report.superseded == 1
+    live = world["registry"].live("a")
+    assert live is not None and live.run_id == RUN_1 and live.model_version == 1
