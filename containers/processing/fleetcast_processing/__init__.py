@@ -1,1 +1,1 @@
-"""fleetcast's SageMaker Processing container: validate, aggregate and split readings per customer."""
+"""fleetcast's SageMaker Processing container: validate, aggregate, split readings per customer."""

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
 
 OPT_ML_ENV = "FLEETCAST_OPT_ML"
 DEFAULT_OPT_ML = "/opt/ml"
@@ -66,3 +69,47 @@ class ProcessingPaths:
             report_output=resolve(REPORT_OUTPUT, root),
             message_file=resolve(MESSAGE_FILE, root),
         )
+
+
+# --- What the job writes, read back by the local stack and the pipeline's Lambdas ---
+
+# Per-customer files in train_output and history_output (and history_input): ``ds,y``,
+# ds as ``YYYY-MM-DD`` (daily) or ``YYYY-MM-DDTHH:00:00`` (hourly), sorted by ds.
+HISTORY_COLUMNS = ("ds", "y")
+REQUIRED_COLUMNS = ("customer_id", "timestamp", "consumption")
+# rejected.csv: one row per rejected input row, values as they appeared in the upload.
+REJECTED_COLUMNS = ("line", "customer_id", "timestamp", "consumption", "reason", "message")
+FREQUENCIES = ("D", "H")
+
+
+class RejectReason(StrEnum):
+    """The ``reason`` column of rejected.csv and the keys of ``rejected_by_reason``."""
+
+    INVALID_CUSTOMER_ID = "invalid_customer_id"
+    INVALID_TIMESTAMP = "invalid_timestamp"
+    OUT_OF_RANGE_TIMESTAMP = "out_of_range_timestamp"
+    INVALID_CONSUMPTION = "invalid_consumption"
+    NEGATIVE_CONSUMPTION = "negative_consumption"
+    IMPLAUSIBLE_CONSUMPTION = "implausible_consumption"
+    DUPLICATE_ROW = "duplicate_row"
+    # A row with more or fewer fields than the header.
+    MALFORMED_ROW = "malformed_row"
+
+
+class ProcessingSummary(BaseModel):
+    """``summary.json``: what one processing job did with one upload."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source_name: str
+    frequency: str
+    rows_read: int = Field(description="Data rows in the upload (blank lines not counted).")
+    rows_accepted: int
+    rows_rejected: int
+    rejected_by_reason: dict[str, int]
+    customers: int = Field(description="Customers with at least one accepted row.")
+    new_customers: int = Field(description="Of those, customers with no stored history.")
+    days_written: int = Field(description="Rows (days, or hours) written over all train files.")
+    days_uploaded: int = Field(description="(customer, period) totals built from the upload.")
+    days_replaced: int = Field(description="Stored history periods replaced by uploaded ones.")
+    customers_list: list[str]

@@ -1,0 +1,111 @@
+"""``python -m fleetcast_processing [--frequency D|H] [--source-name NAME]``: the container's entrypoint.
+
+Exit code 0 when the upload was processed, 1 when it was not; either way a one-paragraph
+message for people goes to the message file (SageMaker shows its first 1 KB as the job's
+exit message or FailureReason) and to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from fleetcast_processing.aggregate import Frequency
+from fleetcast_processing.contract import FREQUENCIES, MESSAGE_LIMIT, ProcessingPaths
+from fleetcast_processing.errors import UnusableInputError
+from fleetcast_processing.job import JobSettings, find_upload, run
+from fleetcast_processing.report import success_message
+from fleetcast_processing.source import DEFAULT_BLOCK_SIZE
+
+logger = logging.getLogger("fleetcast_processing")
+
+
+class _ArgumentError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse would print usage and exit 2; the job must write its message file instead.
+    def error(self, message: str) -> NoReturn:
+        raise _ArgumentError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m fleetcast_processing", description=__doc__)
+    parser.add_argument(
+        "--frequency",
+        type=str.upper,
+        choices=FREQUENCIES,
+        default="D",
+        help="model frequency: D = daily totals per UTC day (default), H = hourly",
+    )
+    parser.add_argument(
+        "--source-name",
+        help="name of the upload in the report and messages (default: the input file's name)",
+    )
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=DEFAULT_BLOCK_SIZE,
+        help="bytes of CSV read per block (memory use grows with it)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    paths = ProcessingPaths.under()
+    source_name = "the upload"
+    try:
+        args = _parser().parse_args(argv)
+        source_name = args.source_name or source_name
+        upload = find_upload(paths.raw_input, args.source_name)
+        source_name = args.source_name or upload.name
+        settings = JobSettings(
+            paths=paths,
+            frequency=Frequency(args.frequency),
+            source_name=source_name,
+            block_size=max(args.block_size, 1024),
+        )
+        summary = run(upload, settings)
+    except _ArgumentError as error:
+        return _fail(paths.message_file, f"Processing did not start: bad arguments: {error}.")
+    except UnusableInputError as error:
+        return _fail(paths.message_file, f"Processing failed for {source_name}: {error}")
+    except Exception as error:
+        logger.exception("unexpected error")
+        return _fail(
+            paths.message_file,
+            f"Processing failed with an internal error ({type(error).__name__}: {error}). "
+            "This is a fault in fleetcast, not necessarily in the upload; the job's log has "
+            "the details.",
+        )
+    _write_message(paths.message_file, success_message(summary))
+    logger.info("%s", success_message(summary))
+    return 0
+
+
+def _fail(message_file: Path, message: str) -> int:
+    logger.error("%s", message)
+    _write_message(message_file, message)
+    return 1
+
+
+def _write_message(message_file: Path, message: str) -> None:
+    paragraph = " ".join(message.split())
+    encoded = paragraph.encode()[:MESSAGE_LIMIT].decode("utf-8", "ignore")
+    try:
+        message_file.parent.mkdir(parents=True, exist_ok=True)
+        message_file.write_text(encoded)
+    except OSError:
+        logger.exception("could not write the message file %s", message_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

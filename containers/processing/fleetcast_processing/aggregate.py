@@ -1,0 +1,137 @@
+"""Totals per (customer, period): what the job keeps of the readings it accepts.
+
+Memory grows with customers x periods, never with the size of the upload: each block is
+reduced to its own totals, and the partial totals are folded together whenever they
+outgrow the ones already folded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from fleetcast_processing.contract import FREQUENCIES
+
+US_PER_HOUR = 3_600 * 1_000_000
+_PERIOD_BITS = 32
+_PERIOD_MASK = (1 << _PERIOD_BITS) - 1
+_FOLD_AT_LEAST = 1 << 20
+
+
+@dataclass(frozen=True)
+class Frequency:
+    """The model frequency: ``D`` (UTC days) or ``H`` (UTC hours)."""
+
+    code: str
+
+    def __post_init__(self) -> None:
+        if self.code not in FREQUENCIES:
+            raise ValueError(
+                f"frequency must be one of {', '.join(FREQUENCIES)}, not {self.code!r}"
+            )
+
+    @property
+    def period_us(self) -> int:
+        return US_PER_HOUR * (24 if self.code == "D" else 1)
+
+    def periods(self, instants_us: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The period each instant falls in, as a count of periods since 1970-01-01."""
+        return instants_us // self.period_us
+
+    def format(self, periods: npt.NDArray[np.int64]) -> pa.Array:
+        """``ds`` strings: ``YYYY-MM-DD`` for days, ``YYYY-MM-DDTHH:00:00`` for hours."""
+        if len(periods) == 0:
+            return pa.array([], type=pa.string())
+        # Label every period between the first and the last once, then pick: periods span
+        # years at most, far fewer than the rows.
+        first = int(periods.min())
+        span = np.arange(first, int(periods.max()) + 1)
+        if self.code == "D":
+            labels = np.datetime_as_string(span.astype("datetime64[D]"), unit="D").tolist()
+        else:
+            hours = np.datetime_as_string(span.astype("datetime64[h]"), unit="h")
+            labels = [f"{hour}:00:00" for hour in hours]
+        return pa.array(labels, type=pa.string()).take(pa.array(periods - first))
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums per (customer code, period), sorted by code then period."""
+
+    codes: npt.NDArray[np.int64]
+    periods: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    @classmethod
+    def empty(cls) -> Totals:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
+
+    @classmethod
+    def of(
+        cls,
+        codes: npt.NDArray[np.int64],
+        periods: npt.NDArray[np.int64],
+        values: npt.NDArray[np.float64],
+    ) -> Totals:
+        keys, sums = _sum_by_key((codes << _PERIOD_BITS) | periods, values)
+        return cls(keys >> _PERIOD_BITS, keys & _PERIOD_MASK, sums)
+
+
+def _sum_by_key(
+    keys: npt.NDArray[np.int64], values: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    if len(keys) == 0:
+        return keys, values
+    if is_sorted(keys):  # uploads sorted by customer and time skip the sort
+        starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+        return keys[starts], np.add.reduceat(values, starts)
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    sums = np.bincount(inverse, weights=values, minlength=len(distinct)).astype(np.float64)
+    return distinct, sums
+
+
+def is_sorted(values: npt.NDArray[np.int64]) -> bool:
+    return bool(np.all(values[1:] >= values[:-1]))
+
+
+class PeriodTotals:
+    """Accumulates accepted readings, block by block, into :class:`Totals`."""
+
+    def __init__(self, frequency: Frequency) -> None:
+        self.frequency = frequency
+        self._keys: list[npt.NDArray[np.int64]] = []
+        self._sums: list[npt.NDArray[np.float64]] = []
+        self._pending = 0
+        self._folded = 0
+
+    def add(
+        self,
+        codes: npt.NDArray[np.int64],
+        instants_us: npt.NDArray[np.int64],
+        values: npt.NDArray[np.float64],
+    ) -> None:
+        keys = (codes << _PERIOD_BITS) | self.frequency.periods(instants_us)
+        block_keys, block_sums = _sum_by_key(keys, values)
+        self._keys.append(block_keys)
+        self._sums.append(block_sums)
+        self._pending += len(block_keys)
+        if self._pending > 2 * max(self._folded, _FOLD_AT_LEAST):
+            self._fold()
+
+    def _fold(self) -> None:
+        keys, sums = _sum_by_key(np.concatenate(self._keys), np.concatenate(self._sums))
+        self._keys, self._sums = [keys], [sums]
+        self._pending = self._folded = len(keys)
+
+    def result(self) -> Totals:
+        if not self._keys:
+            return Totals.empty()
+        self._fold()
+        keys, sums = self._keys[0], self._sums[0]
+        return Totals(keys >> _PERIOD_BITS, keys & _PERIOD_MASK, sums)

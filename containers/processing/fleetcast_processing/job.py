@@ -1,0 +1,206 @@
+"""One processing job: validate an upload, total it per customer and period, merge it into
+each customer's stored history, write the per-customer files and the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetcast_processing.aggregate import Frequency, PeriodTotals
+from fleetcast_processing.contract import (
+    RAW_INPUT,
+    REJECTED_FILE,
+    SUMMARY_FILE,
+    ProcessingPaths,
+    ProcessingSummary,
+    RejectReason,
+)
+from fleetcast_processing.customer_files import write_customer_files
+from fleetcast_processing.duplicates import (
+    MAX_CUSTOMERS,
+    SeenReadings,
+    find_duplicates,
+    reading_keys,
+)
+from fleetcast_processing.errors import UnusableInputError
+from fleetcast_processing.history import load_history, merge
+from fleetcast_processing.report import RejectedRows, write_summary
+from fleetcast_processing.source import (
+    DEFAULT_BLOCK_SIZE,
+    RowBlock,
+    Upload,
+    read_blocks,
+    read_header,
+)
+from fleetcast_processing.validation import (
+    ACCEPTED,
+    FUTURE_TOLERANCE,
+    CheckedBlock,
+    CustomerCodes,
+    check_rows,
+    reason_code,
+)
+
+logger = logging.getLogger(__name__)
+
+_DUPLICATE = reason_code(RejectReason.DUPLICATE_ROW)
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    paths: ProcessingPaths
+    frequency: Frequency = field(default_factory=lambda: Frequency("D"))
+    source_name: str | None = None
+    block_size: int = DEFAULT_BLOCK_SIZE
+    # Readings more than a day after this are rejected as out of range.
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def find_upload(folder: Path, name: str | None = None) -> Path:
+    """The file in the raw input folder called ``name``, else its only file.
+
+    The raw input is an S3 prefix, so ``incoming/a.csv`` also brings ``a.csv.gz`` along:
+    the job names the file it was started for.
+    """
+    if name and Path(name).name == name and (folder / name).is_file():
+        return folder / name
+    files = sorted(path for path in folder.rglob("*") if path.is_file()) if folder.is_dir() else []
+    if len(files) != 1:
+        names = ", ".join(str(path.relative_to(folder)) for path in files[:5])
+        found = f"{len(files)}: {names}{', ...' if len(files) > 5 else ''}" if files else "none"
+        raise UnusableInputError(
+            f"the raw input ({RAW_INPUT}) must hold exactly one file, found {found}."
+        )
+    return files[0]
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.rows_read = 0
+        self.rows_accepted = 0
+        self.blank_rows = 0
+
+    def log(self, block: RowBlock, rejected: int) -> None:
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        logger.info(
+            "%s rows read (%s accepted, %s rejected), %.1f MB of CSV, %s rows/s",
+            f"{self.rows_read:,}",
+            f"{self.rows_accepted:,}",
+            f"{rejected:,}",
+            block.bytes_read / 1e6,
+            f"{self.rows_read / elapsed:,.0f}",
+        )
+
+
+def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
+    """Process one upload; raises :class:`UnusableInputError` when it cannot be used at all."""
+    paths = settings.paths
+    source_name = settings.source_name or upload_path.name
+    customers = CustomerCodes()
+    seen = SeenReadings()
+    totals = PeriodTotals(settings.frequency)
+    progress = _Progress()
+    latest = settings.now + FUTURE_TOLERANCE
+
+    with (
+        Upload.open(upload_path) as upload,
+        RejectedRows(paths.report_output / REJECTED_FILE, latest) as rejected,
+    ):
+        header = read_header(upload)
+        logger.info(
+            "reading %s (%s, delimiter %r, columns %s)",
+            source_name,
+            "gzip" if upload.compressed else "plain",
+            header.delimiter,
+            ", ".join(header.columns),
+        )
+        for block in read_blocks(upload, header, settings.block_size):
+            checked, original_line = _check_block(
+                block, customers, seen, settings.now, header.delimiter == ";"
+            )
+            rejected.add(block, checked.reasons, original_line)
+            ok = checked.reasons == ACCEPTED
+            totals.add(checked.codes[ok], checked.instants[ok], checked.consumption[ok])
+            progress.rows_read += len(block) + len(block.malformed)
+            progress.rows_accepted += int(ok.sum())
+            progress.blank_rows += block.blank_rows
+            progress.log(block, rejected.total)
+
+    if progress.rows_read == 0:
+        raise UnusableInputError("the file has a header but no data rows.")
+    if progress.rows_accepted == 0:
+        reasons_text = ", ".join(
+            f"{reason} {count:,}" for reason, count in rejected.by_reason.most_common()
+        )
+        raise UnusableInputError(
+            f"none of its {progress.rows_read:,} data rows is usable ({reasons_text}); "
+            f"the first rejected row is {rejected.first}."
+        )
+    if progress.blank_rows:
+        logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
+
+    uploaded = totals.result()
+    touched = {int(code): customers.ids[int(code)] for code in np.unique(uploaded.codes)}
+    stored = load_history(paths.history_input, touched, settings.frequency)
+    merged, replaced = merge(stored, uploaded)
+    write_customer_files(
+        merged,
+        customers.ids,
+        settings.frequency,
+        paths.train_output,
+        same_in=[paths.history_output],
+    )
+    stored_customers = len(np.unique(stored.codes))
+    summary = ProcessingSummary(
+        source_name=source_name,
+        frequency=settings.frequency.code,
+        rows_read=progress.rows_read,
+        rows_accepted=progress.rows_accepted,
+        rows_rejected=rejected.total,
+        rejected_by_reason=dict(sorted(rejected.by_reason.items())),
+        customers=len(touched),
+        new_customers=len(touched) - stored_customers,
+        days_written=len(merged),
+        days_uploaded=len(uploaded),
+        days_replaced=replaced,
+        customers_list=sorted(touched.values()),
+    )
+    write_summary(paths.report_output / SUMMARY_FILE, summary)
+    logger.info(
+        "wrote %s customers (%s new), %s periods, in %.2f s",
+        f"{summary.customers:,}",
+        f"{summary.new_customers:,}",
+        f"{summary.days_written:,}",
+        time.perf_counter() - progress.started,
+    )
+    return summary
+
+
+def _check_block(
+    block: RowBlock,
+    customers: CustomerCodes,
+    seen: SeenReadings,
+    now: datetime,
+    decimal_comma: bool,
+) -> tuple[CheckedBlock, npt.NDArray[np.int64]]:
+    """Every rule, duplicates included, and for each duplicate the line that was kept."""
+    codes = customers.encode(block.customer_id)
+    if len(customers.ids) > MAX_CUSTOMERS:
+        raise UnusableInputError(f"the file has more than {MAX_CUSTOMERS:,} customer ids.")
+    checked = check_rows(codes, block.timestamp, block.consumption, now, decimal_comma)
+    accepted = np.flatnonzero(checked.reasons == ACCEPTED)
+    keys = reading_keys(codes[accepted], checked.instants[accepted])
+    duplicates = find_duplicates(seen, keys, block.lines[accepted])
+    repeated = accepted[duplicates.repeated]
+    checked.reasons[repeated] = _DUPLICATE
+    original_line = np.full(len(block), -1, dtype=np.int64)
+    original_line[repeated] = duplicates.original_line[duplicates.repeated]
+    return checked, original_line

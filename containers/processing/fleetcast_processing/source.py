@@ -1,0 +1,446 @@
+"""Reading an upload: recognise what kind of file it is, read its header, then hand out
+blocks of rows with the line each row started on.
+
+The file is read in blocks of a few tens of megabytes, so a gigabyte upload never sits in
+memory whole. Each block ends on a record boundary and is parsed by Arrow's CSV reader
+with every column as a string: the rules in :mod:`fleetcast_processing.validation` decide
+what a value means, and rejected rows are reported exactly as they were written.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import logging
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from fleetcast_processing.contract import REQUIRED_COLUMNS
+from fleetcast_processing.errors import UnusableInputError
+
+logger = logging.getLogger(__name__)
+
+GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+DEFAULT_BLOCK_SIZE = 32 * 1024 * 1024
+# A header longer than this is not a header; a line longer than LINE_LIMIT is not a reading.
+HEADER_LIMIT = 1024 * 1024
+LINE_LIMIT = 64 * 1024 * 1024
+DELIMITERS = (",", ";", "\t")
+# Raw values copied from a malformed row into rejected.csv are cut to this length.
+RAW_VALUE_LIMIT = 200
+
+# First bytes of formats people upload by mistake, and what to call them in the message.
+_OTHER_FORMATS = (
+    (b"PK\x03\x04", "a zip archive (an Excel .xlsx workbook is one)"),
+    (b"\xd0\xcf\x11\xe0", "an old Excel .xls / OLE2 file"),
+    (b"PAR1", "a Parquet file"),
+    (b"BZh", "bzip2-compressed"),
+    (b"\xfd7zXZ\x00", "xz-compressed"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
+    (b"%PDF", "a PDF document"),
+    (b"\xff\xfe", "UTF-16 text (save it as UTF-8)"),
+    (b"\xfe\xff", "UTF-16 text (save it as UTF-8)"),
+)
+
+
+@dataclass(frozen=True)
+class Header:
+    """The upload's first line: its delimiter, its columns, where the required ones are."""
+
+    line: int
+    delimiter: str
+    columns: tuple[str, ...]
+    positions: dict[str, int]
+
+
+@dataclass(frozen=True)
+class MalformedRow:
+    """A row with a different number of fields than the header."""
+
+    line: int
+    expected_fields: int
+    found_fields: int
+    values: dict[str, str]
+
+
+@dataclass(frozen=True)
+class RowBlock:
+    """One block of parsed rows: the required columns as Arrow string arrays."""
+
+    customer_id: pa.Array
+    timestamp: pa.Array
+    consumption: pa.Array
+    lines: npt.NDArray[np.int64]
+    malformed: list[MalformedRow]
+    blank_rows: int
+    bytes_read: int
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+class Upload:
+    """The upload's decompressed bytes, with read errors turned into readable messages.
+
+    A file with old Mac OS line endings (bare CRs and no LF in its first 64 KiB) is read
+    with every CR turned into an LF, so the rest of the reader sees ordinary lines.
+    """
+
+    _SNIFF_SIZE = 64 * 1024
+
+    def __init__(self, path: Path, stream: io.BufferedIOBase, compressed: bool) -> None:
+        self.path = path
+        self.compressed = compressed
+        self._stream = stream
+        self.bytes_read = 0
+        self.bare_cr_lines = False
+        self._pending = self._read_stream(self._SNIFF_SIZE)
+        if b"\r" in self._pending and b"\n" not in self._pending:
+            self.bare_cr_lines = True
+            self._pending = self._pending.replace(b"\r", b"\n")
+
+    @classmethod
+    def open(cls, path: Path) -> Upload:
+        # The name says nothing reliable about the content: look at the first bytes.
+        raw = path.open("rb")
+        compressed = raw.read(2) == GZIP_MAGIC
+        raw.seek(0)
+        stream: io.BufferedIOBase = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+        try:
+            return cls(path, stream, compressed)
+        except BaseException:
+            stream.close()
+            raise
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __enter__(self) -> Upload:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def read(self, size: int) -> bytes:
+        """Up to ``size`` bytes (b"" at the end)."""
+        if self._pending:
+            data, self._pending = self._pending, b""
+            return data
+        return self._read_stream(size)
+
+    def readline(self, limit: int) -> bytes:
+        """One line with its LF, or ``limit`` bytes when no LF comes sooner."""
+        while b"\n" not in self._pending and len(self._pending) < limit:
+            data = self._read_stream(self._SNIFF_SIZE)
+            if not data:
+                break
+            self._pending += data
+        end = self._pending.find(b"\n", 0, limit)
+        cut = end + 1 if end >= 0 else min(limit, len(self._pending))
+        line, self._pending = self._pending[:cut], self._pending[cut:]
+        return line
+
+    def _read_stream(self, size: int) -> bytes:
+        try:
+            data = self._stream.read(size)
+        except EOFError as error:
+            raise UnusableInputError(
+                f"the gzip file is truncated: it ends after {self.bytes_read:,} bytes of data, "
+                "before gzip's end-of-stream marker. The upload was probably cut short; "
+                "upload the complete file again."
+            ) from error
+        except (gzip.BadGzipFile, zlib.error) as error:
+            raise UnusableInputError(
+                f"the file starts like gzip but its compressed data is corrupt ({error}). "
+                "Compress it again with gzip, or upload the plain CSV."
+            ) from error
+        self.bytes_read += len(data)
+        return data.replace(b"\r", b"\n") if self.bare_cr_lines else data
+
+
+def read_header(upload: Upload) -> Header:
+    """Read the header line, skipping blank lines before it, and check its columns."""
+    line_number = 0
+    first = b""
+    while not first.strip():
+        first = upload.readline(HEADER_LIMIT)
+        line_number += 1
+        if not first:
+            what = "decompresses to nothing" if upload.compressed else "is empty"
+            raise UnusableInputError(f"the file {what}: there is no header and no data.")
+        if line_number == 1:
+            first = _check_first_bytes(first)
+    if not first.endswith(b"\n") and len(first) >= HEADER_LIMIT:
+        raise UnusableInputError(
+            f"the first line is longer than {HEADER_LIMIT // 1024} KiB, so it is not a CSV "
+            "header: is this a CSV file?"
+        )
+    if b"\x00" in first:
+        raise UnusableInputError("the file contains NUL bytes: it is binary, not CSV text.")
+    try:
+        text = first.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as error:
+        raise UnusableInputError(
+            f"the header (line {line_number}) is not UTF-8 text (byte "
+            f"{first[error.start : error.start + 1]!r} at position {error.start}): the file is "
+            "binary or in another encoding such as Latin-1. Upload it as UTF-8 CSV."
+        ) from error
+    delimiter = max(DELIMITERS, key=text.count) if any(d in text for d in DELIMITERS) else ","
+    try:
+        names = next(csv.reader([text], delimiter=delimiter))
+    except csv.Error as error:
+        raise UnusableInputError(f"the header could not be read as CSV ({error}).") from error
+    columns = tuple(name.strip().lower() for name in names)
+    _check_columns(columns)
+    positions = {name: columns.index(name) for name in REQUIRED_COLUMNS}
+    return Header(line_number, delimiter, columns, positions)
+
+
+def _check_first_bytes(first: bytes) -> bytes:
+    for magic, kind in _OTHER_FORMATS:
+        if first.startswith(magic):
+            raise UnusableInputError(f"the file is {kind}, not a CSV text file.")
+    return first.removeprefix(UTF8_BOM)
+
+
+def _check_columns(columns: tuple[str, ...]) -> None:
+    seen: dict[str, int] = {}
+    repeated: list[str] = []
+    for index, name in enumerate(columns, start=1):
+        if name and name in seen:
+            repeated.append(f"'{_shorten(name)}' (columns {seen[name]} and {index})")
+        seen.setdefault(name, index)
+    if repeated:
+        raise UnusableInputError(
+            f"the header has duplicate column names: {', '.join(repeated[:5])}. "
+            "Each column name must appear once."
+        )
+    missing = [name for name in REQUIRED_COLUMNS if name not in seen]
+    if missing:
+        shown = ", ".join(f"'{_shorten(name)}'" for name in columns[:12])
+        if len(columns) > 12:
+            shown += f" and {len(columns) - 12} more"
+        raise UnusableInputError(
+            f"the header is missing required column(s) {', '.join(missing)}; "
+            f"columns found: {shown or 'none'}. The header must name customer_id, timestamp "
+            "and consumption (any order, any case; other columns are ignored)."
+        )
+
+
+def _shorten(value: str, limit: int = 40) -> str:
+    return value if len(value) <= limit else value[: limit - 3] + "..."
+
+
+def read_blocks(
+    upload: Upload, header: Header, block_size: int = DEFAULT_BLOCK_SIZE
+) -> Iterator[RowBlock]:
+    """Parse the rest of the upload block by block; every row carries its line number."""
+    for chunk, first_line, lines in _record_chunks(upload, block_size, header.line + 1):
+        yield _parse_chunk(chunk, header, first_line, lines, upload.bytes_read)
+
+
+def _record_chunks(
+    upload: Upload, block_size: int, first_line: int
+) -> Iterator[tuple[bytes, int, int]]:
+    """Blocks of whole lines, never cut inside a quoted value (quotes can hide newlines),
+    each with the number of its first line and how many lines it holds."""
+    carry = b""
+    line = first_line
+    while data := upload.read(block_size):
+        if carry:
+            data = carry + data
+        cut = _record_boundary(data)
+        if cut == 0:
+            carry = data
+            if len(carry) > LINE_LIMIT:
+                raise UnusableInputError(
+                    f"line {line} is longer than {LINE_LIMIT // 2**20} MiB: is this a CSV file?"
+                )
+            continue
+        chunk, carry = data[:cut], data[cut:]
+        _check_text(chunk, line)
+        lines = chunk.count(b"\n")
+        yield chunk, line, lines
+        line += lines
+    if carry:  # the last line, without a newline
+        _check_text(carry, line)
+        yield carry, line, carry.count(b"\n") + 1
+
+
+def _record_boundary(data: bytes) -> int:
+    """Where to cut ``data``: just after its last newline outside quotes (0: nowhere yet).
+
+    Counting quotes is a heuristic (a stray quote inside a field fools it), so when no
+    newline leaves the quotes balanced, cut at the last newline anyway.
+    """
+    last = data.rfind(b"\n")
+    if last < 0 or b'"' not in data:
+        return last + 1
+    cut = last
+    quotes_after = data.count(b'"', cut + 1)
+    total = data.count(b'"')
+    while cut >= 0 and (total - quotes_after) % 2:
+        previous = data.rfind(b"\n", 0, cut)
+        quotes_after += data.count(b'"', previous + 1, cut + 1)
+        cut = previous
+    return cut + 1 if cut >= 0 else last + 1
+
+
+def _check_text(chunk: bytes, first_line: int) -> None:
+    nul = chunk.find(b"\x00")
+    if nul >= 0:
+        line = first_line + chunk.count(b"\n", 0, nul)
+        raise UnusableInputError(
+            f"line {line} contains NUL bytes: the file is binary (or UTF-16), not CSV text."
+        )
+
+
+def _parse_chunk(
+    chunk: bytes, header: Header, first_line: int, lines_in_chunk: int, bytes_read: int
+) -> RowBlock:
+    try:
+        table, invalid = _arrow_parse(chunk, header, use_threads=True)
+        if invalid:
+            # Arrow numbers invalid rows only when it parses on one thread.
+            table, invalid = _arrow_parse(chunk, header, use_threads=False)
+    except pa.ArrowInvalid as error:
+        raise _explain_parse_error(chunk, first_line, error) from error
+
+    records = table.num_rows + len(invalid)
+    record_lines = _record_lines(chunk, header.delimiter, first_line, lines_in_chunk, records)
+    invalid_index = np.array([number - 1 for number, _, _ in invalid], dtype=np.int64)
+    lines = np.delete(record_lines, invalid_index)
+
+    malformed: list[MalformedRow] = []
+    blank_rows = 0
+    for number, found, text in invalid:
+        if not text.strip():
+            blank_rows += 1
+            continue
+        malformed.append(
+            MalformedRow(
+                line=int(record_lines[number - 1]),
+                expected_fields=len(header.columns),
+                found_fields=found,
+                values=_fields_of(text, header),
+            )
+        )
+
+    customer_id, timestamp, consumption = (
+        table.column(name).combine_chunks() for name in REQUIRED_COLUMNS
+    )
+    blank = pc.and_(
+        pc.and_(
+            pc.equal(pc.binary_length(customer_id), 0), pc.equal(pc.binary_length(timestamp), 0)
+        ),
+        pc.equal(pc.binary_length(consumption), 0),
+    )
+    blank_count = pc.sum(blank).as_py() or 0
+    if blank_count:
+        keep = pc.invert(blank)
+        customer_id, timestamp, consumption = (
+            pc.filter(column, keep) for column in (customer_id, timestamp, consumption)
+        )
+        lines = lines[~blank.to_numpy(zero_copy_only=False)]
+    return RowBlock(
+        customer_id=customer_id,
+        timestamp=timestamp,
+        consumption=consumption,
+        lines=lines,
+        malformed=malformed,
+        blank_rows=blank_rows + blank_count,
+        bytes_read=bytes_read,
+    )
+
+
+def _arrow_parse(
+    chunk: bytes, header: Header, use_threads: bool
+) -> tuple[pa.Table, list[tuple[int, int, str]]]:
+    invalid: list[tuple[int, int, str]] = []
+
+    def on_invalid_row(row: pcsv.InvalidRow) -> str:
+        invalid.append((row.number if row.number is not None else 0, row.actual_columns, row.text))
+        return "skip"
+
+    # Positional names: the header's own names may be empty or repeated among the extras.
+    names = [f"f{index}" for index in range(len(header.columns))]
+    wanted = {f"f{header.positions[name]}": name for name in REQUIRED_COLUMNS}
+    table = pcsv.read_csv(
+        pa.py_buffer(chunk),
+        read_options=pcsv.ReadOptions(column_names=names, use_threads=use_threads),
+        parse_options=pcsv.ParseOptions(
+            delimiter=header.delimiter,
+            newlines_in_values=True,
+            ignore_empty_lines=False,
+            invalid_row_handler=on_invalid_row,
+        ),
+        convert_options=pcsv.ConvertOptions(
+            include_columns=list(wanted),
+            column_types=dict.fromkeys(wanted, pa.string()),
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    return table.rename_columns([wanted[name] for name in table.column_names]), invalid
+
+
+def _record_lines(
+    chunk: bytes, delimiter: str, first_line: int, lines: int, records: int
+) -> npt.NDArray[np.int64]:
+    """The line each of the chunk's ``records`` starts on."""
+    if records == lines:
+        return np.arange(first_line, first_line + lines, dtype=np.int64)
+    # Quoted values with newlines in them: let the csv module say where records start.
+    text = io.StringIO(chunk.decode("utf-8", "replace"), newline="")
+    reader = csv.reader(text, delimiter=delimiter)
+    starts: list[int] = []
+    lines_before = 0
+    try:
+        for _ in reader:
+            starts.append(first_line + lines_before)
+            lines_before = reader.line_num
+    except csv.Error:
+        starts = []
+    if len(starts) != records:
+        logger.warning(
+            "could not match rows to lines from line %d on: line numbers there are approximate",
+            first_line,
+        )
+        return np.arange(first_line, first_line + records, dtype=np.int64)
+    return np.array(starts, dtype=np.int64)
+
+
+def _fields_of(text: str, header: Header) -> dict[str, str]:
+    try:
+        fields = next(csv.reader([text], delimiter=header.delimiter), [])
+    except csv.Error:
+        fields = []
+    return {
+        name: _shorten(fields[position], RAW_VALUE_LIMIT) if position < len(fields) else ""
+        for name, position in header.positions.items()
+    }
+
+
+def _explain_parse_error(chunk: bytes, first_line: int, error: Exception) -> UnusableInputError:
+    try:
+        chunk.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        line = first_line + chunk.count(b"\n", 0, bad.start)
+        return UnusableInputError(
+            f"the file is not UTF-8 text: line {line} has bytes that are not valid UTF-8 "
+            f"({chunk[bad.start : bad.start + 4]!r}). Save it as UTF-8 (not Latin-1 or UTF-16)."
+        )
+    last_line = first_line + chunk.count(b"\n")
+    return UnusableInputError(
+        f"lines {first_line} to {last_line} could not be parsed as CSV ({error})."
+    )

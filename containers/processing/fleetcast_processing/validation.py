@@ -1,0 +1,163 @@
+"""The rules a reading must pass, applied to a whole block of rows at once.
+
+Every function here takes Arrow string arrays exactly as they were read and returns numpy
+arrays; nothing loops over rows in Python. A row fails on the first rule it breaks, in
+the order of :data:`RULE_ORDER`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fleetcast_common.ids import is_valid_customer_id
+from fleetcast_processing.contract import RejectReason
+
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+FUTURE_TOLERANCE = timedelta(days=1)
+IMPLAUSIBLE_CONSUMPTION = 1e9
+US_PER_SECOND = 1_000_000
+
+# Reason codes as small integers, 0 meaning "accepted"; REASONS[code - 1] is the reason.
+REASONS: tuple[RejectReason, ...] = tuple(RejectReason)
+ACCEPTED = 0
+
+
+def reason_code(reason: RejectReason) -> int:
+    return REASONS.index(reason) + 1
+
+
+RULE_ORDER = (
+    RejectReason.INVALID_CUSTOMER_ID,
+    RejectReason.INVALID_TIMESTAMP,
+    RejectReason.OUT_OF_RANGE_TIMESTAMP,
+    RejectReason.INVALID_CONSUMPTION,
+    RejectReason.NEGATIVE_CONSUMPTION,
+    RejectReason.IMPLAUSIBLE_CONSUMPTION,
+)
+
+_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
+_DECIMAL_COMMA = r"^([+-]?\d*),(\d+)$"
+# An offset after a time of day: "-01" alone is the day of "2024-01-01", not an offset.
+_HAS_OFFSET = re.compile(r"[T ]\d\d.*(Z|[+-]\d\d(:?\d\d)?)$", re.IGNORECASE)
+
+
+class CustomerCodes:
+    """Small integer codes for the valid customer ids of one job, in order of first sight."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+        self.ids: list[str] = []
+
+    def encode(self, customer_ids: pa.Array) -> npt.NDArray[np.int64]:
+        """The code of each id, -1 where the id is not a valid customer id."""
+        encoded = pc.dictionary_encode(customer_ids)
+        # Validate each distinct id once: a block holds far fewer customers than rows.
+        lookup = np.fromiter(
+            (self._code(value) for value in encoded.dictionary.to_pylist()),
+            dtype=np.int64,
+            count=len(encoded.dictionary),
+        )
+        return lookup[encoded.indices.to_numpy(zero_copy_only=False)]
+
+    def _code(self, customer_id: str) -> int:
+        code = self._codes.get(customer_id)
+        if code is not None:
+            return code
+        if not is_valid_customer_id(customer_id):
+            return -1
+        code = self._codes[customer_id] = len(self.ids)
+        self.ids.append(customer_id)
+        return code
+
+
+def parse_instants(raw: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """ISO 8601 dates and date-times as UTC microseconds since the epoch, and which parsed.
+
+    Offsets (``Z``, ``+02:00``) are converted to UTC; values without one are taken as UTC.
+    """
+    if len(raw) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.bool_)
+    # Fast path: a file whose timestamps all share one shape is cast by Arrow in one go.
+    # Guess the shape from the first value, since a failed cast is costly.
+    first = raw[0].as_py().strip()
+    target = pa.timestamp("us", tz="UTC") if _HAS_OFFSET.search(first) else pa.timestamp("us")
+    try:
+        instants = pc.cast(raw, target).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        return instants, np.ones(len(raw), dtype=np.bool_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    # Mixed shapes, offsets or bad values: pandas parses each value on its own.
+    # Upper case: ISO 8601 allows "t" and "z", pandas does not.
+    trimmed = pc.utf8_upper(pc.utf8_trim_whitespace(raw)).to_pandas()
+    parsed = pd.to_datetime(trimmed, format="ISO8601", utc=True, errors="coerce")
+    valid = parsed.notna().to_numpy()
+    ticks = parsed.array.asi8
+    unit = parsed.dt.unit
+    if unit == "ns":
+        ticks = ticks // 1000
+    elif unit != "us":
+        ticks = ticks * {"s": US_PER_SECOND, "ms": 1000}[unit]
+    return np.where(valid, ticks, 0).astype(np.int64), valid
+
+
+def parse_consumption(raw: pa.Array, decimal_comma: bool) -> npt.NDArray[np.float64]:
+    """Readings as floats; NaN where the value is not a plain finite number.
+
+    ``decimal_comma`` accepts ``12,5`` for 12.5, as semicolon-separated files often write it.
+    """
+    try:
+        return np.asarray(pc.cast(raw, pa.float64()).to_numpy(zero_copy_only=False))
+    except pa.ArrowInvalid:
+        pass
+    trimmed = pc.utf8_trim_whitespace(raw)
+    if decimal_comma:
+        trimmed = pc.replace_substring_regex(trimmed, _DECIMAL_COMMA, r"\1.\2")
+    numeric = pc.match_substring_regex(trimmed, _NUMBER)
+    values = pc.cast(pc.if_else(numeric, trimmed, pa.scalar("nan")), pa.float64())
+    return np.asarray(values.to_numpy(zero_copy_only=False))
+
+
+@dataclass(frozen=True)
+class CheckedBlock:
+    """A block's parsed values and, per row, 0 (accepted) or the code of the rule it broke."""
+
+    codes: npt.NDArray[np.int64]
+    instants: npt.NDArray[np.int64]
+    consumption: npt.NDArray[np.float64]
+    reasons: npt.NDArray[np.int8]
+
+
+def check_rows(
+    codes: npt.NDArray[np.int64],
+    timestamps: pa.Array,
+    consumption: pa.Array,
+    now: datetime,
+    decimal_comma: bool = False,
+) -> CheckedBlock:
+    """Apply every rule except duplicates (which need the rows of earlier blocks)."""
+    instants, parsed = parse_instants(timestamps)
+    values = parse_consumption(consumption, decimal_comma)
+    earliest, latest = _instant(EARLIEST), _instant(now + FUTURE_TOLERANCE)
+    with np.errstate(invalid="ignore"):
+        broken = (
+            codes < 0,
+            ~parsed,
+            (instants < earliest) | (instants > latest),
+            ~np.isfinite(values),
+            values < 0,
+            values > IMPLAUSIBLE_CONSUMPTION,
+        )
+    reasons = np.select(broken, [reason_code(rule) for rule in RULE_ORDER], ACCEPTED)
+    return CheckedBlock(codes, instants, values, reasons.astype(np.int8))
+
+
+def _instant(moment: datetime) -> int:
+    return int(moment.astimezone(UTC).timestamp() * US_PER_SECOND)

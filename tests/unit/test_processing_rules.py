@@ -1,0 +1,311 @@
+"""The processing container's building blocks: rules, duplicates, totals, merge, file names."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleetcast_processing.aggregate import Frequency, PeriodTotals, Totals
+from fleetcast_processing.contract import RejectReason
+from fleetcast_processing.customer_files import customer_file
+from fleetcast_processing.duplicates import SeenReadings, find_duplicates, reading_keys
+from fleetcast_processing.history import merge
+from fleetcast_processing.source import _record_boundary
+from fleetcast_processing.validation import (
+    CustomerCodes,
+    check_rows,
+    parse_consumption,
+    parse_instants,
+    reason_code,
+)
+
+NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
+US = 1_000_000
+
+
+def _utc_us(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp() * US)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("2024-01-31", "2024-01-31T00:00:00+00:00"),
+        ("2024-01-31T13:45:00", "2024-01-31T13:45:00+00:00"),
+        ("2024-01-31 13:45:00", "2024-01-31T13:45:00+00:00"),
+        ("2024-01-31T13:45:00Z", "2024-01-31T13:45:00+00:00"),
+        ("2024-01-31T13:45:00+02:00", "2024-01-31T11:45:00+00:00"),
+        ("2024-01-31T23:45:00-05:00", "2024-02-01T04:45:00+00:00"),
+        ("2024-01-31T13:45:00.250Z", "2024-01-31T13:45:00.250000+00:00"),
+        (" 2024-01-31 ", "2024-01-31T00:00:00+00:00"),
+        ("2024-01-31t13:45:00z", "2024-01-31T13:45:00+00:00"),
+        ("20240131T134500Z", "2024-01-31T13:45:00+00:00"),
+    ],
+)
+def test_iso_timestamps_parse_to_utc(raw: str, expected: str) -> None:
+    # Given one ISO 8601 value, alone and after values of another shape (the slow path)
+    for values in ([raw], ["2024-01-01T00:00:00Z", raw], [raw, "2024-01-01"]):
+        # When it is parsed
+        instants, parsed = parse_instants(pa.array(values))
+
+        # Then it is the expected UTC instant
+        assert parsed.all()
+        assert instants[values.index(raw)] == _utc_us(expected)
+
+
+@pytest.mark.parametrize(
+    "raw", ["", "yesterday", "2024-13-01", "2024-02-30", "31/01/2024", "2024-01-31T25:00:00", "12"]
+)
+def test_non_iso_timestamps_do_not_parse(raw: str) -> None:
+    # Given a value that is not an ISO 8601 date or date-time, among good ones
+    values = pa.array(["2024-01-01", raw, "2024-01-02"])
+
+    # When parsed
+    _, parsed = parse_instants(values)
+
+    # Then only it fails
+    assert parsed.tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize(
+    ("raw", "decimal_comma", "expected"),
+    [
+        ("12.5", False, 12.5),
+        ("1e3", False, 1000.0),
+        (" 7 ", False, 7.0),
+        ("-3", False, -3.0),
+        ("12,5", True, 12.5),
+        ("12,5", False, None),
+        ("1,234.5", True, None),
+        ("", False, None),
+        ("abc", False, None),
+        ("NaN", False, None),
+        ("inf", False, None),
+        ("-Infinity", False, None),
+        ("0x10", False, None),
+        ("1e999", False, None),
+    ],
+)
+def test_consumption_must_be_a_finite_number(
+    raw: str, decimal_comma: bool, expected: float | None
+) -> None:
+    # Given a consumption value among good ones
+    values = pa.array(["1", raw, "2"])
+
+    # When it is parsed
+    parsed = parse_consumption(values, decimal_comma)
+
+    # Then it is the number, or not finite when it is not a plain number
+    assert parsed[0] == 1.0 and parsed[2] == 2.0
+    if expected is None:
+        assert not np.isfinite(parsed[1])
+    else:
+        assert parsed[1] == expected
+
+
+def test_customer_codes_validate_each_id_and_keep_codes_stable() -> None:
+    # Given ids over two blocks, valid and not
+    codes = CustomerCodes()
+
+    # When they are encoded
+    first = codes.encode(pa.array(["007", "7", "../x", "007", "a" * 64, "a" * 65]))
+    second = codes.encode(pa.array(["7", "new", "", "cust 1"]))
+
+    # Then valid ids keep one code across blocks, invalid ones are -1, "007" is not "7"
+    assert first.tolist() == [0, 1, -1, 0, 2, -1]
+    assert second.tolist() == [1, 3, -1, -1]
+    assert codes.ids == ["007", "7", "a" * 64, "new"]
+
+
+def test_rules_apply_in_order_and_first_broken_rule_wins() -> None:
+    # Given rows breaking one or more rules
+    ids = CustomerCodes().encode(pa.array(["ok", "bad id", "ok", "ok", "ok", "ok", "ok", "ok"]))
+    timestamps = pa.array(
+        [
+            "2024-01-01",
+            "nope",  # bad id and bad timestamp: the id is reported
+            "1999-12-31",
+            "2024-06-02T11:59:59Z",  # within a day of NOW
+            "2024-06-02T12:00:01Z",  # beyond a day
+            "2024-01-01",
+            "2024-01-01",
+            "2024-01-01",
+        ]
+    )
+    consumption = pa.array(["1", "1", "1", "1", "1", "-0.5", "1000000000.5", "x"])
+
+    # When checked
+    checked = check_rows(ids, timestamps, consumption, NOW)
+
+    # Then each row carries the first rule it breaks
+    assert checked.reasons.tolist() == [
+        0,
+        reason_code(RejectReason.INVALID_CUSTOMER_ID),
+        reason_code(RejectReason.OUT_OF_RANGE_TIMESTAMP),
+        0,
+        reason_code(RejectReason.OUT_OF_RANGE_TIMESTAMP),
+        reason_code(RejectReason.NEGATIVE_CONSUMPTION),
+        reason_code(RejectReason.IMPLAUSIBLE_CONSUMPTION),
+        reason_code(RejectReason.INVALID_CONSUMPTION),
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    readings=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), min_size=0, max_size=80),
+    cuts=st.lists(st.integers(0, 80), max_size=6),
+)
+def test_duplicates_match_a_plain_set_however_the_file_is_split(
+    readings: list[tuple[int, int]], cuts: list[int]
+) -> None:
+    # Given (customer, instant) readings on lines 2.., split into blocks at arbitrary points
+    seen = SeenReadings()
+    codes = np.array([customer for customer, _ in readings], dtype=np.int64)
+    instants = np.array(
+        [_utc_us("2024-01-01T00:00:00+00:00") + second * US for _, second in readings],
+        dtype=np.int64,
+    )
+    lines = np.arange(2, len(readings) + 2, dtype=np.int64)
+    bounds = sorted({0, len(readings), *(cut for cut in cuts if cut <= len(readings))})
+
+    # When each block is checked in turn
+    repeated: list[bool] = []
+    originals: list[int] = []
+    for start, end in itertools.pairwise(bounds):
+        keys = reading_keys(codes[start:end], instants[start:end])
+        found = find_duplicates(seen, keys, lines[start:end])
+        repeated += found.repeated.tolist()
+        originals += found.original_line[found.repeated].tolist()
+
+    # Then the rows marked are exactly those a set finds, each naming the first line
+    first_line: dict[tuple[int, int], int] = {}
+    expected_repeated, expected_originals = [], []
+    for line, reading in zip(lines.tolist(), readings, strict=True):
+        expected_repeated.append(reading in first_line)
+        if reading in first_line:
+            expected_originals.append(first_line[reading])
+        first_line.setdefault(reading, line)
+    assert repeated == expected_repeated
+    assert originals == expected_originals
+    assert len(seen) == len(first_line)
+
+
+def test_seen_readings_survive_many_merges_of_interleaved_runs() -> None:
+    # Given blocks of random, interleaving keys (so runs merge by position, not by append)
+    rng = np.random.default_rng(7)
+    seen = SeenReadings()
+    expected: dict[int, int] = {}
+    line = 2
+    for size in (500, 300, 700, 100, 900, 50, 400):
+        keys = np.unique(rng.integers(0, 1_000_000, size))
+        new = np.array([int(key) not in expected for key in keys])
+        lines = np.arange(line, line + len(keys))
+        line += len(keys)
+
+        # When each block's new keys are added
+        seen.add(keys[new], lines[new])
+        expected.update({int(key): int(at) for key, at in zip(keys[new], lines[new], strict=True)})
+
+    # Then every key is found with its first line, and unknown keys are not found
+    probe = np.array([-5, *sorted(expected), 1_000_001], dtype=np.int64)
+    assert seen.first_lines(probe).tolist() == [expected.get(int(key), -1) for key in probe]
+    assert len(seen) == len(expected)
+
+
+def test_period_totals_match_a_plain_sum_over_unsorted_blocks() -> None:
+    # Given readings in random order, added in several blocks
+    rng = np.random.default_rng(1)
+    codes = rng.integers(0, 5, 2000)
+    instants = _utc_us("2024-01-01T00:00:00+00:00") + rng.integers(0, 10 * 86_400, 2000) * US
+    values = rng.uniform(0, 10, 2000)
+    totals = PeriodTotals(Frequency("D"))
+    for start in range(0, 2000, 300):
+        block = slice(start, start + 300)
+        totals.add(codes[block], instants[block], values[block])
+
+    # When the totals are taken
+    result = totals.result()
+
+    # Then they equal a plain per-(customer, day) sum, sorted by customer then day
+    expected: dict[tuple[int, int], float] = {}
+    for code, instant, value in zip(codes, instants, values, strict=True):
+        key = (int(code), int(instant // (86_400 * US)))
+        expected[key] = expected.get(key, 0.0) + float(value)
+    keys = list(zip(result.codes.tolist(), result.periods.tolist(), strict=True))
+    assert keys == sorted(expected)
+    assert result.values.tolist() == pytest.approx([expected[key] for key in keys])
+
+
+def test_frequency_labels() -> None:
+    # Given days and hours since the epoch
+    day = _utc_us("2024-02-29T00:00:00+00:00") // (86_400 * US)
+
+    # When formatted
+    days = Frequency("D").format(np.array([day, day + 1, day], dtype=np.int64))
+    hours = Frequency("H").format(np.array([day * 24 + 23], dtype=np.int64))
+
+    # Then they read as ds values
+    assert days.to_pylist() == ["2024-02-29", "2024-03-01", "2024-02-29"]
+    assert hours.to_pylist() == ["2024-02-29T23:00:00"]
+    with pytest.raises(ValueError, match="frequency"):
+        Frequency("W")
+
+
+def test_merge_prefers_uploaded_values_per_customer_and_period() -> None:
+    # Given stored totals for customers 0 and 1, and uploaded ones overlapping customer 0
+    stored = Totals(np.array([0, 0, 1]), np.array([10, 11, 10]), np.array([1.0, 2.0, 3.0]))
+    uploaded = Totals(np.array([0, 0]), np.array([11, 12]), np.array([20.0, 30.0]))
+
+    # When merged
+    merged, replaced = merge(stored, uploaded)
+
+    # Then the overlap takes the uploaded value and everything stays sorted
+    assert list(
+        zip(merged.codes.tolist(), merged.periods.tolist(), merged.values.tolist(), strict=True)
+    ) == [
+        (0, 10, 1.0),
+        (0, 11, 20.0),
+        (0, 12, 30.0),
+        (1, 10, 3.0),
+    ]
+    assert replaced == 1
+
+
+@pytest.mark.parametrize("customer_id", ["../x", "..", "a/b", "", "x" * 65, "é", "a\n"])
+def test_customer_file_refuses_ids_that_are_not_plain_names(
+    tmp_path: Path, customer_id: str
+) -> None:
+    # Given an id that is not a valid customer id
+    # When its file path is asked for
+    # Then it is refused
+    with pytest.raises(ValueError, match="invalid customer id"):
+        customer_file(tmp_path, customer_id)
+
+
+def test_customer_file_is_directly_in_its_folder(tmp_path: Path) -> None:
+    assert customer_file(tmp_path, "007") == tmp_path / "007.csv"
+
+
+@pytest.mark.parametrize(
+    ("data", "cut"),
+    [
+        (b"a,1\nb,2\nc", 8),
+        (b"a,1\nb,2\n", 8),
+        (b"no newline", 0),
+        (b'a,"x\ny",1\nb,2', 10),  # the newline inside quotes is not a boundary
+        (b'a,"x""\ny",1\n', 12),  # an escaped quote does not close the value
+        (b'a,"x\ny', 5),  # no balanced newline at all (a stray quote?): the last newline
+    ],
+)
+def test_record_boundary_does_not_cut_inside_quotes(data: bytes, cut: int) -> None:
+    # Given a block's bytes
+    # When the reader looks for where to cut
+    # Then it cuts after a newline that is not inside quotes
+    assert _record_boundary(data) == cut
