@@ -53,7 +53,10 @@ def write_archive(path: Path, model_json: str, metadata: ModelMetadata) -> None:
     never sees half an archive."""
     partial = path.with_name(path.name + ".partial")
     with tarfile.open(partial, "w:gz", compresslevel=6) as archive:
-        for name, text in ((MODEL_MEMBER, model_json), (METADATA_MEMBER, metadata.model_dump_json())):
+        for name, text in (
+            (MODEL_MEMBER, model_json),
+            (METADATA_MEMBER, metadata.model_dump_json()),
+        ):
             payload = text.encode()
             info = tarfile.TarInfo(name)
             info.size = len(payload)
@@ -65,7 +68,9 @@ def read_archive(source: Path | bytes) -> tuple[str, ModelMetadata]:
     """Return ``(model_json, metadata)``; raise ``ValueError`` for a malformed archive."""
     fileobj = io.BytesIO(source) if isinstance(source, bytes) else None
     try:
-        with tarfile.open(name=None if fileobj else source, fileobj=fileobj, mode="r:gz") as archive:
+        with tarfile.open(
+            name=None if fileobj else source, fileobj=fileobj, mode="r:gz"
+        ) as archive:
             members = {m.name: m for m in archive.getmembers() if m.isfile()}
             missing = {MODEL_MEMBER, METADATA_MEMBER} - members.keys()
             if missing:

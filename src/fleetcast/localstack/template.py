@@ -82,6 +82,24 @@ _NAME_PROPERTIES = {
     "AWS::IAM::Role": "RoleName",
     "AWS::Serverless::Function": "FunctionName",
     "AWS::SNS::Topic": "TopicName",
+    "AWS::SageMaker::Model": "ModelName",
+    "AWS::SageMaker::EndpointConfig": "EndpointConfigName",
+    "AWS::SageMaker::Endpoint": "EndpointName",
+    "AWS::Serverless::Api": "Name",
+}
+# Ref gives these resources' ARN, not their name; their names come from Fn::GetAtt.
+_REF_IS_ARN = {
+    "AWS::SageMaker::Model",
+    "AWS::SageMaker::EndpointConfig",
+    "AWS::SageMaker::Endpoint",
+}
+_NAME_ATTRIBUTES = {
+    "Name",
+    "QueueName",
+    "TopicName",
+    "ModelName",
+    "EndpointConfigName",
+    "EndpointName",
 }
 
 
@@ -133,6 +151,10 @@ class LocalTemplate:
             "AWS::SQS::Queue": f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}",
             "AWS::Serverless::Function": f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{name}",
             "AWS::SNS::Topic": f"arn:aws:sns:{REGION}:{ACCOUNT_ID}:{name}",
+            # SageMaker lower-cases the names in its ARNs.
+            "AWS::SageMaker::Model": f"arn:aws:sagemaker:{REGION}:{ACCOUNT_ID}:model/{name.lower()}",
+            "AWS::SageMaker::EndpointConfig": f"arn:aws:sagemaker:{REGION}:{ACCOUNT_ID}:endpoint-config/{name.lower()}",
+            "AWS::SageMaker::Endpoint": f"arn:aws:sagemaker:{REGION}:{ACCOUNT_ID}:endpoint/{name.lower()}",
         }
         return formats.get(kind, f"arn:aws:local:{REGION}:{ACCOUNT_ID}:{logical_id}/{name}")
 
@@ -152,13 +174,15 @@ class LocalTemplate:
         if name in self.resources:
             if self.resources[name]["Type"] == "AWS::SQS::Queue":
                 return f"http://local/{ACCOUNT_ID}/{self.physical_name(name)}"
+            if self.resources[name]["Type"] in _REF_IS_ARN:
+                return self.arn(name)
             return self.physical_name(name)
         raise KeyError(f"template.yaml refers to unknown name {name!r}")
 
     def get_att(self, logical_id: str, attribute: str) -> str:
         if attribute == "Arn":
             return self.arn(logical_id)
-        if attribute in ("Name", "QueueName", "TopicName"):
+        if attribute in _NAME_ATTRIBUTES:
             return self.physical_name(logical_id)
         raise KeyError(f"local stack cannot resolve {logical_id}.{attribute}")
 
