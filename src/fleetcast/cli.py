@@ -21,8 +21,8 @@ import boto3
 from rich.console import Console
 from rich.table import Table
 
-from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
 from fleetcast.cost_cli import add_cost_commands
+from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 

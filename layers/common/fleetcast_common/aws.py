@@ -19,7 +19,7 @@ RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 8}, max_pool_
 
 @functools.cache
 def client(service: str) -> Any:
-    return boto3.session.Session().client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]
+    return boto3.session.Session().client(service, config=RETRY_CONFIG)
 
 
 def error_code(error: Exception) -> str | None:

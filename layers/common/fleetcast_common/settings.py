@@ -4,7 +4,7 @@ template.yaml (or the local stack) sets, validated when the handler starts."""
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,7 +13,7 @@ class _FromEnvironment(BaseModel):
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    def from_env(cls, environ: dict[str, str] | None = None) -> Self:
         return cls.model_validate(dict(os.environ if environ is None else environ))
 
 

@@ -44,8 +44,7 @@ class Gateway:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self._server.host}:{self._server.port}"
 
     def add_route(self, matches: Callable[[dict[str, Any]], bool], app: WsgiApp) -> None:
         self._routes.append((matches, app))

@@ -267,8 +267,8 @@ class JobRunner:
             runner.submit("training", backend, name)
             return job
 
-        backend_class.create_processing_job = create_processing_job  # type: ignore[method-assign]
-        backend_class.create_training_job = create_training_job  # type: ignore[method-assign]
+        setattr(backend_class, "create_processing_job", create_processing_job)  # noqa: B010 - patching moto
+        setattr(backend_class, "create_training_job", create_training_job)  # noqa: B010
 
     def uninstall(self) -> None:
         backend_class = sagemaker_models.SageMakerModelBackend

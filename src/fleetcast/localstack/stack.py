@@ -18,17 +18,19 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from fleetcast.localstack.costs import LocalCosts
+from fleetcast.localstack.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.localstack.events import EventDelivery
 from fleetcast.localstack.gateway import Gateway
 from fleetcast.localstack.lambdas import LocalFunction
 from fleetcast.localstack.sagemaker_jobs import JobRunner
-from fleetcast.localstack.serving import LocalServing
+from fleetcast.localstack.serving import LocalServing, ServingOptions
 from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
 
 log = logging.getLogger("fleetcast.localstack")
 
 DEFAULT_PORT = 4599
+# Worker processes of a function behind an API: requests arrive concurrently.
+API_FUNCTION_CONCURRENCY = 4
 STATE_FILE = "stack.json"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
@@ -113,14 +115,18 @@ class LocalStack:
         parameters: dict[str, str] | None = None,
         root: Path | None = None,
         function_concurrency: int = 1,
+        serving: ServingOptions | None = None,
     ) -> None:
         self.root = root or repo_root()
         self.state_dir = state_dir or default_state_dir()
         self.template = LocalTemplate(
-            self.root / "template.yaml", stack_name=stack_name, parameter_overrides=parameters or {}
+            self.root / "template.yaml",
+            stack_name=stack_name,
+            parameter_overrides={**LOCAL_PARAMETERS, **(parameters or {})},
         )
         self._port = port
         self._function_concurrency = function_concurrency
+        self._serving_options = serving
         self.gateway: Gateway | None = None
         self.runner: JobRunner | None = None
         self.delivery: EventDelivery | None = None
@@ -157,7 +163,7 @@ class LocalStack:
             self._create_functions()
             self.delivery.start()
             self.info = self._describe()
-            self.serving = LocalServing(self)
+            self.serving = LocalServing(self, self._serving_options)
             self.info.extra.update(self.serving.start())
             self.costs = LocalCosts(self)
             self.info.extra.update(self.costs.start())
@@ -193,6 +199,11 @@ class LocalStack:
     # -- clients ----------------------------------------------------------------------
 
     @property
+    def requested_port(self) -> int:
+        """The gateway port asked for; 0 means any free port."""
+        return self._port
+
+    @property
     def endpoint_url(self) -> str:
         assert self.gateway is not None, "the local stack is not started"
         return self.gateway.url
@@ -206,14 +217,14 @@ class LocalStack:
             service,
             endpoint_url=self.endpoint_url,
             config=Config(retries={"mode": "standard"}, max_pool_connections=32),
-        )  # type: ignore[call-overload]
+        )
 
     def resource(self, service: str) -> Any:
         return boto3.session.Session(
             aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
             region_name=REGION,
-        ).resource(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+        ).resource(service, endpoint_url=self.endpoint_url)
 
     def client_environment(self) -> dict[str, str]:
         return {
@@ -314,6 +325,7 @@ class LocalStack:
             environment = {
                 **self.template.function_environment(logical_id),
                 **self.client_environment(),
+                **local_function_environment(logical_id, self.state_dir),
                 "AWS_LAMBDA_FUNCTION_NAME": self.template.physical_name(logical_id),
                 "POWERTOOLS_TRACE_DISABLED": "true",
             }
@@ -325,7 +337,11 @@ class LocalStack:
                 ),
                 environment=environment,
                 log_path=self.state_dir / "logs" / f"{logical_id}.log",
-                concurrency=self._function_concurrency,
+                concurrency=(
+                    max(self._function_concurrency, API_FUNCTION_CONCURRENCY)
+                    if any(e.get("Type") == "Api" for e in properties.get("Events", {}).values())
+                    else self._function_concurrency
+                ),
                 memory=int(properties.get("MemorySize", globals_.get("MemorySize", 512))),
             )
             self.functions[logical_id] = function

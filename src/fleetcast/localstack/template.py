@@ -41,7 +41,7 @@ class _TemplateLoader(yaml.SafeLoader):
     """SafeLoader that reads ``!Ref X`` as ``{"Ref": "X"}`` and so on."""
 
 
-def _construct(tag: str, full_name: str):  # type: ignore[no-untyped-def]
+def _construct(tag: str, full_name: str) -> Any:
     def construct(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
         value: Any
         if isinstance(node, yaml.ScalarNode):
