@@ -105,7 +105,7 @@ def test_mime_structure_is_text_plus_html_with_the_chart_inline(
     assert image_part.get_content_disposition() == "inline"
     png = image_part.get_content()
     assert png == chart and png.startswith(b"\x89PNG\r\n\x1a\n")
-    assert struct.unpack(">II", png[16:24]) == (900, 420)
+    assert struct.unpack(">II", png[16:24]) == mail.CHART_SIZE
 
     # And it is addressed as configured
     assert message["From"] == "Cost watch <cost@example.com>"

@@ -37,6 +37,7 @@ OPT_ML_ENV = "FLEETCAST_OPT_ML"  # read by both containers' contract modules
 INSTANCE_CPUS_ENV = "FLEETCAST_INSTANCE_CPUS"
 MESSAGE_LIMIT = 1024
 CHECKPOINT_SYNC_SECONDS = 1.0
+SMALL_OBJECT_BYTES = 8 * 1024 * 1024
 _ENTRYPOINT = re.compile(r"^\s*ENTRYPOINT\s+(\[.*\])\s*$", re.MULTILINE)
 
 
@@ -104,7 +105,11 @@ def _jsonable(value: Any, as_string: bool) -> Any:
 
 @dataclass
 class S3Transfer:
-    """Bulk S3 copies between the local moto server and a folder, a few requests at a time."""
+    """Bulk S3 copies between the local moto server and a folder, a few requests at a time.
+
+    Small objects (per-customer files, model archives) go as single requests: the managed
+    transfer of ``upload_file`` costs more than the object itself at that size.
+    """
 
     s3: Any
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(16))
@@ -120,22 +125,27 @@ class S3Transfer:
             relative = key[len(prefix) :].lstrip("/") or Path(key).name
             path = target / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.s3.download_file(bucket, key, str(path))
+            response = self.s3.get_object(Bucket=bucket, Key=key)
+            if response["ContentLength"] > SMALL_OBJECT_BYTES:
+                self.s3.download_file(bucket, key, str(path))
+            else:
+                path.write_bytes(response["Body"].read())
 
         list(self.pool.map(fetch, keys))
         return len(keys)
 
-    def upload_tree(
-        self, source: Path, bucket: str, prefix: str, skip: Callable[[Path], bool] = lambda _: False
-    ) -> int:
-        files = [p for p in sorted(source.rglob("*")) if p.is_file() and not skip(p)]
+    def upload(self, path: Path, bucket: str, key: str) -> None:
+        if path.stat().st_size > SMALL_OBJECT_BYTES:
+            self.s3.upload_file(str(path), bucket, key)
+        else:
+            self.s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+
+    def upload_tree(self, source: Path, bucket: str, prefix: str) -> int:
+        files = [p for p in sorted(source.rglob("*")) if p.is_file()]
         base = prefix if not prefix or prefix.endswith("/") else prefix + "/"
         list(
             self.pool.map(
-                lambda p: self.s3.upload_file(
-                    str(p), bucket, base + p.relative_to(source).as_posix()
-                ),
-                files,
+                lambda p: self.upload(p, bucket, base + p.relative_to(source).as_posix()), files
             )
         )
         return len(files)
@@ -184,10 +194,16 @@ class CheckpointSync:
             signature = (stat.st_mtime, stat.st_size)
             if self._seen.get(path) != signature:
                 changed.append((path, signature))
-        for path, _ in changed:
-            self._transfer.s3.upload_file(
-                str(path), self._bucket, self._prefix + path.relative_to(self._local).as_posix()
+        list(
+            self._transfer.pool.map(
+                lambda item: self._transfer.upload(
+                    item[0],
+                    self._bucket,
+                    self._prefix + item[0].relative_to(self._local).as_posix(),
+                ),
+                changed,
             )
+        )
         self._seen.update(changed)
         return len(changed)
 
@@ -580,7 +596,7 @@ class JobRunner:
         with tarfile.open(archive, "w:gz") as tar:
             for path in sorted((root / "model").rglob("*")):
                 tar.add(path, arcname=path.relative_to(root / "model").as_posix(), recursive=False)
-        self._transfer.s3.upload_file(str(archive), bucket, prefix)
+        self._transfer.upload(archive, bucket, prefix)
         job.model_artifacts = {"S3ModelArtifacts": f"s3://{bucket}/{prefix}"}
 
     def _scrape_metrics(self, job: Any, logs: list[Path]) -> list[dict[str, Any]]:

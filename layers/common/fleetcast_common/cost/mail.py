@@ -24,9 +24,12 @@ from email.policy import SMTP
 from email.utils import format_datetime, make_msgid
 from html import escape
 
-from fleetcast_common.cost.models import Anomaly, CostAnalysis
+from fleetcast_common.cost.models import Anomaly, CostAnalysis, SourceProblem
 
 CHART_CID_DOMAIN = "fleetcast.cost"
+# The chart's size in pixels (chart.py draws it at 100 dpi); here, not there, so that
+# composing the e-mail does not import matplotlib.
+CHART_SIZE = (900, 560)
 # CRLF line ends for SES raw mail; headers unfolded up to RFC 5322's 998 characters, as
 # Python folds a long subject onto a line of its own, which some parsers keep a space of.
 MAIL_POLICY = SMTP.clone(max_line_length=998)
@@ -134,6 +137,13 @@ def _footer(analysis: CostAnalysis) -> list[str]:
     return lines
 
 
+def _problems_by_severity(analysis: CostAnalysis) -> list[tuple[str, list[SourceProblem]]]:
+    """Failures under their own heading; what is merely worth knowing under "Notes"."""
+    errors = [p for p in analysis.problems if p.severity == "error"]
+    notes = [p for p in analysis.problems if p.severity != "error"]
+    return [(h, p) for h, p in (("Sources with problems", errors), ("Notes", notes)) if p]
+
+
 def _text(
     analysis: CostAnalysis,
     anomalies: Sequence[Anomaly],
@@ -164,9 +174,9 @@ def _text(
             lines.append(f"   {r.evidence}")
             lines.append(f"   What to do: {r.action}")
         lines.append("")
-    if analysis.problems:
-        lines.append("SOURCES WITH PROBLEMS")
-        lines.extend(f"- {p.source}: {p.message}" for p in analysis.problems)
+    for heading, problems in _problems_by_severity(analysis):
+        lines.append(heading.upper())
+        lines.extend(f"- {p.source}: {p.message}" for p in problems)
         lines.append("")
     lines.extend(_footer(analysis))
     return "\n".join(lines) + "\n"
@@ -175,6 +185,13 @@ def _text(
 _CELL = "padding:4px 8px;border-bottom:1px solid #ddd;"
 _NUMBER = _CELL + "text-align:right;font-variant-numeric:tabular-nums;"
 _HEAD = "padding:4px 8px;border-bottom:2px solid #333;text-align:left;"
+_NUMERIC_HEADS = frozenset({"Actual", "Expected", "Impact", "Saving/month"})
+
+
+def _th(text: str, numeric: bool) -> str:
+    # A number column's heading sits over the numbers' right edge.
+    align = "text-align:right;" if numeric else ""
+    return f'<th style="{_HEAD}{align}">{escape(text)}</th>'
 
 
 def _html(
@@ -195,14 +212,15 @@ def _html(
     ]
     if cid:
         parts.append(
-            f'<p><img src="cid:{escape(cid)}" width="900" height="420" '
+            f'<p><img src="cid:{escape(cid)}" width="{CHART_SIZE[0]}" '
+            f'height="{CHART_SIZE[1]}" '
             'alt="Daily SageMaker cost by usage type, anomalies marked"></p>'
         )
     if anomalies:
         parts.append('<h2 style="font-size:16px;">Anomalies</h2>')
         parts.append('<table style="border-collapse:collapse;font-size:13px;">')
         heads = ("Usage type", "Day", "Actual", "Expected", "Impact", "Kind", "Found by")
-        parts.append("<tr>" + "".join(f'<th style="{_HEAD}">{h}</th>' for h in heads) + "</tr>")
+        parts.append("<tr>" + "".join(_th(h, h in _NUMERIC_HEADS) for h in heads) + "</tr>")
         for a in anomalies:
             badge = ' <b style="color:#D55E00;">new</b>' if digest and a.key in new else ""
             parts.append(
@@ -224,7 +242,7 @@ def _html(
         )
         parts.append('<table style="border-collapse:collapse;font-size:13px;">')
         columns = ("Saving/month", "Change", "Evidence", "What to do")
-        parts.append("<tr>" + "".join(f'<th style="{_HEAD}">{h}</th>' for h in columns) + "</tr>")
+        parts.append("<tr>" + "".join(_th(h, h in _NUMERIC_HEADS) for h in columns) + "</tr>")
         for r in analysis.recommendations:
             parts.append(
                 "<tr>"
@@ -235,11 +253,9 @@ def _html(
                 "</tr>"
             )
         parts.append("</table>")
-    if analysis.problems:
-        parts.append('<h2 style="font-size:16px;">Sources with problems</h2><ul>')
-        parts.extend(
-            f"<li><b>{escape(p.source)}</b>: {escape(p.message)}</li>" for p in analysis.problems
-        )
+    for heading, problems in _problems_by_severity(analysis):
+        parts.append(f'<h2 style="font-size:16px;">{heading}</h2><ul>')
+        parts.extend(f"<li><b>{escape(p.source)}</b>: {escape(p.message)}</li>" for p in problems)
         parts.append("</ul>")
     parts.append('<p style="font-size:11px;color:#666;">')
     parts.append("<br>".join(escape(line) for line in _footer(analysis)))
