@@ -8,11 +8,14 @@ BIN := $(VENV)/bin
 UV := $(BIN)/uv
 SAM_VENV := .venv-sam
 CHECKOV_VENV := .venv-checkov
+# The SageMaker Python SDK (examples/sdk_client.py): large, and its pins conflict with ours.
+SDK_VENV := .venv-sdk
 STAMP := $(VENV)/.installed
-LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lock.txt
+LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lock.txt \
+         requirements/sdk.lock.txt
 
 .PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck \
-        validate bench bench-smoke clean
+        validate bench bench-smoke clean openapi email-preview
 
 help:  ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -27,6 +30,8 @@ $(STAMP): $(UV) pyproject.toml $(LOCKS)
 	$(UV) pip install --quiet -p $(SAM_VENV)/bin/python -r requirements/sam.lock.txt
 	[ -x $(CHECKOV_VENV)/bin/checkov ] || $(UV) venv --quiet -p $(BIN)/python $(CHECKOV_VENV)
 	$(UV) pip install --quiet -p $(CHECKOV_VENV)/bin/python -r requirements/checkov.lock.txt
+	[ -x $(SDK_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(SDK_VENV)
+	$(UV) pip install --quiet -p $(SDK_VENV)/bin/python -r requirements/sdk.lock.txt
 	touch $@
 
 install: $(STAMP)  ## Create the virtual environments (idempotent)
@@ -35,6 +40,7 @@ lock: $(UV)  ## Re-resolve the pinned lock files from pyproject.toml and require
 	$(UV) pip compile --quiet -p $(BIN)/python --extra dev pyproject.toml -o requirements/lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/sam.in -o requirements/sam.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/checkov.in -o requirements/checkov.lock.txt
+	$(UV) pip compile --quiet -p $(BIN)/python requirements/sdk.in -o requirements/sdk.lock.txt
 
 demo: $(STAMP)  ## Run the whole pipeline locally: 1000 customers, 2 training instances
 	$(BIN)/fleetcast demo --customers 1000 --instances 2
@@ -61,8 +67,15 @@ test-e2e: $(STAMP)  ## End-to-end tests on the embedded local stack
 test: $(STAMP) lint typecheck  ## Everything: lint, types, unit, integration, e2e
 	$(BIN)/pytest tests -q
 
+openapi: $(STAMP)  ## Regenerate docs/openapi.json from the forecast API's routes
+	$(BIN)/python -m fleetcast.openapi
+
+email-preview: $(STAMP)  ## Render the latest cost-report e-mail (the outbox) to a PNG
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
+	$(BIN)/python -m fleetcast.email_preview
+
 bench: $(STAMP)  ## Benchmarks against the public sample's approach
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache

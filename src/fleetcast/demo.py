@@ -18,6 +18,7 @@ from rich.progress import (
 from rich.table import Table
 
 from fleetcast.localstack.stack import LocalStack
+from fleetcast.serving_cli import demo_forecast
 from fleetcast.status import RunStatus, decisions_per_run, run_status
 
 POLL_SECONDS = 0.5
@@ -159,6 +160,7 @@ def run_demo(
         console.print(
             f"logs: {Path(info.state_dir) / 'logs'} (functions), {Path(info.state_dir) / 'jobs'} (SageMaker jobs)"
         )
+        demo_forecast(info, stack.client("s3"), console)
         return 0
     finally:
         with console.status("stopping the local stack"):

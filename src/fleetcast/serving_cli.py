@@ -1,14 +1,269 @@
-"""``fleetcast forecast``: the serving side of the CLI (placeholder until serving lands)."""
+"""``fleetcast forecast``: a customer's forecast from the forecast API, as a table, as JSON
+or drawn over the customer's recent history.
+
+The API's URL and key come from ``FLEETCAST_API_URL`` / ``FLEETCAST_API_KEY`` (``fleetcast
+env``, or a deployed stack's outputs), else from the running local stack.
+"""
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
+
+from rich.console import Console
+from rich.table import Table
+
+from fleetcast.localstack.stack import StackInfo
+from fleetcast_common.forecasting import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
+from fleetcast_common.layout import history_key
+
+API_URL_ENV = "FLEETCAST_API_URL"
+API_KEY_ENV = "FLEETCAST_API_KEY"
+# How much history the plot shows before the forecast: a few times the horizon, at least
+# eight weeks, so the weekly pattern the forecast continues is visible.
+MIN_HISTORY_DAYS = 56
+HISTORY_PER_FORECAST_DAY = 4
+REQUEST_TIMEOUT_SECONDS = 35
+
+console = Console()
+err = Console(stderr=True)
+
+
+class ServingError(Exception):
+    """A problem the user can act on; printed without a traceback."""
+
+
+@dataclass(frozen=True)
+class ForecastApi:
+    url: str
+    key: str
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ServingError(f"{API_URL_ENV}={self.url!r} is not an http(s) URL")
+
+    def get(self, path: str) -> dict[str, Any]:
+        request = urllib.request.Request(  # noqa: S310 - http(s) only, checked above
+            self.url.rstrip("/") + path,
+            headers={"x-api-key": self.key, "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:  # noqa: S310
+                document: dict[str, Any] = json.loads(response.read())
+                return document
+        except urllib.error.HTTPError as error:
+            raise ServingError(_explain(error)) from None
+        except urllib.error.URLError as error:
+            raise ServingError(
+                f"the forecast API at {self.url} does not answer ({error.reason}): is the stack "
+                "running (`fleetcast up`)?"
+            ) from None
+
+    def forecast(self, customer_id: str, period: int) -> dict[str, Any]:
+        return self.get(f"/customers/{quote(customer_id, safe='')}/forecast?period={period}")
+
+
+def _explain(error: urllib.error.HTTPError) -> str:
+    try:
+        message = json.loads(error.read()).get("message", "")
+    except ValueError:
+        message = ""
+    if error.code == 403:
+        return f"the API refused the key (403 {message or 'Forbidden'}): check {API_KEY_ENV}"
+    retry = error.headers.get("Retry-After")
+    hint = f" (retry after {retry} s)" if retry else ""
+    return f"{error.code}: {message or error.reason}{hint}"
+
+
+def api_from_environment(state_dir: Path | None) -> ForecastApi:
+    url, key = os.environ.get(API_URL_ENV), os.environ.get(API_KEY_ENV)
+    if url and key:
+        return ForecastApi(url, key)
+    try:
+        info = StackInfo.load(state_dir)
+    except FileNotFoundError as error:
+        raise ServingError(
+            f"{error}, or export {API_URL_ENV} and {API_KEY_ENV} of a deployed stack"
+        ) from None
+    os.environ.update({k: v for k, v in info.environment().items() if k not in os.environ})
+    if API_URL_ENV not in info.extra:
+        raise ServingError("the running local stack serves no forecast API")
+    return ForecastApi(info.extra[API_URL_ENV], info.extra.get(API_KEY_ENV, ""))
+
+
+def forecast_summary(forecast: dict[str, Any]) -> str:
+    return (
+        f"[bold]customer {forecast['customer_id']}[/]: next {forecast['period']} days from model "
+        f"v{forecast['model_version']} (run {forecast['run_id']}), trained "
+        f"{forecast['trained_at'][:16].replace('T', ' ')} on data to {forecast['data_end']}"
+    )
+
+
+def forecast_table(forecast: dict[str, Any]) -> Table:
+    table = Table(header_style="bold")
+    table.add_column("ds")
+    for column in ("yhat", "lower", "upper"):
+        table.add_column(column, justify="right")
+    for point in forecast["forecast"]:
+        table.add_row(
+            point["ds"],
+            f"{point['yhat']:,.1f}",
+            _number(point.get("yhat_lower")),
+            _number(point.get("yhat_upper")),
+        )
+    return table
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def read_history(s3: Any, bucket: str, customer_id: str) -> Any:
+    """The customer's stored daily history (``ds,y``), or None when there is none."""
+    import pandas as pd
+
+    try:
+        body = s3.get_object(Bucket=bucket, Key=history_key(customer_id))["Body"].read()
+    except Exception as error:
+        if getattr(error, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return None
+        raise
+    return pd.read_csv(io.BytesIO(body), parse_dates=["ds"])
+
+
+def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:
+    """Recent history, the forecast and its interval, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    points = pd.DataFrame(forecast["forecast"])
+    points["ds"] = pd.to_datetime(points["ds"])
+    figure, axes = plt.subplots(figsize=(10, 5.2), dpi=110)
+    if history is not None and len(history):
+        days = max(MIN_HISTORY_DAYS, HISTORY_PER_FORECAST_DAY * int(forecast["period"]))
+        recent = history[history["ds"] > history["ds"].max() - pd.Timedelta(days=days)]
+        axes.plot(recent["ds"], recent["y"], color="#444444", linewidth=1.2, label="history")
+        # Join the forecast to the last observation so the two read as one line.
+        points = pd.concat(
+            [pd.DataFrame({"ds": [recent["ds"].iloc[-1]], "yhat": [recent["y"].iloc[-1]]}), points],
+            ignore_index=True,
+        )
+    if points["yhat_lower"].notna().any():
+        axes.fill_between(
+            points["ds"],
+            points["yhat_lower"].astype(float),
+            points["yhat_upper"].astype(float),
+            color="#1f77b4",
+            alpha=0.2,
+            linewidth=0,
+            label="80 % interval",
+        )
+    axes.plot(points["ds"], points["yhat"], color="#1f77b4", linewidth=2, label="forecast")
+    axes.axvline(
+        pd.Timestamp(forecast["data_end"]),
+        color="#999999",
+        linestyle=":",
+        linewidth=1,
+        label=f"last day of data ({forecast['data_end']})",
+    )
+    axes.set_title(
+        f"Customer {forecast['customer_id']}: {forecast['period']}-day forecast "
+        f"(model v{forecast['model_version']}, trained {forecast['trained_at'][:10]})"
+    )
+    axes.set_ylabel("daily consumption")
+    axes.grid(alpha=0.3)
+    # Below the axes: the history fills the plot from top to bottom.
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, frameon=False)
+    figure.autofmt_xdate()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def show_forecast(
+    api: ForecastApi,
+    customer_id: str,
+    period: int,
+    out: Console,
+    plot: Path | None = None,
+    s3: Any = None,
+    artifacts_bucket: str | None = None,
+    as_json: bool = False,
+) -> dict[str, Any]:
+    """Fetch a forecast, print it, and with ``plot`` draw it over the stored history."""
+    forecast = api.forecast(customer_id, period)
+    if as_json:
+        print(json.dumps(forecast, indent=2))
+    else:
+        out.print(forecast_summary(forecast))
+        out.print(forecast_table(forecast))
+    if plot is not None:
+        history = None
+        if s3 is not None and artifacts_bucket:
+            history = read_history(s3, artifacts_bucket, customer_id)
+        plot_forecast(forecast, history, plot)
+        if not as_json:
+            out.print(f"plot: {plot}")
+    return forecast
+
+
+def cmd_forecast(args: argparse.Namespace) -> int:
+    try:
+        if not MIN_PERIOD <= args.period <= MAX_PERIOD:
+            raise ServingError(f"--period must be from {MIN_PERIOD} to {MAX_PERIOD}")
+        api = api_from_environment(args.state_dir)
+        s3, bucket = None, None
+        if args.plot is not None:
+            import boto3
+
+            s3, bucket = boto3.client("s3"), os.environ.get("FLEETCAST_ARTIFACTS_BUCKET")
+            if not bucket:
+                err.print("[yellow]FLEETCAST_ARTIFACTS_BUCKET is not set: plotting without history")
+        show_forecast(api, args.customer_id, args.period, console, args.plot, s3, bucket, args.json)
+    except ServingError as error:
+        err.print(f"[red]error:[/] {error}")
+        return 2
+    return 0
 
 
 def add_serving_commands(commands: Any) -> None:
     """Register serving subcommands on the ``fleetcast`` parser's subparsers."""
-    del commands
+    forecast = commands.add_parser(
+        "forecast", help="a customer's forecast from the API: table, JSON or plot"
+    )
+    forecast.add_argument("customer_id", metavar="CUSTOMER")
+    forecast.add_argument(
+        "--period", type=int, default=DEFAULT_PERIOD, help="days to forecast (1 to 365)"
+    )
+    forecast.add_argument(
+        "--plot", type=Path, metavar="FILE.png", help="also draw history, forecast and interval"
+    )
+    forecast.add_argument("--json", action="store_true", help="print the API's JSON")
+    forecast.set_defaults(run=cmd_forecast)
 
 
-__all__ = ["add_serving_commands", "argparse"]
+def demo_forecast(
+    info: StackInfo, s3: Any, out: Console, customer_id: str = "0", period: int = 14
+) -> Path | None:
+    """The end of ``fleetcast demo``: one customer's forecast, printed and plotted."""
+    plot = Path(info.state_dir) / "demo" / f"forecast-{customer_id}.png"
+    try:
+        api = ForecastApi(info.extra[API_URL_ENV], info.extra[API_KEY_ENV])
+        show_forecast(api, customer_id, period, out, plot, s3, info.artifacts_bucket)
+    except (KeyError, ServingError) as error:
+        out.print(f"[yellow]no forecast to show for customer {customer_id}:[/] {error}")
+        return None
+    return plot

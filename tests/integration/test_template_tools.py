@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from template_helpers import REPO_ROOT
+from template_helpers import REPO_ROOT, load_template
 
 TEMPLATE = REPO_ROOT / "template.yaml"
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"
@@ -22,6 +22,16 @@ SAM = REPO_ROOT / ".venv-sam" / "bin" / "sam"
 SAM_PYTHON = REPO_ROOT / ".venv-sam" / "bin" / "python"
 CHECKOV = REPO_ROOT / ".venv-checkov" / "bin" / "checkov"
 FUNCTIONS = ("StartProcessingFunction", "StartTrainingFunction", "RegisterModelsFunction")
+# Functions behind the API rather than EventBridge rules.
+API_FUNCTIONS = ("ForecastApiFunction",)
+# The scheduled cost report, and the reads it needs that IAM cannot scope to a resource.
+COST_FUNCTION = "CostReportFunction"
+COST_UNSCOPABLE_ACTIONS = {
+    "ce:GetCostAndUsage",
+    "ce:GetAnomalies",
+    "sagemaker:ListTrainingJobs",
+    "cloudwatch:GetMetricData",
+}
 
 # Checks that do not apply, each with the reason recorded in the template's Metadata.
 # A new skip must be added here too, so it is reviewed rather than slipped in.
@@ -32,9 +42,15 @@ EXPECTED_CHECKOV_SKIPS = {
     ("CKV_AWS_27", "AWS::SQS::Queue.EventsDeadLetterQueue"),
     *(
         (check, f"AWS::Serverless::Function.{function}")
-        for function in FUNCTIONS
+        for function in (*FUNCTIONS, *API_FUNCTIONS, COST_FUNCTION)
         for check in ("CKV_AWS_115", "CKV_AWS_117", "CKV_AWS_173")
     ),
+    ("CKV_AWS_119", "AWS::DynamoDB::Table.CostReportStateTable"),
+    ("CKV_AWS_158", "AWS::Logs::LogGroup.CostReportLogGroup"),
+    ("CKV_AWS_111", "AWS::IAM::Role.InferenceExecutionRole"),
+    ("CKV_AWS_76", "AWS::Serverless::Api.ForecastApi"),
+    ("CKV_AWS_120", "AWS::Serverless::Api.ForecastApi"),
+    ("CKV_AWS_158", "AWS::Logs::LogGroup.ForecastApiLogGroup"),
     *(
         ("CKV_AWS_158", f"AWS::Logs::LogGroup.{group}")
         for group in ("StartProcessingLogGroup", "StartTrainingLogGroup", "RegisterModelsLogGroup")
@@ -165,7 +181,7 @@ def test_sam_transform_gives_function_roles_only_scoped_statements(
     transformed: dict[str, Any],
 ) -> None:
     resources = transformed["Resources"]
-    for function in FUNCTIONS:
+    for function in FUNCTIONS + API_FUNCTIONS:
         role = resources[resources[function]["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]
         assert set(role["ManagedPolicyArns"]) == SAM_MANAGED_POLICIES
         granted = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
@@ -183,7 +199,11 @@ def test_sam_transform_wires_each_rule_with_retries_and_dead_letters(
     transformed: dict[str, Any],
 ) -> None:
     resources = transformed["Resources"]
-    rules = {k: r["Properties"] for k, r in resources.items() if r["Type"] == "AWS::Events::Rule"}
+    rules = {
+        k: r["Properties"]
+        for k, r in resources.items()
+        if r["Type"] == "AWS::Events::Rule" and "EventPattern" in r["Properties"]
+    }
     assert len(rules) == len(FUNCTIONS)
     for rule in rules.values():
         (target,) = rule["Targets"]
@@ -203,6 +223,70 @@ def test_sam_transform_wires_each_rule_with_retries_and_dead_letters(
         for arn in statement["Condition"]["ArnEquals"]["aws:SourceArn"]
     }
     assert allowed == {rule["Name"]["Fn::Sub"] for rule in rules.values()}
+
+
+def test_sam_transform_puts_every_api_method_behind_the_key_and_usage_plan(
+    transformed: dict[str, Any],
+) -> None:
+    resources = transformed["Resources"]
+
+    def of_type(kind: str) -> dict[str, dict[str, Any]]:
+        return {k: r["Properties"] for k, r in resources.items() if r["Type"] == kind}
+
+    # Every method of the REST API requires the key and proxies to the forecast function.
+    (api_id,) = of_type("AWS::ApiGateway::RestApi")
+    paths = of_type("AWS::ApiGateway::RestApi")[api_id]["Body"]["paths"]
+    methods = {(path, verb): spec for path, verbs in paths.items() for verb, spec in verbs.items()}
+    assert set(methods) == {
+        ("/customers/{customer_id}/forecast", "get"),
+        ("/customers/{customer_id}/model", "get"),
+    }
+    for spec in methods.values():
+        assert spec["security"] == [{"api_key": []}]
+        integration = spec["x-amazon-apigateway-integration"]
+        assert integration["type"] == "aws_proxy"
+        assert "ForecastApiFunction" in json.dumps(integration["uri"])
+    # One usage plan on the v1 stage, its throttle and quota from the parameters (the
+    # transform fills in their defaults), one key.
+    defaults = {k: v.get("Default") for k, v in load_template()["Parameters"].items()}
+    (plan,) = of_type("AWS::ApiGateway::UsagePlan").values()
+    assert plan["Throttle"] == {
+        "RateLimit": defaults["ApiThrottleRateLimit"],
+        "BurstLimit": defaults["ApiThrottleBurstLimit"],
+    }
+    assert plan["Quota"] == {"Limit": defaults["ApiQuotaLimit"], "Period": "DAY"}
+    assert [s["Stage"] for s in plan["ApiStages"]] == [{"Ref": "ForecastApiv1Stage"}]
+    assert list(of_type("AWS::ApiGateway::ApiKey")) == ["ForecastApiApiKey"]
+    (link,) = of_type("AWS::ApiGateway::UsagePlanKey").values()
+    assert link["KeyId"] == {"Ref": "ForecastApiApiKey"}
+
+
+def test_sam_transform_schedules_the_cost_report_with_only_unscopable_reads_unscoped(
+    transformed: dict[str, Any],
+) -> None:
+    resources = transformed["Resources"]
+    # One schedule rule, on the cost report, from the parameter, with retries
+    (schedule,) = (
+        r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::Events::Rule" and "ScheduleExpression" in r["Properties"]
+    )
+    assert schedule["ScheduleExpression"] == {"Ref": "CostReportSchedule"}
+    (target,) = schedule["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": [COST_FUNCTION, "Arn"]}
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] >= 1
+    # And its role grants "*" only for the reads IAM cannot scope, writes never
+    role_id = resources[COST_FUNCTION]["Properties"]["Role"]["Fn::GetAtt"][0]
+    role = resources[role_id]["Properties"]
+    assert set(role["ManagedPolicyArns"]) == SAM_MANAGED_POLICIES
+    granted = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
+    unscoped = {
+        action
+        for s in granted
+        if s["Resource"] == "*"
+        for action in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
+    assert unscoped == COST_UNSCOPABLE_ACTIONS
 
 
 @pytest.fixture
@@ -242,8 +326,10 @@ def test_sam_build_builds_every_function_and_the_layer(repo_copy: Path, tmp_path
         cwd=repo_copy,
     )
     assert result.returncode == 0, output_of(result)
-    for function in FUNCTIONS:
+    for function in (*FUNCTIONS, *API_FUNCTIONS, COST_FUNCTION):
         assert (build / function / "app.py").is_file(), output_of(result)
+    # The cost report's chart library, built for Lambda's x86_64 Python 3.11
+    assert list((build / COST_FUNCTION / "matplotlib").glob("*.cpython-311-x86_64-linux-gnu.so"))
     layer = build / "FleetcastCommonLayer" / "python"
     assert (layer / "fleetcast_common" / "ids.py").is_file(), output_of(result)
     assert (layer / "aws_lambda_powertools").is_dir(), output_of(result)

@@ -7,6 +7,7 @@ restated here, so a drift in either makes a test fail.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import re
 import tomllib
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from aws_lambda_powertools.utilities.parser.models import (
+    APIGatewayProxyEventModel,
     EventBridgeModel,
     S3EventNotificationEventBridgeModel,
 )
@@ -23,6 +25,10 @@ from pydantic import BaseModel, ValidationError
 from template_helpers import REPO_ROOT, load_template, loads_template
 
 from fleetcast_common import layout
+from fleetcast_common.cost import state as cost_state
+from fleetcast_common.cost.models import Anomaly
+from fleetcast_common.cost.settings import CostReportSettings
+from fleetcast_common.forecasting import ForecastApiSettings
 from fleetcast_common.ids import is_valid_run_id, processing_job_name, training_job_name
 from fleetcast_common.settings import ProcessingSettings, RegistrationSettings, TrainingSettings
 
@@ -96,6 +102,20 @@ PARAMETER_DEFAULTS = {
     "HoldoutDays": 7,
     "QualityGateRatio": 1.5,
     "LogLevel": "INFO",
+    "InferenceInstanceType": "ml.c5.xlarge",
+    "InferenceInstanceCount": 1,
+    "ApiThrottleRateLimit": 50,
+    "ApiThrottleBurstLimit": 100,
+    "ApiQuotaLimit": 100000,
+    "CostReportSchedule": "cron(0 7 * * ? *)",
+    # No default: a deployment names real addresses.
+    "CostReportRecipients": None,
+    "CostReportSender": None,
+    "CostRelativeThreshold": 0.5,
+    "CostAbsoluteThresholdUsd": 5,
+    "CostLookbackDays": 90,
+    "CostDigestWeekday": "MON",
+    "CostAnomalyMonitorArn": "",
 }
 # Actions IAM cannot scope to a resource; the only statements allowed Resource "*".
 UNSCOPABLE_ACTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
@@ -103,6 +123,9 @@ UNSCOPABLE_ACTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
 # Resource "*": AWSLambdaBasicExecutionRole (logs) and, for Tracing: Active,
 # AWSXrayWriteOnlyAccess. Checked on the transformed template in
 # tests/integration/test_template_tools.py.
+# Fn::GetAtt attributes that give a resource's name, which the local stack resolves too
+# (SageMaker's Ref gives an ARN; an endpoint configuration needs the model's name).
+NAME_ATTRIBUTES = {"ModelName", "EndpointConfigName", "EndpointName"}
 RUN_ID = "20261129t120000-0123456789"
 PREFIX = "fleetcast"  # JobNamePrefix's default, which the samples are named for
 
@@ -122,6 +145,8 @@ def resolve(value: Any) -> Any:
         return _ref(value["Ref"])
     if value.keys() == {"Fn::GetAtt"}:
         logical_id, attribute = value["Fn::GetAtt"]
+        if attribute in NAME_ATTRIBUTES:
+            return _ref(logical_id)
         assert attribute == "Arn", value
         return f"arn:aws:test:::{logical_id}"
     if value.keys() == {"Fn::Sub"}:
@@ -136,7 +161,7 @@ def _ref(name: str) -> str:
     if name in PARAMETERS:
         return str(PARAMETERS[name]["Default"])
     properties = RESOURCES[name].get("Properties", {})
-    for name_property in ("BucketName", "QueueName", "TableName"):
+    for name_property in ("BucketName", "QueueName", "TableName", "EndpointName"):
         if name_property in properties:
             return str(resolve(properties[name_property]))
     return name
@@ -258,10 +283,17 @@ EXPECTED_TARGETS = {
     "training_job_failed.json": {"RegisterModelsFunction"},
     "schedule.json": set(),
 }
+# API Gateway (REST proxy) samples: the function and the route (method, resource) they are for.
+API_EVENTS = {
+    "api_forecast.json": ("ForecastApiFunction", "GET", "/customers/{customer_id}/forecast"),
+    "api_model.json": ("ForecastApiFunction", "GET", "/customers/{customer_id}/model"),
+}
 
 
 def test_every_sample_event_file_is_accounted_for() -> None:
-    assert {p.name for p in (REPO_ROOT / "events").glob("*.json")} == set(EXPECTED_TARGETS)
+    assert {p.name for p in (REPO_ROOT / "events").glob("*.json")} == set(EXPECTED_TARGETS) | set(
+        API_EVENTS
+    )
     assert set(event_rules()) == set(FUNCTION_EVENTS)
 
 
@@ -683,6 +715,347 @@ def test_only_the_register_function_touches_the_registry() -> None:
         assert actions == expected
 
 
+# ---------------------------------------------------------------- serving
+
+
+def test_api_samples_are_proxy_events_for_the_routes_the_template_declares() -> None:
+    # Given each API Gateway sample and the Api events of its function
+    for name, (function, method, resource) in API_EVENTS.items():
+        event = sample(name)
+        declared = {
+            (e["Properties"]["Method"].upper(), e["Properties"]["Path"])
+            for e in RESOURCES[function]["Properties"]["Events"].values()
+            if e["Type"] == "Api" and e["Properties"]["RestApiId"] == {"Ref": "ForecastApi"}
+        }
+        # Then the sample is a REST proxy event of that route, on the template's stage
+        APIGatewayProxyEventModel.model_validate(event)
+        assert (event["httpMethod"], event["resource"]) == (method, resource)
+        assert (method, resource) in declared
+        stage = RESOURCES["ForecastApi"]["Properties"]["StageName"]
+        assert event["requestContext"]["stage"] == stage
+        assert event["requestContext"]["path"] == f"/{stage}{event['path']}"
+        assert event["headers"]["x-api-key"] == event["requestContext"]["identity"]["apiKey"]
+
+
+def test_the_api_requires_a_key_and_throttles_each_key_by_the_parameters() -> None:
+    api = RESOURCES["ForecastApi"]
+    assert api["Type"] == "AWS::Serverless::Api"
+    properties = api["Properties"]
+    assert properties["StageName"] == "v1"
+    assert properties["TracingEnabled"] is True
+    auth = properties["Auth"]
+    assert auth["ApiKeyRequired"] is True
+    plan = auth["UsagePlan"]
+    assert plan["CreateUsagePlan"] == "PER_API"
+    assert plan["Throttle"] == {
+        "RateLimit": {"Ref": "ApiThrottleRateLimit"},
+        "BurstLimit": {"Ref": "ApiThrottleBurstLimit"},
+    }
+    assert plan["Quota"] == {"Limit": {"Ref": "ApiQuotaLimit"}, "Period": "DAY"}
+    # No route opts out of the key.
+    for event in RESOURCES["ForecastApiFunction"]["Properties"]["Events"].values():
+        assert "Auth" not in event["Properties"]
+
+
+def test_the_model_serves_the_registrys_target_models_from_the_models_prefix() -> None:
+    model = RESOURCES["ForecastModel"]["Properties"]
+    container = model["PrimaryContainer"]
+    assert container["Mode"] == "MultiModel"
+    assert container["Image"] == {"Ref": "InferenceImageUri"}
+    # TargetModel (layout.target_model) is relative to ModelDataUrl: together, model_key.
+    prefix = f"s3://{_ref('ArtifactsBucket')}/"
+    assert resolve(container["ModelDataUrl"]) == prefix + layout.MODELS_PREFIX
+    assert resolve(container["ModelDataUrl"]) + layout.target_model("42", RUN_ID) == (
+        prefix + layout.model_key("42", RUN_ID)
+    )
+    assert model["ExecutionRoleArn"] == {"Fn::GetAtt": ["InferenceExecutionRole", "Arn"]}
+    assert model["EnableNetworkIsolation"] is True
+    # Unnamed: a new image replaces the model under a new name, and the endpoint follows.
+    assert (
+        "ModelName" not in model
+        and "EndpointConfigName" not in (RESOURCES["ForecastEndpointConfig"]["Properties"])
+    )
+    (variant,) = RESOURCES["ForecastEndpointConfig"]["Properties"]["ProductionVariants"]
+    assert variant["ModelName"] == {"Fn::GetAtt": ["ForecastModel", "ModelName"]}
+    assert variant["InstanceType"] == {"Ref": "InferenceInstanceType"}
+    assert variant["InitialInstanceCount"] == {"Ref": "InferenceInstanceCount"}
+    endpoint = RESOURCES["ForecastEndpoint"]["Properties"]
+    assert endpoint["EndpointConfigName"] == {
+        "Fn::GetAtt": ["ForecastEndpointConfig", "EndpointConfigName"]
+    }
+    assert resolve(endpoint["EndpointName"]) == f"{PREFIX}-forecast"
+
+
+def test_the_endpoint_role_only_reads_published_models() -> None:
+    role = RESOURCES["InferenceExecutionRole"]["Properties"]
+    trust = role["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Principal"] for s in trust] == [{"Service": "sagemaker.amazonaws.com"}]
+    granted = list(statements(role["Policies"]))
+    assert s3_object_grants(granted) == {("s3:GetObject", "ArtifactsBucket", "models/*")}
+    unscoped = set()
+    for statement in granted:
+        assert statement["Effect"] == "Allow"
+        actions = as_list(statement["Action"])
+        assert not any(a.startswith(("s3:Put", "s3:Delete", "dynamodb:")) for a in actions)
+        if "*" in as_list(statement["Resource"]):
+            unscoped |= set(actions)
+        if "s3:ListBucket" in actions:
+            assert statement["Condition"]["StringLike"]["s3:prefix"] == "models/*"
+        if "cloudwatch:PutMetricData" in actions:
+            assert "cloudwatch:namespace" in statement["Condition"]["StringLike"]
+    assert unscoped == UNSCOPABLE_ACTIONS
+
+
+def test_the_api_function_reads_the_registry_and_invokes_only_its_endpoint() -> None:
+    function = RESOURCES["ForecastApiFunction"]["Properties"]
+    assert (function["CodeUri"], function["Handler"]) == (
+        "functions/forecast_api/",
+        "app.lambda_handler",
+    )
+    assert (REPO_ROOT / function["CodeUri"] / "requirements.txt").is_file()
+    # API Gateway stops waiting after 29 s; the function should not outlive that.
+    assert function["Timeout"] <= 29
+    assert function["Environment"]["Variables"] == {
+        "ENDPOINT_NAME": {"Fn::GetAtt": ["ForecastEndpoint", "EndpointName"]}
+    }
+    granted = {
+        (action, json.dumps(statement["Resource"], sort_keys=True))
+        for statement in function_statements("ForecastApiFunction")
+        for action in as_list(statement["Action"])
+    }
+    endpoint_arn = (
+        "arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:endpoint/"
+        "${JobNamePrefix}-forecast"
+    )
+    assert granted == {
+        ("dynamodb:GetItem", json.dumps({"Fn::GetAtt": ["ModelRegistryTable", "Arn"]})),
+        ("sagemaker:InvokeEndpoint", json.dumps({"Fn::Sub": endpoint_arn})),
+    }
+    # The ARN names the endpoint the template creates.
+    assert endpoint_arn.endswith(
+        RESOURCES["ForecastEndpoint"]["Properties"]["EndpointName"]["Fn::Sub"]
+    )
+
+
+def test_the_api_function_settings_read_what_the_template_sets() -> None:
+    environment = {
+        **{k: str(resolve(v)) for k, v in GLOBALS["Environment"]["Variables"].items()},
+        **{
+            k: str(resolve(v))
+            for k, v in RESOURCES["ForecastApiFunction"]["Properties"]["Environment"][
+                "Variables"
+            ].items()
+        },
+    }
+    fields = ForecastApiSettings.model_fields.values()
+    required = {field.alias for field in fields if field.is_required()}
+    assert required <= set(environment)
+    settings = ForecastApiSettings.model_validate(environment)
+    assert settings.endpoint_name == f"{PREFIX}-forecast"
+    assert settings.registry_table == _ref("ModelRegistryTable")
+
+
+def test_the_api_function_keeps_its_logs_30_days() -> None:
+    groups = [
+        r["Properties"]
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::Logs::LogGroup"
+        and r["Properties"]["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${ForecastApiFunction}"}
+    ]
+    assert [g["RetentionInDays"] for g in groups] == [30]
+
+
+# ---------------------------------------------------------------- cost report
+
+COST_FUNCTION = "CostReportFunction"
+# What a deployment must give: the parameters have no default.
+COST_ADDRESSES = {
+    "CostReportRecipients": "ops@example.com, finops@example.com",
+    "CostReportSender": "cost-watch@example.com",
+}
+COST_ENVIRONMENT = {
+    "COST_LOOKBACK_DAYS": {"Ref": "CostLookbackDays"},
+    "COST_RELATIVE_THRESHOLD": {"Ref": "CostRelativeThreshold"},
+    "COST_ABSOLUTE_THRESHOLD_USD": {"Ref": "CostAbsoluteThresholdUsd"},
+    "COST_ANOMALY_MONITOR_ARN": {"Ref": "CostAnomalyMonitorArn"},
+    "COST_REPORT_RECIPIENTS": {"Ref": "CostReportRecipients"},
+    "COST_REPORT_SENDER": {"Ref": "CostReportSender"},
+    "COST_DIGEST_WEEKDAY": {"Ref": "CostDigestWeekday"},
+    "COST_STATE_TABLE": {"Ref": "CostReportStateTable"},
+    # Read by matplotlib, not the settings: Lambda's only writable folder.
+    "MPLCONFIGDIR": "/tmp/matplotlib",
+}
+_ARN = "arn:${AWS::Partition}:"
+# Every call the report makes (fleetcast_common/cost/{sources,state,delivery}.py), on
+# what. Cost Explorer, ListTrainingJobs and GetMetricData have no resource-level
+# permissions; every training job is read, as the bill covers them all.
+COST_GRANTS = {
+    ("ce:GetCostAndUsage", "*"),
+    ("ce:GetAnomalies", "*"),
+    ("sagemaker:ListTrainingJobs", "*"),
+    ("cloudwatch:GetMetricData", "*"),
+    (
+        "sagemaker:DescribeTrainingJob",
+        _ARN + "sagemaker:${AWS::Region}:${AWS::AccountId}:training-job/*",
+    ),
+    (
+        "ses:SendRawEmail",
+        _ARN + "ses:${AWS::Region}:${AWS::AccountId}:identity/${CostReportSender}",
+    ),
+    ("dynamodb:PutItem", "CostReportStateTable.Arn"),
+    ("dynamodb:DeleteItem", "CostReportStateTable.Arn"),
+}
+
+
+def cost_environment(overrides: dict[str, str] | None = None) -> dict[str, str]:
+    return environment_for(COST_FUNCTION, {**COST_ADDRESSES, **(overrides or {})})
+
+
+def test_cost_function_environment_is_read_by_its_settings() -> None:
+    # Given the cost function's variables and its settings model
+    properties = RESOURCES[COST_FUNCTION]["Properties"]
+    assert (properties["Handler"], properties["CodeUri"]) == (
+        "app.lambda_handler",
+        "functions/cost_report/",
+    )
+    assert (REPO_ROOT / properties["CodeUri"] / "requirements.txt").is_file()
+    assert properties["Environment"]["Variables"] == COST_ENVIRONMENT
+    assert not set(COST_ENVIRONMENT) & set(GLOBAL_ENVIRONMENT)
+    fields = CostReportSettings.model_fields.values()
+    read = {field.alias for field in fields}
+    required = {field.alias for field in fields if field.is_required()}
+    own = set(COST_ENVIRONMENT) - {"MPLCONFIGDIR"}
+    # Then every variable it sets is read, every one without a default is set
+    assert own <= read, f"set but never read: {own - read}"
+    assert required <= own, f"read but never set: {required - own}"
+    # (COST_OUTBOX_DIR is the local stack's alone)
+    assert "COST_OUTBOX_DIR" in read - own
+    settings = CostReportSettings.model_validate(cost_environment())
+    assert settings.state_table == "CostReportStateTable"
+    assert settings.recipients == ("ops@example.com", "finops@example.com")
+    # And matplotlib gets the time and memory a chart and a few hundred calls need
+    assert properties["MemorySize"] >= 1024 and 60 < properties["Timeout"] <= 900
+
+
+@pytest.mark.parametrize(
+    "parameter",
+    sorted(
+        v["Ref"]
+        for v in COST_ENVIRONMENT.values()
+        if isinstance(v, dict) and v["Ref"] in PARAMETERS
+    ),
+)
+def test_every_cost_parameter_value_that_deploys_is_accepted_by_the_handler(
+    parameter: str,
+) -> None:
+    spec = PARAMETERS[parameter]
+    values = _allowed_values(parameter) if parameter not in COST_ADDRESSES else []
+    values += [str(spec["Default"])] if "Default" in spec else []
+    for value in values:
+        try:
+            CostReportSettings.model_validate(cost_environment({parameter: value}))
+        except ValidationError as error:
+            pytest.fail(f"{parameter}={value} deploys but the handler rejects it: {error}")
+
+
+ADDRESS_SAMPLES = [
+    ("CostReportRecipients", "ops@example.com", True),
+    ("CostReportRecipients", "ops@example.com,finops@example.co.uk", True),
+    ("CostReportRecipients", "ops@example.com, finops@example.com", True),
+    ("CostReportRecipients", "ops@localhost", False),
+    ("CostReportRecipients", "ops@example.com;finops@example.com", False),
+    ("CostReportRecipients", "Ops <ops@example.com>", False),
+    ("CostReportRecipients", "ops@example.com,", False),
+    ("CostReportSender", "cost-watch@example.com", True),
+    ("CostReportSender", "cost-watch@localhost", False),
+    ("CostReportSender", "a@example.com,b@example.com", False),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "valid"), ADDRESS_SAMPLES)
+def test_address_parameters_deploy_only_what_the_handler_accepts(
+    parameter: str, value: str, valid: bool
+) -> None:
+    # Given an address value, When CloudFormation checks it against AllowedPattern
+    deploys = re.fullmatch(PARAMETERS[parameter]["AllowedPattern"], value) is not None
+    # Then it deploys as expected, and what deploys the handler accepts when it starts
+    assert deploys == valid
+    if deploys:
+        CostReportSettings.model_validate(cost_environment({parameter: value}))
+
+
+def test_cost_report_runs_on_its_schedule_as_the_sample_event_names_it() -> None:
+    (event,) = RESOURCES[COST_FUNCTION]["Properties"]["Events"].values()
+    assert event["Type"] == "Schedule"
+    properties = event["Properties"]
+    assert properties["Schedule"] == {"Ref": "CostReportSchedule"}
+    # EventBridge cron: six fields, minutes to year
+    schedule = PARAMETER_DEFAULTS["CostReportSchedule"]
+    assert re.fullmatch(r"cron\((\S+ ){5}\S+\)", schedule), schedule
+    assert properties["RetryPolicy"]["MaximumRetryAttempts"] >= 1
+    rule = resolve(properties["Name"])
+    assert sample("schedule.json")["resources"] == [
+        f"arn:aws:events:us-east-1:123456789012:rule/{rule}"
+    ]
+
+
+def test_cost_function_has_exactly_the_permissions_its_calls_need() -> None:
+    granted = set()
+    for statement in function_statements(COST_FUNCTION):
+        assert statement["Effect"] == "Allow"
+        resource = statement["Resource"]
+        if isinstance(resource, dict) and "Fn::GetAtt" in resource:
+            resource = ".".join(resource["Fn::GetAtt"])
+        elif isinstance(resource, dict):
+            resource = resource["Fn::Sub"]
+        granted |= {(action, resource) for action in as_list(statement["Action"])}
+    assert granted == COST_GRANTS
+
+
+def test_cost_state_table_is_keyed_and_expired_as_the_report_writes_it() -> None:
+    # Given the table and an item as the report claims an anomaly
+    properties = RESOURCES["CostReportStateTable"]["Properties"]
+    anomaly = Anomaly(
+        usage_type="USE1-Train:ml.p3.2xlarge",
+        date=dt.date(2026, 11, 27),
+        actual=31.84,
+        expected=0.0,
+        impact=31.84,
+        kind="new_usage_type",
+    )
+    item = cost_state._item(anomaly, "run", dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
+    # Then its key is the table's, typed as declared, and it expires by the table's TTL
+    types = {a["AttributeName"]: a["AttributeType"] for a in properties["AttributeDefinitions"]}
+    key = [k["AttributeName"] for k in properties["KeySchema"]]
+    assert key == ["usage_type", "date"]
+    assert {name: next(iter(item[name])) for name in key} == {name: types[name] for name in key}
+    ttl = properties["TimeToLiveSpecification"]
+    assert ttl["Enabled"] is True and "N" in item[ttl["AttributeName"]]
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert properties["SSESpecification"] == {"SSEEnabled": True}
+    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+def test_cost_function_keeps_its_logs_30_days_and_a_failure_raises_the_alarm() -> None:
+    groups = [
+        r["Properties"]
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::Logs::LogGroup"
+        and r["Properties"]["LogGroupName"] == {"Fn::Sub": f"/aws/lambda/${{{COST_FUNCTION}}}"}
+    ]
+    assert [g["RetentionInDays"] for g in groups] == [30]
+    alarm = RESOURCES["CostReportFailedAlarm"]["Properties"]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        "AWS/Lambda",
+        "Errors",
+        "Sum",
+    )
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": COST_FUNCTION}}]
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
+    # A daily run: one day's errors decide, and no run is no alarm
+    assert alarm["Period"] == 86400 and alarm["TreatMissingData"] == "notBreaching"
+
+
 # ---------------------------------------------------------------- the template as a whole
 
 
@@ -708,7 +1081,7 @@ def test_template_uses_only_intrinsics_the_local_stack_resolves() -> None:
     assert {name for name, _ in used} <= _RESOLVABLE_LOCALLY
     for name, argument in used:
         if name == "Fn::GetAtt":
-            assert argument[1] == "Arn", argument
+            assert argument[1] in {"Arn"} | NAME_ATTRIBUTES, argument
         if name == "Fn::Sub":
             text = argument if isinstance(argument, str) else argument[0]
             attributes = re.findall(r"\$\{[\w:]+\.(\w+)\}", text)
@@ -724,6 +1097,10 @@ def test_outputs_name_the_resources_scripts_need() -> None:
         "StartProcessingFunctionArn",
         "StartTrainingFunctionArn",
         "RegisterModelsFunctionArn",
+        "ForecastApiUrl",
+        "ForecastApiKeyId",
+        "ForecastEndpointName",
+        "ForecastApiFunctionArn",
     }
 
 

@@ -100,3 +100,51 @@ class TrainingEnvironment:
         if configured:
             return max(1, int(configured))
         return max(1, len(os.sched_getaffinity(0)))
+
+
+# Hyperparameters the container understands, with their defaults. SageMaker passes every
+# value as a string; hyperparameters.py parses and validates them. ``run_id`` has no default.
+HYPERPARAMETER_DEFAULTS: dict[str, str] = {
+    "holdout_days": "7",
+    "min_rows": "28",
+    "frequency": "D",
+    "seasonality_mode": "additive",
+    "yearly_seasonality": "auto",
+    "weekly_seasonality": "auto",
+    "daily_seasonality": "auto",
+    "uncertainty_samples": "1000",
+    "refit_full_history": "true",
+    "workers": "0",
+}
+REQUIRED_HYPERPARAMETERS = ("run_id",)
+# Hyperparameters the SageMaker SDK adds on its own; the container ignores them.
+SAGEMAKER_HYPERPARAMETER_PREFIX = "sagemaker_"
+
+# Lines the container prints to stdout at the end of the job, one per metric, as
+# ``{key}={value};``. CreateTrainingJob's AlgorithmSpecification.MetricDefinitions takes
+# METRIC_DEFINITIONS as is (fleetcast_common.jobs repeats the first four, since a Lambda
+# function does not ship this module); SageMaker records them and sends them to CloudWatch.
+METRIC_MODELS_TRAINED = "fleetcast_models_trained"
+METRIC_MODELS_FAILED = "fleetcast_models_failed"
+METRIC_MEDIAN_SMAPE = "fleetcast_median_smape"
+METRIC_MEDIAN_NAIVE_SMAPE = "fleetcast_median_naive_smape"
+METRIC_MODELS_RESUMED = "fleetcast_models_resumed"
+METRIC_MEDIAN_MAE = "fleetcast_median_mae"
+METRIC_MODELS_PER_SECOND = "fleetcast_models_per_second"
+_COUNT = r"([0-9]+)"
+_NUMBER = r"([0-9.eE+-]+)"
+METRIC_DEFINITIONS: list[dict[str, str]] = [
+    {"Name": "models_trained", "Regex": rf"{METRIC_MODELS_TRAINED}={_COUNT};"},
+    {"Name": "models_failed", "Regex": rf"{METRIC_MODELS_FAILED}={_COUNT};"},
+    {"Name": "median_smape", "Regex": rf"{METRIC_MEDIAN_SMAPE}={_NUMBER};"},
+    {"Name": "median_naive_smape", "Regex": rf"{METRIC_MEDIAN_NAIVE_SMAPE}={_NUMBER};"},
+    {"Name": "models_resumed", "Regex": rf"{METRIC_MODELS_RESUMED}={_COUNT};"},
+    {"Name": "median_mae", "Regex": rf"{METRIC_MEDIAN_MAE}={_NUMBER};"},
+    {"Name": "models_per_second", "Regex": rf"{METRIC_MODELS_PER_SECOND}={_NUMBER};"},
+]
+
+
+def metric_line(name: str, value: float) -> str:
+    """One line that the matching METRIC_DEFINITIONS regex reads."""
+    shown = str(value) if isinstance(value, int) else f"{value:.6f}"
+    return f"{name}={shown};"

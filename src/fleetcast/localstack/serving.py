@@ -1,23 +1,198 @@
-"""Serving on the local stack: the multi-model endpoint runtime and the forecast API.
+"""Serving on the local stack, from template.yaml: each ``AWS::SageMaker::Endpoint`` runs
+the real inference container behind the local SageMaker runtime
+(:mod:`fleetcast.localstack.endpoint`), and each ``AWS::Serverless::Api`` is served on
+127.0.0.1 in front of its functions (:mod:`fleetcast.localstack.api`).
 
-(Placeholder until the serving work lands: it serves nothing yet.)
+The endpoints' Model, EndpointConfig and Endpoint are created in moto too, so
+``describe_endpoint`` and friends answer as they would on AWS.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+import shutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fleetcast.localstack.api import DEFAULT_PORT as DEFAULT_API_PORT
+from fleetcast.localstack.api import LocalRestApi
+from fleetcast.localstack.endpoint import (
+    EndpointRuntime,
+    InferenceContainer,
+    LocalEndpoint,
+    ModelDiskCache,
+)
+from fleetcast.localstack.sagemaker_jobs import image_entrypoint, local_command, split_s3_uri
+from fleetcast.localstack.template import ACCOUNT_ID, REGION
 
 if TYPE_CHECKING:
     from fleetcast.localstack.stack import LocalStack
 
+log = logging.getLogger("fleetcast.localstack.serving")
+
+# SageMaker starts a hosting container with this argument.
+SERVE_COMMAND = "serve"
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    """How the local stack serves. ``api_port`` None: 3000, or any free port when the
+    stack's AWS gateway itself is on an ephemeral port (tests, ``fleetcast demo``)."""
+
+    api_port: int | None = None
+    # The container's FLEETCAST_MEMORY_BUDGET_MB; 256 MiB holds ~10,000 daily models.
+    memory_budget_mb: float = 256.0
+    disk_cache_mb: float = 2048.0
+    # SageMaker takes minutes to replace a failed instance; a second is enough to see it.
+    restart_delay_seconds: float = 1.0
+
 
 class LocalServing:
-    def __init__(self, stack: LocalStack) -> None:
+    def __init__(self, stack: LocalStack, options: ServingOptions | None = None) -> None:
         self._stack = stack
+        self.options = options or ServingOptions()
+        self.runtime: EndpointRuntime | None = None
+        self.endpoints: dict[str, LocalEndpoint] = {}
+        self.apis: dict[str, LocalRestApi] = {}
 
     def start(self) -> dict[str, str]:
-        """Start serving; return extra ``fleetcast env`` variables (API URL and key)."""
-        return {}
+        """Start serving; return the extra ``fleetcast env`` variables."""
+        stack = self._stack
+        assert stack.gateway is not None, "start the stack's gateway first"
+        template = stack.template
+        exported: dict[str, str] = {}
+        self.runtime = EndpointRuntime(stack.client("sagemaker"), ACCOUNT_ID, REGION)
+        for logical_id in template.resources_of_type("AWS::SageMaker::Endpoint"):
+            endpoint = self._deploy(logical_id)
+            self.endpoints[logical_id] = endpoint
+            self.runtime.add(endpoint)
+            exported.setdefault("FLEETCAST_ENDPOINT_NAME", endpoint.name)
+        stack.gateway.add_route(self.runtime.matches, self.runtime)
+
+        apigateway = stack.client("apigateway")
+        for logical_id in template.resources_of_type("AWS::Serverless::Api"):
+            api, key = LocalRestApi.from_template(
+                template, logical_id, stack.functions, apigateway, self._api_port()
+            )
+            api.start()
+            self.apis[logical_id] = api
+            log.info("API %s on %s", api.name, api.url)
+            exported.setdefault("FLEETCAST_API_URL", api.url)
+            if key:
+                exported.setdefault("FLEETCAST_API_KEY", key)
+        return exported
 
     def stop(self) -> None:
-        pass
+        for api in self.apis.values():
+            api.stop()
+        for endpoint in self.endpoints.values():
+            endpoint.container.stop()
+        self.apis.clear()
+        self.endpoints.clear()
+
+    def endpoint(self, name: str | None = None) -> LocalEndpoint:
+        """The endpoint named ``name``, or the only one."""
+        if name is None and len(self.endpoints) == 1:
+            return next(iter(self.endpoints.values()))
+        for endpoint in self.endpoints.values():
+            if endpoint.name == name:
+                return endpoint
+        raise KeyError(f"no local endpoint {name!r}")
+
+    def _api_port(self) -> int:
+        if self.options.api_port is not None:
+            return self.options.api_port
+        return 0 if self._stack.requested_port == 0 else DEFAULT_API_PORT
+
+    def _deploy(self, endpoint_id: str) -> LocalEndpoint:
+        """Create the endpoint's resources in moto and start its container."""
+        stack = self._stack
+        template = stack.template
+        sagemaker = stack.client("sagemaker")
+        endpoint = self._properties(endpoint_id)
+        config_id = self._logical_id(
+            "AWS::SageMaker::EndpointConfig", endpoint["EndpointConfigName"]
+        )
+        config = self._properties(config_id)
+        (variant,) = config["ProductionVariants"]  # one variant is all the template has
+        model_id = self._logical_id("AWS::SageMaker::Model", variant["ModelName"])
+        model = self._properties(model_id)
+        container = model["PrimaryContainer"]
+        if container.get("Mode") != "MultiModel":
+            raise ValueError(f"{model_id}: the local stack serves multi-model endpoints only")
+
+        sagemaker.create_model(
+            ModelName=template.physical_name(model_id),
+            ExecutionRoleArn=model["ExecutionRoleArn"],
+            PrimaryContainer=container,
+            EnableNetworkIsolation=str(model.get("EnableNetworkIsolation", False)).lower()
+            == "true",
+        )
+        sagemaker.create_endpoint_config(
+            EndpointConfigName=template.physical_name(config_id),
+            ProductionVariants=[_variant(variant)],
+        )
+        name = template.physical_name(endpoint_id)
+
+        home = stack.state_dir / "endpoints" / name
+        shutil.rmtree(home, ignore_errors=True)
+        command = local_command(
+            [*image_entrypoint(container["Image"], stack.root / "containers"), SERVE_COMMAND]
+        )
+        process = InferenceContainer(
+            command=command,
+            opt_ml=home / "opt_ml",
+            log_path=stack.state_dir / "logs" / f"{endpoint_id}.log",
+            memory_budget_mb=self.options.memory_budget_mb,
+            restart_delay=self.options.restart_delay_seconds,
+        )
+        bucket, prefix = split_s3_uri(container["ModelDataUrl"])
+        cache = ModelDiskCache(
+            process.models_root,
+            int(self.options.disk_cache_mb * 1024 * 1024),
+            stack.client("s3"),
+            bucket,
+            prefix,
+        )
+        local = LocalEndpoint(name, process, cache, str(variant["VariantName"]), ACCOUNT_ID, REGION)
+        process.on_restart = local.forget_loaded
+        process.start()
+        # InService once the container answers /ping, as SageMaker reports it.
+        sagemaker.create_endpoint(
+            EndpointName=name, EndpointConfigName=template.physical_name(config_id)
+        )
+        _omit_empty_data_capture(name)
+        log.info("endpoint %s: container pid %s on port %d", name, process.pid, process.port)
+        return local
+
+    def _properties(self, logical_id: str) -> dict[str, Any]:
+        template = self._stack.template
+        resolved: dict[str, Any] = template.resolve(template.resources[logical_id]["Properties"])
+        return resolved
+
+    def _logical_id(self, resource_type: str, physical_name: str) -> str:
+        template = self._stack.template
+        for logical_id in template.resources_of_type(resource_type):
+            if template.physical_name(logical_id) == physical_name:
+                return logical_id
+        raise KeyError(f"template.yaml has no {resource_type} named {physical_name!r}")
+
+
+def _variant(variant: dict[str, Any]) -> dict[str, Any]:
+    """CloudFormation's (string) parameter values as the API's types."""
+    converted = dict(variant)
+    if "InitialInstanceCount" in converted:
+        converted["InitialInstanceCount"] = int(converted["InitialInstanceCount"])
+    if "InitialVariantWeight" in converted:
+        converted["InitialVariantWeight"] = float(converted["InitialVariantWeight"])
+    return converted
+
+
+def _omit_empty_data_capture(endpoint_name: str) -> None:
+    """DescribeEndpoint leaves DataCaptureConfig out when none is configured; moto answers
+    ``{}``, which the SageMaker Python SDK rejects. (moto runs in this process.)"""
+    from moto.sagemaker.models import sagemaker_backends
+
+    endpoint = sagemaker_backends[ACCOUNT_ID][REGION].endpoints.get(endpoint_name)
+    if endpoint is not None and not endpoint.data_capture_config:
+        endpoint.data_capture_config = None  # type: ignore[assignment]

@@ -1,0 +1,218 @@
+"""Train one customer's model: score it on a holdout, refit it, archive it."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import cmdstanpy
+import numpy as np
+import pandas as pd
+import prophet
+from prophet import Prophet
+from prophet.models import CmdStanPyBackend
+from prophet.serialize import model_to_json
+
+from fleetcast_common.model_archive import (
+    HoldoutMetrics,
+    ModelMetadata,
+    read_archive,
+    write_archive,
+)
+from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
+from fleetcast_training.contract import MODEL_ARCHIVE_SUFFIX
+from fleetcast_training.evaluation import mae, seasonal_naive, smape
+from fleetcast_training.failures import CustomerFailure, FailureKind
+from fleetcast_training.history import read_history
+from fleetcast_training.hyperparameters import Hyperparameters
+from fleetcast_training.stan_backend import ScratchStanBackend
+
+logger = logging.getLogger(__name__)
+
+SEASONALITIES = ("yearly", "weekly", "daily")
+YEAR = pd.Timedelta(days=365)
+YEARLY_FOURIER_ORDER = 10  # Prophet's default for yearly seasonality
+
+
+@dataclass(frozen=True)
+class CustomerReport:
+    """What the job learns about one customer; ``failure_kind`` groups failures."""
+
+    result: CustomerResult
+    failure_kind: FailureKind | None = None
+
+    @classmethod
+    def failed(cls, customer_id: str, kind: FailureKind, reason: str) -> CustomerReport:
+        result = CustomerResult(
+            customer_id=customer_id, outcome=CustomerOutcome.FAILED, reason=reason
+        )
+        return cls(result=result, failure_kind=kind)
+
+
+def archive_path(checkpoint_dir: Path, customer_id: str) -> Path:
+    return checkpoint_dir / f"{customer_id}{MODEL_ARCHIVE_SUFFIX}"
+
+
+def library_versions() -> dict[str, str]:
+    return {
+        "prophet": prophet.__version__,
+        "cmdstanpy": cmdstanpy.__version__,
+        "cmdstan": CmdStanPyBackend.CMDSTAN_VERSION,
+        "pandas": pd.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+class CustomerTrainer:
+    """Trains customers one after another; each worker process holds one."""
+
+    def __init__(self, hyperparameters: Hyperparameters, checkpoint_dir: Path, scratch: Path):
+        self._hyperparameters = hyperparameters
+        self._checkpoint_dir = checkpoint_dir
+        self._backend = ScratchStanBackend(scratch)
+        self._versions = library_versions()
+
+    def train(self, customer_id: str, source: Path) -> CustomerReport:
+        """Never raises: a customer that cannot be trained comes back FAILED with a reason."""
+        started = time.perf_counter()
+        try:
+            resumed = self._resume(customer_id)
+            if resumed is not None:
+                return CustomerReport(resumed)
+            return CustomerReport(self._train(customer_id, source, started))
+        except CustomerFailure as failure:
+            return CustomerReport.failed(customer_id, failure.kind, failure.reason)
+        except Exception as error:
+            logger.warning("customer %s failed", customer_id, exc_info=True)
+            reason = f"{type(error).__name__}: {error}"
+            return CustomerReport.failed(customer_id, FailureKind.FIT_FAILED, reason)
+
+    def _resume(self, customer_id: str) -> CustomerResult | None:
+        """The result of an earlier attempt at this job (before a spot interruption), if
+        its archive is complete and for this run."""
+        path = archive_path(self._checkpoint_dir, customer_id)
+        if not path.is_file():
+            return None
+        try:
+            _, metadata = read_archive(path)
+        except ValueError as error:
+            logger.warning(
+                "refitting %s: its checkpointed archive is unusable: %s", customer_id, error
+            )
+            return None
+        if metadata.customer_id != customer_id or metadata.run_id != self._hyperparameters.run_id:
+            logger.warning(
+                "refitting %s: its checkpointed archive is from another run", customer_id
+            )
+            return None
+        return CustomerResult(
+            customer_id=customer_id,
+            outcome=CustomerOutcome.RESUMED,
+            rows=metadata.rows,
+            metrics=metadata.metrics,
+            metadata=metadata,
+        )
+
+    def _train(self, customer_id: str, source: Path, started: float) -> CustomerResult:
+        settings = self._hyperparameters
+        history = read_history(source)
+        rows = len(history)
+        if rows < settings.required_rows:
+            raise CustomerFailure(
+                FailureKind.TOO_FEW_ROWS,
+                f"has {rows} rows, needs at least {settings.required_rows}",
+            )
+        orders = self._seasonality_orders(history)
+        fitted = history.iloc[: -settings.holdout_rows]
+        holdout = history.iloc[-settings.holdout_rows :]
+
+        scored = self._new_model(orders).fit(fitted)
+        actual = holdout["y"].to_numpy(dtype=np.float64)
+        forecast = self._point_forecast(scored, holdout["ds"])
+        naive = seasonal_naive(fitted, holdout["ds"], settings.season)
+        metrics = HoldoutMetrics(
+            holdout_days=settings.holdout_days,
+            smape=smape(actual, forecast),
+            mae=mae(actual, forecast),
+            naive_smape=smape(actual, naive),
+            naive_mae=mae(actual, naive),
+        )
+        served = self._new_model(orders).fit(history) if settings.refit_full_history else scored
+
+        metadata = ModelMetadata(
+            customer_id=customer_id,
+            run_id=settings.run_id,
+            trained_at=datetime.now(UTC),
+            frequency=settings.frequency,
+            data_start=history["ds"].iloc[0].date(),
+            data_end=history["ds"].iloc[-1].date(),
+            rows=rows,
+            metrics=metrics,
+            library_versions=self._versions,
+        )
+        write_archive(
+            archive_path(self._checkpoint_dir, customer_id), model_to_json(served), metadata
+        )
+        return CustomerResult(
+            customer_id=customer_id,
+            outcome=CustomerOutcome.TRAINED,
+            rows=rows,
+            metrics=metrics,
+            fit_seconds=round(time.perf_counter() - started, 4),
+            metadata=metadata,
+        )
+
+    def _new_model(self, orders: dict[str, int] | None = None) -> Prophet:
+        settings = self._hyperparameters
+        seasonality: dict[str, Any] = {
+            f"{name}_seasonality": getattr(settings, f"{name}_seasonality")
+            for name in SEASONALITIES
+        }
+        if orders is not None:
+            seasonality = {f"{name}_seasonality": orders[name] or False for name in SEASONALITIES}
+        model = Prophet(
+            seasonality_mode=settings.seasonality_mode,
+            uncertainty_samples=settings.uncertainty_samples,
+            **seasonality,
+        )
+        model.stan_backend = self._backend
+        return model
+
+    def _seasonality_orders(self, history: pd.DataFrame) -> dict[str, int]:
+        """Resolve "auto" seasonalities once, on the whole history, the way Prophet would
+        for the served model, so the scored model has the same terms as the served one
+        (Prophet's yearly "auto" needs two years, which the shorter scored window can miss)."""
+        probe = self._new_model()
+        probe.history = history[["ds"]]
+        probe.set_auto_seasonalities()
+        orders = {
+            name: int(probe.seasonalities[name]["fourier_order"])
+            if name in probe.seasonalities
+            else 0
+            for name in SEASONALITIES
+        }
+        # Prophet's yearly "auto" waits for two full years. Energy use has a strong yearly
+        # cycle, and with a year or more of history a trend left to chase it extrapolates
+        # badly: on 23 months of daily data the holdout sMAPE fell from 10.9% to 2.4% with
+        # yearly terms on (seasonal-naive: 3.7%). So "auto" here means: on after a year.
+        span = history["ds"].max() - history["ds"].min()
+        if self._hyperparameters.yearly_seasonality == "auto" and span >= YEAR:
+            orders["yearly"] = orders["yearly"] or YEARLY_FOURIER_ORDER
+        return orders
+
+    @staticmethod
+    def _point_forecast(model: Prophet, times: pd.Series) -> np.ndarray:
+        """``yhat`` only: the uncertainty samples do not change it and cost most of predict."""
+        samples = model.uncertainty_samples
+        model.uncertainty_samples = 0
+        try:
+            predicted = model.predict(pd.DataFrame({"ds": times.to_numpy()}))
+        finally:
+            model.uncertainty_samples = samples
+        return predicted["yhat"].to_numpy(dtype=np.float64)

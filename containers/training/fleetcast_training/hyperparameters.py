@@ -1,0 +1,126 @@
+"""The training job's hyperparameters: SageMaker passes strings, the job works with these."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from fleetcast_common.ids import is_valid_run_id
+from fleetcast_training.contract import (
+    HYPERPARAMETER_DEFAULTS,
+    REQUIRED_HYPERPARAMETERS,
+    SAGEMAKER_HYPERPARAMETER_PREFIX,
+)
+
+DAILY = "D"
+# pandas 3 spells hourly "h"; "H" is accepted on the way in.
+HOURLY = "h"
+_FREQUENCIES = {"d": DAILY, "h": HOURLY}
+_PERIODS_PER_DAY = {DAILY: 1, HOURLY: 24}
+# The seasonal-naive baseline repeats the last week of daily data, the last day of hourly.
+_SEASON = {DAILY: timedelta(days=7), HOURLY: timedelta(days=1)}
+
+
+class InvalidHyperparametersError(ValueError):
+    """Hyperparameters the job cannot run with; the message names each problem."""
+
+
+def _frequency(value: object) -> object:
+    if isinstance(value, str) and value.strip().lower() in _FREQUENCIES:
+        return _FREQUENCIES[value.strip().lower()]
+    return value
+
+
+def _seasonality(value: object) -> object:
+    """Prophet's ``*_seasonality`` argument: "auto", true, false or a Fourier order."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if text in ("auto", "true", "false"):
+        return {"auto": "auto", "true": True, "false": False}[text]
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise ValueError("must be 'auto', 'true', 'false' or a positive Fourier order")
+
+
+Seasonality = Annotated[Literal["auto"] | bool | int, BeforeValidator(_seasonality)]
+
+
+class Hyperparameters(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    holdout_days: int = Field(ge=1, le=366)
+    min_rows: int = Field(ge=2)
+    frequency: Annotated[Literal["D", "h"], BeforeValidator(_frequency)]
+    seasonality_mode: Literal["additive", "multiplicative"]
+    yearly_seasonality: Seasonality
+    weekly_seasonality: Seasonality
+    daily_seasonality: Seasonality
+    uncertainty_samples: int = Field(ge=0, le=100_000)
+    refit_full_history: bool
+    # 0 means one worker process per CPU of the instance.
+    workers: int = Field(ge=0, le=1024)
+
+    @model_validator(mode="after")
+    def _known_run(self) -> Hyperparameters:
+        if not is_valid_run_id(self.run_id):
+            raise ValueError(f"run_id {self.run_id!r} is not a fleetcast run id")
+        return self
+
+    @property
+    def required_rows(self) -> int:
+        """``min_rows``, raised where needed to hold out ``holdout_days`` and keep a season
+        before them for the seasonal-naive baseline (192 for a week of hourly data), so
+        the daily default also works for hourly data."""
+        return max(self.min_rows, self.holdout_rows + self.season_rows)
+
+    @property
+    def holdout_rows(self) -> int:
+        return self.holdout_days * _PERIODS_PER_DAY[self.frequency]
+
+    @property
+    def season(self) -> timedelta:
+        return _SEASON[self.frequency]
+
+    @property
+    def season_rows(self) -> int:
+        return int(self.season / timedelta(days=1)) * _PERIODS_PER_DAY[self.frequency]
+
+    def worker_count(self, cpus: int) -> int:
+        return self.workers or cpus
+
+    @classmethod
+    def parse(cls, raw: dict[str, str]) -> Hyperparameters:
+        """Validate SageMaker's string hyperparameters, filling in the defaults.
+
+        Raise :class:`InvalidHyperparametersError` naming every problem at once.
+        """
+        given = {k: v for k, v in raw.items() if not k.startswith(SAGEMAKER_HYPERPARAMETER_PREFIX)}
+        known = set(HYPERPARAMETER_DEFAULTS) | set(REQUIRED_HYPERPARAMETERS)
+        problems = [
+            f"unknown hyperparameter {name!r} (known: {', '.join(sorted(known))})"
+            for name in sorted(given.keys() - known)
+        ]
+        problems += [
+            f"{name} is required" for name in REQUIRED_HYPERPARAMETERS if name not in given
+        ]
+        if not problems:
+            try:
+                return cls.model_validate({**HYPERPARAMETER_DEFAULTS, **given})
+            except ValidationError as error:
+                problems = [_describe(detail, given) for detail in error.errors()]
+        raise InvalidHyperparametersError("invalid hyperparameters: " + "; ".join(problems))
+
+
+def _describe(detail: object, given: dict[str, str]) -> str:
+    assert isinstance(detail, dict)
+    message = str(detail["msg"]).removeprefix("Value error, ")
+    location = detail.get("loc") or ()
+    if not location:
+        return message
+    name = str(location[0])
+    value = given.get(name, HYPERPARAMETER_DEFAULTS.get(name))
+    return f"{name}={value!r}: {message}"

@@ -1,0 +1,364 @@
+"""One training instance's job: every customer file of its shard, in parallel, resumable.
+
+The parent process plans the shard, hands customers to one worker process per CPU in
+small batches (largest files first, so no worker is left with a long one at the end),
+logs progress, and writes the manifest. Workers fit, score and archive each customer
+into the checkpoint directory, which SageMaker syncs to S3 as it fills; after a spot
+interruption the restarted job finds those archives there and keeps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import shutil
+import statistics
+import tempfile
+import time
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
+from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_training.contract import (
+    METRIC_MEDIAN_MAE,
+    METRIC_MEDIAN_NAIVE_SMAPE,
+    METRIC_MEDIAN_SMAPE,
+    METRIC_MODELS_FAILED,
+    METRIC_MODELS_PER_SECOND,
+    METRIC_MODELS_RESUMED,
+    METRIC_MODELS_TRAINED,
+    TRAIN_CHANNEL,
+    TrainingEnvironment,
+    manifest_name,
+    metric_line,
+)
+from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
+from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
+from fleetcast_training.hyperparameters import Hyperparameters
+from fleetcast_training.stan_backend import scratch_parent, silence_stan_logging
+
+logger = logging.getLogger(__name__)
+
+# A batch is the unit handed to a worker: big enough that inter-process traffic is
+# negligible next to ~0.15 s per customer, small enough to keep every worker busy at the end.
+MAX_BATCH = 8
+BATCHES_PER_WORKER = 4
+PROGRESS_STEP = 0.05
+
+
+@dataclass(frozen=True)
+class CustomerFile:
+    customer_id: str
+    path: Path
+    size: int
+
+
+@dataclass(frozen=True)
+class JobResult:
+    manifest: TrainingManifest
+    reports: list[CustomerReport]
+    seconds: float
+    required_rows: int
+
+    def count(self, outcome: CustomerOutcome) -> int:
+        return self.manifest.count(outcome)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the job as a whole failed: it had customers and none produced a model."""
+        failed = sorted(
+            (r for r in self.reports if r.failure_kind is not None),
+            key=lambda r: r.result.customer_id,
+        )
+        if not self.reports or len(failed) < len(self.reports):
+            return None
+        return summarise_failures(
+            [r.failure_kind for r in failed if r.failure_kind is not None],
+            [f"{r.result.customer_id}: {r.result.reason}" for r in failed],
+            total=len(self.reports),
+            min_rows=self.required_rows,
+        )
+
+    def metric_lines(self) -> list[str]:
+        """stdout lines for the job's MetricDefinitions (contract.METRIC_DEFINITIONS)."""
+        trained = self.count(CustomerOutcome.TRAINED)
+        lines = [
+            metric_line(METRIC_MODELS_TRAINED, trained),
+            metric_line(METRIC_MODELS_RESUMED, self.count(CustomerOutcome.RESUMED)),
+            metric_line(METRIC_MODELS_FAILED, self.count(CustomerOutcome.FAILED)),
+        ]
+        scored = [r.metrics for r in self.manifest.customers if r.metrics is not None]
+        if scored:
+            lines += [
+                metric_line(METRIC_MEDIAN_SMAPE, statistics.median(m.smape for m in scored)),
+                metric_line(
+                    METRIC_MEDIAN_NAIVE_SMAPE, statistics.median(m.naive_smape for m in scored)
+                ),
+                metric_line(METRIC_MEDIAN_MAE, statistics.median(m.mae for m in scored)),
+            ]
+        if trained and self.seconds > 0:
+            lines.append(metric_line(METRIC_MODELS_PER_SECOND, trained / self.seconds))
+        return lines
+
+
+def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) -> JobResult:
+    """Train this instance's shard and write its manifest; raise :class:`JobFailure` when
+    there is nothing to train. A job whose customers all failed returns normally, with
+    :attr:`JobResult.failure` set, so the caller can still report its metrics."""
+    started = time.perf_counter()
+    host = environment.current_host
+    customers, reports = plan_shard(environment.channel_dir(TRAIN_CHANNEL), len(environment.hosts))
+    checkpoint_dir = environment.checkpoint_dir
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    _remove_partial_files(checkpoint_dir)
+
+    workers = max(1, min(hyperparameters.worker_count(environment.cpus), len(customers)))
+    logger.info(
+        "%s: training %d customers (%d more rejected by name) with %d worker process(es)",
+        host,
+        len(customers),
+        len(reports),
+        workers,
+    )
+    if hyperparameters.required_rows > hyperparameters.min_rows:
+        logger.info(
+            "customers need at least %d rows (min_rows=%d is too few to hold out %d days)",
+            hyperparameters.required_rows,
+            hyperparameters.min_rows,
+            hyperparameters.holdout_days,
+        )
+    progress = Progress(host, total=len(customers) + len(reports))
+    progress.advance(len(reports))
+    reports += train_customers(customers, hyperparameters, checkpoint_dir, workers, progress)
+
+    manifest = TrainingManifest(
+        run_id=hyperparameters.run_id,
+        host=host,
+        hosts=environment.hosts,
+        customers=sorted((r.result for r in reports), key=lambda result: result.customer_id),
+    )
+    text = manifest.model_dump_json(indent=1)
+    _write_atomically(checkpoint_dir / manifest_name(host), text)
+    _write_atomically(environment.model_dir / manifest_name(host), text)
+    return JobResult(
+        manifest=manifest,
+        reports=reports,
+        seconds=time.perf_counter() - started,
+        required_rows=hyperparameters.required_rows,
+    )
+
+
+def plan_shard(channel_dir: Path, hosts: int) -> tuple[list[CustomerFile], list[CustomerReport]]:
+    """The customer files of this shard, and a FAILED report for every other entry.
+
+    A file name that is not ``{customer_id}.csv`` with a valid customer id is never used
+    as a path; it is reported under its (shortened) name.
+    """
+    if not channel_dir.is_dir():
+        raise JobFailure(
+            f"no training data: the '{TRAIN_CHANNEL}' channel directory {channel_dir} is missing"
+        )
+    customers: list[CustomerFile] = []
+    rejected: list[CustomerReport] = []
+    for entry in sorted(channel_dir.iterdir()):
+        customer_id = customer_id_from_file_name(entry.name, CUSTOMER_FILE_SUFFIX)
+        if customer_id is not None and entry.is_file():
+            customers.append(CustomerFile(customer_id, entry, entry.stat().st_size))
+        else:
+            shown = entry.name if len(entry.name) <= 80 else entry.name[:77] + "..."
+            rejected.append(
+                CustomerReport.failed(
+                    shown,
+                    FailureKind.INVALID_FILE_NAME,
+                    f"{shown!r} is not a customer file: expected {{customer_id}}"
+                    f"{CUSTOMER_FILE_SUFFIX} with 1 to 64 letters, digits, '_' or '-'",
+                )
+            )
+    if not customers and not rejected and hosts == 1:
+        raise JobFailure(
+            f"no training data: the '{TRAIN_CHANNEL}' channel has no files "
+            f"(expected {{customer_id}}{CUSTOMER_FILE_SUFFIX})"
+        )
+    if not customers and not rejected:
+        # ShardedByS3Key gives an instance nothing when there are more instances than files.
+        logger.warning("this instance's shard is empty: nothing to train")
+    return customers, rejected
+
+
+def train_customers(
+    customers: list[CustomerFile],
+    hyperparameters: Hyperparameters,
+    checkpoint_dir: Path,
+    workers: int,
+    progress: Progress,
+) -> list[CustomerReport]:
+    """Train every customer; never lets one customer stop the others.
+
+    A worker process that dies (killed when out of memory, say) breaks the whole pool and
+    takes its batch with it. The customers then in flight become suspects and the rest
+    continue in a new pool; the suspects are retried last, one at a time in a pool of one,
+    so only a customer that kills its worker on its own is recorded as failed.
+    """
+    if not customers:
+        return []
+    pool = _Pool(hyperparameters, checkpoint_dir, scratch_parent(workers))
+    try:
+        reports: dict[str, CustomerReport] = {}
+        queue = sorted(customers, key=lambda c: (-c.size, c.customer_id))
+        suspects: list[CustomerFile] = []
+        while queue:
+            size = _batch_size(len(queue), workers)
+            in_flight = pool.run(queue, workers, size, reports, progress)
+            unfinished = [c for c in queue if c.customer_id not in reports]
+            if in_flight is None:
+                break
+            logger.warning("a worker process died while training %s", ", ".join(sorted(in_flight)))
+            suspects += [c for c in unfinished if c.customer_id in in_flight]
+            queue = [c for c in unfinished if c.customer_id not in in_flight]
+            if not in_flight:
+                # Died between customers (in start-up, say): nobody to blame, nothing learnt.
+                suspects += queue
+                queue = []
+        while suspects:
+            in_flight = pool.run(suspects, 1, 1, reports, progress)
+            if in_flight is None:
+                break
+            # Alone in the pool, the customer in flight is the one that killed its worker.
+            # With none in flight the worker dies starting up: retrying would never end.
+            culprits = in_flight or {c.customer_id for c in suspects} - reports.keys()
+            for customer_id in sorted(culprits):
+                reports[customer_id] = CustomerReport.failed(
+                    customer_id,
+                    FailureKind.WORKER_DIED,
+                    "the worker process died while training this customer alone (out of memory?)",
+                )
+            progress.advance(len(culprits))
+            suspects = [c for c in suspects if c.customer_id not in reports]
+        return list(reports.values())
+    finally:
+        pool.close()
+
+
+def _batch_size(customers: int, workers: int) -> int:
+    return max(1, min(MAX_BATCH, math.ceil(customers / (workers * BATCHES_PER_WORKER))))
+
+
+class _Pool:
+    """Worker processes for one ``run`` at a time, each with a scratch directory where it
+    notes the customer it is training, so a crash can be traced to its customer."""
+
+    def __init__(self, hyperparameters: Hyperparameters, checkpoint_dir: Path, parent: Path | None):
+        self._hyperparameters = hyperparameters
+        self._checkpoint_dir = checkpoint_dir
+        self._root = Path(tempfile.mkdtemp(prefix="fleetcast-training-", dir=parent))
+
+    def run(
+        self,
+        customers: list[CustomerFile],
+        workers: int,
+        batch_size: int,
+        reports: dict[str, CustomerReport],
+        progress: Progress,
+    ) -> set[str] | None:
+        """Add a report per finished customer to ``reports``. Return None when all
+        finished, else the customers whose worker was training them when the pool broke."""
+        scratch = Path(tempfile.mkdtemp(prefix="pool-", dir=self._root))
+        batches = [customers[i : i + batch_size] for i in range(0, len(customers), batch_size)]
+        broken = False
+        # fork: workers start in milliseconds with Prophet already imported (spawn would
+        # import it again in each). The parent has no threads of its own to fork.
+        with ProcessPoolExecutor(
+            max_workers=min(workers, len(batches)),
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_start_worker,
+            initargs=(self._hyperparameters, self._checkpoint_dir, scratch),
+        ) as executor:
+            futures: list[Future[list[CustomerReport]]] = [
+                executor.submit(_train_batch, [(c.customer_id, c.path) for c in batch])
+                for batch in batches
+            ]
+            for future in as_completed(futures):
+                try:
+                    batch_reports = future.result()
+                except BrokenProcessPool:
+                    broken = True  # every unfinished future says so; keep the finished ones
+                    continue
+                for report in batch_reports:
+                    reports[report.result.customer_id] = report
+                progress.advance(len(batch_reports))
+        in_flight = {marker.read_text() for marker in scratch.glob(f"*/{_TRAINING_MARKER}")} - {""}
+        shutil.rmtree(scratch, ignore_errors=True)
+        return in_flight - reports.keys() if broken else None
+
+    def close(self) -> None:
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+_TRAINING_MARKER = "training"
+_trainer: CustomerTrainer | None = None
+_marker: Path | None = None
+
+
+def _start_worker(hyperparameters: Hyperparameters, checkpoint_dir: Path, pool_dir: Path) -> None:
+    global _trainer, _marker
+    silence_stan_logging()
+    scratch = Path(tempfile.mkdtemp(prefix="worker-", dir=pool_dir))
+    _marker = scratch / _TRAINING_MARKER
+    _trainer = CustomerTrainer(hyperparameters, checkpoint_dir, scratch)
+
+
+def _train_batch(batch: list[tuple[str, Path]]) -> list[CustomerReport]:
+    assert _trainer is not None and _marker is not None, "the worker initializer did not run"
+    reports = []
+    for customer_id, path in batch:
+        _marker.write_text(customer_id)
+        reports.append(_trainer.train(customer_id, path))
+    _marker.write_text("")
+    return reports
+
+
+class Progress:
+    """Logs a line each time another ~5% of the shard is done."""
+
+    def __init__(self, host: str, total: int) -> None:
+        self._host = host
+        self._total = total
+        self._step = max(1, math.ceil(total * PROGRESS_STEP))
+        self._done = 0
+        self._next = self._step
+        self._started = time.perf_counter()
+
+    def advance(self, count: int) -> None:
+        if count == 0:
+            return
+        self._done += count
+        if self._done < self._next and self._done < self._total:
+            return
+        while self._next <= self._done:
+            self._next += self._step
+        elapsed = max(time.perf_counter() - self._started, 1e-9)
+        logger.info(
+            "%s: %d/%d customers done (%.0f%%), %.2f customers/s",
+            self._host,
+            self._done,
+            self._total,
+            100 * self._done / max(self._total, 1),
+            self._done / elapsed,
+        )
+
+
+def _remove_partial_files(checkpoint_dir: Path) -> None:
+    """Half-written archives and manifests from an interrupted attempt; never valid."""
+    for partial in checkpoint_dir.glob("*.partial"):
+        partial.unlink(missing_ok=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)

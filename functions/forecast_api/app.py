@@ -1,0 +1,299 @@
+"""API Gateway (REST, API key required) -> a customer's forecast from the multi-model
+endpoint, or its live model from the registry.
+
+Routes, parameters and responses are typed here and validated by Powertools; the OpenAPI
+document (docs/openapi.json) is generated from them by ``make openapi``. Errors become
+responses in one place, :func:`error_response`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import time
+import warnings
+from typing import Annotated, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.models import (
+    APIKey,
+    APIKeyIn,
+    Server,
+    ServerVariable,
+)
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, Field
+
+from fleetcast_common.aws import dynamodb_table
+from fleetcast_common.forecast_endpoint import ForecastEndpoint, runtime_client
+from fleetcast_common.forecasting import (
+    DEFAULT_PERIOD,
+    MAX_PERIOD,
+    MIN_PERIOD,
+    CustomerForecast,
+    EndpointFailedError,
+    EndpointUnavailableError,
+    ForecastApiSettings,
+    ForecastError,
+    InvalidRequestError,
+    UnknownCustomerError,
+    customer_forecast,
+    live_model,
+)
+from fleetcast_common.ids import CUSTOMER_ID_PATTERN, InvalidCustomerIdError
+from fleetcast_common.registry import LiveModel, ModelRegistry
+
+# An error response publishes no metric; that is expected, not worth a warning each time.
+warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+settings = ForecastApiSettings.from_env()
+app = APIGatewayRestResolver(enable_validation=True)
+app.configure_openapi(
+    title="fleetcast forecast API",
+    version="1.0.0",
+    description=(
+        "Per-customer forecasts from fleetcast's multi-model endpoint. Send the API key in "
+        "the x-api-key header; each key is throttled and has a daily quota (usage plan)."
+    ),
+    servers=[
+        Server(
+            url="https://{api_id}.execute-api.{region}.amazonaws.com/v1",
+            description="Deployed stack (Outputs: ForecastApiUrl)",
+            variables={
+                "api_id": ServerVariable(default="abcdef1234"),
+                "region": ServerVariable(default="us-east-1"),
+            },
+        ),
+        Server(url="http://127.0.0.1:3000/v1", description="Local stack (fleetcast up)"),
+    ],
+    security_schemes={
+        "apiKey": APIKey.model_validate({"name": "x-api-key", "in": APIKeyIn.header})
+    },
+    security=[{"apiKey": []}],
+)
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="What kind of error, e.g. UnknownCustomer")
+    message: str = Field(description="What went wrong and what to do about it")
+
+
+class GatewayErrorBody(BaseModel):
+    message: str = Field(description="API Gateway's own message, e.g. Forbidden")
+
+
+# domain error -> (status, error code)
+ERROR_STATUS: dict[type[ForecastError], tuple[int, str]] = {
+    InvalidRequestError: (400, "InvalidRequest"),
+    UnknownCustomerError: (404, "UnknownCustomer"),
+    EndpointFailedError: (502, "EndpointFailed"),
+    EndpointUnavailableError: (503, "EndpointUnavailable"),
+}
+
+
+def _documented(success: str, *statuses: int) -> dict[int, OpenAPIResponse]:
+    """The route's responses: 200 (its return type) and the errors it can answer."""
+    described = {
+        400: "Bad customer id, period or query parameter",
+        403: "Missing or wrong x-api-key (API Gateway)",
+        404: "The customer has no live model",
+        429: "Throttled or over the daily quota (API Gateway)",
+        502: "The endpoint failed to forecast",
+        503: "The endpoint is not ready or unreachable; retry after Retry-After seconds",
+    }
+    responses: dict[int, OpenAPIResponse] = {200: {"description": success}}
+    for status in statuses:
+        model = GatewayErrorBody if status in (403, 429) else ErrorBody
+        responses[status] = {
+            "description": described[status],
+            "content": {"application/json": {"model": model}},
+        }
+    if 503 in responses:
+        responses[503]["headers"] = {
+            "Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}
+        }
+    return responses
+
+
+CustomerId = Annotated[
+    str,
+    Path(
+        pattern=CUSTOMER_ID_PATTERN,
+        description="1 to 64 letters, digits, '_' or '-', starting with a letter or digit",
+        examples=["42"],
+    ),
+]
+Period = Annotated[
+    int,
+    Query(ge=MIN_PERIOD, le=MAX_PERIOD, description="How many periods (days) to forecast"),
+]
+
+
+@functools.cache
+def _registry() -> ModelRegistry:
+    return ModelRegistry(dynamodb_table(settings.registry_table))
+
+
+@functools.cache
+def _endpoint() -> ForecastEndpoint:
+    return ForecastEndpoint(runtime_client(), settings.endpoint_name)
+
+
+def _only_query_parameters(*known: str) -> Any:
+    """Route middleware: a query parameter the route does not take is a mistake to report,
+    not to ignore (``?periods=30`` would otherwise quietly forecast 7 days)."""
+
+    def middleware(router: APIGatewayRestResolver, next_middleware: NextMiddleware) -> Response:
+        unknown = sorted(set(router.current_event.query_string_parameters or {}) - set(known))
+        if unknown:
+            takes = f"takes only {', '.join(map(repr, known))}" if known else "takes none"
+            raise InvalidRequestError(
+                f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(map(repr, unknown))}: this route {takes}"
+            )
+        return next_middleware(router)
+
+    return middleware
+
+
+@app.get(
+    "/customers/<customer_id>/forecast",
+    summary="A customer's forecast",
+    description=(
+        "The next `period` days after the customer's history, from its live model: "
+        "Prophet's point forecast and 80 % interval, with the model's version, training "
+        "time and last day of data."
+    ),
+    tags=["forecasts"],
+    responses=_documented("The forecast", 400, 403, 404, 429, 502, 503),
+    middlewares=[_only_query_parameters("period")],
+)
+def get_forecast(customer_id: CustomerId, period: Period = DEFAULT_PERIOD) -> CustomerForecast:
+    logger.append_keys(customer_id=customer_id, period=period)
+    started = time.perf_counter()
+    forecast = customer_forecast(customer_id, period, _registry(), _endpoint())
+    metrics.add_metric(
+        name="ForecastLatency",
+        unit=MetricUnit.Milliseconds,
+        value=(time.perf_counter() - started) * 1000,
+    )
+    return forecast
+
+
+@app.get(
+    "/customers/<customer_id>/model",
+    summary="A customer's live model",
+    description="The registry entry of the model the forecast comes from: version, run, "
+    "training time, data range and holdout metrics.",
+    tags=["models"],
+    responses=_documented("The live model's registry entry", 400, 403, 404, 429),
+    middlewares=[_only_query_parameters()],
+)
+def get_model(customer_id: CustomerId) -> LiveModel:
+    logger.append_keys(customer_id=customer_id)
+    return live_model(customer_id, _registry())
+
+
+# ---------------------------------------------------------------- errors, in one place
+
+
+@app.exception_handler([ForecastError, RequestValidationError])
+def error_response(error: Exception) -> Response[str]:
+    if isinstance(error, RequestValidationError):
+        status, code, message = 400, "InvalidRequest", _describe(error.errors())
+    else:
+        status, code = next(v for k, v in ERROR_STATUS.items() if isinstance(error, k))
+        message = str(error)
+    headers: dict[str, str] = {}
+    if isinstance(error, EndpointUnavailableError):
+        headers["Retry-After"] = str(error.retry_after_seconds)
+    log = logger.warning if status >= 500 else logger.info
+    log("request failed", extra={"status": status, "error": code, "reason": message})
+    return _json(status, ErrorBody(error=code, message=message), headers)
+
+
+@app.not_found
+def no_such_route(error: Exception) -> Response[str]:
+    # API Gateway only forwards the template's routes; this answers direct invocations.
+    path = app.current_event.path
+    body = ErrorBody(error="NotFound", message=f"no route for {path}")
+    return _json(404, body, {})
+
+
+@app.exception_handler(Exception)
+def unexpected_error(error: Exception) -> Response[str]:
+    logger.exception("unexpected error")
+    body = ErrorBody(
+        error="InternalError",
+        message="unexpected error; the function's log has the details of this request",
+    )
+    return _json(500, body, {})
+
+
+def _json(status: int, body: BaseModel, headers: dict[str, str]) -> Response[str]:
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=body.model_dump_json(),
+        headers=headers,
+    )
+
+
+def _describe(errors: Any) -> str:
+    """Pydantic's validation errors as one sentence per parameter."""
+    problems = []
+    for problem in errors:
+        location = problem.get("loc", ())
+        name = str(location[-1]) if location else "request"
+        if name == "customer_id":
+            problems.append(str(InvalidCustomerIdError(problem.get("input"))))
+        elif name == "period":
+            problems.append(
+                f"period must be a whole number of days from {MIN_PERIOD} to {MAX_PERIOD}, "
+                f"not {problem.get('input')!r}"
+            )
+        else:
+            where = f"{location[0]} parameter " if len(location) > 1 else ""
+            problems.append(f"{where}{name!r}: {problem.get('msg', 'invalid')}")
+    return "; ".join(problems) or "invalid request"
+
+
+def openapi_document() -> str:
+    """The API's OpenAPI document (``make openapi`` writes it to docs/openapi.json).
+
+    Powertools documents request validation errors as 422; this API answers them 400
+    (:func:`error_response`), so the 422 responses and the schemas only they use go.
+    """
+    document = json.loads(app.get_openapi_json_schema())
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            operation["responses"].pop("422", None)
+    schemas = document["components"]["schemas"]
+    used: set[str] = set()
+    pending = [document["paths"]]
+    while pending:
+        text = json.dumps(pending.pop())
+        for name in re.findall(r'"#/components/schemas/([^"]+)"', text):
+            if name not in used:
+                used.add(name)
+                pending.append(schemas[name])
+    document["components"]["schemas"] = {k: v for k, v in schemas.items() if k in used}
+    return json.dumps(document, indent=2) + "\n"
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

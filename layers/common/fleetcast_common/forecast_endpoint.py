@@ -1,0 +1,117 @@
+"""The multi-model endpoint, seen from the forecast API: the only module that calls the
+SageMaker runtime.
+
+SageMaker's errors become the domain's by their error code (never their message):
+a model that is loading, a throttled or unavailable endpoint, or a connection that
+fails are worth a retry (:class:`EndpointUnavailableError`); anything else the endpoint
+answers is a failure to report (:class:`EndpointFailedError`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+from pydantic import ValidationError
+
+from fleetcast_common.aws import error_code
+from fleetcast_common.forecasting import (
+    EndpointFailedError,
+    EndpointForecast,
+    EndpointUnavailableError,
+)
+
+# Few, quick retries: API Gateway gives up after 29 s, and the caller is told when to
+# come back (Retry-After) rather than kept waiting.
+RUNTIME_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 3},
+    connect_timeout=2,
+    read_timeout=20,
+    max_pool_connections=16,
+)
+
+# Seconds a caller should wait before retrying, by why the endpoint could not answer.
+RETRY_AFTER_SECONDS = {
+    # A multi-model endpoint still downloading or loading the target model.
+    "ModelNotReadyException": 1,
+    "ThrottlingException": 1,
+    "ServiceUnavailable": 5,
+    "InternalFailure": 5,
+    "InternalDependencyException": 5,
+}
+UNREACHABLE_RETRY_AFTER_SECONDS = 10
+_SHOWN_MESSAGE_CHARS = 300
+_UNREACHABLE = (
+    EndpointConnectionError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    ReadTimeoutError,
+)
+
+
+@functools.cache
+def runtime_client() -> Any:
+    """A ``sagemaker-runtime`` client, created on first use (see :mod:`fleetcast_common.aws`)."""
+    return boto3.session.Session().client("sagemaker-runtime", config=RUNTIME_CONFIG)
+
+
+class ForecastEndpoint:
+    def __init__(self, runtime: Any, endpoint_name: str) -> None:
+        self._runtime = runtime
+        self.endpoint_name = endpoint_name
+
+    def forecast(self, target_model: str, period: int) -> EndpointForecast:
+        """The model's forecast for the next ``period`` periods."""
+        try:
+            response = self._runtime.invoke_endpoint(
+                EndpointName=self.endpoint_name,
+                TargetModel=target_model,
+                ContentType="application/json",
+                Accept="application/json",
+                Body=json.dumps({"period": period}),
+            )
+            body = response["Body"].read()
+        except ClientError as error:
+            raise _domain_error(error, self.endpoint_name) from error
+        except _UNREACHABLE as error:
+            raise EndpointUnavailableError(
+                f"the forecast endpoint {self.endpoint_name} cannot be reached; try again shortly",
+                UNREACHABLE_RETRY_AFTER_SECONDS,
+            ) from error
+        try:
+            return EndpointForecast.model_validate_json(body)
+        except ValidationError as error:
+            raise EndpointFailedError(
+                f"the forecast endpoint {self.endpoint_name} answered with something that is "
+                f"not a forecast ({error.error_count()} problems)"
+            ) from error
+
+
+def _domain_error(error: ClientError, endpoint_name: str) -> Exception:
+    code = error_code(error) or "Unknown"
+    if code in RETRY_AFTER_SECONDS:
+        return EndpointUnavailableError(
+            f"the forecast endpoint {endpoint_name} is not ready ({code}); try again shortly",
+            RETRY_AFTER_SECONDS[code],
+        )
+    if code == "ModelError":
+        status = error.response.get("OriginalStatusCode", "?")
+        original = str(error.response.get("OriginalMessage", ""))[:_SHOWN_MESSAGE_CHARS]
+        return EndpointFailedError(
+            f"the forecast endpoint's model failed (status {status}): {original}".rstrip(": ")
+        )
+    # ValidationError and the rest: a missing endpoint or model archive, a role that
+    # cannot read it. The deployment needs fixing; the caller cannot.
+    return EndpointFailedError(
+        f"the forecast endpoint {endpoint_name} refused the request ({code})"
+    )

@@ -1,0 +1,513 @@
+"""An ``AWS::Serverless::Api`` of template.yaml, served on 127.0.0.1 the way API Gateway
+serves a REST API stage with a proxy integration.
+
+A request to ``http://127.0.0.1:<port>/<stage>/<path>`` is matched against the routes the
+template's functions declare (``Events: {Type: Api}``); API Gateway's checks come first,
+in its order and with its answers:
+
+- no route for the method and path: 403 ``{"message": "Missing Authentication Token"}``;
+- API key required but ``x-api-key`` missing, unknown or disabled: 403 ``Forbidden``;
+- over the usage plan's throttle (a token bucket per key, rate and burst from the plan)
+  or its quota: 429 ``Too Many Requests`` / ``Limit Exceeded``.
+
+Then the function gets a REST API proxy event (payload format 1.0) built from the request,
+and its ``statusCode``/``headers``/``body`` become the response; a function that fails
+gives 502 ``Internal server error``. Keys and usage plans live in moto's API Gateway, so
+``aws apigateway get-api-keys --include-values`` shows the key the stack exports.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from fleetcast.localstack.lambdas import LocalFunction
+from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
+
+log = logging.getLogger("fleetcast.localstack.api")
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 3000
+API_KEY_HEADER = "x-api-key"
+KEY_REFRESH_SECONDS = 2.0
+MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    method: str  # upper case, or ANY
+    resource: str  # /customers/{customer_id}/forecast
+    function: LocalFunction
+    api_key_required: bool
+    pattern: re.Pattern[str]
+
+    @classmethod
+    def create(
+        cls, method: str, resource: str, function: LocalFunction, api_key_required: bool
+    ) -> ApiRoute:
+        regex = ""
+        for part in resource.strip("/").split("/"):
+            greedy = re.fullmatch(r"\{(\w+)\+\}", part)
+            single = re.fullmatch(r"\{(\w+)\}", part)
+            if greedy:
+                regex += f"/(?P<{greedy[1]}>.+)"
+            elif single:
+                regex += f"/(?P<{single[1]}>[^/]+)"
+            elif part:
+                regex += "/" + re.escape(part)
+        return cls(
+            method.upper(), resource, function, api_key_required, re.compile(f"^{regex or '/'}$")
+        )
+
+    def path_parameters(self, path: str) -> dict[str, str] | None:
+        match = self.pattern.match(path)
+        return {k: unquote(v) for k, v in match.groupdict().items()} if match else None
+
+
+class TokenBucket:
+    """API Gateway's throttle: ``rate`` requests per second, bursts up to ``burst``."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._updated = clock()
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate)
+            self._updated = now
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return True
+            return False
+
+
+@dataclass
+class UsagePlan:
+    """A usage plan's limits, applied per API key."""
+
+    rate: float | None
+    burst: int | None
+    quota: int | None
+    quota_period: str = "DAY"
+    _buckets: dict[str, TokenBucket] = field(default_factory=dict)
+    _used: dict[tuple[str, str], int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def admit(self, key_id: str) -> str | None:
+        """None when the request may go on, else API Gateway's 429 message."""
+        with self._lock:
+            if self.rate is not None and self.burst is not None:
+                bucket = self._buckets.setdefault(key_id, TokenBucket(self.rate, self.burst))
+                if not bucket.take():
+                    return "Too Many Requests"
+            if self.quota is not None:
+                window = (key_id, _quota_window(self.quota_period))
+                if self._used.get(window, 0) >= self.quota:
+                    return "Limit Exceeded"
+                self._used[window] = self._used.get(window, 0) + 1
+        return None
+
+
+def _quota_window(period: str) -> str:
+    now = datetime.now(UTC)
+    if period == "WEEK":
+        return now.strftime("%G-W%V")
+    if period == "MONTH":
+        return now.strftime("%Y-%m")
+    return now.strftime("%Y-%m-%d")
+
+
+class ApiKeys:
+    """The API keys of the usage plans on this API's stage, read from moto's API Gateway
+    (refreshed every few seconds, so a key disabled there stops working here)."""
+
+    def __init__(self, apigateway: Any, api_id: str, stage: str) -> None:
+        self._apigateway = apigateway
+        self._api_id = api_id
+        self._stage = stage
+        self._by_value: dict[str, str] = {}
+        self._refreshed = 0.0
+        self._lock = threading.Lock()
+
+    def key_id(self, value: str | None) -> str | None:
+        """The id of the enabled key with this value, else None."""
+        if not value:
+            return None
+        with self._lock:
+            stale = time.monotonic() - self._refreshed > KEY_REFRESH_SECONDS
+            if stale:
+                self._refresh()
+            return self._by_value.get(value)
+
+    def _refresh(self) -> None:
+        keys: dict[str, str] = {}
+        for plan in self._apigateway.get_usage_plans().get("items", []):
+            stages = plan.get("apiStages", [])
+            if not any(
+                s.get("apiId") == self._api_id and s.get("stage") == self._stage for s in stages
+            ):
+                continue
+            for plan_key in self._apigateway.get_usage_plan_keys(usagePlanId=plan["id"]).get(
+                "items", []
+            ):
+                key = self._apigateway.get_api_key(apiKey=plan_key["id"], includeValue=True)
+                if key.get("enabled"):
+                    keys[key["value"]] = key["id"]
+        self._by_value = keys
+        self._refreshed = time.monotonic()
+
+
+@dataclass
+class GatewayAnswer:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+class LocalRestApi:
+    """One REST API stage: routes, keys and usage plan, in front of the functions."""
+
+    def __init__(
+        self,
+        name: str,
+        api_id: str,
+        stage: str,
+        routes: list[ApiRoute],
+        keys: ApiKeys,
+        usage_plan: UsagePlan | None,
+        port: int = DEFAULT_PORT,
+    ) -> None:
+        self.name = name
+        self.api_id = api_id
+        self.stage = stage
+        self.routes = routes
+        self.keys = keys
+        self.usage_plan = usage_plan
+        self._server = ThreadingHTTPServer((HOST, port), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, daemon=True, name=f"api-{name}"
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/{self.stage}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def handle(
+        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str
+    ) -> GatewayAnswer:
+        request_id = str(uuid.uuid4())
+        split = urlsplit(target)
+        stage_prefix = f"/{self.stage}"
+        path = unquote(split.path)
+        matched: tuple[ApiRoute, dict[str, str]] | None = None
+        if path == stage_prefix or path.startswith(stage_prefix + "/"):
+            resource_path = path[len(stage_prefix) :] or "/"
+            for route in self.routes:
+                parameters = route.path_parameters(resource_path)
+                if parameters is not None and route.method in (method, "ANY"):
+                    matched = (route, parameters)
+                    break
+        if matched is None:
+            return _gateway_error(
+                403,
+                "Missing Authentication Token",
+                "MissingAuthenticationTokenException",
+                request_id,
+            )
+        route, path_parameters = matched
+        header_map = {name.lower(): value for name, value in headers}
+        key_value = header_map.get(API_KEY_HEADER)
+        key_id = self.keys.key_id(key_value)
+        if route.api_key_required:
+            if key_id is None:
+                return _gateway_error(403, "Forbidden", "ForbiddenException", request_id)
+            if self.usage_plan is not None:
+                refused = self.usage_plan.admit(key_id)
+                if refused is not None:
+                    code = (
+                        "TooManyRequestsException"
+                        if refused == "Too Many Requests"
+                        else "LimitExceededException"
+                    )
+                    return _gateway_error(429, refused, code, request_id)
+        event = proxy_event(
+            route=route,
+            path=resource_path_of(path, stage_prefix),
+            method=method,
+            query=split.query,
+            headers=headers,
+            body=body,
+            path_parameters=path_parameters,
+            stage=self.stage,
+            api_id=self.api_id,
+            request_id=request_id,
+            source_ip=source_ip,
+            api_key=(key_value, key_id) if key_value and key_id else None,
+        )
+        try:
+            result = route.function.invoke(event)
+            return _function_answer(result, request_id)
+        except Exception:
+            log.exception("%s %s: the function failed", method, path)
+            return _gateway_error(
+                502, "Internal server error", "InternalServerErrorException", request_id
+            )
+
+    @classmethod
+    def from_template(
+        cls,
+        template: LocalTemplate,
+        logical_id: str,
+        functions: dict[str, LocalFunction],
+        apigateway: Any,
+        port: int,
+    ) -> tuple[LocalRestApi, str]:
+        """Create the API, its usage plan and key in moto; return the API and the key value."""
+        properties = template.resolve(template.resources[logical_id].get("Properties", {}))
+        name = str(properties.get("Name") or template.physical_name(logical_id))
+        stage = str(properties["StageName"])
+        auth = properties.get("Auth", {})
+        default_key_required = str(auth.get("ApiKeyRequired", False)).lower() == "true"
+        api_id = apigateway.create_rest_api(
+            name=name, description=properties.get("Description", "")
+        )["id"]
+
+        routes = []
+        for function_id, resource in template.resources_of_type(
+            "AWS::Serverless::Function"
+        ).items():
+            for event in resource["Properties"].get("Events", {}).values():
+                if event.get("Type") != "Api":
+                    continue
+                event_properties = event["Properties"]
+                if event_properties.get("RestApiId") != {"Ref": logical_id}:
+                    continue
+                key_required = event_properties.get("Auth", {}).get(
+                    "ApiKeyRequired", default_key_required
+                )
+                routes.append(
+                    ApiRoute.create(
+                        str(event_properties["Method"]),
+                        str(template.resolve(event_properties["Path"])),
+                        functions[function_id],
+                        str(key_required).lower() == "true",
+                    )
+                )
+
+        plan_properties = auth.get("UsagePlan", {})
+        usage_plan = None
+        key_value = ""
+        if plan_properties.get("CreateUsagePlan", "NONE") != "NONE":
+            throttle = plan_properties.get("Throttle", {})
+            quota = plan_properties.get("Quota", {})
+            usage_plan = UsagePlan(
+                rate=float(throttle["RateLimit"]) if "RateLimit" in throttle else None,
+                burst=int(throttle["BurstLimit"]) if "BurstLimit" in throttle else None,
+                quota=int(quota["Limit"]) if "Limit" in quota else None,
+                quota_period=str(quota.get("Period", "DAY")),
+            )
+            plan_request: dict[str, Any] = {
+                "name": str(plan_properties.get("UsagePlanName", f"{logical_id}UsagePlan")),
+                "apiStages": [{"apiId": api_id, "stage": stage}],
+            }
+            if usage_plan.rate is not None and usage_plan.burst is not None:
+                plan_request["throttle"] = {
+                    "rateLimit": usage_plan.rate,
+                    "burstLimit": usage_plan.burst,
+                }
+            if usage_plan.quota is not None:
+                plan_request["quota"] = {
+                    "limit": usage_plan.quota,
+                    "period": usage_plan.quota_period,
+                }
+            plan_id = apigateway.create_usage_plan(**plan_request)["id"]
+            # SAM names the key it creates <Api logical id>ApiKey.
+            key = apigateway.create_api_key(name=f"{logical_id}ApiKey", enabled=True)
+            apigateway.create_usage_plan_key(
+                usagePlanId=plan_id, keyId=key["id"], keyType="API_KEY"
+            )
+            key_value = str(key["value"])
+        api = cls(name, api_id, stage, routes, ApiKeys(apigateway, api_id, stage), usage_plan, port)
+        return api, key_value
+
+
+def resource_path_of(path: str, stage_prefix: str) -> str:
+    return path[len(stage_prefix) :] or "/"
+
+
+def proxy_event(
+    *,
+    route: ApiRoute,
+    path: str,
+    method: str,
+    query: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    path_parameters: dict[str, str],
+    stage: str,
+    api_id: str,
+    request_id: str,
+    source_ip: str,
+    api_key: tuple[str, str] | None,
+) -> dict[str, Any]:
+    """The REST API proxy integration event (payload format 1.0) for one request."""
+    single_headers: dict[str, str] = {}
+    multi_headers: dict[str, list[str]] = {}
+    for name, value in headers:
+        single_headers[name] = value
+        multi_headers.setdefault(name, []).append(value)
+    single_query: dict[str, str] = {}
+    multi_query: dict[str, list[str]] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        single_query[name] = value
+        multi_query.setdefault(name, []).append(value)
+    text_body: str | None = None
+    is_base64 = False
+    if body:
+        try:
+            text_body = body.decode()
+        except UnicodeDecodeError:
+            text_body, is_base64 = base64.b64encode(body).decode(), True
+    now = datetime.now(UTC)
+    domain = f"{api_id}.execute-api.{REGION}.amazonaws.com"
+    user_agent = next((v for k, v in headers if k.lower() == "user-agent"), None)
+    return {
+        "resource": route.resource,
+        "path": path,
+        "httpMethod": method,
+        "headers": single_headers or None,
+        "multiValueHeaders": multi_headers or None,
+        "queryStringParameters": single_query or None,
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": path_parameters or None,
+        "stageVariables": None,
+        "requestContext": {
+            "resourceId": route.resource,
+            "resourcePath": route.resource,
+            "httpMethod": method,
+            "extendedRequestId": request_id,
+            "requestTime": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "path": f"/{stage}{path}",
+            "accountId": ACCOUNT_ID,
+            "protocol": "HTTP/1.1",
+            "stage": stage,
+            "domainPrefix": api_id,
+            "requestTimeEpoch": int(now.timestamp() * 1000),
+            "requestId": request_id,
+            "identity": {
+                "cognitoIdentityPoolId": None,
+                "accountId": None,
+                "cognitoIdentityId": None,
+                "caller": None,
+                "sourceIp": source_ip,
+                "principalOrgId": None,
+                "accessKey": None,
+                "cognitoAuthenticationType": None,
+                "cognitoAuthenticationProvider": None,
+                "userArn": None,
+                "userAgent": user_agent,
+                "user": None,
+                "apiKey": api_key[0] if api_key else None,
+                "apiKeyId": api_key[1] if api_key else None,
+            },
+            "domainName": domain,
+            "apiId": api_id,
+        },
+        "body": text_body,
+        "isBase64Encoded": is_base64,
+    }
+
+
+def _function_answer(result: Any, request_id: str) -> GatewayAnswer:
+    if not isinstance(result, dict) or "statusCode" not in result:
+        raise ValueError(f"the function returned no statusCode: {str(result)[:200]}")
+    headers: list[tuple[str, str]] = []
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        headers.extend((name, str(v)) for v in values)
+    named = {name.lower() for name, _ in headers}
+    headers.extend(
+        (name, str(value))
+        for name, value in (result.get("headers") or {}).items()
+        if name.lower() not in named
+    )
+    body = result.get("body") or ""
+    payload = base64.b64decode(body) if result.get("isBase64Encoded") else str(body).encode()
+    headers.append(("x-amzn-RequestId", request_id))
+    return GatewayAnswer(int(result["statusCode"]), headers, payload)
+
+
+def _gateway_error(status: int, message: str, error_type: str, request_id: str) -> GatewayAnswer:
+    return GatewayAnswer(
+        status,
+        [
+            ("Content-Type", "application/json"),
+            ("x-amzn-ErrorType", error_type),
+            ("x-amzn-RequestId", request_id),
+        ],
+        json.dumps({"message": message}).encode(),
+    )
+
+
+def _handler_for(api: LocalRestApi) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "fleetcast-local-apigateway"
+
+        def version_string(self) -> str:
+            return self.server_version
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY_BYTES:
+                answer = _gateway_error(413, "Request Too Long", "RequestTooLongException", "-")
+                self.close_connection = True
+            else:
+                body = self.rfile.read(length) if length else b""
+                answer = api.handle(
+                    self.command,
+                    self.path,
+                    list(self.headers.items()),
+                    body,
+                    self.client_address[0],
+                )
+            self.send_response(answer.status)
+            for name, value in answer.headers:
+                if name.lower() not in ("content-length", "connection", "transfer-encoding"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(answer.body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(answer.body)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug(format, *args)
+
+    return Handler

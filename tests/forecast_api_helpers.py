@@ -1,0 +1,87 @@
+"""The forecast API handler as tests load it: with the environment template.yaml gives it,
+fed the sample API Gateway events from events/ (changed where a test needs another
+customer, query or path)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fleetcast.localstack.lambdas import LambdaContext, load_handler
+from fleetcast.localstack.template import LocalTemplate
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FUNCTION = "ForecastApiFunction"
+
+
+def template_environment() -> dict[str, str]:
+    return LocalTemplate(REPO_ROOT / "template.yaml").function_environment(FUNCTION)
+
+
+def load_forecast_api(module_name: str) -> Any:
+    """Import functions/forecast_api/app.py under ``module_name`` with the template's
+    environment (it validates its settings on import); the process environment is left
+    as it was."""
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    saved = dict(os.environ)
+    os.environ.update(
+        {
+            **template_environment(),
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_LOG_LEVEL": "WARNING",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+        }
+    )
+    try:
+        load_handler(REPO_ROOT / "functions" / "forecast_api", "app.lambda_handler", module_name)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return sys.modules[module_name]
+
+
+def sample(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((REPO_ROOT / "events" / name).read_text())
+    return loaded
+
+
+def api_event(
+    name: str = "api_forecast.json",
+    customer_id: str | None = None,
+    query: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A sample event for another customer and/or query string, changed consistently in
+    every field API Gateway fills from them."""
+    event = copy.deepcopy(sample(name))
+    if customer_id is not None:
+        suffix = event["resource"].rsplit("}", 1)[1]
+        event["path"] = f"/customers/{customer_id}{suffix}"
+        event["pathParameters"] = {"customer_id": customer_id}
+        event["requestContext"]["path"] = f"/{event['requestContext']['stage']}{event['path']}"
+    if query is not None:
+        event["queryStringParameters"] = query or None
+        event["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()} or None
+    return event
+
+
+def context() -> LambdaContext:
+    return LambdaContext(
+        function_name="fleetcast-ForecastApiFunction",
+        memory_limit_in_mb=512,
+        aws_request_id=str(uuid.uuid4()),
+        invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:fleetcast-ForecastApiFunction",
+    )
+
+
+def call(module: Any, event: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """Invoke the handler; return status, headers (single-valued) and the JSON body."""
+    result = module.lambda_handler(event, context())
+    headers = {k: v[-1] for k, v in (result.get("multiValueHeaders") or {}).items()}
+    headers.update(result.get("headers") or {})
+    return result["statusCode"], headers, json.loads(result["body"])

@@ -1,0 +1,217 @@
+"""The forecast API handler with its registry in DynamoDB (moto server, the table built from
+template.yaml) and the SageMaker runtime stubbed (botocore Stubber): the sample API
+Gateway events in, the documented responses out."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+from forecast_api_helpers import REPO_ROOT, api_event, call, load_forecast_api
+
+from fleetcast.localstack.template import LocalTemplate
+from fleetcast_common import layout
+from fleetcast_common.forecast_endpoint import ForecastEndpoint
+from fleetcast_common.model_archive import HoldoutMetrics
+from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:No application metrics to publish"),
+]
+
+RUN_ID = "20261129t120000-0123456789"
+ENDPOINT = "fleetcast-forecast"
+METRICS = HoldoutMetrics(holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0)
+
+
+@pytest.fixture(scope="module")
+def api() -> Any:
+    return load_forecast_api("fleetcast_forecast_api_integration")
+
+
+@pytest.fixture
+def registry(aws_env: str) -> Iterator[ModelRegistry]:
+    template = LocalTemplate(REPO_ROOT / "template.yaml")
+    properties = template.resolve(template.resources["ModelRegistryTable"]["Properties"])
+    name = f"registry-{uuid.uuid4().hex[:8]}"
+    dynamodb = boto3.client("dynamodb")
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=properties["KeySchema"],
+        AttributeDefinitions=properties["AttributeDefinitions"],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    yield ModelRegistry(boto3.resource("dynamodb").Table(name))
+    dynamodb.delete_table(TableName=name)
+
+
+@pytest.fixture
+def runtime() -> Iterator[tuple[Any, Stubber]]:
+    client = boto3.client(
+        "sagemaker-runtime",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    with Stubber(client) as stub:
+        yield client, stub
+        stub.assert_no_pending_responses()
+
+
+@pytest.fixture
+def wired(
+    api: Any, registry: ModelRegistry, runtime: tuple[Any, Stubber], monkeypatch: pytest.MonkeyPatch
+) -> Stubber:
+    """The handler with this test's registry and stubbed runtime as its adapters."""
+    client, stub = runtime
+    monkeypatch.setattr(api, "_registry", lambda: registry)
+    monkeypatch.setattr(api, "_endpoint", lambda: ForecastEndpoint(client, ENDPOINT))
+    return stub
+
+
+def live(registry: ModelRegistry, customer_id: str = "42") -> ModelRecord:
+    record = ModelRecord(
+        customer_id=customer_id,
+        run_id=RUN_ID,
+        status=ModelStatus.LIVE,
+        target_model=layout.target_model(customer_id, RUN_ID),
+        model_s3_uri=f"s3://artifacts/{layout.model_key(customer_id, RUN_ID)}",
+        training_job=f"fleetcast-t-{RUN_ID}",
+        trained_at=datetime(2026, 11, 29, 12, 5, tzinfo=UTC),
+        data_start=date(2024, 1, 1),
+        data_end=date(2026, 11, 28),
+        rows=1063,
+        metrics=METRICS,
+    )
+    assert registry.promote(record) == 1
+    return record
+
+
+def container_answer(
+    customer_id: str = "42", run_id: str = RUN_ID, days: int = 7
+) -> dict[str, Any]:
+    forecast = [
+        {"ds": f"2026-12-{day:02d}", "yhat": 500.0 + day, "yhat_lower": 450.0, "yhat_upper": 560.0}
+        for day in range(1, days + 1)
+    ]
+    document = {"customer_id": customer_id, "model_version": run_id, "forecast": forecast}
+    raw = json.dumps(document).encode()
+    return {"Body": StreamingBody(io.BytesIO(raw), len(raw)), "ContentType": "application/json"}
+
+
+def expected_invoke(record: ModelRecord, period: int) -> dict[str, Any]:
+    return {
+        "EndpointName": ENDPOINT,
+        "TargetModel": record.target_model,
+        "ContentType": "application/json",
+        "Accept": "application/json",
+        "Body": json.dumps({"period": period}),
+    }
+
+
+def test_the_forecast_is_the_live_models_with_its_version_and_training(
+    api: Any, registry: ModelRegistry, wired: Stubber
+) -> None:
+    # Given customer 42's live model, and the endpoint's answer for its TargetModel
+    record = live(registry)
+    wired.add_response("invoke_endpoint", container_answer(days=14), expected_invoke(record, 14))
+    # When the sample forecast request asks for 14 days
+    status, headers, body = call(api, api_event(query={"period": "14"}))
+    # Then the answer is the container's forecast plus what the registry knows
+    assert status == 200
+    assert headers["Content-Type"] == "application/json"
+    assert body["customer_id"] == "42" and body["period"] == 14
+    assert (body["model_version"], body["run_id"]) == (1, RUN_ID)
+    assert body["trained_at"] == "2026-11-29T12:05:00Z"
+    assert body["data_end"] == "2026-11-28"
+    assert len(body["forecast"]) == 14 and body["forecast"][0]["yhat"] == 501.0
+
+
+def test_the_period_defaults_to_a_week(api: Any, registry: ModelRegistry, wired: Stubber) -> None:
+    record = live(registry)
+    wired.add_response("invoke_endpoint", container_answer(), expected_invoke(record, 7))
+    status, _, body = call(api, api_event(query={}))
+    assert (status, body["period"]) == (200, 7)
+
+
+def test_the_model_route_answers_the_live_registry_entry(
+    api: Any, registry: ModelRegistry, wired: Stubber
+) -> None:
+    live(registry)
+    status, _, body = call(api, api_event("api_model.json"))
+    assert status == 200
+    assert body["model_version"] == 1
+    assert body["target_model"] == layout.target_model("42", RUN_ID)
+    assert body["metrics"] == METRICS.model_dump()
+    assert (body["data_start"], body["data_end"]) == ("2024-01-01", "2026-11-28")
+
+
+@pytest.mark.parametrize("sample_name", ["api_forecast.json", "api_model.json"])
+def test_a_customer_without_a_live_model_is_404(
+    api: Any, registry: ModelRegistry, wired: Stubber, sample_name: str
+) -> None:
+    # Given a registry that knows another customer only
+    live(registry, customer_id="41")
+    # When customer 42 is asked for; then 404, and the endpoint is never called
+    status, _, body = call(api, api_event(sample_name))
+    assert status == 404
+    assert body == {
+        "error": "UnknownCustomer",
+        "message": "customer '42' has no live model: check the id, or train one by uploading "
+        "its readings",
+    }
+
+
+@pytest.mark.parametrize(
+    ("code", "http_status", "retry_after"),
+    [("ModelNotReadyException", 429, "1"), ("ServiceUnavailable", 503, "5")],
+)
+def test_an_endpoint_not_ready_is_503_with_retry_after(
+    api: Any, registry: ModelRegistry, wired: Stubber, code: str, http_status: int, retry_after: str
+) -> None:
+    record = live(registry)
+    wired.add_client_error(
+        "invoke_endpoint", code, "not yet", http_status, expected_invoke(record, 7)
+    )
+    status, headers, body = call(api, api_event())
+    assert status == 503
+    assert headers["Retry-After"] == retry_after
+    assert body["error"] == "EndpointUnavailable"
+
+
+def test_a_failing_model_is_502(api: Any, registry: ModelRegistry, wired: Stubber) -> None:
+    record = live(registry)
+    wired.add_client_error(
+        "invoke_endpoint",
+        "ModelError",
+        "Received server error (500) from model",
+        424,
+        expected_invoke(record, 7),
+        modeled_fields={"OriginalStatusCode": 500, "OriginalMessage": "unexpected error"},
+    )
+    status, headers, body = call(api, api_event())
+    assert (status, body["error"]) == (502, "EndpointFailed")
+    assert "status 500" in body["message"]
+    assert "Retry-After" not in headers
+
+
+def test_an_answer_from_another_customers_model_is_502_and_names_nobody_else(
+    api: Any, registry: ModelRegistry, wired: Stubber
+) -> None:
+    # Given an archive at 42's TargetModel that holds customer 43's model
+    record = live(registry)
+    wired.add_response("invoke_endpoint", container_answer("43"), expected_invoke(record, 7))
+    status, _, body = call(api, api_event())
+    assert (status, body["error"]) == (502, "EndpointFailed")
+    assert "43" not in body["message"]

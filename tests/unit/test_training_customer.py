@@ -1,0 +1,123 @@
+"""Training one customer in-process: the faster Stan backend, options and failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from prophet import Prophet
+from prophet.serialize import model_from_json
+
+from fleetcast_common.model_archive import read_archive
+from fleetcast_common.training_manifest import CustomerOutcome
+from fleetcast_training.customer_training import CustomerTrainer
+from fleetcast_training.failures import FailureKind
+from fleetcast_training.hyperparameters import Hyperparameters
+from fleetcast_training.stan_backend import ScratchStanBackend, silence_stan_logging
+
+RUN_ID = "20260101t120000-0a1b2c3d4e"
+
+
+def series(periods: int, freq: str = "D", seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    ds = pd.date_range("2025-01-01", periods=periods, freq=freq)
+    hours = np.arange(periods) * (24 if freq == "D" else 1)
+    y = 300 + 40 * np.sin(2 * np.pi * hours / 168) + 15 * np.sin(2 * np.pi * hours / 24)
+    return pd.DataFrame({"ds": ds, "y": y + rng.normal(0, 5, periods)})
+
+
+def trainer(tmp_path: Path, **hyperparameters: str) -> CustomerTrainer:
+    silence_stan_logging()
+    settings = Hyperparameters.parse({"run_id": RUN_ID, **hyperparameters})
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "scratch").mkdir()
+    return CustomerTrainer(settings, tmp_path / "checkpoints", tmp_path / "scratch")
+
+
+def write_customer(tmp_path: Path, frame: pd.DataFrame) -> Path:
+    path = tmp_path / "acme.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_scratch_backend_reaches_the_same_optimum_as_prophets_own(tmp_path: Path):
+    # Given one series
+    history = series(200)
+    silence_stan_logging()
+    # When fitted with Prophet's backend and with ours
+    stock = Prophet().fit(history)
+    ours = Prophet()
+    ours.stan_backend = ScratchStanBackend(tmp_path)
+    ours.fit(history)
+    # Then CmdStan returned the very same parameters
+    assert stock.params.keys() == ours.params.keys()
+    for name in stock.params:
+        np.testing.assert_array_equal(ours.params[name], stock.params[name])
+    # And the fit left no files behind
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_refit_the_scored_model_is_served(tmp_path: Path):
+    # Given a trainer told not to refit on the full history
+    source = write_customer(tmp_path, series(60))
+    report = trainer(tmp_path, refit_full_history="false", uncertainty_samples="50").train(
+        "acme", source
+    )
+    # Then the served model stops before the holdout and keeps its uncertainty samples
+    assert report.result.outcome is CustomerOutcome.TRAINED
+    model_json, metadata = read_archive(tmp_path / "checkpoints" / "acme.tar.gz")
+    model = model_from_json(model_json)
+    assert model.history is not None
+    assert model.history["ds"].max() == pd.Timestamp("2025-01-01") + pd.Timedelta(days=52)
+    assert model.uncertainty_samples == 50
+    assert metadata.rows == 60
+
+
+def test_hourly_customer_is_scored_on_whole_days(tmp_path: Path):
+    # Given ten days of hourly data and a one-day holdout
+    source = write_customer(tmp_path, series(240, freq="h"))
+    hourly = trainer(tmp_path, frequency="H", holdout_days="1", min_rows="48")
+    # When trained
+    report = hourly.train("acme", source)
+    # Then the last 24 hours were held out, against yesterday's same hour
+    assert report.result.outcome is CustomerOutcome.TRAINED
+    _, metadata = read_archive(tmp_path / "checkpoints" / "acme.tar.gz")
+    assert metadata.frequency == "h"
+    assert metadata.rows == 240
+    assert metadata.metrics.holdout_days == 1
+    assert metadata.metrics.smape < 0.1
+
+
+def test_an_exception_while_fitting_fails_that_customer_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a fit that raises
+    source = write_customer(tmp_path, series(60))
+
+    def explode(self: Prophet, *_: object, **__: object) -> Prophet:
+        raise RuntimeError("Error during optimization!")
+
+    monkeypatch.setattr(Prophet, "fit", explode)
+    # When the customer is trained
+    report = trainer(tmp_path).train("acme", source)
+    # Then it comes back failed, with the error, and no archive
+    assert report.result.outcome is CustomerOutcome.FAILED
+    assert report.failure_kind is FailureKind.FIT_FAILED
+    assert report.result.reason == "RuntimeError: Error during optimization!"
+    assert not (tmp_path / "checkpoints" / "acme.tar.gz").exists()
+
+
+@pytest.mark.parametrize(("days", "yearly_order"), [(200, 0), (400, 10)])
+def test_yearly_seasonality_is_on_after_one_year_of_history(
+    tmp_path: Path, days: int, yearly_order: int
+):
+    # Given a customer with under or over a year of daily history (Prophet's own "auto"
+    # would wait for two years)
+    history = series(days)
+    # When its seasonalities are resolved
+    orders = trainer(tmp_path)._seasonality_orders(history)
+    # Then yearly terms are used once a year is there, and weekly ones always
+    assert orders["yearly"] == yearly_order
+    assert orders["weekly"] > 0
