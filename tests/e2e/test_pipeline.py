@@ -54,11 +54,17 @@ def upload(stack: LocalStack, name: str, body: bytes) -> str:
     assert stack.info is not None
     sagemaker = stack.client("sagemaker")
     prefix = f"{stack.info.job_name_prefix}-p-"
-    before = {j["ProcessingJobName"] for j in sagemaker.list_processing_jobs(NameContains=prefix)["ProcessingJobSummaries"]}
+    before = {
+        j["ProcessingJobName"]
+        for j in sagemaker.list_processing_jobs(NameContains=prefix)["ProcessingJobSummaries"]
+    }
     stack.client("s3").put_object(Bucket=stack.info.raw_bucket, Key=f"incoming/{name}", Body=body)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        now = {j["ProcessingJobName"] for j in sagemaker.list_processing_jobs(NameContains=prefix)["ProcessingJobSummaries"]}
+        now = {
+            j["ProcessingJobName"]
+            for j in sagemaker.list_processing_jobs(NameContains=prefix)["ProcessingJobSummaries"]
+        }
         if now - before:
             return (now - before).pop()[len(prefix) :]
         time.sleep(0.2)
@@ -71,7 +77,14 @@ def finished(stack: LocalStack, run_id: str) -> RunStatus:
     table = stack.resource("dynamodb").Table(info.registry_table)
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
-        status = run_status(run_id, info.job_name_prefix, info.artifacts_bucket, stack.client("sagemaker"), stack.client("s3"), decisions_per_run(table))
+        status = run_status(
+            run_id,
+            info.job_name_prefix,
+            info.artifacts_bucket,
+            stack.client("sagemaker"),
+            stack.client("s3"),
+            decisions_per_run(table),
+        )
         if status.done:
             return status
         time.sleep(0.5)
@@ -82,9 +95,16 @@ def manifests(stack: LocalStack, run_id: str) -> list[TrainingManifest]:
     assert stack.info is not None
     s3 = stack.client("s3")
     prefix = layout.checkpoint_prefix(run_id)
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.info.artifacts_bucket, Prefix=prefix).get("Contents", [])]
+    keys = [
+        o["Key"]
+        for o in s3.list_objects_v2(Bucket=stack.info.artifacts_bucket, Prefix=prefix).get(
+            "Contents", []
+        )
+    ]
     return [
-        TrainingManifest.model_validate_json(s3.get_object(Bucket=stack.info.artifacts_bucket, Key=k)["Body"].read())
+        TrainingManifest.model_validate_json(
+            s3.get_object(Bucket=stack.info.artifacts_bucket, Key=k)["Body"].read()
+        )
         for k in keys
         if Path(k).name.startswith("manifest-")
     ]
@@ -107,7 +127,9 @@ def first_run(stack: LocalStack) -> dict[str, Any]:
     return {"run_id": run_id, "customers": customers, "status": finished(stack, run_id)}
 
 
-def test_every_customer_gets_a_live_loadable_model(stack: LocalStack, first_run: dict[str, Any]) -> None:
+def test_every_customer_gets_a_live_loadable_model(
+    stack: LocalStack, first_run: dict[str, Any]
+) -> None:
     status: RunStatus = first_run["status"]
     assert status.processing_status == "Completed", status.processing_failure
     assert status.training_status == "Completed", status.training_failure
@@ -121,14 +143,18 @@ def test_every_customer_gets_a_live_loadable_model(stack: LocalStack, first_run:
         assert live.rows == DAYS
         # The model served is a real, loadable Prophet model, at a path of its own
         key = layout.MODELS_PREFIX + live.target_model
-        model_json, metadata = read_archive(s3.get_object(Bucket=stack.info.artifacts_bucket, Key=key)["Body"].read())
+        model_json, metadata = read_archive(
+            s3.get_object(Bucket=stack.info.artifacts_bucket, Key=key)["Body"].read()
+        )
         assert metadata.customer_id == customer_id
         model = model_from_json(model_json)
         future = model.make_future_dataframe(periods=7, include_history=False)
         assert len(model.predict(future)) == 7
 
 
-def test_each_customer_is_trained_once_across_instances_and_shards_are_even(stack: LocalStack, first_run: dict[str, Any]) -> None:
+def test_each_customer_is_trained_once_across_instances_and_shards_are_even(
+    stack: LocalStack, first_run: dict[str, Any]
+) -> None:
     found = manifests(stack, first_run["run_id"])
     assert sorted(m.host for m in found) == ["algo-1", "algo-2"]
     trained = Counter(c.customer_id for m in found for c in m.customers)
@@ -137,7 +163,9 @@ def test_each_customer_is_trained_once_across_instances_and_shards_are_even(stac
     assert max(sizes) - min(sizes) <= 1
 
 
-def test_a_second_upload_retrains_only_its_customers_on_their_whole_history(stack: LocalStack, first_run: dict[str, Any]) -> None:
+def test_a_second_upload_retrains_only_its_customers_on_their_whole_history(
+    stack: LocalStack, first_run: dict[str, Any]
+) -> None:
     # Given 5 existing customers get 10 more days
     touched = ["3", "7", "11", "19", "23"]
     more = readings(touched, pd.Timestamp("2024-01-01") + pd.Timedelta(days=DAYS), 10)
@@ -157,7 +185,9 @@ def test_a_second_upload_retrains_only_its_customers_on_their_whole_history(stac
             assert (live.model_version, live.rows) == (1, DAYS)
 
 
-def test_a_file_missing_columns_fails_processing_with_a_clear_reason_and_trains_nothing(stack: LocalStack) -> None:
+def test_a_file_missing_columns_fails_processing_with_a_clear_reason_and_trains_nothing(
+    stack: LocalStack,
+) -> None:
     run_id = upload(stack, "broken.csv", b"customer_id,when,kwh\n1,2024-01-01,3.5\n")
     status = finished(stack, run_id)
     assert status.processing_status == "Failed"
@@ -173,7 +203,13 @@ def test_a_mixed_file_processes_good_rows_and_reports_every_bad_one(stack: Local
     bad = pd.DataFrame(
         {
             "customer_id": ["mix-a", "../../etc/passwd", "mix-b", "mix-b", "mix-a"],
-            "timestamp": ["not-a-date", "2024-01-02T08:00:00Z", "2024-01-03T08:00:00Z", "2024-01-04T08:00:00Z", good.iloc[0]["timestamp"]],
+            "timestamp": [
+                "not-a-date",
+                "2024-01-02T08:00:00Z",
+                "2024-01-03T08:00:00Z",
+                "2024-01-04T08:00:00Z",
+                good.iloc[0]["timestamp"],
+            ],
             "consumption": ["1", "1", "abc", "-5", "7"],
         }
     )
@@ -183,20 +219,28 @@ def test_a_mixed_file_processes_good_rows_and_reports_every_bad_one(stack: Local
     assert status.processing_status == "Completed"
     assert status.rows_rejected == len(bad)
     assert stack.info is not None
-    report = stack.client("s3").get_object(Bucket=stack.info.artifacts_bucket, Key=layout.report_prefix(run_id) + "rejected.csv")
+    report = stack.client("s3").get_object(
+        Bucket=stack.info.artifacts_bucket, Key=layout.report_prefix(run_id) + "rejected.csv"
+    )
     rejected = list(csv.DictReader(io.StringIO(report["Body"].read().decode())))
     first_bad_line = len(good) + len(short) + 2  # header is line 1
-    assert [int(r["line"]) for r in rejected] == list(range(first_bad_line, first_bad_line + len(bad)))
+    assert [int(r["line"]) for r in rejected] == list(
+        range(first_bad_line, first_bad_line + len(bad))
+    )
     assert len({r["reason"] for r in rejected}) == len(bad)
     # And the 3-row customer fails alone while the others are registered
     results = {c.customer_id: c for m in manifests(stack, run_id) for c in m.customers}
-    assert results["mix-short"].outcome is CustomerOutcome.FAILED and "3" in (results["mix-short"].reason or "")
+    assert results["mix-short"].outcome is CustomerOutcome.FAILED and "3" in (
+        results["mix-short"].reason or ""
+    )
     assert {results["mix-a"].outcome, results["mix-b"].outcome} == {CustomerOutcome.TRAINED}
     assert registry(stack).live("mix-short") is None
     assert registry(stack).live("mix-a") is not None
 
 
-def test_a_repeated_upload_event_starts_one_processing_job(stack: LocalStack, first_run: dict[str, Any]) -> None:
+def test_a_repeated_upload_event_starts_one_processing_job(
+    stack: LocalStack, first_run: dict[str, Any]
+) -> None:
     assert stack.info is not None
     # Given the same S3 event delivered twice (its object need not exist for this)
     event = json.loads((ROOT / "events" / "s3_object_created.json").read_text())

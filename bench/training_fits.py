@@ -1,6 +1,6 @@
 """Measure the training container on this machine (not shipped in the image).
 
-    .venv/bin/python containers/training/benchmark.py --customers 50 --days 730
+    .venv/bin/python bench/training_fits.py --customers 50 --days 730
 
 Prints the median time of one Prophet fit (stock backend and ours), how much of it is
 fixed overhead rather than optimisation, and customers per second for:

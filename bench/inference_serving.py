@@ -1,6 +1,6 @@
 """Measure the inference container on this machine (not shipped in the image).
 
-    .venv/bin/python containers/inference/benchmark.py --models 1000 --requests 3000
+    .venv/bin/python bench/inference_serving.py --models 1000 --requests 3000
 
 Fits one 2-year daily model (Prophet's defaults, as training fits them) and prints:
 
