@@ -139,6 +139,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         table.add_row("raw bucket (drop CSVs under incoming/)", info.raw_bucket)
         table.add_row("artifacts bucket", info.artifacts_bucket)
         table.add_row("model registry table", info.registry_table)
+        for label, variable in (
+            ("forecast API (x-api-key: $FLEETCAST_API_KEY)", "FLEETCAST_API_URL"),
+            ("multi-model endpoint", "FLEETCAST_ENDPOINT_NAME"),
+            ("cost-report outbox", "FLEETCAST_OUTBOX"),
+        ):
+            if variable in info.extra:
+                table.add_row(label, info.extra[variable])
         table.add_row("function logs", str(Path(info.state_dir) / "logs"))
         table.add_row("job logs", str(Path(info.state_dir) / "jobs"))
         console.print(table)

@@ -17,6 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from fleetcast.cost_cli import cost_report_for_demo
 from fleetcast.localstack.stack import LocalStack
 from fleetcast.serving_cli import demo_forecast
 from fleetcast.status import RunStatus, decisions_per_run, run_status
@@ -161,6 +162,7 @@ def run_demo(
             f"logs: {Path(info.state_dir) / 'logs'} (functions), {Path(info.state_dir) / 'jobs'} (SageMaker jobs)"
         )
         demo_forecast(info, stack.client("s3"), console)
+        cost_report_for_demo(stack, console)
         return 0
     finally:
         with console.status("stopping the local stack"):

@@ -312,5 +312,7 @@ def test_accounted_bytes_cover_what_loading_really_allocates(archive: Path) -> N
     real_model = (after_models - before) / len(names)
     accounted_answer = usage.cache_bytes / usage.cached_answers
     real_answer = (after_answers - after_models) / len(names)
-    assert real_model <= accounted_model <= 1.15 * real_model
-    assert real_answer <= accounted_answer <= 1.15 * real_answer
+    # tracemalloc also counts what other threads of the test session allocate meanwhile
+    # (a moto server, say), so "real" can read a little high: allow 5% below it.
+    assert 0.95 * real_model <= accounted_model <= 1.15 * real_model
+    assert 0.95 * real_answer <= accounted_answer <= 1.15 * real_answer
