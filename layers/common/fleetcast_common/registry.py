@@ -32,33 +32,32 @@ class ModelStatus(StrEnum):
     SUPERSEDED = "superseded"  # a newer run had already gone live
 
 
-class ModelRecord(BaseModel):
+class _TrainedModel(BaseModel):
+    """What the registry knows of any trained model."""
+
     customer_id: str
     run_id: str
+    target_model: str
+    model_s3_uri: str
+    training_job: str
+    trained_at: datetime
+    data_start: date
+    data_end: date
+    rows: int
+    metrics: HoldoutMetrics
+
+
+class ModelRecord(_TrainedModel):
+    """``MODEL#{run_id}``: one trained model and what became of it."""
+
     status: ModelStatus
     model_version: int | None = None
-    target_model: str
-    model_s3_uri: str
-    training_job: str
-    trained_at: datetime
-    data_start: date
-    data_end: date
-    rows: int
-    metrics: HoldoutMetrics
 
 
-class LiveModel(BaseModel):
-    customer_id: str
+class LiveModel(_TrainedModel):
+    """``LIVE``: the model the API serves for the customer."""
+
     model_version: int
-    run_id: str
-    target_model: str
-    model_s3_uri: str
-    training_job: str
-    trained_at: datetime
-    data_start: date
-    data_end: date
-    rows: int
-    metrics: HoldoutMetrics
     updated_at: datetime
 
 
