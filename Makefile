@@ -65,8 +65,12 @@ test-integration: $(STAMP)  ## Integration tests against a moto server
 test-e2e: $(STAMP)  ## End-to-end tests on the embedded local stack
 	$(BIN)/pytest tests/e2e -q
 
+# Each tier in its own process: unit tests (no sockets) never share one with the servers
+# that integration and end-to-end tests keep running.
 test: $(STAMP) lint typecheck  ## Everything: lint, types, unit, integration, e2e
-	$(BIN)/pytest tests -q --durations=10
+	$(BIN)/pytest tests/unit -q
+	$(BIN)/pytest tests/integration -q
+	$(BIN)/pytest tests/e2e -q --durations=10
 
 openapi: $(STAMP)  ## Regenerate docs/openapi.json from the forecast API's routes
 	$(BIN)/python -m fleetcast.openapi

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from prophet.serialize import model_from_json
 
+from fleetcast.cli import main
 from fleetcast.localstack.stack import LocalStack
 from fleetcast.status import RunStatus, decisions_per_run, run_status
 from fleetcast_common import layout
@@ -251,3 +252,55 @@ def test_a_repeated_upload_event_starts_one_processing_job(
     again = function.invoke(event)
     assert first["outcome"] == "started"
     assert again["outcome"] == "already_started" and again["job_name"] == first["job_name"]
+
+
+def test_status_reports_each_upload_with_its_jobs_and_counts(
+    stack: LocalStack,
+    first_run: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a standard client environment from the running stack (what `fleetcast env` prints)
+    assert stack.info is not None
+    for name, value in stack.info.environment().items():
+        monkeypatch.setenv(name, value)
+    # When `fleetcast status --json` runs
+    assert main(["status", "--json"]) == 0
+    runs = {run["run_id"]: run for run in json.loads(capsys.readouterr().out)}
+    # Then the first upload shows both jobs and its customer counts
+    first = runs[first_run["run_id"]]
+    assert (first["processing_status"], first["training_status"], first["instances"]) == (
+        "Completed",
+        "Completed",
+        2,
+    )
+    assert (
+        first["customers_processed"],
+        first["customers_trained"],
+        first["customers_failed"],
+    ) == (30, 30, 0)
+    assert first["customers_registered"] == 30 and first["rows_rejected"] == 0
+    assert first["source"] == "first.csv.gz"
+    # And a failed upload says why
+    failed = [run for run in runs.values() if run["processing_status"] == "Failed"]
+    assert failed and all(run["processing_failure"] for run in failed)
+
+
+def test_upload_puts_files_in_the_raw_bucket_and_only_incoming_starts_a_run(
+    stack: LocalStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert stack.info is not None
+    for name, value in stack.info.environment().items():
+        monkeypatch.setenv(name, value)
+    sagemaker = stack.client("sagemaker")
+    jobs_before = len(sagemaker.list_processing_jobs()["ProcessingJobSummaries"])
+    path = tmp_path / "notes.csv"
+    path.write_text("customer_id,timestamp,consumption\n1,2024-01-01,1\n")
+    # When a file is uploaded outside incoming/
+    assert main(["upload", str(path), "--prefix", "manual/"]) == 0
+    # Then it is stored, and no rule fires for it
+    stack.client("s3").head_object(Bucket=stack.info.raw_bucket, Key="manual/notes.csv")
+    time.sleep(3)
+    assert len(sagemaker.list_processing_jobs()["ProcessingJobSummaries"]) == jobs_before
+    # And a missing file is a clear error, not a traceback
+    assert main(["upload", str(tmp_path / "missing.csv")]) == 2

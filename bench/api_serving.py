@@ -1,0 +1,141 @@
+"""Serving measured through the local stack: the forecast API and sagemaker-runtime.
+
+Starts the embedded stack, trains a few customers through the real pipeline, then times
+``GET /customers/{id}/forecast`` at several concurrencies and ``invoke_endpoint`` cold
+(first use of a TargetModel: download, unpack, load) and warm. A benchmark, not a test.
+
+    .venv/bin/python bench/api_serving.py --customers 40 --requests 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from fleetcast.datagen import write_readings
+from fleetcast.demo import _wait_for_run
+from fleetcast.localstack.stack import LocalStack
+from fleetcast.status import decisions_per_run, run_status
+from fleetcast_common.registry import ModelRegistry
+
+# The usage plan's throttle would measure itself: this measures serving.
+GENEROUS_LIMITS = {
+    "ApiThrottleRateLimit": "5000",
+    "ApiThrottleBurstLimit": "5000",
+    "ApiQuotaLimit": "1000000",
+}
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def train(stack: LocalStack, customers: int, folder: Path) -> list[str]:
+    assert stack.info is not None
+    data = folder / "readings.csv.gz"
+    write_readings(data, customers=customers, days=400)
+    stack.client("s3").upload_file(str(data), stack.info.raw_bucket, "incoming/readings.csv.gz")
+    run_id = _wait_for_run(stack)
+    table = stack.resource("dynamodb").Table(stack.info.registry_table)
+    while True:
+        status = run_status(
+            run_id,
+            stack.info.job_name_prefix,
+            stack.info.artifacts_bucket,
+            stack.client("sagemaker"),
+            stack.client("s3"),
+            decisions_per_run(table),
+        )
+        if status.done:
+            break
+        time.sleep(0.5)
+    return [str(i) for i in range(customers)]
+
+
+def api_latencies(
+    url: str, key: str, customers: list[str], requests: int, concurrency: int
+) -> dict[str, float]:
+    def one(index: int) -> float:
+        customer = customers[index % len(customers)]
+        request = urllib.request.Request(
+            f"{url}/customers/{customer}/forecast?period=7", headers={"x-api-key": key}
+        )
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+        return (time.perf_counter() - started) * 1000
+
+    for index in range(len(customers)):  # every model loaded once before timing
+        one(index)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        times = list(pool.map(one, range(requests)))
+    elapsed = time.perf_counter() - started
+    return {
+        "p50_ms": statistics.median(times),
+        "p99_ms": percentile(times, 0.99),
+        "requests_per_s": requests / elapsed,
+    }
+
+
+def endpoint_latencies(stack: LocalStack, targets: list[str]) -> dict[str, float]:
+    runtime = stack.client("sagemaker-runtime")
+    assert stack.info is not None
+    endpoint = stack.info.extra["FLEETCAST_ENDPOINT_NAME"]
+
+    def invoke(target: str) -> float:
+        started = time.perf_counter()
+        runtime.invoke_endpoint(
+            EndpointName=endpoint,
+            TargetModel=target,
+            ContentType="application/json",
+            Body=json.dumps({"period": 7}),
+        )["Body"].read()
+        return (time.perf_counter() - started) * 1000
+
+    cold = [invoke(target) for target in targets]
+    warm = [invoke(target) for target in targets * 5]
+    return {
+        "cold_p50_ms": statistics.median(cold),
+        "warm_p50_ms": statistics.median(warm),
+        "warm_p99_ms": percentile(warm, 0.99),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--customers", type=int, default=40)
+    parser.add_argument("--requests", type=int, default=400)
+    args = parser.parse_args()
+    with (
+        TemporaryDirectory() as folder,
+        LocalStack(state_dir=Path(folder) / "state", port=0, parameters=GENEROUS_LIMITS) as stack,
+    ):
+        assert stack.info is not None
+        customers = train(stack, args.customers, Path(folder))
+        registry = ModelRegistry(stack.resource("dynamodb").Table(stack.info.registry_table))
+        targets = [live.target_model for c in customers if (live := registry.live(c))]
+        report = {"endpoint (boto3 invoke_endpoint)": endpoint_latencies(stack, targets)}
+        url, key = stack.info.extra["FLEETCAST_API_URL"], stack.info.extra["FLEETCAST_API_KEY"]
+        for concurrency in (1, 8, 32):
+            report[f"API, concurrency {concurrency}"] = api_latencies(
+                url, key, customers, args.requests, concurrency
+            )
+        out = io.StringIO()
+        for name, figures in report.items():
+            out.write(f"{name:<34}" + "  ".join(f"{k}={v:.1f}" for k, v in figures.items()) + "\n")
+        print(out.getvalue(), end="")
+
+
+if __name__ == "__main__":
+    main()
