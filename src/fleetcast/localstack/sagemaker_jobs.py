@@ -11,10 +11,13 @@ as DescribeProcessingJob/DescribeTrainingJob report it, and publishes the docume
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -298,7 +301,7 @@ class JobRunner:
         for job in jobs:
             for process in job.processes:
                 if process.poll() is None:
-                    process.kill()
+                    _kill_instance(process)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def submit(self, kind: str, backend: Any, name: str) -> None:
@@ -331,7 +334,7 @@ class JobRunner:
         job.interrupted.set()
         for process in job.processes:
             if process.poll() is None:
-                process.kill()
+                _kill_instance(process)
         return True
 
     def _guarded(self, run: Callable[[Any, str], None], backend: Any, name: str) -> None:
@@ -549,6 +552,9 @@ class JobRunner:
         if checkpoint:
             # Restored from S3 at every start, as SageMaker does after a spot interruption.
             local = under_root(root, checkpoint.get("LocalPath", "/opt/ml/checkpoints"))
+            # A restarted instance has a fresh disk: only what reached S3 comes back.
+            shutil.rmtree(local, ignore_errors=True)
+            local.mkdir(parents=True)
             bucket, prefix = split_s3_uri(checkpoint["S3Uri"])
             prefix = prefix if prefix.endswith("/") else prefix + "/"
             self._transfer.download(bucket, prefix, self._transfer.keys(bucket, prefix), local)
@@ -580,7 +586,14 @@ class JobRunner:
             handle = log_file.open("ab")
             handles.append(handle)
             processes.append(
-                subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
+                # Its own process group: an instance is killed with every worker it started.
+                subprocess.Popen(
+                    command,
+                    env=env,
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             )
         job.processes = processes
         try:
@@ -615,6 +628,12 @@ class JobRunner:
     def _publish_training(self, job: Any) -> None:
         detail = _jsonable(job.response_object, as_string=True)
         self._publish("SageMaker Training Job State Change", job.arn, detail)
+
+
+def _kill_instance(process: subprocess.Popen[bytes]) -> None:
+    """Stop an emulated instance at once, as losing a spot instance does."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _read_limited(path: Path) -> str | None:
