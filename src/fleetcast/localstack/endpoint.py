@@ -538,6 +538,7 @@ class LocalEndpoint:
         # What the container holds, least recently used first; and invocations under way.
         self._loaded: OrderedDict[str, None] = OrderedDict()
         self._in_use: Counter[str] = Counter()
+        self._loads_in_flight: Counter[str] = Counter()
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         # Notified when a model stops being in use, so a waiting load can unload it.
@@ -609,11 +610,20 @@ class LocalEndpoint:
                     self._loaded.move_to_end(target_model)
                     self._in_use[target_model] += 1
                     return
-            with self.cache.holding(target_model):
-                self._load(target_model)
             with self._lock:
-                self._loaded[target_model] = None
-                self._in_use[target_model] += 1
+                self._loads_in_flight[target_model] += 1
+            try:
+                with self.cache.holding(target_model):
+                    self._load(target_model)
+                with self._lock:
+                    self._loaded[target_model] = None
+                    self._in_use[target_model] += 1
+            finally:
+                with self._lock:
+                    self._loads_in_flight[target_model] -= 1
+                    if self._loads_in_flight[target_model] <= 0:
+                        del self._loads_in_flight[target_model]
+                    self._idle.notify_all()
 
     def _load(self, target_model: str) -> None:
         request = json.dumps(
@@ -634,7 +644,10 @@ class LocalEndpoint:
                 continue
             # No room and nothing idle to unload: wait for a busy model to finish.
             with self._lock:
-                others = any(m != target_model for m in self._loaded)
+                # Memory may also be held by models other requests are loading right now.
+                others = any(m != target_model for m in self._loaded) or any(
+                    m != target_model for m in self._loads_in_flight
+                )
                 remaining = deadline - time.monotonic()
                 if others and remaining > 0:
                     self._idle.wait(timeout=min(remaining, 0.05))
