@@ -10,9 +10,11 @@ SAM_VENV := .venv-sam
 CHECKOV_VENV := .venv-checkov
 # The SageMaker Python SDK (examples/sdk_client.py): large, and its pins conflict with ours.
 SDK_VENV := .venv-sdk
+# The AWS CLI v1: the README's tour uses it against the local stack.
+AWSCLI_VENV := .venv-awscli
 STAMP := $(VENV)/.installed
 LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lock.txt \
-         requirements/sdk.lock.txt
+         requirements/sdk.lock.txt requirements/awscli.lock.txt
 
 .PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck \
         bench clean openapi email-preview
@@ -32,6 +34,8 @@ $(STAMP): $(UV) pyproject.toml $(LOCKS)
 	$(UV) pip install --quiet -p $(CHECKOV_VENV)/bin/python -r requirements/checkov.lock.txt
 	[ -x $(SDK_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(SDK_VENV)
 	$(UV) pip install --quiet -p $(SDK_VENV)/bin/python -r requirements/sdk.lock.txt
+	[ -x $(AWSCLI_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(AWSCLI_VENV)
+	$(UV) pip install --quiet -p $(AWSCLI_VENV)/bin/python -r requirements/awscli.lock.txt
 	touch $@
 
 install: $(STAMP)  ## Create the virtual environments (idempotent)
@@ -41,6 +45,7 @@ lock: $(UV)  ## Re-resolve the pinned lock files from pyproject.toml and require
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/sam.in -o requirements/sam.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/checkov.in -o requirements/checkov.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/sdk.in -o requirements/sdk.lock.txt
+	$(UV) pip compile --quiet -p $(BIN)/python requirements/awscli.in -o requirements/awscli.lock.txt
 
 demo: $(STAMP)  ## Run the whole pipeline locally: 1000 customers, 2 training instances
 	$(BIN)/fleetcast demo --customers 1000 --instances 2
@@ -84,4 +89,4 @@ bench: $(STAMP)  ## Per-component measurements (training fits, serving); the ful
 	$(BIN)/python bench/inference_serving.py --models 1000 --requests 3000
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) $(AWSCLI_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache

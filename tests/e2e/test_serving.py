@@ -40,6 +40,7 @@ pytestmark = [
 ]
 ROOT = Path(__file__).resolve().parents[2]
 SDK_PYTHON = ROOT / ".venv-sdk" / "bin" / "python"
+AWS_CLI = ROOT / ".venv-awscli" / "bin" / "aws"
 DAYS = 150
 CUSTOMERS = [f"srv-{i:02d}" for i in range(30)]
 
@@ -269,6 +270,47 @@ def test_the_sagemaker_sdk_example_gets_the_forecast(
     assert document["customer_id"] == "srv-06"
     yhat = [p["yhat"] for p in document["forecast"]]
     assert np.allclose(yhat, prophet_yhat("srv-06", 10), rtol=0, atol=1e-6)
+
+
+@pytest.mark.skipif(
+    not AWS_CLI.exists(), reason=".venv-awscli (the AWS CLI) is absent: `make install`"
+)
+def test_the_aws_cli_invokes_the_endpoint(
+    stack: LocalStack, served: dict[str, Any], prophet_yhat: Any, tmp_path: Path
+) -> None:
+    live = registry(stack).live("srv-07")
+    assert live is not None
+    answer = tmp_path / "forecast.json"
+    # Given nothing but `fleetcast env`'s variables, the AWS CLI as a reader would type it
+    command = [
+        str(AWS_CLI),
+        "sagemaker-runtime",
+        "invoke-endpoint",
+        "--endpoint-name",
+        served["env"]["FLEETCAST_ENDPOINT_NAME"],
+        "--target-model",
+        live.target_model,
+        "--content-type",
+        "application/json",
+        "--body",
+        '{"period": 7}',
+        str(answer),
+    ]
+    result = subprocess.run(
+        command,
+        env={**os.environ, **served["env"]},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # Then it writes Prophet's forecast and reports the variant that served it
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["InvokedProductionVariant"] == "AllTraffic"
+    document = json.loads(answer.read_text())
+    assert document["customer_id"] == "srv-07"
+    yhat = [p["yhat"] for p in document["forecast"]]
+    assert np.allclose(yhat, prophet_yhat("srv-07", 7), rtol=0, atol=1e-6)
 
 
 def test_the_cli_prints_the_forecast_and_draws_it(
