@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import posixpath
 import re
 import shutil
 import signal
@@ -33,12 +34,15 @@ from typing import Any
 from moto.sagemaker import models as sagemaker_models
 from moto.sagemaker.exceptions import ResourceInUseException
 
+from fleetcast_processing import contract as processing_contract
+from fleetcast_training import contract as training_contract
+
 log = logging.getLogger("fleetcast.localstack.jobs")
 
-OPT_ML = "/opt/ml"
-OPT_ML_ENV = "FLEETCAST_OPT_ML"  # read by both containers' contract modules
-INSTANCE_CPUS_ENV = "FLEETCAST_INSTANCE_CPUS"
-MESSAGE_LIMIT = 1024
+# Both containers read their /opt/ml root from the same variable.
+OPT_ML_ENV = processing_contract.OPT_ML_ENV
+# What SageMaker keeps of a FailureReason.
+FAILURE_REASON_LIMIT = 1024
 CHECKPOINT_SYNC_SECONDS = 1.0
 SMALL_OBJECT_BYTES = 8 * 1024 * 1024
 _ENTRYPOINT = re.compile(r"^\s*ENTRYPOINT\s+(\[.*\])\s*$", re.MULTILINE)
@@ -56,9 +60,9 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
 
 
 def under_root(root: Path, container_path: str) -> Path:
-    """Map a container path (``/opt/ml/...``) into an instance's local root."""
-    relative = Path(container_path).relative_to(OPT_ML)
-    return root / relative
+    """Map a container path (``/opt/ml/...``) into an instance's local root; both
+    containers' contracts lay out the same ``/opt/ml`` tree."""
+    return processing_contract.resolve(container_path, root)
 
 
 def shard(keys: list[str], hosts: int, index: int) -> list[str]:
@@ -124,9 +128,14 @@ class S3Transfer:
         return keys
 
     def download(self, bucket: str, prefix: str, keys: list[str], target: Path) -> int:
+        """Download ``keys`` (found under the S3Prefix ``prefix``) into ``target``, each at its
+        path below the prefix's folder: ``incoming/a.csv`` matches ``a.csv`` and
+        ``a.csv.gz``, which arrive as two files of those names."""
+        folder = prefix if prefix.endswith("/") else posixpath.dirname(prefix)
+        base = f"{folder}/" if folder and not folder.endswith("/") else folder
+
         def fetch(key: str) -> None:
-            relative = key[len(prefix) :].lstrip("/") or Path(key).name
-            path = target / relative
+            path = target / key[len(base) :]
             path.parent.mkdir(parents=True, exist_ok=True)
             response = self.s3.get_object(Bucket=bucket, Key=key)
             if response["ContentLength"] > SMALL_OBJECT_BYTES:
@@ -311,19 +320,6 @@ class JobRunner:
         run = self._run_processing if kind == "processing" else self._run_training
         job.future = self._pool.submit(self._guarded, run, backend, name)
 
-    def wait_idle(self, timeout: float) -> bool:
-        """True when every submitted job has finished within ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                pending = [
-                    j for j in self._jobs.values() if j.future is not None and not j.future.done()
-                ]
-            if not pending:
-                return True
-            time.sleep(0.1)
-        return False
-
     def interrupt(self, name: str) -> bool:
         """Emulate a spot interruption of a running training job: its instances are
         stopped, then the job resumes from its checkpoints, as SageMaker does."""
@@ -380,12 +376,7 @@ class JobRunner:
                     raise LookupError(f"no S3 objects found under S3 URL {s3_input['S3Uri']!r}")
                 target = under_root(root, s3_input["LocalPath"])
                 target.mkdir(parents=True, exist_ok=True)
-                common = (
-                    prefix
-                    if prefix.endswith("/") or len(keys) > 1
-                    else prefix.rsplit("/", 1)[0] + "/"
-                )
-                self._transfer.download(bucket, common, keys, target)
+                self._transfer.download(bucket, prefix, keys, target)
             outputs = (
                 job.processing_output_config.get("Outputs", [])
                 if job.processing_output_config
@@ -399,9 +390,16 @@ class JobRunner:
                 or image_entrypoint(app["ImageUri"], self._containers_dir)
             )
             command = local_command(command) + list(app.get("ContainerArguments") or [])
-            env = {**os.environ, OPT_ML_ENV: str(root), INSTANCE_CPUS_ENV: str(self._cpus)}
+            env = {
+                **os.environ,
+                OPT_ML_ENV: str(root),
+                training_contract.INSTANCE_CPUS_ENV: str(self._cpus),
+            }
             returncode = self._run_instances(self._jobs[name], [(command, env, log_file)])[0]
-            message = _read_limited(under_root(root, "/opt/ml/output/message"))
+            message = _read_limited(
+                under_root(root, processing_contract.MESSAGE_FILE),
+                processing_contract.MESSAGE_LIMIT,
+            )
             if returncode == 0:
                 for entry in outputs:
                     bucket, prefix = split_s3_uri(entry["S3Output"]["S3Uri"])
@@ -419,7 +417,7 @@ class JobRunner:
             log.exception("processing job %s failed in the local stack", name)
         job.processing_job_status = status
         job.exit_message = exit_message
-        job.failure_reason = failure[:MESSAGE_LIMIT] if failure else None
+        job.failure_reason = failure[:FAILURE_REASON_LIMIT] if failure else None
         job.processing_end_time = _now()
         job.last_modified_time = _now()
         self._publish_processing(job)
@@ -468,7 +466,11 @@ class JobRunner:
                 launches = [
                     (
                         command,
-                        {**os.environ, OPT_ML_ENV: str(root), INSTANCE_CPUS_ENV: cpus},
+                        {
+                            **os.environ,
+                            OPT_ML_ENV: str(root),
+                            training_contract.INSTANCE_CPUS_ENV: cpus,
+                        },
                         job_dir / f"{host}.log",
                     )
                     for root, host in zip(roots, hosts, strict=True)
@@ -488,9 +490,9 @@ class JobRunner:
             failed = [(host, code) for host, code in zip(hosts, codes, strict=True) if code != 0]
             if failed:
                 host, code = failed[0]
-                reason = _read_limited(job_dir / host / "output" / "failure") or _tail(
-                    job_dir / f"{host}.log"
-                )
+                reason = _read_limited(
+                    job_dir / host / training_contract.FAILURE_FILE, training_contract.FAILURE_LIMIT
+                ) or _tail(job_dir / f"{host}.log")
                 failure = f"AlgorithmError: {reason or f'exit code {code}'} (host {host})"
             else:
                 self._transition(job, "Uploading", "Uploading generated training model")
@@ -510,7 +512,7 @@ class JobRunner:
             job.interruptions = interruptions
         if failure:
             job.training_job_status = "Failed"
-            job.failure_reason = failure[:MESSAGE_LIMIT]
+            job.failure_reason = failure[:FAILURE_REASON_LIMIT]
             self._transition(job, "Failed", "Training job failed")
         else:
             job.training_job_status = "Completed"
@@ -519,10 +521,11 @@ class JobRunner:
         self._publish_training(job)
 
     def _prepare_instance(self, job: Any, root: Path, host: str, hosts: list[str]) -> Path:
-        config = root / "input" / "config"
-        config.mkdir(parents=True, exist_ok=True)
-        (config / "hyperparameters.json").write_text(json.dumps(job.hyper_parameters or {}))
-        (config / "resourceconfig.json").write_text(
+        (root / training_contract.HYPERPARAMETERS).parent.mkdir(parents=True, exist_ok=True)
+        (root / training_contract.HYPERPARAMETERS).write_text(
+            json.dumps(job.hyper_parameters or {})
+        )
+        (root / training_contract.RESOURCE_CONFIG).write_text(
             json.dumps({"current_host": host, "hosts": hosts, "network_interface_name": "eth0"})
         )
         channels: dict[str, Any] = {}
@@ -536,7 +539,7 @@ class JobRunner:
                 "S3DistributionType": distribution,
                 "RecordWrapperType": channel.get("RecordWrapperType", "None"),
             }
-            target = root / "input" / "data" / channel["ChannelName"]
+            target = root / training_contract.DATA_DIR / channel["ChannelName"]
             if target.exists():
                 continue  # a restart after interruption keeps the data it downloaded
             target.mkdir(parents=True)
@@ -545,13 +548,17 @@ class JobRunner:
             if distribution == "ShardedByS3Key":
                 keys = shard(keys, len(hosts), index)
             self._transfer.download(bucket, prefix, keys, target)
-        (config / "inputdataconfig.json").write_text(json.dumps(channels))
-        for folder in ("model", "output/data", "checkpoints"):
+        (root / training_contract.INPUT_DATA_CONFIG).write_text(json.dumps(channels))
+        for folder in (
+            training_contract.MODEL_DIR,
+            training_contract.OUTPUT_DATA_DIR,
+            training_contract.CHECKPOINT_DIR,
+        ):
             (root / folder).mkdir(parents=True, exist_ok=True)
         checkpoint = job.checkpoint_config
         if checkpoint:
             # Restored from S3 at every start, as SageMaker does after a spot interruption.
-            local = under_root(root, checkpoint.get("LocalPath", "/opt/ml/checkpoints"))
+            local = _checkpoint_dir(root, checkpoint)
             # A restarted instance has a fresh disk: only what reached S3 comes back.
             shutil.rmtree(local, ignore_errors=True)
             local.mkdir(parents=True)
@@ -565,11 +572,7 @@ class JobRunner:
         if not checkpoint:
             return []
         syncs = [
-            CheckpointSync(
-                self._transfer,
-                under_root(root, checkpoint.get("LocalPath", "/opt/ml/checkpoints")),
-                checkpoint["S3Uri"],
-            )
+            CheckpointSync(self._transfer, _checkpoint_dir(root, checkpoint), checkpoint["S3Uri"])
             for root in roots
         ]
         for sync in syncs:
@@ -606,9 +609,10 @@ class JobRunner:
         output = job.output_data_config["S3OutputPath"].rstrip("/")
         bucket, prefix = split_s3_uri(f"{output}/{job.training_job_name}/output/model.tar.gz")
         archive = root / "model.tar.gz"
+        model_dir = root / training_contract.MODEL_DIR
         with tarfile.open(archive, "w:gz") as tar:
-            for path in sorted((root / "model").rglob("*")):
-                tar.add(path, arcname=path.relative_to(root / "model").as_posix(), recursive=False)
+            for path in sorted(model_dir.rglob("*")):
+                tar.add(path, arcname=path.relative_to(model_dir).as_posix(), recursive=False)
         self._transfer.upload(archive, bucket, prefix)
         job.model_artifacts = {"S3ModelArtifacts": f"s3://{bucket}/{prefix}"}
 
@@ -636,15 +640,19 @@ def _kill_instance(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def _read_limited(path: Path) -> str | None:
+def _checkpoint_dir(root: Path, checkpoint: dict[str, Any]) -> Path:
+    return under_root(root, checkpoint.get("LocalPath", training_contract.CHECKPOINT_LOCAL_PATH))
+
+
+def _read_limited(path: Path, limit: int) -> str | None:
+    """The first ``limit`` characters of a contract's message file, as SageMaker keeps them."""
     if not path.is_file():
         return None
-    text = path.read_text(errors="replace").strip()
-    return text[:MESSAGE_LIMIT] or None
+    return path.read_text(errors="replace")[:limit].strip() or None
 
 
 def _tail(path: Path, lines: int = 3) -> str | None:
     if not path.is_file():
         return None
     content = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    return " | ".join(content[-lines:])[:MESSAGE_LIMIT] or None
+    return " | ".join(content[-lines:])[:FAILURE_REASON_LIMIT] or None
