@@ -20,9 +20,8 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from fleetcast.datagen import write_readings
-from fleetcast.demo import _wait_for_run
 from fleetcast.localstack.stack import LocalStack
-from fleetcast.status import decisions_per_run, run_status
+from fleetcast.status import follow_run, run_ids, wait_for_new_run
 from fleetcast_common.registry import ModelRegistry
 
 # The usage plan's throttle would measure itself: this measures serving.
@@ -40,23 +39,21 @@ def percentile(values: list[float], share: float) -> float:
 
 def train(stack: LocalStack, customers: int, folder: Path) -> list[str]:
     assert stack.info is not None
+    info = stack.info
     data = folder / "readings.csv.gz"
     write_readings(data, customers=customers, days=400)
-    stack.client("s3").upload_file(str(data), stack.info.raw_bucket, "incoming/readings.csv.gz")
-    run_id = _wait_for_run(stack)
-    table = stack.resource("dynamodb").Table(stack.info.registry_table)
-    while True:
-        status = run_status(
-            run_id,
-            stack.info.job_name_prefix,
-            stack.info.artifacts_bucket,
-            stack.client("sagemaker"),
-            stack.client("s3"),
-            decisions_per_run(table),
-        )
-        if status.done:
-            break
-        time.sleep(0.5)
+    sagemaker = stack.client("sagemaker")
+    known = run_ids(info.job_name_prefix, sagemaker)
+    stack.client("s3").upload_file(str(data), info.raw_bucket, "incoming/readings.csv.gz")
+    follow_run(
+        wait_for_new_run(info.job_name_prefix, sagemaker, known),
+        info.job_name_prefix,
+        info.artifacts_bucket,
+        sagemaker,
+        stack.client("s3"),
+        stack.resource("dynamodb").Table(info.registry_table),
+        timeout=900,
+    )
     return [str(i) for i in range(customers)]
 
 

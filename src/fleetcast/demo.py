@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -20,25 +21,21 @@ from rich.table import Table
 from fleetcast.cost_cli import cost_report_for_demo
 from fleetcast.localstack.stack import LocalStack
 from fleetcast.serving_cli import demo_forecast
-from fleetcast.status import RunStatus, decisions_per_run, run_status
+from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 
-POLL_SECONDS = 0.5
 TIMEOUT_SECONDS = 900
 
 
-def follow_run(
+def follow_with_progress(
     stack: LocalStack,
     run_id: str,
     console: Console,
     expected_customers: int,
     timeout: float = TIMEOUT_SECONDS,
 ) -> RunStatus:
-    """Poll the run's status with progress bars until nothing more will happen to it."""
+    """Follow the run with a progress bar per stage until nothing more will happen to it."""
     assert stack.info is not None
     info = stack.info
-    sagemaker, s3 = stack.client("sagemaker"), stack.client("s3")
-    registry = stack.resource("dynamodb").Table(info.registry_table)
-
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description:<12}"),
@@ -46,44 +43,41 @@ def follow_run(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    deadline = time.monotonic() + timeout
     with Progress(*columns, console=console) as progress:
         processing = progress.add_task("processing", total=1)
         training = progress.add_task("training", total=expected_customers, start=False)
         registering = progress.add_task("registering", total=expected_customers, start=False)
-        while True:
-            status = run_status(
-                run_id,
-                info.job_name_prefix,
-                info.artifacts_bucket,
-                sagemaker,
-                s3,
-                decisions_per_run(registry),
-            )
-            if status is not None:
-                if status.processing_status != "InProgress":
-                    progress.update(processing, completed=1)
-                if status.customers_processed:
-                    progress.update(training, total=status.customers_processed)
-                    progress.update(registering, total=status.customers_processed)
-                if status.training_job:
-                    progress.start_task(training)
-                    progress.update(
-                        training,
-                        completed=status.customers_trained
-                        if status.customers_trained is not None
-                        else status.customers_checkpointed,
-                    )
-                if status.training_status == "Completed":
-                    progress.start_task(registering)
-                    if status.customers_trained is not None:
-                        progress.update(registering, total=status.customers_trained)
-                    progress.update(registering, completed=status.customers_decided)
-                if status.done:
-                    return status
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"run {run_id} did not finish within {timeout:.0f} s")
-            time.sleep(POLL_SECONDS)
+
+        def show(status: RunStatus) -> None:
+            if status.processing_status != "InProgress":
+                progress.update(processing, completed=1)
+            if status.customers_processed:
+                progress.update(training, total=status.customers_processed)
+                progress.update(registering, total=status.customers_processed)
+            if status.training_job:
+                progress.start_task(training)
+                progress.update(
+                    training,
+                    completed=status.customers_trained
+                    if status.customers_trained is not None
+                    else status.customers_checkpointed,
+                )
+            if status.training_status == "Completed":
+                progress.start_task(registering)
+                if status.customers_trained is not None:
+                    progress.update(registering, total=status.customers_trained)
+                progress.update(registering, completed=status.customers_decided)
+
+        return follow_run(
+            run_id,
+            info.job_name_prefix,
+            info.artifacts_bucket,
+            stack.client("sagemaker"),
+            stack.client("s3"),
+            stack.resource("dynamodb").Table(info.registry_table),
+            timeout,
+            on_status=show,
+        )
 
 
 def run_demo(
@@ -116,24 +110,24 @@ def run_demo(
 
         started = time.perf_counter()
         key = f"incoming/{data.name}"
+        sagemaker = stack.client("sagemaker")
+        known = run_ids(info.job_name_prefix, sagemaker)
         stack.client("s3").upload_file(str(data), info.raw_bucket, key)
         stages.append(("upload", time.perf_counter() - started, f"s3://{info.raw_bucket}/{key}"))
 
-        run_id = _wait_for_run(stack)
-        status = follow_run(stack, run_id, console, expected_customers=customers)
-        processing = _span(status.processing_started_at, status.processing_ended_at)
-        training = _span(status.training_started_at, status.training_ended_at)
+        run_id = wait_for_new_run(info.job_name_prefix, sagemaker, known)
+        status = follow_with_progress(stack, run_id, console, expected_customers=customers)
         stages.append(
             (
                 "processing",
-                processing,
+                status.processing_seconds or 0.0,
                 f"{status.rows_read or 0:,} rows, {status.rows_rejected or 0} rejected, {status.customers_processed or 0} customers",
             )
         )
         stages.append(
             (
                 "training",
-                training,
+                status.training_seconds or 0.0,
                 f"{status.instances} instances, {status.customers_trained or 0} trained, {status.customers_failed or 0} failed",
             )
         )
@@ -169,32 +163,5 @@ def run_demo(
             stack.stop()
 
 
-def _span(start: object, end: object) -> float:
-    if start is None or end is None:
-        return 0.0
-    return float((end - start).total_seconds())  # type: ignore[operator]
-
-
-def _since(moment: object) -> float:
-    if moment is None:
-        return 0.0
-    from datetime import UTC, datetime
-
-    return float((datetime.now(UTC) - moment).total_seconds())  # type: ignore[operator]
-
-
-def _wait_for_run(stack: LocalStack, timeout: float = 60) -> str:
-    """The run id of the processing job the upload starts."""
-    assert stack.info is not None
-    prefix = f"{stack.info.job_name_prefix}-p-"
-    sagemaker = stack.client("sagemaker")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = sagemaker.list_processing_jobs(NameContains=prefix).get("ProcessingJobSummaries", [])
-        if jobs:
-            return str(jobs[0]["ProcessingJobName"])[len(prefix) :]
-        time.sleep(0.2)
-    raise TimeoutError(
-        "the upload started no processing job: see the start-processing log in "
-        + str(Path(stack.info.state_dir) / "logs")
-    )
+def _since(moment: datetime | None) -> float:
+    return 0.0 if moment is None else (datetime.now(UTC) - moment).total_seconds()

@@ -3,8 +3,8 @@ its processing job and report, its training job and manifests, and the registry.
 
 from __future__ import annotations
 
-import json
-import posixpath
+import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -12,9 +12,12 @@ from pydantic import BaseModel
 
 from fleetcast_common import layout
 from fleetcast_common.aws import error_code
-from fleetcast_common.ids import run_id_from_job_name, training_job_name
+from fleetcast_common.ids import processing_job_name, run_id_from_job_name, training_job_name
 from fleetcast_common.registration import read_manifests
 from fleetcast_common.training_manifest import CustomerOutcome
+from fleetcast_processing.contract import SUMMARY_FILE, ProcessingSummary
+
+POLL_SECONDS = 0.5
 
 
 class RunStatus(BaseModel):
@@ -53,14 +56,31 @@ class RunStatus(BaseModel):
             return self.customers_decided >= self.customers_trained
         return False
 
+    @property
+    def processing_seconds(self) -> float | None:
+        return _seconds(self.processing_started_at, self.processing_ended_at)
 
-def decisions_per_run(table: Any) -> dict[str, dict[str, int]]:
-    """Per run: how many of its models are recorded, and how many of them went live."""
+    @property
+    def training_seconds(self) -> float | None:
+        return _seconds(self.training_started_at, self.training_ended_at)
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    return None if start is None or end is None else (end - start).total_seconds()
+
+
+def decisions_per_run(table: Any, run_id: str | None = None) -> dict[str, dict[str, int]]:
+    """Per run (every run, or just ``run_id``): how many of its models are recorded, and
+    how many of them went live."""
+    if run_id is None:
+        wanted = ("begins_with(#r, :record)", "MODEL#")
+    else:
+        wanted = ("#r = :record", f"MODEL#{run_id}")
     counts: dict[str, dict[str, int]] = {}
     scan: dict[str, Any] = {
-        "FilterExpression": "begins_with(#r, :model)",
+        "FilterExpression": wanted[0],
         "ExpressionAttributeNames": {"#r": "record", "#s": "status"},
-        "ExpressionAttributeValues": {":model": "MODEL#"},
+        "ExpressionAttributeValues": {":record": wanted[1]},
         "ProjectionExpression": "run_id, #s",
     }
     while True:
@@ -80,9 +100,13 @@ def run_status(
     bucket: str,
     sagemaker: Any,
     s3: Any,
-    decisions: dict[str, dict[str, int]],
+    table: Any,
+    decisions: dict[str, dict[str, int]] | None = None,
 ) -> RunStatus:
-    processing_job = f"{prefix}-p-{run_id}"
+    """One run's state. ``decisions`` (from :func:`decisions_per_run`) saves a registry
+    scan when many runs are looked at; without it, the registry is read for this run
+    only, and only once its training has completed."""
+    processing_job = processing_job_name(prefix, run_id)
     described = sagemaker.describe_processing_job(ProcessingJobName=processing_job)
     status = RunStatus(
         run_id=run_id,
@@ -92,19 +116,14 @@ def run_status(
         created_at=described.get("CreationTime"),
         processing_started_at=described.get("ProcessingStartTime"),
         processing_ended_at=described.get("ProcessingEndTime"),
-        customers_registered=decisions.get(run_id, {}).get("live", 0),
-        customers_decided=decisions.get(run_id, {}).get("decided", 0),
     )
     try:
-        summary = json.loads(
-            s3.get_object(Bucket=bucket, Key=layout.report_prefix(run_id) + "summary.json")[
-                "Body"
-            ].read()
-        )
-        status.source = summary.get("source") or summary.get("source_name")
-        status.rows_read = summary.get("rows_read")
-        status.rows_rejected = summary.get("rows_rejected")
-        status.customers_processed = summary.get("customers")
+        report = s3.get_object(Bucket=bucket, Key=layout.report_prefix(run_id) + SUMMARY_FILE)
+        summary = ProcessingSummary.model_validate_json(report["Body"].read())
+        status.source = summary.source_name
+        status.rows_read = summary.rows_read
+        status.rows_rejected = summary.rows_rejected
+        status.customers_processed = summary.customers
     except Exception as error:
         if error_code(error) not in ("NoSuchKey", "404"):
             raise
@@ -132,7 +151,6 @@ def run_status(
         for page in paginator.paginate(Bucket=bucket, Prefix=checkpoint)
         for entry in page.get("Contents", [])
         if entry["Key"].endswith(layout.MODEL_ARCHIVE_SUFFIX)
-        and not posixpath.basename(entry["Key"]).startswith("manifest-")
     )
     if status.training_status == "Completed":
         manifests = read_manifests(s3, bucket, run_id)
@@ -141,22 +159,66 @@ def run_status(
             1 for r in results if r.outcome is not CustomerOutcome.FAILED
         )
         status.customers_failed = sum(1 for r in results if r.outcome is CustomerOutcome.FAILED)
+        counts = (decisions if decisions is not None else decisions_per_run(table, run_id)).get(
+            run_id, {}
+        )
+        status.customers_registered = counts.get("live", 0)
+        status.customers_decided = counts.get("decided", 0)
     return status
+
+
+def run_ids(prefix: str, sagemaker: Any) -> set[str]:
+    """The run of every processing job this stack started."""
+    found = set()
+    paginator = sagemaker.get_paginator("list_processing_jobs")
+    for page in paginator.paginate(NameContains=processing_job_name(prefix, "")):
+        for job in page.get("ProcessingJobSummaries", []):
+            run_id = run_id_from_job_name(prefix, job["ProcessingJobName"])
+            if run_id is not None:
+                found.add(run_id)
+    return found
+
+
+def wait_for_new_run(prefix: str, sagemaker: Any, known: set[str], timeout: float = 60) -> str:
+    """The run an upload started: the first one not in ``known`` (taken before the upload)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        new = run_ids(prefix, sagemaker) - known
+        if new:
+            return min(new)
+        time.sleep(POLL_SECONDS / 2)
+    raise TimeoutError(f"no processing job started within {timeout:.0f} s of the upload")
+
+
+def follow_run(
+    run_id: str,
+    prefix: str,
+    bucket: str,
+    sagemaker: Any,
+    s3: Any,
+    table: Any,
+    timeout: float,
+    on_status: Callable[[RunStatus], None] | None = None,
+) -> RunStatus:
+    """Poll a run until nothing more will happen to it; ``on_status`` sees every poll."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = run_status(run_id, prefix, bucket, sagemaker, s3, table)
+        if on_status is not None:
+            on_status(status)
+        if status.done:
+            return status
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} did not finish within {timeout:.0f} s: {status}")
+        time.sleep(POLL_SECONDS)
 
 
 def pipeline_status(
     prefix: str, bucket: str, sagemaker: Any, s3: Any, table: Any
 ) -> list[RunStatus]:
     """Every run of this stack, oldest first."""
-    names: list[str] = []
-    for page in sagemaker.get_paginator("list_processing_jobs").paginate(
-        NameContains=f"{prefix}-p-"
-    ):
-        names.extend(job["ProcessingJobName"] for job in page.get("ProcessingJobSummaries", []))
     decisions = decisions_per_run(table)
-    runs = []
-    for name in names:
-        run_id = run_id_from_job_name(prefix, name)
-        if run_id is not None:
-            runs.append(run_status(run_id, prefix, bucket, sagemaker, s3, decisions))
-    return sorted(runs, key=lambda r: r.run_id)
+    return [
+        run_status(run_id, prefix, bucket, sagemaker, s3, table, decisions)
+        for run_id in sorted(run_ids(prefix, sagemaker))
+    ]

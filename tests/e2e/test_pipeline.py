@@ -17,7 +17,7 @@ from prophet.serialize import model_from_json
 
 from fleetcast.cli import main
 from fleetcast.localstack.stack import LocalStack
-from fleetcast.status import RunStatus, decisions_per_run, run_status
+from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common import layout
 from fleetcast_common.model_archive import read_archive
 from fleetcast_common.registry import ModelRegistry
@@ -54,42 +54,23 @@ def upload(stack: LocalStack, name: str, body: bytes) -> str:
     """Drop a file under incoming/ and return the run id of the job it starts."""
     assert stack.info is not None
     sagemaker = stack.client("sagemaker")
-    prefix = f"{stack.info.job_name_prefix}-p-"
-    before = {
-        j["ProcessingJobName"]
-        for j in sagemaker.list_processing_jobs(NameContains=prefix)["ProcessingJobSummaries"]
-    }
+    known = run_ids(stack.info.job_name_prefix, sagemaker)
     stack.client("s3").put_object(Bucket=stack.info.raw_bucket, Key=f"incoming/{name}", Body=body)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        now = {
-            j["ProcessingJobName"]
-            for j in sagemaker.list_processing_jobs(NameContains=prefix)["ProcessingJobSummaries"]
-        }
-        if now - before:
-            return (now - before).pop()[len(prefix) :]
-        time.sleep(0.2)
-    raise AssertionError(f"uploading {name} started no processing job")
+    return wait_for_new_run(stack.info.job_name_prefix, sagemaker, known)
 
 
 def finished(stack: LocalStack, run_id: str) -> RunStatus:
     assert stack.info is not None
     info = stack.info
-    table = stack.resource("dynamodb").Table(info.registry_table)
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        status = run_status(
-            run_id,
-            info.job_name_prefix,
-            info.artifacts_bucket,
-            stack.client("sagemaker"),
-            stack.client("s3"),
-            decisions_per_run(table),
-        )
-        if status.done:
-            return status
-        time.sleep(0.5)
-    raise AssertionError(f"run {run_id} did not finish: {status}")
+    return follow_run(
+        run_id,
+        info.job_name_prefix,
+        info.artifacts_bucket,
+        stack.client("sagemaker"),
+        stack.client("s3"),
+        stack.resource("dynamodb").Table(info.registry_table),
+        TIMEOUT,
+    )
 
 
 def manifests(stack: LocalStack, run_id: str) -> list[TrainingManifest]:
