@@ -574,11 +574,7 @@ class LocalEndpoint:
             try:
                 answer = self._container_call("POST", path, body, headers)
             finally:
-                with self._lock:
-                    self._in_use[target_model] -= 1
-                    if self._in_use[target_model] <= 0:
-                        del self._in_use[target_model]
-                        self._idle.notify_all()
+                self._release(self._in_use, target_model)
             if 200 <= answer.status < 300:
                 return answer
             if answer.status == 404 and answer.error_code() == "ModelNotFound":
@@ -619,11 +615,7 @@ class LocalEndpoint:
                     self._loaded[target_model] = None
                     self._in_use[target_model] += 1
             finally:
-                with self._lock:
-                    self._loads_in_flight[target_model] -= 1
-                    if self._loads_in_flight[target_model] <= 0:
-                        del self._loads_in_flight[target_model]
-                    self._idle.notify_all()
+                self._release(self._loads_in_flight, target_model)
 
     def _load(self, target_model: str) -> None:
         request = json.dumps(
@@ -658,6 +650,15 @@ class LocalEndpoint:
                 f"Model {target_model} is not ready: the instance's memory is held by "
                 "models in use. Retry the request."
             )
+
+    def _release(self, counter: Counter[str], target_model: str) -> None:
+        """One use (an invocation, or a load) of ``target_model`` is over: a load waiting
+        for memory may now unload it, or stop waiting for it."""
+        with self._lock:
+            counter[target_model] -= 1
+            if counter[target_model] <= 0:
+                del counter[target_model]
+            self._idle.notify_all()
 
     def _unload_least_recently_used(self, keep: str) -> bool:
         """Unload the least recently used model no request is using; False if none is."""
