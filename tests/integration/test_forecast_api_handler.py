@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from typing import Any
@@ -16,9 +15,8 @@ import pytest
 from botocore.config import Config
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
-from forecast_api_helpers import REPO_ROOT, api_event, call, load_forecast_api
+from forecast_api_helpers import api_event, call, load_forecast_api
 
-from fleetcast.localstack.template import LocalTemplate
 from fleetcast_common import layout
 from fleetcast_common.forecast_endpoint import ForecastEndpoint
 from fleetcast_common.model_archive import HoldoutMetrics
@@ -40,19 +38,8 @@ def api() -> Any:
 
 
 @pytest.fixture
-def registry(aws_env: str) -> Iterator[ModelRegistry]:
-    template = LocalTemplate(REPO_ROOT / "template.yaml")
-    properties = template.resolve(template.resources["ModelRegistryTable"]["Properties"])
-    name = f"registry-{uuid.uuid4().hex[:8]}"
-    dynamodb = boto3.client("dynamodb")
-    dynamodb.create_table(
-        TableName=name,
-        KeySchema=properties["KeySchema"],
-        AttributeDefinitions=properties["AttributeDefinitions"],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    yield ModelRegistry(boto3.resource("dynamodb").Table(name))
-    dynamodb.delete_table(TableName=name)
+def registry(registry_table: Any) -> ModelRegistry:
+    return ModelRegistry(registry_table)
 
 
 @pytest.fixture

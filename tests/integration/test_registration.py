@@ -1,7 +1,6 @@
 """Registering a training job's models: S3 and DynamoDB on a moto server."""
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -9,7 +8,6 @@ from typing import Any
 import boto3
 import pytest
 
-from fleetcast.localstack.template import LocalTemplate
 from fleetcast_common import layout
 from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
 from fleetcast_common.registration import register_models
@@ -27,24 +25,11 @@ BAD = HoldoutMetrics(holdout_days=7, smape=0.30, mae=50.0, naive_smape=0.05, nai
 
 
 @pytest.fixture
-def world(aws_env: str) -> Iterator[dict[str, Any]]:
-    template = LocalTemplate(ROOT / "template.yaml")
-    properties = template.resolve(template.resources["ModelRegistryTable"]["Properties"])
-    suffix = uuid.uuid4().hex[:8]
-    bucket, table_name = f"artifacts-{suffix}", f"registry-{suffix}"
+def world(registry_table: Any) -> dict[str, Any]:
+    bucket = f"artifacts-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=bucket)
-    boto3.client("dynamodb").create_table(
-        TableName=table_name,
-        KeySchema=properties["KeySchema"],
-        AttributeDefinitions=properties["AttributeDefinitions"],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    yield {
-        "s3": s3,
-        "bucket": bucket,
-        "registry": ModelRegistry(boto3.resource("dynamodb").Table(table_name)),
-    }
+    return {"s3": s3, "bucket": bucket, "registry": ModelRegistry(registry_table)}
 
 
 def trained(

@@ -1,15 +1,11 @@
 """The model registry against DynamoDB (moto server), with the table built from template.yaml."""
 
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
-from fleetcast.localstack.template import LocalTemplate
 from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.registration import passes_quality_gate
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
@@ -19,20 +15,9 @@ METRICS = HoldoutMetrics(holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08,
 
 
 @pytest.fixture
-def registry(aws_env: str) -> Iterator[ModelRegistry]:
+def registry(registry_table: Any) -> ModelRegistry:
     # Given the registry table exactly as template.yaml declares it
-    template = LocalTemplate(ROOT / "template.yaml")
-    properties = template.resolve(template.resources["ModelRegistryTable"]["Properties"])
-    name = f"registry-{uuid.uuid4().hex[:8]}"
-    client = boto3.client("dynamodb")
-    client.create_table(
-        TableName=name,
-        KeySchema=properties["KeySchema"],
-        AttributeDefinitions=properties["AttributeDefinitions"],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    yield ModelRegistry(boto3.resource("dynamodb").Table(name))
-    client.delete_table(TableName=name)
+    return ModelRegistry(registry_table)
 
 
 def record(run_id: str, customer_id: str = "42", **changes: Any) -> ModelRecord:
