@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import boto3
 from rich.console import Console
@@ -37,33 +36,34 @@ class UsageError(Exception):
 # -- shared helpers ----------------------------------------------------------------------
 
 
+# What a command needs to know of the stack, and the variable `fleetcast env` exports for it.
+NAME_VARIABLES = {
+    "raw_bucket": "FLEETCAST_RAW_BUCKET",
+    "artifacts_bucket": "FLEETCAST_ARTIFACTS_BUCKET",
+    "registry_table": "FLEETCAST_REGISTRY_TABLE",
+    "job_name_prefix": "FLEETCAST_JOB_NAME_PREFIX",
+}
+
+
 def _names(args: argparse.Namespace) -> dict[str, str]:
     """Bucket/table names from the environment (``fleetcast env``), else the running stack."""
-    env = {
-        "raw_bucket": os.environ.get("FLEETCAST_RAW_BUCKET"),
-        "artifacts_bucket": os.environ.get("FLEETCAST_ARTIFACTS_BUCKET"),
-        "registry_table": os.environ.get("FLEETCAST_REGISTRY_TABLE"),
-        "job_name_prefix": os.environ.get("FLEETCAST_JOB_NAME_PREFIX"),
-    }
-    if all(env.values()):
-        return {k: str(v) for k, v in env.items()}
-    try:
-        info = StackInfo.load(args.state_dir)
-    except FileNotFoundError as error:
-        raise UsageError(f"{error}, or export the FLEETCAST_* names of a deployed stack") from error
-    os.environ.update({k: v for k, v in info.environment().items() if k not in os.environ})
-    return {
-        "raw_bucket": info.raw_bucket,
-        "artifacts_bucket": info.artifacts_bucket,
-        "registry_table": info.registry_table,
-        "job_name_prefix": info.job_name_prefix,
-    }
-
-
-def _seconds(start: Any, end: Any) -> float | None:
-    if start is None or end is None:
-        return None
-    return float((end - start).total_seconds())
+    if not all(os.environ.get(variable) for variable in NAME_VARIABLES.values()):
+        try:
+            info = StackInfo.load(args.state_dir)
+        except FileNotFoundError as error:
+            raise UsageError(
+                f"{error}, or export the FLEETCAST_* names of a deployed stack"
+            ) from error
+        exported = info.environment()
+        # The stack's names win; AWS settings the user has already chosen stay.
+        os.environ.update(
+            {
+                k: v
+                for k, v in exported.items()
+                if k not in os.environ or k in NAME_VARIABLES.values()
+            }
+        )
+    return {name: os.environ[variable] for name, variable in NAME_VARIABLES.items()}
 
 
 def _status_table(runs: list[RunStatus]) -> Table:
@@ -194,11 +194,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def upload_files(files: Sequence[Path], bucket: str, prefix: str) -> list[str]:
+    missing = [str(path) for path in files if not path.is_file()]
+    if missing:
+        raise UsageError(f"no such file: {', '.join(missing)} (nothing was uploaded)")
     s3 = boto3.client("s3")
     keys = []
     for path in files:
-        if not path.is_file():
-            raise UsageError(f"{path}: no such file")
         key = f"{prefix}{path.name}"
         s3.upload_file(str(path), bucket, key)
         keys.append(key)

@@ -50,8 +50,6 @@ def start_processing(
         return JobStart(
             outcome=Outcome.IGNORED, reason=f"not an upload under {layout.INCOMING_PREFIX}"
         )
-    if not posixpath.basename(upload.key):
-        return JobStart(outcome=Outcome.IGNORED, reason="no file name")
     run_id = run_id_for_upload(upload.bucket, upload.key, upload.revision, upload.uploaded_at)
     with_history = storage.any_object_under(s3, settings.artifacts_bucket, layout.HISTORY_PREFIX)
     request = processing_job_request(settings, run_id, upload, with_history)

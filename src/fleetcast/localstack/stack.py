@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,8 @@ class LocalStack:
         self.info: StackInfo | None = None
         self.serving: LocalServing | None = None
         self.costs: LocalCosts | None = None
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -195,6 +198,7 @@ class LocalStack:
         ):
             state.unlink()
         self.gateway = None
+        self._clients.clear()
 
     # -- clients ----------------------------------------------------------------------
 
@@ -209,22 +213,27 @@ class LocalStack:
         return self.gateway.url
 
     def client(self, service: str) -> Any:
-        return boto3.session.Session(
-            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=REGION,
-        ).client(
-            service,
-            endpoint_url=self.endpoint_url,
-            config=Config(retries={"mode": "standard"}, max_pool_connections=32),
-        )
+        """A client of the stack's AWS APIs, made once per service (clients are thread-safe)."""
+        with self._clients_lock:
+            if service not in self._clients:
+                self._clients[service] = self._session().client(
+                    service,
+                    endpoint_url=self.endpoint_url,
+                    config=Config(retries={"mode": "standard"}, max_pool_connections=32),
+                )
+            return self._clients[service]
 
     def resource(self, service: str) -> Any:
+        # A resource is not thread-safe: a new one each time.
+        return self._session().resource(service, endpoint_url=self.endpoint_url)
+
+    @staticmethod
+    def _session() -> boto3.session.Session:
         return boto3.session.Session(
             aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
             region_name=REGION,
-        ).resource(service, endpoint_url=self.endpoint_url)
+        )
 
     def client_environment(self) -> dict[str, str]:
         return {
