@@ -1,5 +1,9 @@
 """SageMaker Training Job State Change -> the model registry (Completed), or a structured
-error and a metric (Failed, Stopped) with nothing registered."""
+error and a metric (Failed, Stopped) with nothing registered.
+
+Logs carry the run id (from the job name) as their correlation id, as the other pipeline
+functions' do.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ metrics = Metrics()
 settings = RegistrationSettings.from_env()
 
 
-@logger.inject_lambda_context(correlation_id_path="detail.TrainingJobName", log_event=False)
+@logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 @event_source(data_class=EventBridgeEvent)
@@ -30,6 +34,8 @@ def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str,
     job = str(event.detail["TrainingJobName"])
     status = str(event.detail["TrainingJobStatus"])
     run_id = run_id_from_job_name(settings.job_name_prefix, job)
+    logger.set_correlation_id(run_id)
+    logger.append_keys(training_job=job)
     if run_id is None:
         logger.info("not a fleetcast training job", extra={"training_job": job})
         return {"outcome": "ignored", "training_job": job}
@@ -61,6 +67,7 @@ def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str,
         logger.warning(
             "customer not trained", extra=failure.model_dump(mode="json", exclude={"metadata"})
         )
+    metrics.add_metric(name="ModelsTrained", unit=MetricUnit.Count, value=len(report.customers))
     metrics.add_metric(name="ModelsRegistered", unit=MetricUnit.Count, value=report.registered)
     metrics.add_metric(name="ModelsRejected", unit=MetricUnit.Count, value=report.rejected)
     metrics.add_metric(name="ModelsFailed", unit=MetricUnit.Count, value=report.failed_training)

@@ -1,4 +1,8 @@
-"""Processing Job State Change (Completed, ours) -> CreateTrainingJob, sharded by customer."""
+"""Processing Job State Change (Completed, ours) -> CreateTrainingJob, sharded by customer.
+
+Logs carry the run id (from the job name) as their correlation id, as the other pipeline
+functions' do; RowsRejected comes from processing's summary of the run.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client
+from fleetcast_common.ids import run_id_from_job_name
 from fleetcast_common.pipeline import Outcome, start_training
+from fleetcast_common.processing_report import rows_rejected
 from fleetcast_common.settings import TrainingSettings
 
 logger = Logger()
@@ -19,12 +25,14 @@ metrics = Metrics()
 settings = TrainingSettings.from_env()
 
 
-@logger.inject_lambda_context(correlation_id_path="detail.ProcessingJobName", log_event=False)
+@logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 @event_source(data_class=EventBridgeEvent)
 def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     processing_job = str(event.detail["ProcessingJobName"])
+    logger.set_correlation_id(run_id_from_job_name(settings.job_name_prefix, processing_job))
+    logger.append_keys(processing_job=processing_job)
     started = start_training(processing_job, settings, client("sagemaker"), client("s3"))
     logger.info(
         "training job %s",
@@ -33,4 +41,9 @@ def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str,
     )
     if started.outcome is Outcome.STARTED:
         metrics.add_metric(name="TrainingJobsStarted", unit=MetricUnit.Count, value=1)
+    # Once per run: a repeated event finds the training job started already.
+    if started.run_id is not None and started.outcome is not Outcome.ALREADY_STARTED:
+        rejected = rows_rejected(client("s3"), settings.artifacts_bucket, started.run_id)
+        if rejected is not None:
+            metrics.add_metric(name="RowsRejected", unit=MetricUnit.Count, value=rejected)
     return started.model_dump(mode="json")

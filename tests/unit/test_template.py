@@ -49,7 +49,7 @@ FUNCTION_EVENTS = {
     "RegisterModelsFunction": "TrainingFinished",
 }
 GLOBAL_ENVIRONMENT = {
-    "POWERTOOLS_SERVICE_NAME": "fleetcast",
+    "POWERTOOLS_SERVICE_NAME": {"Ref": "JobNamePrefix"},
     "POWERTOOLS_METRICS_NAMESPACE": "Fleetcast",
     "POWERTOOLS_LOG_LEVEL": {"Ref": "LogLevel"},
     "RAW_BUCKET": {"Ref": "RawBucket"},
@@ -116,6 +116,8 @@ PARAMETER_DEFAULTS = {
     "CostLookbackDays": 90,
     "CostDigestWeekday": "MON",
     "CostAnomalyMonitorArn": "",
+    # Optional: no subscription without it.
+    "AlarmEmail": "",
 }
 # Actions IAM cannot scope to a resource; the only statements allowed Resource "*".
 UNSCOPABLE_ACTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
@@ -1101,6 +1103,8 @@ def test_outputs_name_the_resources_scripts_need() -> None:
         "ForecastApiKeyId",
         "ForecastEndpointName",
         "ForecastApiFunctionArn",
+        "AlarmTopicArn",
+        "DashboardUrl",
     }
 
 
@@ -1181,3 +1185,188 @@ def test_loader_reads_every_short_form() -> None:
 def test_loader_rejects_tags_cloudformation_does_not_have() -> None:
     with pytest.raises(yaml.constructor.ConstructorError, match="!Reff"):
         loads_template("a: !Reff X\n")
+
+
+# ---------------------------------------------------------------- alarms and dashboard
+
+# Rule -> the failed-job sample it is for; each sends the alarm topic the job's reason.
+FAILURE_RULES = {
+    "ProcessingJobFailedRule": "processing_job_failed.json",
+    "TrainingJobFailedRule": "training_job_failed.json",
+}
+# What each alarm the issue asks for watches: (namespace, metric) of its metric or metrics.
+WATCHED = {
+    "FailedJobsAlarm": {("AWS/Events", "MatchedEvents")},
+    "EventsDeadLetterAlarm": {("AWS/SQS", "ApproximateNumberOfMessagesVisible")},
+    "ApiServerErrorsAlarm": {("AWS/ApiGateway", "5XXError")},
+    "EndpointErrorsAlarm": {("AWS/SageMaker", "Invocation5XXErrors")},
+    "CostReportFailedAlarm": {("AWS/Lambda", "Errors")},
+}
+
+
+def _alarms() -> dict[str, dict[str, Any]]:
+    return {
+        k: r["Properties"] for k, r in RESOURCES.items() if r["Type"] == "AWS::CloudWatch::Alarm"
+    }
+
+
+def _watched(alarm: dict[str, Any]) -> set[tuple[str, str]]:
+    if "MetricName" in alarm:
+        return {(alarm["Namespace"], alarm["MetricName"])}
+    return {
+        (m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"])
+        for m in alarm["Metrics"]
+        if "MetricStat" in m
+    }
+
+
+def test_the_alarms_are_the_contracted_ones_and_each_notifies_the_alarm_topic() -> None:
+    alarms = _alarms()
+    assert {name: _watched(alarm) for name, alarm in alarms.items()} == WATCHED
+    for name, alarm in alarms.items():
+        assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
+        # No data (a quiet day) is not an alarm.
+        assert alarm["TreatMissingData"] == "notBreaching", name
+
+
+def test_alarm_dimensions_name_this_stacks_resources() -> None:
+    alarms = _alarms()
+
+    def dimensions(alarm: str) -> dict[str, Any]:
+        return {d["Name"]: resolve(d["Value"]) for d in alarms[alarm]["Dimensions"]}
+
+    assert dimensions("EventsDeadLetterAlarm") == {"QueueName": _ref("EventsDeadLetterQueue")}
+    assert dimensions("ApiServerErrorsAlarm") == {
+        "ApiName": resolve(RESOURCES["ForecastApi"]["Properties"]["Name"]),
+        "Stage": RESOURCES["ForecastApi"]["Properties"]["StageName"],
+    }
+    assert dimensions("EndpointErrorsAlarm") == {
+        "EndpointName": _ref("ForecastEndpoint"),
+        "VariantName": RESOURCES["ForecastEndpointConfig"]["Properties"]["ProductionVariants"][0][
+            "VariantName"
+        ],
+    }
+    # The failed-jobs alarm adds up both failure rules' matches.
+    rules = {
+        m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Ref"]
+        for m in alarms["FailedJobsAlarm"]["Metrics"]
+        if "MetricStat" in m
+    }
+    assert rules == set(FAILURE_RULES)
+
+
+@pytest.mark.parametrize("status", ["Failed", "Stopped"])
+def test_each_failed_or_stopped_job_reaches_exactly_its_failure_rule(status: str) -> None:
+    patterns = {
+        rule: resolve(RESOURCES[rule]["Properties"]["EventPattern"]) for rule in FAILURE_RULES
+    }
+    for rule, name in FAILURE_RULES.items():
+        event = sample(name)
+        status_field = next(k for k in event["detail"] if k.endswith("JobStatus"))
+        event = with_value(event, ("detail", status_field), status)
+        assert {r for r, p in patterns.items() if matches(p, event)} == {rule}
+    # Completed jobs, other stacks' jobs and everything else reach none of them.
+    quiet = [
+        sample("processing_job_completed.json"),
+        sample("training_job_completed.json"),
+        sample("s3_object_created.json"),
+        sample("schedule.json"),
+        with_value(
+            sample("training_job_failed.json"),
+            ("detail", "TrainingJobName"),
+            f"fleetcast-prod-t-{RUN_ID}",
+        ),
+    ]
+    for event in quiet:
+        assert not any(matches(p, event) for p in patterns.values())
+
+
+def test_failure_rules_publish_to_the_topic_and_only_they_and_alarms_may() -> None:
+    for rule in FAILURE_RULES:
+        (target,) = RESOURCES[rule]["Properties"]["Targets"]
+        assert target["Arn"] == {"Ref": "AlarmTopic"}
+        # The message names the job, its status and SageMaker's reason.
+        assert set(target["InputTransformer"]["InputPathsMap"]) == {"job", "status", "reason"}
+    policy = RESOURCES["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]
+    principals = {s["Principal"]["Service"]: s for s in policy["Statement"]}
+    assert set(principals) == {"events.amazonaws.com", "cloudwatch.amazonaws.com"}
+    for statement in principals.values():
+        assert (statement["Effect"], statement["Action"]) == ("Allow", "sns:Publish")
+        assert statement["Condition"], "a service principal without a source condition"
+    allowed = principals["events.amazonaws.com"]["Condition"]["ArnEquals"]["aws:SourceArn"]
+    assert allowed == [{"Fn::GetAtt": [rule, "Arn"]} for rule in FAILURE_RULES]
+
+
+@pytest.mark.parametrize(
+    ("value", "deploys"),
+    [("", True), ("ops@example.com", True), ("ops", False), ("a@b.c,d@e.f", False)],
+)
+def test_the_alarm_e_mail_is_optional_and_one_address(value: str, deploys: bool) -> None:
+    pattern = PARAMETERS["AlarmEmail"]["AllowedPattern"]
+    assert (re.fullmatch(pattern, value) is not None) is deploys
+    subscription = RESOURCES["AlarmEmailSubscription"]
+    assert subscription["Condition"] == "HasAlarmEmail"
+    assert subscription["Properties"]["Endpoint"] == {"Ref": "AlarmEmail"}
+    assert TEMPLATE["Conditions"]["HasAlarmEmail"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}]
+    }
+
+
+def _dashboard() -> dict[str, Any]:
+    """The dashboard body with every ${...} replaced as CloudFormation would (Arns by a
+    placeholder), parsed: it must be JSON once deployed."""
+    body = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+
+    def substitute(match: re.Match[str]) -> str:
+        name, _, attribute = match.group(1).partition(".")
+        if attribute:
+            assert attribute == "Arn"
+            assert RESOURCES[name]["Type"] == "AWS::CloudWatch::Alarm"
+            return f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:{name}"
+        return _ref(name)
+
+    loaded: dict[str, Any] = json.loads(re.sub(r"\$\{([^}]+)\}", substitute, body))
+    return loaded
+
+
+def _emitted_metrics() -> set[str]:
+    """Every EMF metric name a function publishes (functions/*/app.py)."""
+    names = set()
+    for handler in (REPO_ROOT / "functions").glob("*/app.py"):
+        names |= set(re.findall(r'add_metric\(\s*name="(\w+)"', handler.read_text()))
+    return names
+
+
+def test_functions_publish_the_metrics_the_issue_names() -> None:
+    assert {
+        "ModelsTrained",
+        "ModelsRegistered",
+        "ModelsFailed",
+        "RowsRejected",
+        "ForecastLatency",
+        "AnomaliesFound",
+    } <= _emitted_metrics()
+
+
+def test_the_dashboard_shows_every_alarm_and_every_metric_the_functions_publish() -> None:
+    widgets = _dashboard()["widgets"]
+    (alarm_widget,) = (w for w in widgets if w["type"] == "alarm")
+    assert {a.rsplit(":", 1)[1] for a in alarm_widget["properties"]["alarms"]} == set(_alarms())
+    shown = [m for w in widgets if w["type"] == "metric" for m in w["properties"]["metrics"]]
+    ours = [
+        m
+        for m in shown
+        if m[0] == GLOBALS["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"]
+    ]
+    assert {m[1] for m in ours} == _emitted_metrics()
+    # Powertools' only dimension is the service, which is this stack's prefix.
+    assert GLOBALS["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"] == {
+        "Ref": "JobNamePrefix"
+    }
+    assert {(m[2], m[3]) for m in ours} == {("service", PREFIX)}
+    # Every other metric names this stack's queue, API, endpoint or rules.
+    names = {_ref("EventsDeadLetterQueue"), _ref("ForecastEndpoint"), *map(_ref, FAILURE_RULES)}
+    names.add(resolve(RESOURCES["ForecastApi"]["Properties"]["Name"]))
+    for metric in shown:
+        if metric[0] != "Fleetcast":
+            assert metric[3] in names, metric

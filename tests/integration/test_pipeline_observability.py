@@ -1,0 +1,226 @@
+"""What the pipeline functions tell CloudWatch: structured JSON logs that carry the run id
+as their correlation id from the upload to registration, and EMF metrics.
+
+Each handler runs on its sample event (events/) against a moto server, with the
+environment template.yaml gives it; Powertools prints both the log lines and the EMF
+blob to stdout, which is what Lambda sends to CloudWatch Logs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from fleetcast.localstack.template import LocalTemplate
+from fleetcast_common import layout
+from fleetcast_common.ids import run_id_for_upload
+from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
+from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
+
+ROOT = Path(__file__).resolve().parents[2]
+# The run the job samples are named for (events/README.md).
+RUN_ID = "20261129t120000-0123456789"
+GOOD = HoldoutMetrics(holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0)
+
+
+class _Context(LambdaContext):
+    _function_name = "test-function"
+    _memory_limit_in_mb = 512
+    _invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:test-function"
+    _aws_request_id = "11111111-2222-3333-4444-555555555555"
+
+
+def _event(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((ROOT / "events" / name).read_text())
+    return loaded
+
+
+@pytest.fixture
+def world(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """Every table of template.yaml under a stack name of its own, a fresh artifacts
+    bucket, and the pipeline functions' template environment (as the local stack resolves
+    it) pointed at them."""
+    template = LocalTemplate(ROOT / "template.yaml", stack_name=f"obs{uuid.uuid4().hex[:8]}")
+    dynamodb = boto3.client("dynamodb")
+    tables = []
+    for logical_id, resource in template.resources_of_type("AWS::DynamoDB::Table").items():
+        properties = template.resolve(resource["Properties"])
+        tables.append(template.physical_name(logical_id))
+        dynamodb.create_table(
+            TableName=tables[-1],
+            KeySchema=properties["KeySchema"],
+            AttributeDefinitions=properties["AttributeDefinitions"],
+            BillingMode="PAY_PER_REQUEST",
+            **{k: properties[k] for k in ("GlobalSecondaryIndexes",) if k in properties},
+        )
+    bucket = f"artifacts-{uuid.uuid4().hex[:8]}"
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    for function in ("StartProcessingFunction", "StartTrainingFunction", "RegisterModelsFunction"):
+        for name, value in template.function_environment(function).items():
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ARTIFACTS_BUCKET", bucket)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "INFO")
+    yield {"s3": s3, "bucket": bucket}
+    for table in tables:
+        dynamodb.delete_table(TableName=table)
+
+
+def _handler(function_dir: str) -> ModuleType:
+    """functions/<dir>/app.py imported afresh: it reads its settings at import."""
+    spec = importlib.util.spec_from_file_location(
+        f"{function_dir}_app_{uuid.uuid4().hex[:6]}", ROOT / "functions" / function_dir / "app.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _invoke(
+    function_dir: str, event: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run a handler; return its log records and its one EMF blob."""
+    handler = _handler(function_dir)
+    # Powertools keeps one stdlib logger per service, whose handler holds the stdout of
+    # the test that first imported a handler: point it at this test's.
+    handler.logger.registered_handler.stream = sys.stdout
+    capsys.readouterr()
+    handler.lambda_handler(event, _Context())
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    (emf,) = [line for line in lines if "_aws" in line]
+    logs = [line for line in lines if "_aws" not in line]
+    assert logs, "the handler logged nothing"
+    return logs, emf
+
+
+def _metric_values(emf: dict[str, Any]) -> dict[str, Any]:
+    (directive,) = emf["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "Fleetcast"
+    assert directive["Dimensions"] == [["service"]]
+    return {m["Name"]: emf[m["Name"]] for m in directive["Metrics"]}
+
+
+def test_start_processing_logs_the_upload_key_and_its_run_id(
+    world: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an upload event
+    event = _event("s3_object_created.json")
+    detail = event["detail"]
+    run_id = run_id_for_upload(
+        detail["bucket"]["name"],
+        detail["object"]["key"],
+        detail["object"]["version-id"],
+        datetime.fromisoformat(event["time"]),
+    )
+    # When the function starts the processing job
+    logs, emf = _invoke("start_processing", event, capsys)
+    # Then its logs carry both the upload's key and the run id the next functions log
+    assert {line["correlation_id"] for line in logs} == {detail["object"]["key"]}
+    assert any(line.get("run_id") == run_id for line in logs)
+    assert {line["service"] for line in logs} == {"fleetcast"}
+    assert _metric_values(emf) == {"ProcessingJobsStarted": [1.0]}
+    assert emf["service"] == "fleetcast"
+
+
+def test_start_training_logs_the_run_id_and_counts_rejected_rows(
+    world: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a processing run that wrote two customer files and rejected 3 rows
+    s3, bucket = world["s3"], world["bucket"]
+    for customer in ("7", "42"):
+        s3.put_object(Bucket=bucket, Key=f"{layout.train_prefix(RUN_ID)}{customer}.csv", Body=b"")
+    summary = {"rows_read": 10, "rows_rejected": 3}
+    s3.put_object(
+        Bucket=bucket, Key=f"{layout.report_prefix(RUN_ID)}summary.json", Body=json.dumps(summary)
+    )
+    # When its completion event arrives (moto accepts a second CreateTrainingJob of the
+    # same name, so the repeated-event path is left to the unit tests of pipeline.py)
+    event = _event("processing_job_completed.json")
+    logs, emf = _invoke("start_training", event, capsys)
+    # Then the logs are the run's and the rows are counted
+    assert {line["correlation_id"] for line in logs} == {RUN_ID}
+    assert {line["processing_job"] for line in logs} == {f"fleetcast-p-{RUN_ID}"}
+    assert _metric_values(emf) == {"TrainingJobsStarted": [1.0], "RowsRejected": [3.0]}
+
+
+def test_register_models_logs_the_run_id_and_counts_models(
+    world: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a finished training job: two customers trained, one failed
+    s3, bucket = world["s3"], world["bucket"]
+    results = [
+        CustomerResult(customer_id="3", outcome=CustomerOutcome.FAILED, reason="only 3 rows")
+    ]
+    for customer_id in ("7", "42"):
+        s3.put_object(
+            Bucket=bucket, Key=f"{layout.checkpoint_prefix(RUN_ID)}{customer_id}.tar.gz", Body=b"m"
+        )
+        metadata = ModelMetadata(
+            customer_id=customer_id,
+            run_id=RUN_ID,
+            trained_at=datetime(2026, 11, 29, tzinfo=UTC),
+            data_start=date(2024, 1, 1),
+            data_end=date(2024, 6, 1),
+            rows=150,
+            metrics=GOOD,
+            library_versions={"prophet": "1.5.0"},
+        )
+        results.append(
+            CustomerResult(
+                customer_id=customer_id,
+                outcome=CustomerOutcome.TRAINED,
+                metrics=GOOD,
+                metadata=metadata,
+            )
+        )
+    manifest = TrainingManifest(run_id=RUN_ID, host="algo-1", hosts=["algo-1"], customers=results)
+    s3.put_object(
+        Bucket=bucket,
+        Key=f"{layout.checkpoint_prefix(RUN_ID)}manifest-algo-1.json",
+        Body=manifest.model_dump_json(),
+    )
+    event = _event("training_job_completed.json")
+    event["detail"]["ResourceConfig"]["InstanceCount"] = 1
+    # When its completion event arrives
+    logs, emf = _invoke("register_models", event, capsys)
+    # Then the logs are the run's, and the metrics count what the manifest says
+    assert {line["correlation_id"] for line in logs} == {RUN_ID}
+    assert {line["training_job"] for line in logs} == {f"fleetcast-t-{RUN_ID}"}
+    assert _metric_values(emf) == {
+        "ModelsTrained": [2.0],
+        "ModelsRegistered": [2.0],
+        "ModelsRejected": [0.0],
+        "ModelsFailed": [1.0],
+    }
+
+
+def test_a_failed_training_job_is_counted_and_logged_as_the_runs(
+    world: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs, emf = _invoke("register_models", _event("training_job_failed.json"), capsys)
+    assert {line["correlation_id"] for line in logs} == {RUN_ID}
+    (error,) = [line for line in logs if line["level"] == "ERROR"]
+    assert error["failure_reason"]
+    assert _metric_values(emf) == {"TrainingJobsFailed": [1.0]}
+
+
+def test_the_layer_reads_the_summary_the_processing_container_writes() -> None:
+    from fleetcast_common.processing_report import SUMMARY_FILE
+    from fleetcast_processing.contract import SUMMARY_FILE as CONTAINER_SUMMARY_FILE
+    from fleetcast_processing.contract import ProcessingSummary
+
+    assert SUMMARY_FILE == CONTAINER_SUMMARY_FILE
+    assert "rows_rejected" in ProcessingSummary.model_fields
