@@ -1,27 +1,41 @@
-"""S3 "Object Created" under incoming/ (via EventBridge) -> CreateProcessingJob."""
+"""Starts SageMaker Processing jobs, one at a time and in upload order:
+
+- S3 "Object Created" under incoming/ (via EventBridge): queue the upload, and start it
+  if no processing job is running;
+- Processing Job State Change (ours, Completed/Failed/Stopped): start the next upload.
+"""
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import (
+    EventBridgeEvent,
     S3EventBridgeNotificationEvent,
-    event_source,
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fleetcast_common.aws import client
+from fleetcast_common.aws import client, dynamodb_table
 from fleetcast_common.jobs import Upload
-from fleetcast_common.pipeline import Outcome, start_processing
+from fleetcast_common.pipeline import JobStart, Outcome, processing_ended, start_processing
 from fleetcast_common.settings import ProcessingSettings
+from fleetcast_common.upload_queue import UploadQueue
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 settings = ProcessingSettings.from_env()
+
+PROCESSING_STATE_CHANGE = "SageMaker Processing Job State Change"
+
+
+@functools.cache
+def _queue() -> UploadQueue:
+    return UploadQueue(dynamodb_table(settings.upload_queue_table))
 
 
 def upload_from(event: S3EventBridgeNotificationEvent) -> Upload:
@@ -35,18 +49,42 @@ def upload_from(event: S3EventBridgeNotificationEvent) -> Upload:
     )
 
 
-@logger.inject_lambda_context(correlation_id_path="detail.object.key", log_event=False)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
-@event_source(data_class=S3EventBridgeNotificationEvent)
-def lambda_handler(event: S3EventBridgeNotificationEvent, context: LambdaContext) -> dict[str, Any]:
+def _uploaded(event: S3EventBridgeNotificationEvent) -> JobStart:
     upload = upload_from(event)
-    started = start_processing(upload, settings, client("sagemaker"), client("s3"))
+    logger.set_correlation_id(upload.key)
+    started = start_processing(upload, settings, client("sagemaker"), client("s3"), _queue())
     logger.info(
         "processing job %s",
         started.outcome,
         extra={"upload": upload.model_dump(mode="json"), **started.model_dump()},
     )
+    return started
+
+
+def _ended(event: EventBridgeEvent) -> JobStart:
+    ended_job = str(event.detail["ProcessingJobName"])
+    logger.set_correlation_id(ended_job)
+    started = processing_ended(ended_job, settings, client("sagemaker"), client("s3"), _queue())
+    logger.info(
+        "after %s (%s): next processing job %s",
+        ended_job,
+        event.detail.get("ProcessingJobStatus"),
+        started.outcome,
+        extra={"ended_job": ended_job, **started.model_dump()},
+    )
+    return started
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if event.get("detail-type") == PROCESSING_STATE_CHANGE:
+        started = _ended(EventBridgeEvent(event))
+    else:
+        started = _uploaded(S3EventBridgeNotificationEvent(event))
     if started.outcome is Outcome.STARTED:
         metrics.add_metric(name="ProcessingJobsStarted", unit=MetricUnit.Count, value=1)
+    elif started.outcome is Outcome.QUEUED:
+        metrics.add_metric(name="UploadsQueued", unit=MetricUnit.Count, value=1)
     return started.model_dump(mode="json")

@@ -90,7 +90,9 @@ def test_run_id_is_the_same_for_a_repeated_event_and_new_for_new_content() -> No
 
 
 def test_processing_request_names_the_file_and_adds_history_only_when_some_exists() -> None:
-    settings = ProcessingSettings.from_env({**BASE_ENV, "PROCESSING_IMAGE_URI": "img"})
+    settings = ProcessingSettings.from_env(
+        {**BASE_ENV, "PROCESSING_IMAGE_URI": "img", "UPLOAD_QUEUE_TABLE": "queue"}
+    )
     run_id = run_id_for_upload("raw", UPLOAD.key, UPLOAD.revision, UPLOAD.uploaded_at)
     without = processing_job_request(settings, run_id, UPLOAD, with_history=False)
     with_history = processing_job_request(settings, run_id, UPLOAD, with_history=True)

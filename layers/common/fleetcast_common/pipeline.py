@@ -4,6 +4,7 @@ functions do, given their clients (so tests pass moto's) and typed inputs."""
 from __future__ import annotations
 
 import posixpath
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -11,9 +12,18 @@ from pydantic import BaseModel
 
 from fleetcast_common import layout, storage
 from fleetcast_common.aws import error_code
-from fleetcast_common.ids import run_id_for_upload, run_id_from_job_name
+from fleetcast_common.ids import processing_job_name, run_id_for_upload, run_id_from_job_name
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
+from fleetcast_common.upload_queue import (
+    NO_SUCH_JOB,
+    Lease,
+    UploadQueue,
+    WaitingUpload,
+    lease_is_stale,
+)
+
+_DISPATCH_PASSES = 4
 
 
 class Outcome(StrEnum):
@@ -21,6 +31,8 @@ class Outcome(StrEnum):
     # The job exists already: this event is a repeat delivery, nothing more to do.
     ALREADY_STARTED = "already_started"
     IGNORED = "ignored"
+    # Another upload's processing job is running: this one starts when it ends.
+    QUEUED = "queued"
 
 
 class JobStart(BaseModel):
@@ -44,16 +56,111 @@ def _create_once(create: Any, request: dict[str, Any], name_field: str, run_id: 
 
 
 def start_processing(
-    upload: Upload, settings: ProcessingSettings, sagemaker: Any, s3: Any
+    upload: Upload,
+    settings: ProcessingSettings,
+    sagemaker: Any,
+    s3: Any,
+    queue: UploadQueue,
+    now: datetime | None = None,
 ) -> JobStart:
+    """Queue an upload and start the oldest waiting one if no processing job is running
+    (see :mod:`fleetcast_common.upload_queue` for why only one runs at a time)."""
     if upload.key.endswith("/") or not upload.key.startswith(layout.INCOMING_PREFIX):
         return JobStart(
             outcome=Outcome.IGNORED, reason=f"not an upload under {layout.INCOMING_PREFIX}"
         )
     run_id = run_id_for_upload(upload.bucket, upload.key, upload.revision, upload.uploaded_at)
-    with_history = storage.any_object_under(s3, settings.artifacts_bucket, layout.HISTORY_PREFIX)
-    request = processing_job_request(settings, run_id, upload, with_history)
-    return _create_once(sagemaker.create_processing_job, request, "ProcessingJobName", run_id)
+    job_name = processing_job_name(settings.job_name_prefix, run_id)
+    if _processing_job_exists(sagemaker, job_name):
+        return JobStart(outcome=Outcome.ALREADY_STARTED, run_id=run_id, job_name=job_name)
+    queue.add(WaitingUpload(run_id=run_id, upload=upload))
+    started = dispatch_uploads(settings, sagemaker, s3, queue, now)
+    if started is not None and started.run_id == run_id:
+        return started
+    lease = queue.lease()
+    behind = f"; {lease.job_name} is running" if lease and lease.run_id != run_id else ""
+    return JobStart(
+        outcome=Outcome.QUEUED,
+        run_id=run_id,
+        job_name=job_name,
+        reason=f"waits for the uploads before it{behind}",
+    )
+
+
+def processing_ended(
+    job_name: str,
+    settings: ProcessingSettings,
+    sagemaker: Any,
+    s3: Any,
+    queue: UploadQueue,
+    now: datetime | None = None,
+) -> JobStart:
+    """A processing job ended (Completed, Failed or Stopped): free its lease and start the
+    next waiting upload, if any."""
+    run_id = run_id_from_job_name(settings.job_name_prefix, job_name)
+    if run_id is None:
+        return JobStart(outcome=Outcome.IGNORED, reason=f"{job_name} is not a fleetcast job")
+    queue.release_lease(run_id)
+    started = dispatch_uploads(settings, sagemaker, s3, queue, now)
+    return started or JobStart(outcome=Outcome.IGNORED, reason="no upload is waiting")
+
+
+def dispatch_uploads(
+    settings: ProcessingSettings,
+    sagemaker: Any,
+    s3: Any,
+    queue: UploadQueue,
+    now: datetime | None = None,
+) -> JobStart | None:
+    """Start the oldest waiting upload's job if it can take the lease; None if it cannot
+    (another job runs, or another function took the lease first) or nothing waits."""
+    now = now or datetime.now(UTC)
+    # Each pass either starts a job, stops, or clears one lease whose job had already
+    # ended; a few passes are more than any real sequence needs.
+    for _ in range(_DISPATCH_PASSES):
+        waiting = queue.oldest_waiting()
+        if waiting is None:
+            return None
+        held = queue.lease()
+        if held is None or held.run_id != waiting.run_id:
+            if held is not None and not lease_is_stale(held, sagemaker, now):
+                return None
+            job_name = processing_job_name(settings.job_name_prefix, waiting.run_id)
+            lease = Lease(run_id=waiting.run_id, job_name=job_name, taken_at=now)
+            if not queue.take_lease(lease, replacing=held):
+                return None
+        with_history = storage.any_object_under(
+            s3, settings.artifacts_bucket, layout.HISTORY_PREFIX
+        )
+        request = processing_job_request(settings, waiting.run_id, waiting.upload, with_history)
+        try:
+            started = _create_once(
+                sagemaker.create_processing_job, request, "ProcessingJobName", waiting.run_id
+            )
+        except Exception:
+            # The upload keeps its place; the next event (a retry of this one) tries again.
+            queue.release_lease(waiting.run_id)
+            raise
+        queue.remove(waiting.run_id)
+        if started.outcome is Outcome.STARTED:
+            return started
+        # Started before (a repeated event, or a function that died before removing the
+        # upload): if that job has ended, its lease must not hold up the queue.
+        current = queue.lease()
+        if current is None or not lease_is_stale(current, sagemaker, now):
+            return started
+        queue.release_lease(current.run_id)
+    return None
+
+
+def _processing_job_exists(sagemaker: Any, job_name: str) -> bool:
+    try:
+        sagemaker.describe_processing_job(ProcessingJobName=job_name)
+    except Exception as error:
+        if error_code(error) in NO_SUCH_JOB:
+            return False
+        raise
+    return True
 
 
 def start_training(

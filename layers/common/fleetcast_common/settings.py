@@ -27,6 +27,7 @@ class PipelineSettings(_FromEnvironment):
 
 class ProcessingSettings(PipelineSettings):
     image_uri: str = Field(alias="PROCESSING_IMAGE_URI")
+    upload_queue_table: str = Field(alias="UPLOAD_QUEUE_TABLE")
     instance_type: str = Field(alias="PROCESSING_INSTANCE_TYPE", default="ml.m5.xlarge")
     volume_gb: int = Field(alias="PROCESSING_VOLUME_GB", default=30, ge=1)
     frequency: Literal["D", "H"] = Field(alias="MODEL_FREQUENCY", default="D")

@@ -1,0 +1,64 @@
+"""Two uploads dropped together: both are processed, one after the other, so the second
+merges into the history the first wrote; every customer ends at the newer model."""
+
+import time
+from datetime import date, timedelta
+
+import pytest
+from test_pipeline import finished, readings, registry, to_csv
+
+from fleetcast.localstack.stack import LocalStack
+from fleetcast.status import run_ids
+
+pytestmark = pytest.mark.e2e
+START = date(2024, 3, 1)
+FIRST_DAYS, SECOND_DAYS = 120, 30
+ONLY_FIRST = [f"order-{i}" for i in range(0, 4)]
+BOTH = [f"order-{i}" for i in range(4, 8)]
+ONLY_SECOND = [f"order-{i}" for i in range(8, 12)]
+
+
+def test_uploads_close_together_are_processed_in_order_and_lose_nothing(
+    stack: LocalStack,
+) -> None:
+    assert stack.info is not None
+    info = stack.info
+    sagemaker, s3 = stack.client("sagemaker"), stack.client("s3")
+    known = run_ids(info.job_name_prefix, sagemaker)
+    # Given two files, the second continuing some of the first's customers
+    first = readings(ONLY_FIRST + BOTH, START.isoformat(), FIRST_DAYS, seed=11)
+    second_start = START + timedelta(days=FIRST_DAYS)
+    second = readings(BOTH + ONLY_SECOND, second_start.isoformat(), SECOND_DAYS, seed=12)
+    # When both are uploaded at once
+    for name, frame in (("order-1.csv", first), ("order-2.csv", second)):
+        s3.put_object(Bucket=info.raw_bucket, Key=f"incoming/{name}", Body=to_csv(frame))
+    deadline = time.monotonic() + 300
+    while len(new := run_ids(info.job_name_prefix, sagemaker) - known) < 2:
+        assert time.monotonic() < deadline, f"only {len(new)} of 2 uploads started processing"
+        time.sleep(0.2)
+    older, newer = sorted(new)
+    statuses = {run_id: finished(stack, run_id) for run_id in (older, newer)}
+
+    # Then both were processed, the newer only after the older had finished
+    assert all(status.processing_status == "Completed" for status in statuses.values())
+    jobs = {
+        run_id: sagemaker.describe_processing_job(
+            ProcessingJobName=f"{info.job_name_prefix}-p-{run_id}"
+        )
+        for run_id in (older, newer)
+    }
+    assert jobs[newer]["CreationTime"] >= jobs[older]["ProcessingEndTime"]
+    # And every customer's live model is the newest that has its data
+    models = registry(stack)
+    live = {customer: models.live(customer) for customer in ONLY_FIRST + BOTH + ONLY_SECOND}
+    assert all(model is not None for model in live.values())
+    assert {c: m.run_id for c, m in live.items() if m} == {
+        **dict.fromkeys(ONLY_FIRST, older),
+        **dict.fromkeys(BOTH + ONLY_SECOND, newer),
+    }
+    # And the customers in both files were trained on both files' days
+    last_day = START + timedelta(days=FIRST_DAYS + SECOND_DAYS - 1)
+    for customer in BOTH:
+        model = live[customer]
+        assert model is not None
+        assert (model.data_start, model.data_end) == (START, last_day), customer

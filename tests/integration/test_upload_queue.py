@@ -1,0 +1,217 @@
+"""Uploads are processed one at a time, in upload order, whatever order their events
+arrive in and however often: the upload queue and its lease against a moto server.
+
+moto completes a processing job the moment it is created; these tests set a job's status
+in moto's backend to say it is still running (the one thing moto cannot show by itself).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.sagemaker.models import sagemaker_backends
+
+from fleetcast.localstack.template import LocalTemplate
+from fleetcast_common.ids import processing_job_name, run_id_for_upload
+from fleetcast_common.jobs import Upload
+from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
+from fleetcast_common.settings import ProcessingSettings
+from fleetcast_common.upload_queue import Lease, UploadQueue
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFIX = "fleetcast"
+T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def pipeline(aws_env: str) -> Iterator[dict[str, Any]]:
+    template = LocalTemplate(ROOT / "template.yaml")
+    properties = template.resolve(template.resources["UploadQueueTable"]["Properties"])
+    suffix = uuid.uuid4().hex[:8]
+    dynamodb = boto3.client("dynamodb")
+    table_name = f"queue-{suffix}"
+    dynamodb.create_table(
+        TableName=table_name,
+        KeySchema=properties["KeySchema"],
+        AttributeDefinitions=properties["AttributeDefinitions"],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=f"artifacts-{suffix}")
+    settings = ProcessingSettings.from_env(
+        {
+            "RAW_BUCKET": f"raw-{suffix}",
+            "ARTIFACTS_BUCKET": f"artifacts-{suffix}",
+            "REGISTRY_TABLE": "unused",
+            "JOB_NAME_PREFIX": PREFIX,
+            "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sagemaker",
+            "PROCESSING_IMAGE_URI": "fleetcast-processing:latest",
+            "UPLOAD_QUEUE_TABLE": table_name,
+        }
+    )
+    queue = UploadQueue(boto3.resource("dynamodb").Table(table_name))
+    yield {"settings": settings, "sagemaker": boto3.client("sagemaker"), "s3": s3, "queue": queue}
+    dynamodb.delete_table(TableName=table_name)
+
+
+def upload(minute: int) -> Upload:
+    """A distinct upload (its own key and revision) made ``minute`` minutes after T0."""
+    tag = uuid.uuid4().hex[:6]
+    return Upload(
+        bucket="raw",
+        key=f"incoming/{tag}.csv",
+        revision=tag,
+        size=100,
+        uploaded_at=T0 + timedelta(minutes=minute),
+    )
+
+
+def job_of(uploaded: Upload) -> str:
+    run_id = run_id_for_upload(
+        uploaded.bucket, uploaded.key, uploaded.revision, uploaded.uploaded_at
+    )
+    return processing_job_name(PREFIX, run_id)
+
+
+def set_status(job_name: str, status: str) -> None:
+    backend = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+    backend.processing_jobs[job_name].processing_job_status = status
+
+
+def started(world: dict[str, Any], *uploads: Upload) -> set[str]:
+    """Which of ``uploads`` have a processing job (moto's jobs outlive each test)."""
+    pages = world["sagemaker"].get_paginator("list_processing_jobs").paginate()
+    jobs = {job["ProcessingJobName"] for page in pages for job in page["ProcessingJobSummaries"]}
+    return jobs & {job_of(uploaded) for uploaded in uploads}
+
+
+def arrive(world: dict[str, Any], uploaded: Upload, now: datetime = T0) -> Outcome:
+    """The S3 event for ``uploaded`` reaches start-processing; a started job is left running."""
+    started = start_processing(
+        uploaded, world["settings"], world["sagemaker"], world["s3"], world["queue"], now
+    )
+    if started.outcome is Outcome.STARTED:
+        set_status(started.job_name or "", "InProgress")
+    return started.outcome
+
+
+def end(world: dict[str, Any], job_name: str, status: str = "Completed") -> str | None:
+    """``job_name`` ends; returns the job its end event started, if any."""
+    set_status(job_name, status)
+    started = processing_ended(
+        job_name, world["settings"], world["sagemaker"], world["s3"], world["queue"], T0
+    )
+    if started.outcome is Outcome.STARTED:
+        set_status(started.job_name or "", "InProgress")
+        return started.job_name
+    return None
+
+
+def test_an_upload_waits_while_another_is_processed_then_starts(
+    pipeline: dict[str, Any],
+) -> None:
+    # Given one upload being processed
+    first, second = upload(0), upload(1)
+    assert arrive(pipeline, first) is Outcome.STARTED
+    # When a second upload arrives
+    outcome = arrive(pipeline, second)
+    # Then it waits, with no job of its own yet
+    assert outcome is Outcome.QUEUED
+    assert started(pipeline, first, second) == {job_of(first)}
+    # And when the first job ends, the second starts
+    assert end(pipeline, job_of(first)) == job_of(second)
+    assert started(pipeline, first, second) == {job_of(first), job_of(second)}
+    assert pipeline["queue"].waiting() == []
+
+
+@pytest.mark.parametrize("status", ["Failed", "Stopped"])
+def test_a_job_that_fails_or_is_stopped_still_lets_the_next_upload_start(
+    pipeline: dict[str, Any], status: str
+) -> None:
+    first, second = upload(0), upload(1)
+    arrive(pipeline, first)
+    arrive(pipeline, second)
+    assert end(pipeline, job_of(first), status) == job_of(second)
+
+
+def test_waiting_uploads_start_in_upload_order_whatever_order_their_events_arrive(
+    pipeline: dict[str, Any],
+) -> None:
+    # Given a running job and three later uploads whose events arrive out of order
+    running, early, middle, late = upload(0), upload(1), upload(2), upload(3)
+    arrive(pipeline, running)
+    for uploaded in (late, early, middle):
+        assert arrive(pipeline, uploaded) is Outcome.QUEUED
+    # When each job ends in turn, the next oldest upload starts, one at a time
+    order = []
+    job = job_of(running)
+    while (job := end(pipeline, job)) is not None:  # type: ignore[assignment]
+        order.append(job)
+    assert order == [job_of(early), job_of(middle), job_of(late)]
+
+
+def test_repeated_events_start_nothing_twice(pipeline: dict[str, Any]) -> None:
+    # Given a running job and one waiting upload
+    first, second, third = upload(0), upload(1), upload(2)
+    arrive(pipeline, first)
+    arrive(pipeline, second)
+    # When the first upload's event comes again, and the waiting one's too
+    assert arrive(pipeline, first) is Outcome.ALREADY_STARTED
+    assert arrive(pipeline, second) is Outcome.QUEUED
+    assert [w.run_id for w in pipeline["queue"].waiting()] == [
+        job_of(second)[len("fleetcast-p-") :]
+    ]
+    # And the first job's end event is delivered twice, with a third upload waiting
+    arrive(pipeline, third)
+    assert end(pipeline, job_of(first)) == job_of(second)
+    assert end(pipeline, job_of(first)) is None
+    # Then the third upload still waits for the second job, which is running
+    assert started(pipeline, first, second, third) == {job_of(first), job_of(second)}
+    assert end(pipeline, job_of(second)) == job_of(third)
+
+
+def test_a_lost_end_event_does_not_block_the_queue(pipeline: dict[str, Any]) -> None:
+    # Given a job that ended without its end event reaching the function
+    first, second = upload(0), upload(1)
+    arrive(pipeline, first)
+    set_status(job_of(first), "Completed")
+    # When the next upload arrives, it takes over the lease and starts
+    assert arrive(pipeline, second) is Outcome.STARTED
+
+
+def test_a_lease_whose_job_was_never_created_is_taken_over_after_the_grace_period(
+    pipeline: dict[str, Any],
+) -> None:
+    # Given a lease taken by a function that died before creating its job
+    queue: UploadQueue = pipeline["queue"]
+    orphan = Lease(run_id="20261130t085900-aaaaaaaaaa", job_name="fleetcast-p-never", taken_at=T0)
+    assert queue.take_lease(orphan, replacing=None)
+    later = upload(1)
+    # When an upload arrives within the grace period, it waits
+    assert arrive(pipeline, later, now=T0 + timedelta(minutes=1)) is Outcome.QUEUED
+    # And once the grace period is over, the next event starts it
+    assert arrive(pipeline, upload(2), now=T0 + timedelta(minutes=10)) is Outcome.QUEUED
+    assert started(pipeline, later) == {job_of(later)}
+
+
+def test_two_functions_racing_for_the_lease_start_one_job(pipeline: dict[str, Any]) -> None:
+    # Given two waiting uploads and a free lease
+    queue: UploadQueue = pipeline["queue"]
+    held = Lease(run_id="20261130t090000-bbbbbbbbbb", job_name="fleetcast-p-x", taken_at=T0)
+    # When two functions try to take it at once, only the first succeeds
+    assert queue.take_lease(held, replacing=None)
+    contender = held.model_copy(update={"run_id": "20261130t090100-cccccccccc"})
+    assert not queue.take_lease(contender, replacing=None)
+    # And taking over is only possible from the lease as it was read
+    stale_read = held.model_copy(update={"taken_at": T0 - timedelta(minutes=1)})
+    assert not queue.take_lease(contender, replacing=stale_read)
+    assert queue.take_lease(contender, replacing=held)
+    lease = queue.lease()
+    assert lease is not None and lease.run_id == contender.run_id
