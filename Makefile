@@ -17,7 +17,7 @@ LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lo
          requirements/sdk.lock.txt requirements/awscli.lock.txt
 
 .PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck \
-        bench clean openapi email-preview
+        bench clean openapi email-preview images
 
 help:  ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -53,9 +53,15 @@ demo: $(STAMP)  ## Run the whole pipeline locally: 1000 customers, 2 training in
 up: $(STAMP)  ## Start the embedded local stack in the foreground
 	$(BIN)/fleetcast up
 
+# Needs Docker and AWS credentials; see README "Deploy to AWS".
+CONFIG_ENV ?= default
+images: $(STAMP)  ## Build and push the images to ECR; URIs into samconfig.toml (CONFIG_ENV=default)
+	$(BIN)/fleetcast images --config-env $(CONFIG_ENV)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint containers/*/Dockerfile
 
 typecheck: $(STAMP)
 	$(BIN)/mypy src layers/common containers/processing containers/training containers/inference

@@ -20,6 +20,7 @@ import boto3
 from rich.console import Console
 from rich.table import Table
 
+from fleetcast import images
 from fleetcast.cost_cli import add_cost_commands
 from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
 from fleetcast.serving_cli import add_serving_commands
@@ -283,6 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--instances", type=int, default=2)
     demo.add_argument("--days", type=int, default=730)
     demo.set_defaults(run=cmd_demo)
+
+    images_command = commands.add_parser(
+        "images",
+        help="build the images, push them to ECR, write their URIs to samconfig.toml",
+        description=images.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    images.add_arguments(images_command)
+    images_command.set_defaults(run=images.run)
 
     add_serving_commands(commands)
     add_cost_commands(commands)

@@ -1,0 +1,132 @@
+"""The three Dockerfiles, read statically (no Docker engine here): what they build is what
+the local stack runs and what the template's roles may pull.
+
+The local stack runs each container's ENTRYPOINT from its Dockerfile with this checkout's
+interpreter (src/fleetcast/localstack/sagemaker_jobs.py, serving.py), so the link the tests
+below hold is: Dockerfile ENTRYPOINT == what the local stack runs == what SageMaker runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from template_helpers import REPO_ROOT
+
+from fleetcast.localstack.sagemaker_jobs import image_entrypoint
+from fleetcast.localstack.serving import SERVE_COMMAND
+from fleetcast_common.jobs import PROCESSING_ENTRYPOINT
+
+CONTAINERS = REPO_ROOT / "containers"
+FAMILIES = ("processing", "training", "inference")
+HADOLINT = Path(sys.executable).parent / "hadolint"
+MME_LABEL = "com.amazonaws.sagemaker.capabilities.multi-models"
+LOCK = {
+    name.lower(): version
+    for name, version in re.findall(
+        r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO_ROOT / "requirements/lock.txt").read_text(), re.M
+    )
+}
+
+
+def instructions(family: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order, continuation lines joined, comments dropped."""
+    text = (CONTAINERS / family / "Dockerfile").read_text()
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
+    found = []
+    for line in joined.splitlines():
+        if line.strip():
+            instruction, _, arguments = line.strip().partition(" ")
+            found.append((instruction.upper(), arguments.strip()))
+    return found
+
+
+def only(family: str, instruction: str) -> list[str]:
+    return [arguments for name, arguments in instructions(family) if name == instruction]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_base_image_is_pinned_to_a_patch_release_of_the_projects_python(family: str) -> None:
+    (base,) = only(family, "FROM")
+    image, _, tag = base.partition(":")
+    assert image == "python"
+    # The same Python as the project (requires-python) and the Lambda runtime.
+    assert re.fullmatch(r"3\.11\.\d+-slim-bookworm", tag), base
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_entrypoint_is_the_module_the_local_stack_runs(family: str) -> None:
+    (entrypoint,) = only(family, "ENTRYPOINT")
+    command = json.loads(entrypoint)  # exec form: no shell between SageMaker and Python
+    assert command == ["python3", "-m", f"fleetcast_{family}"]
+    assert (CONTAINERS / family / f"fleetcast_{family}" / "__main__.py").is_file()
+    # The local stack maps the image back to this Dockerfile and runs the same command.
+    assert image_entrypoint(f"{family}.example/fleetcast-{family}:abc", CONTAINERS) == command
+
+
+def test_the_processing_job_request_names_the_images_entrypoint() -> None:
+    # CreateProcessingJob overrides the image's ENTRYPOINT with ContainerEntrypoint.
+    (entrypoint,) = only("processing", "ENTRYPOINT")
+    assert json.loads(entrypoint) == PROCESSING_ENTRYPOINT
+
+
+def test_the_inference_image_is_a_multi_model_server() -> None:
+    labels = " ".join(only("inference", "LABEL"))
+    assert f"{MME_LABEL}=true" in labels.split()
+    assert "SAGEMAKER_MULTI_MODEL=true" in " ".join(only("inference", "ENV")).split()
+    assert only("inference", "EXPOSE") == ["8080"]
+    # SageMaker starts a hosting container as `<image> serve`, as the local stack does.
+    assert only("inference", "CMD") == [json.dumps([SERVE_COMMAND])]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_image_runs_as_root_as_sagemaker_expects_and_says_so(family: str) -> None:
+    # SageMaker mounts /opt/ml root-owned and documents that it expects root; a USER would
+    # pass every test here and fail on SageMaker. Each Dockerfile says so where a reader
+    # would otherwise add one.
+    assert only(family, "USER") == []
+    assert not any("useradd" in run for run in only(family, "RUN"))
+    assert "as root" in (CONTAINERS / family / "Dockerfile").read_text()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_package_installed_is_pinned_to_the_tested_version(family: str) -> None:
+    installs = [r for r in only(family, "RUN") if "pip install" in r]
+    assert installs, "no pip install"
+    for run in installs:
+        assert "--constraint /tmp/lock.txt" in run
+        packages = re.findall(r"\s([A-Za-z0-9_.-]+)==(\S+)", run)
+        assert packages
+        for name, version in packages:
+            assert LOCK[name.lower()] == version, name
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_image_copies_only_what_its_dockerignore_lets_through(family: str) -> None:
+    ignore = (CONTAINERS / family / "Dockerfile.dockerignore").read_text().splitlines()
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    assert "*" in ignore
+    sources = [arguments.split()[0] for arguments in only(family, "COPY")]
+    assert set(sources) == allowed
+    for source in sources:
+        assert (REPO_ROOT / source).exists(), source
+    # The package of its own family and the shared layer, nothing of the other images.
+    assert f"containers/{family}/fleetcast_{family}" in sources
+    assert "layers/common/fleetcast_common" in sources
+
+
+def test_hadolint_passes() -> None:
+    if not HADOLINT.exists():
+        pytest.skip("hadolint is not installed: run `make install`")
+    result = subprocess.run(
+        [HADOLINT, *(CONTAINERS / family / "Dockerfile" for family in FAMILIES)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
