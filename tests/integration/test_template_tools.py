@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 from template_helpers import REPO_ROOT, load_template
 
+from fleetcast.localstack.costs import LOCAL_PARAMETERS
+from fleetcast.localstack.template import LocalTemplate
+
 TEMPLATE = REPO_ROOT / "template.yaml"
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"
 SAM = REPO_ROOT / ".venv-sam" / "bin" / "sam"
@@ -96,6 +99,26 @@ translator = Translator(
 print(json.dumps(translator.translate(
     sam_template=template, parameter_values={}, get_managed_policy_map=no_lookup,
 )))
+"""
+
+
+# Run with `python -S`: only the standard library, then the two folders Lambda puts on
+# sys.path (the function's code, the layer's python/), so nothing comes from this venv.
+_IMPORT_HANDLER = """
+import importlib, inspect, json, sys
+function_dir, layer_dir, handler = sys.argv[1:]
+sys.path[:0] = [function_dir, layer_dir]
+module_name, _, attribute = handler.rpartition(".")
+module = importlib.import_module(module_name)
+target = getattr(module, attribute)
+import aws_lambda_powertools, fleetcast_common
+print(json.dumps({
+    "module": module.__file__,
+    "handler": "function" if callable(target) and inspect.isfunction(inspect.unwrap(target))
+    else type(target).__name__,
+    "fleetcast_common": fleetcast_common.__file__,
+    "powertools": aws_lambda_powertools.__file__,
+}))
 """
 
 
@@ -342,3 +365,29 @@ def test_sam_build_builds_every_function_and_the_layer(repo_copy: Path, tmp_path
     # Compiled wheels for the functions' architecture, not whatever this machine runs.
     assert list(layer.glob("pydantic_core/*.cpython-311-x86_64-linux-gnu.so")), output_of(result)
     assert (build / "template.yaml").is_file()
+    # Each built function imports from its build folder and the layer's alone (what
+    # Lambda puts on sys.path), with the environment the template gives it, and its
+    # handler resolves to a function.
+    template = LocalTemplate(TEMPLATE, parameter_overrides=LOCAL_PARAMETERS)
+    for function in (*FUNCTIONS, *API_FUNCTIONS, COST_FUNCTION):
+        handler = load_template(TEMPLATE)["Resources"][function]["Properties"]["Handler"]
+        result = subprocess.run(
+            [sys.executable, "-S", "-c", _IMPORT_HANDLER, build / function, layer, handler],
+            env={
+                **offline_env(),
+                **template.function_environment(function),
+                "PYTHONNOUSERSITE": "1",
+                "MPLCONFIGDIR": str(tmp_path / "matplotlib"),
+            },
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, f"{function}:\n{output_of(result)}"
+        imported = json.loads(result.stdout.splitlines()[-1])
+        assert imported["handler"] == "function", imported
+        assert imported["module"] == str(build / function / "app.py"), imported
+        assert imported["fleetcast_common"].startswith(str(layer)), imported
+        assert imported["powertools"].startswith(str(layer)), imported
