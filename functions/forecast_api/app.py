@@ -44,6 +44,7 @@ from fleetcast_common.forecasting import (
     ForecastApiSettings,
     ForecastError,
     InvalidRequestError,
+    LiveModelCache,
     UnknownCustomerError,
     customer_forecast,
     live_model,
@@ -146,6 +147,13 @@ def _registry() -> ModelRegistry:
 
 
 @functools.cache
+def _live_models() -> LiveModelCache:
+    """The forecast route's lookups, remembered briefly by this warm environment; the
+    model route reads the registry every time."""
+    return LiveModelCache(_registry(), settings.live_model_cache_seconds)
+
+
+@functools.cache
 def _endpoint() -> ForecastEndpoint:
     return ForecastEndpoint(runtime_client(), settings.endpoint_name)
 
@@ -182,7 +190,7 @@ def _only_query_parameters(*known: str) -> Any:
 def get_forecast(customer_id: CustomerId, period: Period = DEFAULT_PERIOD) -> CustomerForecast:
     logger.append_keys(customer_id=customer_id, period=period)
     started = time.perf_counter()
-    forecast = customer_forecast(customer_id, period, _registry(), _endpoint())
+    forecast = customer_forecast(customer_id, period, _live_models(), _endpoint())
     metrics.add_metric(
         name="ForecastLatency",
         unit=MetricUnit.Milliseconds,

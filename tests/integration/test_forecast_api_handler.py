@@ -19,6 +19,7 @@ from forecast_api_helpers import api_event, call, load_forecast_api
 
 from fleetcast_common import layout
 from fleetcast_common.forecast_endpoint import ForecastEndpoint
+from fleetcast_common.forecasting import LiveModelCache
 from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
 
@@ -63,25 +64,29 @@ def wired(
     """The handler with this test's registry and stubbed runtime as its adapters."""
     client, stub = runtime
     monkeypatch.setattr(api, "_registry", lambda: registry)
+    cache = LiveModelCache(registry, api.settings.live_model_cache_seconds)
+    monkeypatch.setattr(api, "_live_models", lambda: cache)
     monkeypatch.setattr(api, "_endpoint", lambda: ForecastEndpoint(client, ENDPOINT))
     return stub
 
 
-def live(registry: ModelRegistry, customer_id: str = "42") -> ModelRecord:
+def live(
+    registry: ModelRegistry, customer_id: str = "42", run_id: str = RUN_ID, version: int = 1
+) -> ModelRecord:
     record = ModelRecord(
         customer_id=customer_id,
-        run_id=RUN_ID,
+        run_id=run_id,
         status=ModelStatus.LIVE,
-        target_model=layout.target_model(customer_id, RUN_ID),
-        model_s3_uri=f"s3://artifacts/{layout.model_key(customer_id, RUN_ID)}",
-        training_job=f"fleetcast-t-{RUN_ID}",
+        target_model=layout.target_model(customer_id, run_id),
+        model_s3_uri=f"s3://artifacts/{layout.model_key(customer_id, run_id)}",
+        training_job=f"fleetcast-t-{run_id}",
         trained_at=datetime(2026, 11, 29, 12, 5, tzinfo=UTC),
         data_start=date(2024, 1, 1),
         data_end=date(2026, 11, 28),
         rows=1063,
         metrics=METRICS,
     )
-    assert registry.promote(record) == 1
+    assert registry.promote(record) == version
     return record
 
 
@@ -202,3 +207,104 @@ def test_an_answer_from_another_customers_model_is_502_and_names_nobody_else(
     status, _, body = call(api, api_event())
     assert (status, body["error"]) == (502, "EndpointFailed")
     assert "43" not in body["message"]
+
+
+# ---------------------------------------------------------------- the live-model cache
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(api: Any, registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The handler's live-model cache on a clock the test moves."""
+    clock = Clock()
+    cache = LiveModelCache(registry, api.settings.live_model_cache_seconds, clock=clock)
+    monkeypatch.setattr(api, "_live_models", lambda: cache)
+    return clock
+
+
+NEWER_RUN = "20261206t120000-abcdef0123"
+
+
+def test_a_promoted_model_serves_once_the_cached_lookup_expires(
+    api: Any, registry: ModelRegistry, wired: Stubber, clock: Clock
+) -> None:
+    ttl = api.settings.live_model_cache_seconds
+    assert ttl > 0
+    # Given 42's first model, served once (so the lookup is remembered)
+    first = live(registry)
+    wired.add_response("invoke_endpoint", container_answer(), expected_invoke(first, 7))
+    assert call(api, api_event())[2]["model_version"] == 1
+    # When a newer run is promoted
+    second = live(registry, run_id=NEWER_RUN, version=2)
+    # Then until the lookup expires the answer is still the first model's, labelled as it
+    clock.now += ttl / 2
+    wired.add_response("invoke_endpoint", container_answer(), expected_invoke(first, 7))
+    status, _, body = call(api, api_event())
+    assert (status, body["model_version"], body["run_id"]) == (200, 1, RUN_ID)
+    # and after it, the promoted model's, from its own TargetModel
+    clock.now += ttl
+    wired.add_response(
+        "invoke_endpoint", container_answer(run_id=NEWER_RUN), expected_invoke(second, 7)
+    )
+    status, _, body = call(api, api_event())
+    assert (status, body["model_version"], body["run_id"]) == (200, 2, NEWER_RUN)
+
+
+def test_a_cached_model_the_endpoint_no_longer_has_is_looked_up_again(
+    api: Any, registry: ModelRegistry, wired: Stubber, clock: Clock
+) -> None:
+    # Given 42's first model remembered, then a newer one promoted
+    first = live(registry)
+    wired.add_response("invoke_endpoint", container_answer(), expected_invoke(first, 7))
+    call(api, api_event())
+    second = live(registry, run_id=NEWER_RUN, version=2)
+    # When the endpoint cannot serve the remembered TargetModel (its archive is gone)
+    wired.add_client_error(
+        "invoke_endpoint", "ValidationError", "no such model", 400, expected_invoke(first, 7)
+    )
+    wired.add_response(
+        "invoke_endpoint", container_answer(run_id=NEWER_RUN), expected_invoke(second, 7)
+    )
+    # Then the same request reads the registry again and answers from the live model
+    status, _, body = call(api, api_event())
+    assert (status, body["model_version"], body["run_id"]) == (200, 2, NEWER_RUN)
+
+
+def test_a_customer_without_a_live_model_is_not_remembered(
+    api: Any, registry: ModelRegistry, wired: Stubber, clock: Clock
+) -> None:
+    # Given 42 asked for before it has a model
+    assert call(api, api_event())[0] == 404
+    # When its first model is registered a moment later
+    record = live(registry)
+    wired.add_response("invoke_endpoint", container_answer(), expected_invoke(record, 7))
+    # Then it is served at once, not after the cache's time
+    assert call(api, api_event())[0] == 200
+
+
+@pytest.mark.parametrize(
+    "target_model",
+    ["43/20261129t120000-0123456789.tar.gz", "42/../43/x.tar.gz", "../../etc/passwd"],
+    ids=["another customer's", "dot-dot", "outside the prefix"],
+)
+def test_a_registry_entry_naming_another_target_model_is_refused_unsent(
+    api: Any, registry: ModelRegistry, registry_table: Any, wired: Stubber, target_model: str
+) -> None:
+    # Given a LIVE record whose TargetModel was tampered with
+    live(registry)
+    registry_table.update_item(
+        Key={"customer_id": "42", "record": "LIVE"},
+        UpdateExpression="SET target_model = :t",
+        ExpressionAttributeValues={":t": target_model},
+    )
+    # When 42's forecast is asked for; then 502, and the endpoint is never called
+    status, _, body = call(api, api_event())
+    assert (status, body["error"]) == (502, "EndpointFailed")
+    assert "43" not in body["message"] and "passwd" not in body["message"]

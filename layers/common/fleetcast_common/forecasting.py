@@ -1,20 +1,30 @@
 """The forecast API's domain: a customer's live model from the registry, its forecast from
 the multi-model endpoint, and what can go wrong on the way.
 
-Pure apart from the two adapters it is handed (:class:`~fleetcast_common.registry.ModelRegistry`
-and :class:`~fleetcast_common.forecast_endpoint.ForecastEndpoint`); the handler turns the
+Pure apart from the two adapters it is handed (:class:`~fleetcast_common.registry.ModelRegistry`,
+or :class:`LiveModelCache` in front of it, and
+:class:`~fleetcast_common.forecast_endpoint.ForecastEndpoint`); the handler turns the
 errors below into HTTP responses, in one place.
 """
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from datetime import date, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, Field
 
-from fleetcast_common.ids import CUSTOMER_ID_PATTERN
-from fleetcast_common.registry import LiveModel, ModelRegistry
+from fleetcast_common import layout
+from fleetcast_common.ids import (
+    CUSTOMER_ID_PATTERN,
+    InvalidCustomerIdError,
+    is_valid_customer_id,
+    is_valid_run_id,
+)
+from fleetcast_common.registry import LiveModel
 from fleetcast_common.settings import _FromEnvironment
 
 if TYPE_CHECKING:
@@ -30,6 +40,9 @@ DEFAULT_PERIOD = 7
 class ForecastApiSettings(_FromEnvironment):
     registry_table: str = Field(alias="REGISTRY_TABLE", min_length=1)
     endpoint_name: str = Field(alias="ENDPOINT_NAME", pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+    # How long a warm function may reuse a customer's live-model lookup (see
+    # LiveModelCache); 0 reads the registry on every request.
+    live_model_cache_seconds: float = Field(alias="LIVE_MODEL_CACHE_SECONDS", default=5.0, ge=0)
 
 
 class ForecastPoint(BaseModel):
@@ -85,7 +98,69 @@ class EndpointUnavailableError(ForecastError):
         self.retry_after_seconds = retry_after_seconds
 
 
-def live_model(customer_id: str, registry: ModelRegistry) -> LiveModel:
+class LiveModels(Protocol):
+    """Where live models are looked up: the registry itself, or a cache in front of it."""
+
+    def live(self, customer_id: str) -> LiveModel | None: ...
+
+
+class LiveModelCache:
+    """A warm function's short memory of live-model lookups.
+
+    The registry read was most of a warm forecast request's work; a Lambda execution
+    environment serves one request at a time and many in a row, so each keeps what it
+    read for ``ttl_seconds``. What that means when a model is promoted:
+
+    - for at most ``ttl_seconds`` a warm environment may still answer from the previous
+      live model; the answer names that model (``model_version``, ``run_id``,
+      ``trained_at`` all come from the one entry), so it is an older forecast, never a
+      mixed one, and its archive is still in S3 (versions are never overwritten);
+    - a customer without a live model is not remembered: one trained a moment ago is
+      served at once;
+    - :func:`customer_forecast` drops the entry and reads again when the endpoint cannot
+      serve the model it names, so a stale entry never turns into an error.
+
+    Bounded: the least recently used of ``max_entries`` goes first.
+    """
+
+    def __init__(
+        self,
+        registry: LiveModels,
+        ttl_seconds: float,
+        max_entries: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._registry = registry
+        self.ttl_seconds = ttl_seconds
+        self.max_entries = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[str, tuple[float, LiveModel]] = OrderedDict()
+
+    def live(self, customer_id: str) -> LiveModel | None:
+        now = self._clock()
+        cached = self._entries.get(customer_id)
+        if cached is not None and now - cached[0] < self.ttl_seconds:
+            self._entries.move_to_end(customer_id)
+            return cached[1]
+        model = self._registry.live(customer_id)
+        if model is None or self.ttl_seconds <= 0:
+            self._entries.pop(customer_id, None)
+            return model
+        self._entries[customer_id] = (now, model)
+        self._entries.move_to_end(customer_id)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        return model
+
+    def forget(self, customer_id: str) -> bool:
+        """Drop the customer's entry; whether there was one."""
+        return self._entries.pop(customer_id, None) is not None
+
+
+def live_model(customer_id: str, registry: LiveModels) -> LiveModel:
+    # The handler validates the path parameter already; the domain does not rely on it.
+    if not is_valid_customer_id(customer_id):
+        raise InvalidRequestError(str(InvalidCustomerIdError(customer_id)))
     live = registry.live(customer_id)
     if live is None:
         raise UnknownCustomerError(customer_id)
@@ -93,19 +168,22 @@ def live_model(customer_id: str, registry: ModelRegistry) -> LiveModel:
 
 
 def customer_forecast(
-    customer_id: str, period: int, registry: ModelRegistry, endpoint: ForecastEndpoint
+    customer_id: str, period: int, registry: LiveModels, endpoint: ForecastEndpoint
 ) -> CustomerForecast:
     """The next ``period`` periods of the customer's live model, with what it was fitted on."""
     live = live_model(customer_id, registry)
-    answer = endpoint.forecast(live.target_model, period)
-    # The TargetModel comes from the registry; an answer about another customer means the
-    # published archive is not the one registered.
-    if answer.customer_id != customer_id or answer.model_version != live.run_id:
-        # (Not saying whose model answered: that would tell one caller about another.)
-        raise EndpointFailedError(
-            f"the endpoint answered with a model other than the live model of {customer_id!r} "
-            f"(run {live.run_id}): its published archive is not the one registered"
-        )
+    try:
+        answer = _endpoint_forecast(customer_id, live, period, endpoint)
+    except EndpointFailedError:
+        # A remembered lookup may name a model that has since been replaced: read the
+        # registry again, and ask once more only if it names another model now.
+        if not (isinstance(registry, LiveModelCache) and registry.forget(customer_id)):
+            raise
+        fresh = live_model(customer_id, registry)
+        if fresh.run_id == live.run_id:
+            raise
+        live = fresh
+        answer = _endpoint_forecast(customer_id, live, period, endpoint)
     return CustomerForecast(
         customer_id=customer_id,
         model_version=live.model_version,
@@ -115,3 +193,29 @@ def customer_forecast(
         period=period,
         forecast=answer.forecast,
     )
+
+
+def _endpoint_forecast(
+    customer_id: str, live: LiveModel, period: int, endpoint: ForecastEndpoint
+) -> EndpointForecast:
+    # The TargetModel is rebuilt from the (allow-listed) customer id and the run id, never
+    # taken from the registry as it is: a record naming any other object is refused.
+    if (
+        live.customer_id != customer_id
+        or not is_valid_run_id(live.run_id)
+        or live.target_model != layout.target_model(customer_id, live.run_id)
+    ):
+        raise EndpointFailedError(
+            f"the registry's live model of {customer_id!r} names a TargetModel that is not "
+            "this customer's; the registry needs fixing"
+        )
+    answer = endpoint.forecast(live.target_model, period)
+    # An answer about another customer means the published archive is not the one
+    # registered.
+    if answer.customer_id != customer_id or answer.model_version != live.run_id:
+        # (Not saying whose model answered: that would tell one caller about another.)
+        raise EndpointFailedError(
+            f"the endpoint answered with a model other than the live model of {customer_id!r} "
+            f"(run {live.run_id}): its published archive is not the one registered"
+        )
+    return answer

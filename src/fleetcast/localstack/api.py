@@ -199,8 +199,7 @@ class LocalRestApi:
         self.routes = routes
         self.keys = keys
         self.usage_plan = usage_plan
-        self._server = ThreadingHTTPServer((HOST, port), _handler_for(self))
-        self._server.daemon_threads = True
+        self._server = _ApiServer((HOST, port), _handler_for(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, daemon=True, name=f"api-{name}"
         )
@@ -474,10 +473,20 @@ def _gateway_error(status: int, message: str, error_type: str, request_id: str) 
     )
 
 
+class _ApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # The default backlog of 5 makes a burst of new connections wait for SYN retries
+    # (a second or more each): 50 clients connecting at once is an ordinary burst.
+    request_queue_size = 1024
+
+
 def _handler_for(api: LocalRestApi) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "fleetcast-local-apigateway"
+        # A response is a header write and a body write; with Nagle on, the body waits
+        # for the client's delayed ACK (40 ms) on a kept-alive connection.
+        disable_nagle_algorithm = True
 
         def version_string(self) -> str:
             return self.server_version

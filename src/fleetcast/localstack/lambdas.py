@@ -95,6 +95,7 @@ class LocalFunction:
         memory: int = 512,
     ) -> None:
         self.name = name
+        self.concurrency = concurrency
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._pool = ProcessPoolExecutor(
@@ -105,8 +106,11 @@ class LocalFunction:
         )
 
     def warm_up(self) -> Future[int]:
-        """Start a worker now (imports take a second or two) rather than on the first event."""
-        return self._pool.submit(int)
+        """Start every worker now (imports take a second or two each), not when events
+        first find the started ones busy: on two cores those imports stall the requests
+        that arrive meanwhile. The future is one worker's start."""
+        # The pool starts a process for each task submitted while no worker is idle.
+        return [self._pool.submit(int) for _ in range(self.concurrency)][-1]
 
     def invoke(self, event: dict[str, Any]) -> Any:
         return self._pool.submit(_invoke, event).result()
