@@ -46,6 +46,11 @@ class Gateway:
     def url(self) -> str:
         return f"http://{self._server.host}:{self._server.port}"
 
+    @property
+    def aws_app(self) -> WsgiApp:
+        """moto's application, which answers every AWS API request no route takes."""
+        return self._moto
+
     def add_route(self, matches: Callable[[dict[str, Any]], bool], app: WsgiApp) -> None:
         self._routes.append((matches, app))
 

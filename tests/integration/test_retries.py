@@ -1,0 +1,237 @@
+"""Throttling and 5xx from SageMaker, S3 and DynamoDB are retried with back-off by
+botocore (``fleetcast_common.aws.RETRY_CONFIG``), over real HTTP: a fault injector in
+front of moto answers the next requests with each service's own error, then lets them
+through. Past the retry budget the error surfaces and nothing is lost or done twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from fleetcast.localstack.faults import SERVER_ERROR, THROTTLED, FaultInjector, applied
+from fleetcast.localstack.gateway import Gateway
+from fleetcast.localstack.template import LocalTemplate
+from fleetcast_common import layout
+from fleetcast_common.aws import RETRY_CONFIG
+from fleetcast_common.jobs import Upload
+from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
+from fleetcast_common.pipeline import Outcome, start_processing
+from fleetcast_common.registration import register_models
+from fleetcast_common.registry import ModelRegistry, ModelStatus
+from fleetcast_common.settings import ProcessingSettings
+from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
+from fleetcast_common.upload_queue import UploadQueue
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_ID = "20261130t100000-0123456789"
+# Past the budget, what matters is what fleetcast does with the error, not how long
+# botocore backs off first (up to 20 s a retry): a client with fewer retries shows it.
+FEW_RETRIES = RETRY_CONFIG.merge(Config(retries={"mode": "adaptive", "max_attempts": 1}))
+METRICS = HoldoutMetrics(holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0)
+
+
+@pytest.fixture
+def faulty(aws_env: str) -> Iterator[dict[str, Any]]:
+    """Clients with fleetcast's retry configuration, talking to moto through an injector,
+    and the tables and bucket of template.yaml behind it."""
+    gateway = Gateway()
+    injector = FaultInjector(gateway.aws_app)
+    gateway.add_route(injector.matches, injector)
+    gateway.start()
+    session = boto3.session.Session()
+
+    def client(service: str, config: Config = RETRY_CONFIG) -> Any:
+        return session.client(service, config=config, endpoint_url=gateway.url)
+
+    template = LocalTemplate(ROOT / "template.yaml", stack_name=f"retry{uuid.uuid4().hex[:6]}")
+    dynamodb = client("dynamodb")
+    tables = {}
+    for logical_id in ("UploadQueueTable", "ModelRegistryTable"):
+        properties = template.resolve(template.resources[logical_id]["Properties"])
+        tables[logical_id] = template.physical_name(logical_id)
+        dynamodb.create_table(
+            TableName=tables[logical_id],
+            KeySchema=properties["KeySchema"],
+            AttributeDefinitions=properties["AttributeDefinitions"],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    bucket = f"artifacts-{uuid.uuid4().hex[:8]}"
+    client("s3").create_bucket(Bucket=bucket)
+    resource = session.resource("dynamodb", config=RETRY_CONFIG, endpoint_url=gateway.url)
+    yield {
+        "injector": injector,
+        "client": client,
+        "sagemaker": client("sagemaker"),
+        "s3": client("s3"),
+        "bucket": bucket,
+        "queue": UploadQueue(resource.Table(tables["UploadQueueTable"])),
+        "registry": ModelRegistry(resource.Table(tables["ModelRegistryTable"])),
+    }
+    for table in tables.values():
+        dynamodb.delete_table(TableName=table)
+    gateway.stop()
+
+
+def processing_settings(world: dict[str, Any]) -> ProcessingSettings:
+    return ProcessingSettings.from_env(
+        {
+            "RAW_BUCKET": "raw",
+            "ARTIFACTS_BUCKET": world["bucket"],
+            "REGISTRY_TABLE": "unused",
+            "JOB_NAME_PREFIX": "fleetcast",
+            "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sagemaker",
+            "PROCESSING_IMAGE_URI": "fleetcast-processing:latest",
+            "UPLOAD_QUEUE_TABLE": "unused",
+        }
+    )
+
+
+def an_upload() -> Upload:
+    tag = uuid.uuid4().hex[:8]
+    return Upload(
+        bucket="raw",
+        key=f"incoming/{tag}.csv",
+        revision=tag,
+        size=10,
+        uploaded_at=datetime(2026, 11, 30, 10, tzinfo=UTC),
+    )
+
+
+def start(world: dict[str, Any], upload: Upload) -> Any:
+    return start_processing(
+        upload, processing_settings(world), world["sagemaker"], world["s3"], world["queue"]
+    )
+
+
+def processing_jobs(world: dict[str, Any], run_id: str) -> int:
+    found = world["sagemaker"].list_processing_jobs(NameContains=run_id)
+    return len(found["ProcessingJobSummaries"])
+
+
+@pytest.mark.parametrize("faults", [THROTTLED, SERVER_ERROR], ids=["throttled", "5xx"])
+def test_starting_a_job_rides_out_throttling_and_server_errors(
+    faulty: dict[str, Any], faults: dict[str, Any]
+) -> None:
+    # Given every service the start goes through failing its next requests
+    injector: FaultInjector = faulty["injector"]
+    for service, times in (("sagemaker", 2), ("dynamodb", 2), ("s3", 2)):
+        injector.inject(service, faults[service], times)
+    # When an upload's event arrives
+    started = start(faulty, upload := an_upload())
+    # Then the job is started, exactly once, after every fault was answered
+    assert started.outcome is Outcome.STARTED
+    assert {s: injector.pending(s) for s in ("sagemaker", "dynamodb", "s3")} == dict.fromkeys(
+        ("sagemaker", "dynamodb", "s3"), 0
+    )
+    assert injector.answered == {"sagemaker": 2, "dynamodb": 2, "s3": 2}
+    assert processing_jobs(faulty, started.run_id) == 1
+    assert faulty["queue"].waiting() == []
+    assert upload.key.startswith("incoming/")
+
+
+def test_past_the_retry_budget_the_error_surfaces_and_the_upload_keeps_its_place(
+    faulty: dict[str, Any],
+) -> None:
+    injector: FaultInjector = faulty["injector"]
+    impatient = {**faulty, "sagemaker": faulty["client"]("sagemaker", FEW_RETRIES)}
+    # Given SageMaker throttling every attempt to create the job (a request and a retry)
+    upload = an_upload()
+    injector.inject("sagemaker", THROTTLED["sagemaker"], 2, operation="CreateProcessingJob")
+    # When an upload's event arrives, the function fails (so the event is retried)
+    with pytest.raises(ClientError) as raised:
+        start(impatient, upload)
+    assert raised.value.response["Error"]["Code"] == "ThrottlingException"
+    assert injector.answered["sagemaker"] == 2
+    # And the upload still waits, with the lease free for the retry
+    assert [w.upload for w in faulty["queue"].waiting()] == [upload]
+    assert faulty["queue"].lease() is None
+    # And when the event is delivered again, the job starts
+    assert start(faulty, upload).outcome is Outcome.STARTED
+
+
+def test_a_job_created_whose_answer_was_lost_is_not_created_twice(
+    faulty: dict[str, Any],
+) -> None:
+    # Given SageMaker creating the job but failing to answer
+    injector: FaultInjector = faulty["injector"]
+    injector.inject(
+        "sagemaker", applied(SERVER_ERROR["sagemaker"]), operation="CreateProcessingJob"
+    )
+    # When the upload's event arrives (botocore retries the create)
+    started = start(faulty, an_upload())
+    # Then one job exists and the upload no longer waits
+    assert started.run_id is not None
+    assert processing_jobs(faulty, started.run_id) == 1
+    assert faulty["queue"].waiting() == []
+
+
+def trained(world: dict[str, Any], customers: list[str]) -> None:
+    """A finished training job's checkpoint prefix: one archive per customer, a manifest."""
+    results = []
+    for customer_id in customers:
+        world["s3"].put_object(
+            Bucket=world["bucket"],
+            Key=layout.checkpoint_prefix(RUN_ID) + f"{customer_id}.tar.gz",
+            Body=b"archive",
+        )
+        metadata = ModelMetadata(
+            customer_id=customer_id,
+            run_id=RUN_ID,
+            trained_at=datetime(2026, 11, 30, tzinfo=UTC),
+            data_start=date(2024, 1, 1),
+            data_end=date(2024, 6, 1),
+            rows=150,
+            metrics=METRICS,
+            library_versions={"prophet": "1.5.0"},
+        )
+        results.append(
+            CustomerResult(
+                customer_id=customer_id,
+                outcome=CustomerOutcome.TRAINED,
+                metrics=METRICS,
+                metadata=metadata,
+            )
+        )
+    manifest = TrainingManifest(run_id=RUN_ID, host="algo-1", hosts=["algo-1"], customers=results)
+    world["s3"].put_object(
+        Bucket=world["bucket"],
+        Key=layout.checkpoint_prefix(RUN_ID) + "manifest-algo-1.json",
+        Body=manifest.model_dump_json(),
+    )
+
+
+@pytest.mark.parametrize("faults", [THROTTLED, SERVER_ERROR], ids=["throttled", "5xx"])
+def test_registration_rides_out_faults_and_registers_each_model_once(
+    faulty: dict[str, Any], faults: dict[str, Any]
+) -> None:
+    # Given a finished training job, and S3 and DynamoDB failing some requests, one of
+    # them a conditional promotion that DynamoDB applied before failing to answer
+    customers = [f"c{i}" for i in range(5)]
+    trained(faulty, customers)
+    injector: FaultInjector = faulty["injector"]
+    injector.inject("s3", faults["s3"], 2)
+    injector.inject("dynamodb", faults["dynamodb"], 2)
+    injector.inject("dynamodb", applied(SERVER_ERROR["dynamodb"]), operation="UpdateItem")
+    # When the models are registered
+    report = register_models(
+        RUN_ID, f"fleetcast-t-{RUN_ID}", faulty["bucket"], 1.5, faulty["s3"], faulty["registry"]
+    )
+    # Then every fault was met, and every customer has version 1 of this run live
+    assert injector.pending("s3") == injector.pending("dynamodb") == 0
+    assert report.registered + report.repeated == len(customers)
+    registry: ModelRegistry = faulty["registry"]
+    for customer_id in customers:
+        live = registry.live(customer_id)
+        assert live is not None and (live.run_id, live.model_version) == (RUN_ID, 1)
+        record = registry.model(customer_id, RUN_ID)
+        assert record is not None
+        assert (record.status, record.model_version) == (ModelStatus.LIVE, 1)
