@@ -17,7 +17,7 @@ LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lo
          requirements/sdk.lock.txt requirements/awscli.lock.txt
 
 .PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck \
-        bench clean openapi email-preview images
+        bench load clean openapi email-preview images
 
 help:  ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -93,6 +93,9 @@ email-preview: $(STAMP)  ## Render the latest cost-report e-mail (the outbox) to
 bench: $(STAMP)  ## Per-component measurements (training fits, serving); the full suite is to come
 	$(BIN)/python bench/training_fits.py --customers 50 --days 730
 	$(BIN)/python bench/inference_serving.py --models 1000 --requests 3000
+
+load: $(STAMP)  ## Load test on the local stack: 1000 customers, 50 clients for 60 s, a third of the models fit
+	$(BIN)/python bench/load.py --customers 1000 --clients 50 --seconds 60
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) $(AWSCLI_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache
