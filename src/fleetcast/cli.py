@@ -215,7 +215,19 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    runs = _statuses(_names(args))
+    names = _names(args)
+    runs = _statuses(names)
+    if args.wait is not None:
+        # Until there is a run and nothing more will happen to any of them.
+        deadline = time.monotonic() + args.wait
+        with console.status("waiting for the runs to finish"):
+            while not (runs and all(run.done for run in runs)):
+                if time.monotonic() > deadline:
+                    err.print(f"[red]still running after {args.wait:.0f} s[/]")
+                    console.print(_status_table(runs))
+                    return 1
+                time.sleep(1)
+                runs = _statuses(names)
     if args.json:
         print(json.dumps([run.model_dump(mode="json") for run in runs], indent=2))
     elif not runs:
@@ -275,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", help="each upload's jobs and customer counts")
     status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        help="first wait, up to SECONDS, until there is a run and every run has finished",
+    )
     status.set_defaults(run=cmd_status)
 
     demo = commands.add_parser(

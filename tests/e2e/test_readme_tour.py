@@ -1,0 +1,274 @@
+"""The README's local tour, command by command, as a reader types it.
+
+The blocks under "## The local stack" marked ``<!-- tour: up -->`` (the first shell) and
+``<!-- tour -->`` (the second shell, in order) are read from README.md itself: the stack
+is started with the first block's command, in the background and on a free port, and the
+other blocks run in one bash, so variables and exports carry over as they would for a
+reader. Each command must exit 0 and print what the tour promises (EXPECTED below); a
+command the README gains without an expectation here fails the test, and so does an
+expectation whose command the README lost.
+
+The tour runs in a scratch folder that links the repository's virtual environments and
+examples, so what it writes (readings, charts) stays out of the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from template_helpers import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+README = REPO_ROOT / "README.md"
+# What the tour's commands use from the checkout.
+LINKED = (".venv", ".venv-awscli", ".venv-sdk", "examples")
+# Shell variables the tour sets, shown after every command so their values can be checked.
+VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "FLEETCAST_RAW_BUCKET",
+    "FLEETCAST_API_URL",
+    "FLEETCAST_API_KEY",
+    "TARGET_MODEL",
+    "PATH",
+)
+CUSTOMERS = 20
+RUN_ID = r"\d{8}t\d{6}-[0-9a-f]{10}"
+TOUR_SECONDS = 900
+START_SECONDS = 240
+
+
+@dataclass
+class Step:
+    """One command as it ran: what it printed, its exit status, the variables after it."""
+
+    command: str
+    output: str
+    exit_status: int
+    variables: dict[str, str]
+    folder: Path
+
+
+def _forecast_json(period: int) -> Callable[[Step], bool]:
+    def check(step: Step) -> bool:
+        answer = json.loads(step.output)
+        return bool(answer["customer_id"] == "7" and len(answer["forecast"]) == period)
+
+    return check
+
+
+# (pattern the command starts with, what must hold of it). A string is a regular
+# expression searched in the output; a function is given the whole step.
+EXPECTED: list[tuple[str, str | Callable[[Step], bool]]] = [
+    (
+        r'eval "\$\(\.venv/bin/fleetcast env\)"',
+        lambda step: (
+            step.variables["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+            and step.variables["FLEETCAST_API_KEY"] != ""
+            and step.variables["FLEETCAST_RAW_BUCKET"] != ""
+        ),
+    ),
+    (
+        r'export PATH="\$PWD/\.venv-awscli/bin:\$PATH"',
+        lambda step: step.variables["PATH"].startswith(f"{step.folder}/.venv-awscli/bin:"),
+    ),
+    (
+        r"\.venv/bin/fleetcast generate ",
+        rf"for {CUSTOMERS} customers to readings\.csv\.gz",
+    ),
+    (r"aws s3 cp readings\.csv\.gz ", r"upload: \./readings\.csv\.gz to s3://fleetcast-raw-"),
+    (
+        r"\.venv/bin/fleetcast status --wait ",
+        # run, source, processing, rows (rejected), training, customers, trained, failed, live
+        rf"{RUN_ID}\s*│\s*readings\.csv\.gz\s*│\s*Completed\s*│\s*[\d,]+ \(0\)\s*│\s*Completed\s*│"
+        rf"\s*{CUSTOMERS}\s*│\s*{CUSTOMERS}\s*│\s*0\s*│\s*{CUSTOMERS}\s*│",
+    ),
+    (r"aws sagemaker list-training-jobs ", rf"fleetcast-t-{RUN_ID}\s+Completed"),
+    (r'curl -s -H "x-api-key: \$FLEETCAST_API_KEY" "\S+/forecast\?period=7"', _forecast_json(7)),
+    (
+        r'curl -s -H "x-api-key: \$FLEETCAST_API_KEY" "\S+/model"',
+        rf'"target_model":"7/{RUN_ID}\.tar\.gz"',
+    ),
+    (
+        r"\.venv/bin/fleetcast forecast 7 ",
+        lambda step: (
+            "plot: forecast-7.png" in step.output
+            and (step.folder / "forecast-7.png").read_bytes().startswith(b"\x89PNG")
+        ),
+    ),
+    (
+        r"TARGET_MODEL=\$\(aws dynamodb get-item ",
+        lambda step: (
+            re.fullmatch(rf"7/{RUN_ID}\.tar\.gz", step.variables["TARGET_MODEL"]) is not None
+        ),
+    ),
+    (
+        r"aws sagemaker-runtime invoke-endpoint ",
+        lambda step: (
+            '"InvokedProductionVariant": "AllTraffic"' in step.output
+            and len(json.loads((step.folder / "forecast-7.json").read_text())["forecast"]) == 7
+        ),
+    ),
+    (
+        r"\.venv-sdk/bin/python examples/sdk_client\.py ",
+        rf"customer 7, model run {RUN_ID}\n(.*\n){{8}}",
+    ),
+    (
+        r"\.venv/bin/fleetcast cost-report +#",
+        r"SageMaker cost \d{4}-\d\d-\d\d to \d{4}-\d\d-\d\d: \$[\d,.]+ .*\d+ anomal",
+    ),
+    (r"\.venv/bin/fleetcast cost-report --send", r"sent to \S+@\S+ through SES"),
+]
+
+
+def tour_blocks(readme: str) -> tuple[str, list[str]]:
+    """The first shell's command and the second shell's, in README order."""
+    blocks = re.findall(r"<!-- tour(: up)? -->\n```bash\n(.*?)```", readme, re.S)
+    up = [body for marker, body in blocks if marker]
+    assert len(up) == 1, "one block starts the stack"
+    commands = []
+    for marker, body in blocks:
+        if marker:
+            continue
+        joined = re.sub(r"\\\n\s*", " ", body)
+        commands += [line for line in joined.splitlines() if line.strip()]
+    (start,) = [line for line in up[0].splitlines() if line.strip()]
+    return start, commands
+
+
+def expectation(command: str) -> str | Callable[[Step], bool]:
+    found = [check for pattern, check in EXPECTED if re.match(pattern, command)]
+    assert len(found) == 1, f"{len(found)} expectations for the README command {command!r}"
+    return found[0]
+
+
+def test_every_tour_command_has_exactly_one_expectation_and_each_is_used() -> None:
+    _, commands = tour_blocks(README.read_text())
+    for command in commands:
+        expectation(command)
+    for pattern, _ in EXPECTED:
+        assert any(re.match(pattern, c) for c in commands), f"no README command for {pattern}"
+
+
+def _environment(state_dir: Path) -> dict[str, str]:
+    """This environment less any AWS settings of the machine, with a state folder of its
+    own and wide tables (rich cuts columns to fit 80 otherwise)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FLEETCAST_"))}
+    environment.update(
+        FLEETCAST_HOME=str(state_dir),
+        COLUMNS="200",
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+    )
+    return environment
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in LINKED:
+        if not (REPO_ROOT / name).exists():
+            pytest.skip(f"{name} is missing: run `make install`")
+        (work / name).symlink_to(REPO_ROOT / name)
+    return work
+
+
+@pytest.fixture
+def stack(folder: Path, tmp_path: Path) -> Iterator[Path]:
+    """Step 1, in the background: the README's `fleetcast up`, on free ports. Stopped the
+    way a reader stops it, with Ctrl-C (SIGINT to its process group)."""
+    start, _ = tour_blocks(README.read_text())
+    state_dir, log = tmp_path / "state", tmp_path / "up.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            ["bash", "-c", f"exec {start} --port 0"],
+            cwd=folder,
+            env=_environment(state_dir),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while "Ctrl-C" not in log.read_text():
+            assert process.poll() is None, f"fleetcast up exited:\n{log.read_text()}"
+            assert time.monotonic() < deadline, (
+                f"no stack after {START_SECONDS} s:\n{log.read_text()}"
+            )
+            time.sleep(0.5)
+        assert "fleetcast local stack (127.0.0.1 only)" in log.read_text()
+        yield state_dir
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    assert process.returncode == 0, log.read_text()
+    assert "local stack stopped" in log.read_text()
+
+
+def run_tour(commands: list[str], folder: Path, state_dir: Path) -> list[Step]:
+    """All commands in one bash, as one reader's shell; each one's output, exit status
+    and the tour's variables cut apart by markers."""
+    token = secrets.token_hex(8)
+    script = ["exec 2>&1", f"cd {folder}"]
+    for index, command in enumerate(commands):
+        script += [
+            f"printf '@@{token} start {index}\\n'",
+            command,
+            "status=$?",
+            f"printf '\\n@@{token} end {index} %s\\n' \"$status\"",
+            *(f"printf '@@{token} var {name}=%s\\n' \"${{{name}:-}}\"" for name in VARIABLES),
+        ]
+    result = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        env=_environment(state_dir),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TOUR_SECONDS,
+        check=False,
+    )
+    steps = []
+    for index, command in enumerate(commands):
+        part = re.search(
+            rf"@@{token} start {index}\n(.*?)\n@@{token} end {index} (\d+)\n((?:@@{token} var [^\n]*\n)*)",
+            result.stdout,
+            re.S,
+        )
+        assert part is not None, f"the tour stopped before {command!r}:\n{result.stdout[-3000:]}"
+        variables = dict(
+            line.split(" var ", 1)[1].split("=", 1) for line in part.group(3).splitlines()
+        )
+        steps.append(Step(command, part.group(1), int(part.group(2)), variables, folder))
+    return steps
+
+
+def test_the_readme_local_tour_works_as_written(stack: Path, folder: Path) -> None:
+    # Given the stack of step 1, started as the README says
+    _, commands = tour_blocks(README.read_text())
+    # When a reader types every command of steps 2 to 5 into a second shell
+    steps = run_tour(commands, folder, stack)
+    # Then each exits 0 and prints what the tour promises
+    for step in steps:
+        shown = f"$ {step.command}\n(exit {step.exit_status})\n{step.output}"
+        assert step.exit_status == 0, shown
+        check = expectation(step.command)
+        if isinstance(check, str):
+            assert re.search(check, step.output), f"expected /{check}/ in:\n{shown}"
+        else:
+            assert check(step), shown

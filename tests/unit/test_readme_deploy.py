@@ -1,0 +1,41 @@
+"""README's "Deploy to AWS": it names every parameter a deployment is asked for, and only
+outputs, resources and commands that exist."""
+
+from __future__ import annotations
+
+import re
+
+from template_helpers import REPO_ROOT, load_template
+
+TEMPLATE = load_template()
+README = (REPO_ROOT / "README.md").read_text()
+DEPLOY = README[
+    README.index("## Deploy to AWS\n") : README.index(
+        "\n## ", README.index("## Deploy to AWS\n") + 1
+    )
+]
+
+
+def test_the_parameter_table_explains_every_parameter_once() -> None:
+    rows = re.findall(r"^\| (`.*?`) \|", DEPLOY, re.M)
+    named = [name for row in rows for name in re.findall(r"`(\w+)`", row)]
+    assert sorted(named) == sorted(TEMPLATE["Parameters"])
+
+
+def test_the_outputs_and_resources_it_looks_up_exist() -> None:
+    outputs = set(re.findall(r"outputs (\w+)\)", DEPLOY)) | set(
+        re.findall(r"OutputKey=='(\w+)'", DEPLOY)
+    )
+    assert outputs, "the walk-through reads no output"
+    assert outputs <= set(TEMPLATE["Outputs"]), outputs - set(TEMPLATE["Outputs"])
+    resources = set(re.findall(r"--logical-resource-id (\w+)", DEPLOY))
+    assert resources == {"CostReportFunction", "AccessLogsBucket"}
+    assert resources <= set(TEMPLATE["Resources"])
+
+
+def test_the_make_targets_and_repositories_it_names_exist() -> None:
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    for target in re.findall(r"(?:^|`)make (\w[\w-]*)", DEPLOY, re.M):
+        assert re.search(rf"^{target}:", makefile, re.M), target
+    for family in re.findall(r"fleetcast-(processing|training|inference)", DEPLOY):
+        assert (REPO_ROOT / "containers" / family / "Dockerfile").is_file()
