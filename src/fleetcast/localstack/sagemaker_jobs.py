@@ -323,15 +323,30 @@ class JobRunner:
     def interrupt(self, name: str) -> bool:
         """Emulate a spot interruption of a running training job: its instances are
         stopped, then the job resumes from its checkpoints, as SageMaker does."""
-        with self._lock:
-            job = self._jobs.get(name)
-        if job is None or job.kind != "training" or job.future is None or job.future.done():
+        job = self._running_training(name)
+        if job is None:
             return False
         job.interrupted.set()
         for process in job.processes:
             if process.poll() is None:
                 _kill_instance(process)
         return True
+
+    def crash(self, name: str) -> bool:
+        """Kill a running training job's first instance, container and workers, as the
+        kernel's out-of-memory killer would: the job fails, as it would on SageMaker."""
+        job = self._running_training(name)
+        if job is None or not job.processes or job.processes[0].poll() is not None:
+            return False
+        _kill_instance(job.processes[0])
+        return True
+
+    def _running_training(self, name: str) -> RunningJob | None:
+        with self._lock:
+            job = self._jobs.get(name)
+        if job is None or job.kind != "training" or job.future is None or job.future.done():
+            return None
+        return job
 
     def _guarded(self, run: Callable[[Any, str], None], backend: Any, name: str) -> None:
         try:
@@ -490,9 +505,14 @@ class JobRunner:
             failed = [(host, code) for host, code in zip(hosts, codes, strict=True) if code != 0]
             if failed:
                 host, code = failed[0]
-                reason = _read_limited(
-                    job_dir / host / training_contract.FAILURE_FILE, training_contract.FAILURE_LIMIT
-                ) or _tail(job_dir / f"{host}.log")
+                reason = (
+                    _killed(code)
+                    or _read_limited(
+                        job_dir / host / training_contract.FAILURE_FILE,
+                        training_contract.FAILURE_LIMIT,
+                    )
+                    or _tail(job_dir / f"{host}.log")
+                )
                 failure = f"AlgorithmError: {reason or f'exit code {code}'} (host {host})"
             else:
                 self._transition(job, "Uploading", "Uploading generated training model")
@@ -638,6 +658,15 @@ def _kill_instance(process: subprocess.Popen[bytes]) -> None:
     """Stop an emulated instance at once, as losing a spot instance does."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+def _killed(returncode: int) -> str | None:
+    """What a container killed by a signal leaves SageMaker to say (no failure file)."""
+    if returncode >= 0:
+        return None
+    name = signal.Signals(-returncode).name
+    cause = ", as when the instance runs out of memory" if name == "SIGKILL" else ""
+    return f"the training container was killed by {name} (exit code {128 - returncode}){cause}"
 
 
 def _checkpoint_dir(root: Path, checkpoint: dict[str, Any]) -> Path:
