@@ -1385,3 +1385,42 @@ def test_the_dashboard_shows_every_alarm_and_every_metric_the_functions_publish(
     for metric in shown:
         if metric[0] != "Fleetcast":
             assert metric[3] in names, metric
+
+
+# ---------------------------------------------------------------- least privilege, across
+
+
+@pytest.mark.parametrize(
+    "table", sorted(k for k, r in RESOURCES.items() if r["Type"] == "AWS::DynamoDB::Table")
+)
+def test_every_table_is_encrypted_and_recoverable(table: str) -> None:
+    properties = RESOURCES[table]["Properties"]
+    assert properties["SSESpecification"] == {"SSEEnabled": True}
+    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+
+
+def test_training_needs_no_network_and_neither_does_the_endpoint() -> None:
+    from fleetcast_common.jobs import training_job_request
+
+    settings = TrainingSettings.model_validate(environment_for("StartTrainingFunction"))
+    assert training_job_request(settings, RUN_ID, 5)["EnableNetworkIsolation"] is True
+    assert RESOURCES["ForecastModel"]["Properties"]["EnableNetworkIsolation"] is True
+
+
+def test_only_cost_explorer_reads_and_unscopable_calls_are_granted_on_everything() -> None:
+    # Every IAM statement in the template names its resources, except for actions IAM
+    # cannot scope; the cost report's reads are the documented exception.
+    cost_reads = {
+        "ce:GetCostAndUsage",
+        "ce:GetAnomalies",
+        "sagemaker:ListTrainingJobs",
+        "cloudwatch:GetMetricData",
+    }
+    unscoped = set()
+    for resource in RESOURCES.values():
+        properties = resource.get("Properties", {})
+        for statement in statements(properties.get("Policies", [])):
+            if statement.get("Effect", "Allow") == "Allow" and statement["Resource"] == "*":
+                unscoped |= set(as_list(statement["Action"]))
+    assert unscoped <= UNSCOPABLE_ACTIONS | cost_reads
