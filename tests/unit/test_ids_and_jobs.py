@@ -109,6 +109,8 @@ def test_processing_request_names_the_file_and_adds_history_only_when_some_exist
         for o in without["ProcessingOutputConfig"]["Outputs"]
     }
     assert outputs["train"] == f"s3://artifacts/runs/{run_id}/train/"
+    # Neither container needs the network: SageMaker moves their data.
+    assert without["NetworkConfig"] == {"EnableNetworkIsolation": True}
 
 
 def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
@@ -124,6 +126,7 @@ def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
         >= request["StoppingCondition"]["MaxRuntimeInSeconds"]
     )
     assert request["CheckpointConfig"]["S3Uri"].endswith("/checkpoints/")
+    assert request["EnableNetworkIsolation"] is True
     assert request["ResourceConfig"]["InstanceCount"] == 4
     assert all(isinstance(v, str) for v in request["HyperParameters"].values())
 
