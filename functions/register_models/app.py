@@ -1,8 +1,8 @@
 """SageMaker Training Job State Change -> the model registry (Completed), or a structured
 error and a metric (Failed, Stopped) with nothing registered.
 
-Logs carry the run id (from the job name) as their correlation id, as the other pipeline
-functions' do.
+Logs carry the run id (from the job name) as their correlation id, as start-training's
+do; start-processing logs the upload's key with the run id it starts.
 """
 
 from __future__ import annotations

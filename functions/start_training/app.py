@@ -1,7 +1,8 @@
 """Processing Job State Change (Completed, ours) -> CreateTrainingJob, sharded by customer.
 
-Logs carry the run id (from the job name) as their correlation id, as the other pipeline
-functions' do; RowsRejected comes from processing's summary of the run.
+Logs carry the run id (from the job name) as their correlation id, as register-models'
+do; start-processing logs the upload's key with the run id it starts. RowsRejected comes
+from processing's summary of the run.
 """
 
 from __future__ import annotations
