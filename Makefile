@@ -82,6 +82,7 @@ test: $(STAMP) lint typecheck  ## Everything: lint, types, unit, integration, e2
 	$(BIN)/pytest tests/unit -q
 	$(BIN)/pytest tests/integration -q
 	$(BIN)/pytest tests/e2e -q --durations=10
+	$(BIN)/python -m bench --smoke
 
 openapi: $(STAMP)  ## Regenerate docs/openapi.json from the forecast API's routes
 	$(BIN)/python -m fleetcast.openapi
@@ -90,9 +91,11 @@ email-preview: $(STAMP)  ## Render the latest cost-report e-mail (the outbox) to
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 	$(BIN)/python -m fleetcast.email_preview
 
-bench: $(STAMP)  ## Per-component measurements (training fits, serving); the full suite is to come
-	$(BIN)/python bench/training_fits.py --customers 50 --days 730
-	$(BIN)/python bench/inference_serving.py --models 1000 --requests 3000
+bench: $(STAMP)  ## Benchmark suite vs the public AWS sample (~8 min): bench/results.json, chart, README table
+	$(BIN)/python -m bench --results bench/results.json --chart bench/results.png --readme README.md
+
+bench-smoke: $(STAMP)  ## The benchmark suite at tiny sizes: checks its answers, not its speed
+	$(BIN)/python -m bench --smoke
 
 load: $(STAMP)  ## Load test on the local stack: 1000 customers, 50 clients for 60 s, a third of the models fit
 	$(BIN)/python bench/load.py --customers 1000 --clients 50 --seconds 60

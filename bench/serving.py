@@ -1,0 +1,316 @@
+"""Row 3: the inference container, fleetcast's handler vs the sample's.
+
+Both handlers sit behind the container's own HTTP server (threads, keep-alive) on
+127.0.0.1, each in this process with its client, and get the same requests: the sample's
+double-encoded ``{"period": 7}``. They load the same archives, the ones row 2 trained,
+from local disk (``POST /models``, the cold load). fleetcast caches each answer (the same
+request always gets the same forecast); its first answer per model is computed, and is
+reported separately. The check: for every model, fleetcast's forecast equals Prophet's
+own ``yhat``, and its intervals equal Prophet's given the same random seed.
+"""
+
+from __future__ import annotations
+
+import gc
+import http.client
+import json
+import multiprocessing
+import os
+import random
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from prophet.serialize import model_from_json
+
+from bench.baselines import SampleHandlerApp, load_sample_model, sample_request_body
+from bench.measure import (
+    Row,
+    at_most,
+    compare,
+    percentiles_per_round,
+    resident_bytes,
+    taking_turns,
+    timed,
+)
+from fleetcast_common.model_archive import read_archive
+from fleetcast_inference.app import InferenceApp, build_served_model
+from fleetcast_inference.contract import InferenceSettings
+from fleetcast_inference.forecaster import compile_model, forecast_seed
+from fleetcast_inference.protocol import render_forecast
+from fleetcast_inference.registry import ModelRegistry, ServedModel
+from fleetcast_inference.server import InferenceServer
+
+MIB = 2**20
+PERIOD = 7
+# Prophet's own forecast and fleetcast's agree to rounding in the last digits.
+FORECAST_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class ServingSizes:
+    models: int
+    baseline_models: int
+    warm_requests: int  # fleetcast, per round
+    baseline_requests: int  # per round
+    rounds: int
+    memory_models: int
+    baseline_memory_models: int
+
+
+def write_fleet(opt_ml: Path, archives: list[Path], count: int) -> list[str]:
+    """``count`` TargetModels as SageMaker lays them out, cycling through ``archives``."""
+    names = []
+    for index in range(count):
+        name = f"m{index:05d}"
+        folder = opt_ml / "models" / name / "model"
+        folder.mkdir(parents=True)
+        source = archives[index % len(archives)]
+        os.link(source, folder / source.name)
+        names.append(name)
+    return names
+
+
+def model_url(name: str) -> str:
+    return f"/opt/ml/models/{name}/model"
+
+
+class Client:
+    """One keep-alive connection to a server on 127.0.0.1."""
+
+    def __init__(self, port: int) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port)
+
+    def post(self, path: str, body: bytes) -> bytes:
+        self.connection.request("POST", path, body=body)
+        response = self.connection.getresponse()
+        payload = response.read()
+        if response.status != 200:
+            raise AssertionError(f"POST {path}: {response.status} {payload[:200]!r}")
+        return payload
+
+    def load(self, name: str) -> float:
+        body = json.dumps({"model_name": name, "url": model_url(name)}).encode()
+        return timed(lambda: self.post("/models", body)) * 1000
+
+    def invoke(self, name: str) -> float:
+        return (
+            timed(lambda: self.post(f"/models/{name}/invoke", sample_request_body(PERIOD))) * 1000
+        )
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+@contextmanager
+def serving(app: InferenceApp) -> Iterator[Client]:
+    server = InferenceServer(app.settings, app)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    client = Client(server.port)
+    try:
+        yield client
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+
+
+def check_forecasts(ours: Client, theirs: Client, opt_ml: Path, names: list[str]) -> str:
+    """fleetcast's answers against the sample handler's (Prophet's ``yhat``), and its
+    intervals against Prophet's with the same seed."""
+    worst = 0.0
+    for name in names:
+        mine = json.loads(ours.post(f"/models/{name}/invoke", sample_request_body(PERIOD)))
+        other = json.loads(
+            json.loads(theirs.post(f"/models/{name}/invoke", sample_request_body(PERIOD)))
+        )
+        their_dates = [
+            pd.Timestamp(ms, unit="ms").strftime("%Y-%m-%d") for ms in other["ds"].values()
+        ]
+        if [row["ds"] for row in mine["forecast"]] != their_dates:
+            raise AssertionError(f"{name}: forecast dates differ")
+        worst = max(
+            worst, _relative([r["yhat"] for r in mine["forecast"]], list(other["yhat"].values()))
+        )
+
+        archive = next((opt_ml / "models" / name / "model").glob("*.tar.gz"))
+        model_json, metadata = read_archive(archive)
+        seed = forecast_seed(metadata.customer_id, metadata.run_id, PERIOD)
+        forecast = compile_model(model_json, metadata.frequency).forecast(PERIOD, seed)
+        prophet = model_from_json(model_json)
+        np.random.seed(seed)  # Prophet draws its uncertainty samples from numpy's global state
+        theirs_seeded = prophet.predict(
+            prophet.make_future_dataframe(PERIOD, include_history=False)
+        )
+        assert forecast.yhat_lower is not None and forecast.yhat_upper is not None
+        worst = max(
+            worst,
+            _relative(forecast.yhat_lower.tolist(), theirs_seeded["yhat_lower"].tolist()),
+            _relative(forecast.yhat_upper.tolist(), theirs_seeded["yhat_upper"].tolist()),
+        )
+    if worst > FORECAST_TOLERANCE:
+        raise AssertionError(f"forecasts differ from Prophet's by up to {worst:.2g} (relative)")
+    return (
+        f"{len(names)} models: yhat equal to Prophet's predict, intervals equal to Prophet's "
+        f"with the same seed (max rel. diff {worst:.1g})"
+    )
+
+
+def _relative(ours: list[float], theirs: list[float]) -> float:
+    a, b = np.asarray(ours), np.asarray(theirs)
+    if a.shape != b.shape:
+        raise AssertionError("forecast lengths differ")
+    return float((np.abs(a - b) / np.maximum(np.abs(b), 1.0)).max(initial=0.0))
+
+
+def _fleet_memory(kind: str, opt_ml: str, names: list[str]) -> dict[str, float]:
+    """In a fresh interpreter: resident memory per loaded model (fleetcast: with its
+    period-7 answer cached). The first model warms lazy imports and is not counted."""
+    root = Path(opt_ml)
+    registry = ModelRegistry(budget_bytes=2**31)
+    sample_models = {}
+
+    def answer(model: ServedModel) -> bytes:
+        seed = forecast_seed(model.customer_id, model.model_version, PERIOD)
+        return render_forecast(model, model.forecaster.forecast(PERIOD, seed))
+
+    def load(name: str) -> None:
+        path = root / "models" / name / "model"
+        if kind == "fleetcast":
+            registry.load(name, lambda: build_served_model(name, model_url(name), path))
+            registry.answer(name, PERIOD, answer)
+        else:
+            sample_models[name] = load_sample_model(path)
+
+    load(names[0])
+    if kind != "fleetcast":
+        sample_models[names[0]].predict(sample_models[names[0]].make_future_dataframe(PERIOD))
+    gc.collect()
+    before = resident_bytes()
+    for name in names[1:]:
+        load(name)
+    gc.collect()
+    counted = len(names) - 1
+    usage = registry.usage()
+    return {
+        "resident_per_model": (resident_bytes() - before) / counted,
+        "accounted_per_model": (usage.model_bytes + usage.cache_bytes) / max(usage.models, 1),
+    }
+
+
+def fleet_memory(kind: str, opt_ml: Path, names: list[str]) -> dict[str, float]:
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as fresh:
+        return fresh.submit(_fleet_memory, kind, str(opt_ml), names).result()
+
+
+def serving_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> list[Row]:
+    opt_ml = scratch / "serving"
+    names = write_fleet(opt_ml, archives, max(sizes.models, sizes.memory_models))
+    settings = InferenceSettings("127.0.0.1", 0, opt_ml, 2**31, True)
+    picker = random.Random(7)
+    with serving(InferenceApp(settings)) as ours, serving(SampleHandlerApp(settings)) as theirs:
+        cold_ours, cold_theirs = [], []
+        for index, name in enumerate(names[: max(sizes.models, sizes.baseline_models)]):
+            if index < sizes.models:
+                cold_ours.append(ours.load(name))
+            if index < sizes.baseline_models:
+                cold_theirs.append(theirs.load(name))
+        first_answers = [ours.invoke(name) for name in names[: sizes.models]]
+
+        def warm_ours(_: int) -> list[float]:
+            return [
+                ours.invoke(picker.choice(names[: sizes.models]))
+                for _ in range(sizes.warm_requests)
+            ]
+
+        def warm_theirs(_: int) -> list[float]:
+            return [
+                theirs.invoke(picker.choice(names[: sizes.baseline_models]))
+                for _ in range(sizes.baseline_requests)
+            ]
+
+        warm_rounds_ours, warm_rounds_theirs = taking_turns(sizes.rounds, warm_ours, warm_theirs)
+        check = check_forecasts(ours, theirs, opt_ml, names[: sizes.baseline_models])
+
+    memory = {
+        "fleetcast": fleet_memory("fleetcast", opt_ml, names[: sizes.memory_models]),
+        "baseline": fleet_memory("baseline", opt_ml, names[: sizes.baseline_memory_models]),
+    }
+    per_thousand = {
+        kind: figures["resident_per_model"] * 1000 / MIB for kind, figures in memory.items()
+    }
+
+    def p(samples: list[list[float]], share: float) -> list[float]:
+        return [percentiles_per_round(round_samples, 1, share)[0] for round_samples in samples]
+
+    requests_note = (
+        f"{sizes.rounds} rounds of {sizes.warm_requests} requests (fleetcast, over "
+        f"{sizes.models} models) and {sizes.baseline_requests} (sample handler, over "
+        f"{sizes.baseline_models} models), HTTP keep-alive on 127.0.0.1, client in the same process"
+    )
+    return [
+        compare(
+            "serving: warm forecast, period 7 (p50)",
+            "ms",
+            p(warm_rounds_ours, 0.5),
+            p(warm_rounds_theirs, 0.5),
+            higher_is_better=False,
+            target=at_most(2, "ms"),
+            detail=f"{requests_note}; fleetcast answers from its cache, the sample handler "
+            "predicts every time",
+            check=check,
+        ),
+        compare(
+            "serving: warm forecast, period 7 (p99)",
+            "ms",
+            p(warm_rounds_ours, 0.99),
+            p(warm_rounds_theirs, 0.99),
+            higher_is_better=False,
+            target=at_most(10, "ms"),
+            detail=requests_note,
+        ),
+        compare(
+            "serving: computed forecast, not cached (p50)",
+            "ms",
+            percentiles_per_round(first_answers, sizes.rounds, 0.5),
+            p(warm_rounds_theirs, 0.5),
+            higher_is_better=False,
+            detail=f"fleetcast's first answer for each of {sizes.models} models (closed form, "
+            "1000 uncertainty samples), vs the sample's make_future_dataframe + predict",
+        ),
+        compare(
+            "serving: cold load from local disk (p50)",
+            "ms",
+            percentiles_per_round(cold_ours, sizes.rounds, 0.5),
+            percentiles_per_round(cold_theirs, sizes.rounds, 0.5),
+            higher_is_better=False,
+            target=at_most(30, "ms"),
+            detail=f"POST /models, archive on local disk: read, unpack, compile ({sizes.models} "
+            f"models) vs read, unpack, model_from_json ({sizes.baseline_models} models)",
+        ),
+        compare(
+            "serving: resident memory for 1000 loaded models",
+            "MiB",
+            [per_thousand["fleetcast"]],
+            [per_thousand["baseline"]],
+            higher_is_better=False,
+            target=at_most(1024, "MiB"),
+            detail=f"growth of the resident set per model x 1000, in a fresh process: fleetcast "
+            f"{sizes.memory_models - 1} models loaded with an answer cached each "
+            f"({memory['fleetcast']['resident_per_model'] / 1024:.0f} KiB per model, its own "
+            f"accounting {memory['fleetcast']['accounted_per_model'] / 1024:.0f} KiB); sample "
+            f"handler {sizes.baseline_memory_models - 1} models "
+            f"({memory['baseline']['resident_per_model'] / 1024:.0f} KiB per model)",
+            figures={
+                "fleetcast_kib_per_model": memory["fleetcast"]["resident_per_model"] / 1024,
+                "baseline_kib_per_model": memory["baseline"]["resident_per_model"] / 1024,
+            },
+        ),
+    ]
