@@ -25,6 +25,7 @@ from fleetcast.cost_cli import add_cost_commands
 from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
+from fleetcast_common.upload_queue import UploadQueue
 
 console = Console()
 err = Console(stderr=True)
@@ -44,6 +45,7 @@ NAME_VARIABLES = {
     "registry_table": "FLEETCAST_REGISTRY_TABLE",
     "job_name_prefix": "FLEETCAST_JOB_NAME_PREFIX",
 }
+UPLOAD_QUEUE_VARIABLE = "FLEETCAST_UPLOAD_QUEUE_TABLE"
 
 
 def _names(args: argparse.Namespace) -> dict[str, str]:
@@ -111,13 +113,16 @@ def _status_table(runs: list[RunStatus]) -> Table:
 
 
 def _statuses(names: dict[str, str]) -> list[RunStatus]:
-    table = boto3.resource("dynamodb").Table(names["registry_table"])
+    dynamodb = boto3.resource("dynamodb")
+    # Optional: without it, uploads waiting for their processing job are not listed.
+    queue_table = os.environ.get(UPLOAD_QUEUE_VARIABLE)
     return pipeline_status(
         names["job_name_prefix"],
         names["artifacts_bucket"],
         boto3.client("sagemaker"),
         boto3.client("s3"),
-        table,
+        dynamodb.Table(names["registry_table"]),
+        UploadQueue(dynamodb.Table(queue_table)) if queue_table else None,
     )
 
 

@@ -3,6 +3,7 @@ its processing job and report, its training job and manifests, and the registry.
 
 from __future__ import annotations
 
+import posixpath
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -15,9 +16,12 @@ from fleetcast_common.aws import error_code
 from fleetcast_common.ids import processing_job_name, run_id_from_job_name, training_job_name
 from fleetcast_common.registration import read_manifests
 from fleetcast_common.training_manifest import CustomerOutcome
+from fleetcast_common.upload_queue import UploadQueue
 from fleetcast_processing.contract import SUMMARY_FILE, ProcessingSummary
 
 POLL_SECONDS = 0.5
+# An upload whose processing job waits for the one running (fleetcast_common.upload_queue).
+WAITING = "Waiting"
 
 
 class RunStatus(BaseModel):
@@ -214,11 +218,30 @@ def follow_run(
 
 
 def pipeline_status(
-    prefix: str, bucket: str, sagemaker: Any, s3: Any, table: Any
+    prefix: str,
+    bucket: str,
+    sagemaker: Any,
+    s3: Any,
+    table: Any,
+    queue: UploadQueue | None = None,
 ) -> list[RunStatus]:
-    """Every run of this stack, oldest first."""
+    """Every run of this stack, oldest first; with the upload ``queue``, also the uploads
+    waiting for their processing job."""
     decisions = decisions_per_run(table)
-    return [
+    started = run_ids(prefix, sagemaker)
+    runs = [
         run_status(run_id, prefix, bucket, sagemaker, s3, table, decisions)
-        for run_id in sorted(run_ids(prefix, sagemaker))
+        for run_id in sorted(started)
     ]
+    waiting = [w for w in (queue.waiting() if queue else []) if w.run_id not in started]
+    runs += [
+        RunStatus(
+            run_id=w.run_id,
+            source=posixpath.basename(w.upload.key),
+            processing_job=processing_job_name(prefix, w.run_id),
+            processing_status=WAITING,
+            created_at=w.upload.uploaded_at,
+        )
+        for w in waiting
+    ]
+    return sorted(runs, key=lambda run: run.run_id)

@@ -1,4 +1,4 @@
-"""Two uploads dropped together: both are processed, one after the other, so the second
+"""Two uploads close together: both are processed, one after the other, so the second
 merges into the history the first wrote; every customer ends at the newer model."""
 
 import time
@@ -8,7 +8,8 @@ import pytest
 from test_pipeline import finished, readings, registry, to_csv
 
 from fleetcast.localstack.stack import LocalStack
-from fleetcast.status import run_ids
+from fleetcast.status import WAITING, pipeline_status, run_ids, wait_for_new_run
+from fleetcast_common.upload_queue import UploadQueue
 
 pytestmark = pytest.mark.e2e
 START = date(2024, 3, 1)
@@ -29,14 +30,30 @@ def test_uploads_close_together_are_processed_in_order_and_lose_nothing(
     first = readings(ONLY_FIRST + BOTH, START.isoformat(), FIRST_DAYS, seed=11)
     second_start = START + timedelta(days=FIRST_DAYS)
     second = readings(BOTH + ONLY_SECOND, second_start.isoformat(), SECOND_DAYS, seed=12)
-    # When both are uploaded at once
-    for name, frame in (("order-1.csv", first), ("order-2.csv", second)):
-        s3.put_object(Bucket=info.raw_bucket, Key=f"incoming/{name}", Body=to_csv(frame))
+    # When the second is uploaded while the first is being processed (the order of two
+    # events handled at the same moment is tests/integration/test_upload_queue.py's)
+    s3.put_object(Bucket=info.raw_bucket, Key="incoming/order-1.csv", Body=to_csv(first))
+    wait_for_new_run(info.job_name_prefix, sagemaker, known)
+    s3.put_object(Bucket=info.raw_bucket, Key="incoming/order-2.csv", Body=to_csv(second))
+    queue = UploadQueue(stack.resource("dynamodb").Table(info.upload_queue_table))
+    seen: dict[str, set[str]] = {}
     deadline = time.monotonic() + 300
     while len(new := run_ids(info.job_name_prefix, sagemaker) - known) < 2:
         assert time.monotonic() < deadline, f"only {len(new)} of 2 uploads started processing"
-        time.sleep(0.2)
+        for run in pipeline_status(
+            info.job_name_prefix,
+            info.artifacts_bucket,
+            sagemaker,
+            s3,
+            stack.resource("dynamodb").Table(info.registry_table),
+            queue,
+        ):
+            if run.run_id not in known:
+                seen.setdefault(run.run_id, set()).add(run.processing_status)
+        time.sleep(0.1)
     older, newer = sorted(new)
+    # (fleetcast status showed the newer upload waiting while the older was processed)
+    assert WAITING in seen.get(newer, set()), seen
     statuses = {run_id: finished(stack, run_id) for run_id in (older, newer)}
 
     # Then both were processed, the newer only after the older had finished

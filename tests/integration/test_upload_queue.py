@@ -23,7 +23,7 @@ from fleetcast_common.ids import processing_job_name, run_id_for_upload
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
 from fleetcast_common.settings import ProcessingSettings
-from fleetcast_common.upload_queue import Lease, UploadQueue
+from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "fleetcast"
@@ -215,3 +215,34 @@ def test_two_functions_racing_for_the_lease_start_one_job(pipeline: dict[str, An
     assert queue.take_lease(contender, replacing=held)
     lease = queue.lease()
     assert lease is not None and lease.run_id == contender.run_id
+
+
+class _OlderEventMeanwhile(UploadQueue):
+    """The real queue, with an older upload's event handled by another function at the
+    moment this one takes the lease (the race two close uploads can run)."""
+
+    def __init__(self, table: Any, older: Upload) -> None:
+        super().__init__(table)
+        self._older: Upload | None = older
+
+    def take_lease(self, lease: Lease, replacing: Lease | None) -> bool:
+        taken = super().take_lease(lease, replacing)
+        if self._older is not None:
+            older, self._older = self._older, None
+            run_id = run_id_for_upload(older.bucket, older.key, older.revision, older.uploaded_at)
+            self.add(WaitingUpload(run_id=run_id, upload=older))
+        return taken
+
+
+def test_an_older_upload_queued_while_the_lease_is_taken_goes_first(
+    pipeline: dict[str, Any],
+) -> None:
+    # Given two uploads whose events are handled at the same moment, the newer one first
+    older, newer = upload(0), upload(1)
+    racing = {**pipeline, "queue": _OlderEventMeanwhile(pipeline["queue"]._table, older)}
+    # When the newer one's function takes the lease and the older one joins the queue
+    outcome = arrive(racing, newer)
+    # Then the older upload is processed first and the newer one waits for it
+    assert outcome is Outcome.QUEUED
+    assert started(pipeline, older, newer) == {job_of(older)}
+    assert end(pipeline, job_of(older)) == job_of(newer)

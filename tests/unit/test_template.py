@@ -1110,6 +1110,7 @@ def test_outputs_name_the_resources_scripts_need() -> None:
         "RawBucketName",
         "ArtifactsBucketName",
         "ModelRegistryTableName",
+        "UploadQueueTableName",
         "SageMakerExecutionRoleArn",
         "StartProcessingFunctionArn",
         "StartTrainingFunctionArn",

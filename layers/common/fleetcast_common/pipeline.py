@@ -125,10 +125,16 @@ def dispatch_uploads(
         if held is None or held.run_id != waiting.run_id:
             if held is not None and not lease_is_stale(held, sagemaker, now):
                 return None
-            job_name = processing_job_name(settings.job_name_prefix, waiting.run_id)
-            lease = Lease(run_id=waiting.run_id, job_name=job_name, taken_at=now)
+            lease = _lease_for(settings, waiting, now)
             if not queue.take_lease(lease, replacing=held):
                 return None
+            # An older upload whose event was handled at the same moment may have joined
+            # the queue since it was read: it goes first, and takes the lease over.
+            while (oldest := queue.oldest_waiting()) and oldest.run_id < waiting.run_id:
+                earlier = _lease_for(settings, oldest, now)
+                if not queue.take_lease(earlier, replacing=lease):
+                    return None
+                waiting, lease = oldest, earlier
         with_history = storage.any_object_under(
             s3, settings.artifacts_bucket, layout.HISTORY_PREFIX
         )
@@ -151,6 +157,11 @@ def dispatch_uploads(
             return started
         queue.release_lease(current.run_id)
     return None
+
+
+def _lease_for(settings: ProcessingSettings, waiting: WaitingUpload, now: datetime) -> Lease:
+    job_name = processing_job_name(settings.job_name_prefix, waiting.run_id)
+    return Lease(run_id=waiting.run_id, job_name=job_name, taken_at=now)
 
 
 def _processing_job_exists(sagemaker: Any, job_name: str) -> bool:

@@ -60,6 +60,7 @@ class StackInfo:
     registry_table: str
     job_name_prefix: str
     state_dir: str
+    upload_queue_table: str = ""
     region: str = REGION
     account_id: str = ACCOUNT_ID
     pid: int = field(default_factory=os.getpid)
@@ -76,6 +77,7 @@ class StackInfo:
             "FLEETCAST_ARTIFACTS_BUCKET": self.artifacts_bucket,
             "FLEETCAST_REGISTRY_TABLE": self.registry_table,
             "FLEETCAST_JOB_NAME_PREFIX": self.job_name_prefix,
+            "FLEETCAST_UPLOAD_QUEUE_TABLE": self.upload_queue_table,
             **self.extra,
         }
 
@@ -382,6 +384,7 @@ class LocalStack:
             raw_bucket=resource_named("RawBucket"),
             artifacts_bucket=resource_named("ArtifactsBucket"),
             registry_table=resource_named("ModelRegistryTable"),
+            upload_queue_table=resource_named("UploadQueueTable"),
             job_name_prefix=self.template.parameters.get("JobNamePrefix", "fleetcast"),
             state_dir=str(self.state_dir),
         )
