@@ -68,58 +68,97 @@ class Outcome:
     right_customer: bool = True
 
 
-async def _client(
-    session: object, url: str, key: str, customers: list[str], deadline: float, seed: int
-) -> list[Outcome]:
+async def _get(
+    session: object, url: str, key: str, customer: str, period: int
+) -> tuple[Outcome, float]:
+    """One forecast request: its outcome, and the Retry-After it asked for (0: none)."""
     import aiohttp
 
     assert isinstance(session, aiohttp.ClientSession)
+    started = time.perf_counter()
+    try:
+        async with session.get(
+            f"{url}/customers/{urllib.parse.quote(customer)}/forecast",
+            params={"period": str(period)},
+            headers={"x-api-key": key},
+        ) as response:
+            body = await response.read()
+            outcome = Outcome(response.status, (time.perf_counter() - started) * 1000)
+            if response.status == 200:
+                outcome.right_customer = json.loads(body).get("customer_id") == customer
+            retry_after = response.headers.get("Retry-After", "")
+            outcome.retry_after = retry_after.isdigit()
+            return outcome, float(retry_after) if outcome.retry_after else 0.0
+    except (aiohttp.ClientError, TimeoutError):
+        return Outcome(0, (time.perf_counter() - started) * 1000), 0.0
+
+
+async def _client(
+    session: object, url: str, key: str, customers: list[str], deadline: float, seed: int
+) -> list[Outcome]:
     draw = random.Random(seed)
     outcomes: list[Outcome] = []
     while time.monotonic() < deadline:
-        customer = draw.choice(customers)
-        period = draw.choice(PERIODS)
-        started = time.perf_counter()
-        try:
-            async with session.get(
-                f"{url}/customers/{urllib.parse.quote(customer)}/forecast",
-                params={"period": str(period)},
-                headers={"x-api-key": key},
-            ) as response:
-                body = await response.read()
-                outcome = Outcome(response.status, (time.perf_counter() - started) * 1000)
-                if response.status == 200:
-                    outcome.right_customer = json.loads(body).get("customer_id") == customer
-                retry_after = response.headers.get("Retry-After")
-                outcome.retry_after = retry_after is not None and retry_after.isdigit()
-        except (aiohttp.ClientError, TimeoutError):
-            outcome = Outcome(0, (time.perf_counter() - started) * 1000)
+        outcome, retry_after = await _get(
+            session, url, key, draw.choice(customers), draw.choice(PERIODS)
+        )
         outcomes.append(outcome)
-        if outcome.status == 503 and outcome.retry_after:
+        if outcome.status == 503 and retry_after:
             # As the API asks; the wait is part of no request's latency.
-            await asyncio.sleep(min(float(response.headers["Retry-After"]), 5.0))
+            await asyncio.sleep(min(retry_after, 5.0))
+    return outcomes
+
+
+async def _warm_up(
+    session: object, url: str, key: str, customers: list[str], clients: int
+) -> list[Outcome]:
+    """Every customer once, ``clients`` at a time: each archive downloaded to the
+    instance's disk once, as a while of traffic would have done."""
+    pending = list(customers)
+    outcomes: list[Outcome] = []
+
+    async def one_client() -> None:
+        while pending:
+            customer = pending.pop()
+            for _ in range(10):
+                outcome, retry_after = await _get(session, url, key, customer, 7)
+                outcomes.append(outcome)
+                if not (outcome.status == 503 and retry_after):
+                    break
+                await asyncio.sleep(min(retry_after, 5.0))
+
+    await asyncio.gather(*(one_client() for _ in range(clients)))
     return outcomes
 
 
 async def _clients(
-    url: str, key: str, customers: list[str], clients: int, seconds: float
-) -> list[Outcome]:
+    url: str, key: str, customers: list[str], clients: int, seconds: float, results: Connection
+) -> None:
     import aiohttp
 
     connector = aiohttp.TCPConnector(limit=clients)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        started = time.monotonic()
+        warm = await _warm_up(session, url, key, customers, clients)
+        results.send((time.monotonic() - started, _as_tuples(warm)))
         deadline = time.monotonic() + seconds
         runs = [_client(session, url, key, customers, deadline, seed) for seed in range(clients)]
-        return [outcome for run in await asyncio.gather(*runs) for outcome in run]
+        results.send(
+            _as_tuples([outcome for run in await asyncio.gather(*runs) for outcome in run])
+        )
+
+
+def _as_tuples(outcomes: list[Outcome]) -> list[tuple[int, float, bool, bool]]:
+    return [(o.status, o.latency_ms, o.retry_after, o.right_customer) for o in outcomes]
 
 
 def run_clients(
     url: str, key: str, customers: list[str], clients: int, seconds: float, results: Connection
 ) -> None:
-    """The client process: every outcome back through ``results``, as tuples."""
-    outcomes = asyncio.run(_clients(url, key, customers, clients, seconds))
-    results.send([(o.status, o.latency_ms, o.retry_after, o.right_customer) for o in outcomes])
+    """The client process: the warm-up's duration and outcomes, then the timed run's
+    outcomes, back through ``results`` as each is done."""
+    asyncio.run(_clients(url, key, customers, clients, seconds, results))
     results.close()
 
 
@@ -278,13 +317,15 @@ def main() -> int:
             args=(url, key, customers, args.clients, args.seconds, sending),
             name="load-clients",
         )
-        stats_before = _endpoint_stats(stack)
-        watch.start()
         client.start()
+        warm_seconds, warm = receiving.recv()
+        print(f"warm-up: every customer once in {warm_seconds:.0f} s", flush=True)
+        before = _endpoint_stats(stack)
+        watch.start()
         outcomes = receiving.recv()
         client.join()
         watch.stop()
-        stats_after = _endpoint_stats(stack)
+        endpoint = Counter(_endpoint_stats(stack)) - Counter(before)
         container_peak = _status_fields(container.pid or 0).get("VmHWM", 0)
         listed = _accounted_bytes(stack)
 
@@ -298,7 +339,8 @@ def main() -> int:
         budget=budget,
         accounted=listed,
         function_memory=function_memory,
-        endpoint=Counter(stats_after) - Counter(stats_before),
+        endpoint=endpoint,
+        warm_up=warm,
     )
 
 
@@ -346,9 +388,17 @@ def report(
     accounted: int,
     function_memory: int,
     endpoint: Counter[str],
+    warm_up: list[tuple[int, float, bool, bool]],
 ) -> int:
+    warm_failures = [
+        status
+        for status, _, retry_after, right in warm_up
+        if not (status == 200 and right) and not (status == 503 and retry_after)
+    ]
     statuses: Counter[str] = Counter()
-    unexpected = 0
+    unexpected = len(warm_failures)
+    if warm_failures:
+        print(f"warm-up: {len(warm_failures)} unexpected answers: {Counter(warm_failures)}")
     for status, _, retry_after, right_customer in outcomes:
         if status == 200 and right_customer:
             statuses["200"] += 1

@@ -49,7 +49,11 @@ from fleetcast_common.forecasting import (
     customer_forecast,
     live_model,
 )
-from fleetcast_common.ids import CUSTOMER_ID_PATTERN, InvalidCustomerIdError
+from fleetcast_common.ids import (
+    CUSTOMER_ID_PATTERN,
+    InvalidCustomerIdError,
+    is_valid_customer_id,
+)
 from fleetcast_common.registry import LiveModel, ModelRegistry
 
 # An error response publishes no metric; that is expected, not worth a warning each time.
@@ -233,6 +237,12 @@ def error_response(error: Exception) -> Response[str]:
 
 @app.not_found
 def no_such_route(error: Exception) -> Response[str]:
+    # API Gateway matched one of the template's routes, whose {customer_id} takes any
+    # segment; Powertools' route patterns take fewer characters (no newline, no CJK ...),
+    # so such an id ends here, and is the caller's mistake to report, not a missing route.
+    customer_id = (app.current_event.path_parameters or {}).get("customer_id")
+    if customer_id is not None and not is_valid_customer_id(customer_id):
+        return error_response(InvalidRequestError(str(InvalidCustomerIdError(customer_id))))
     # API Gateway only forwards the template's routes; this answers direct invocations.
     path = app.current_event.path
     body = ErrorBody(error="NotFound", message=f"no route for {path}")

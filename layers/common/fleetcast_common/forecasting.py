@@ -42,7 +42,7 @@ class ForecastApiSettings(_FromEnvironment):
     endpoint_name: str = Field(alias="ENDPOINT_NAME", pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
     # How long a warm function may reuse a customer's live-model lookup (see
     # LiveModelCache); 0 reads the registry on every request.
-    live_model_cache_seconds: float = Field(alias="LIVE_MODEL_CACHE_SECONDS", default=5.0, ge=0)
+    live_model_cache_seconds: float = Field(alias="LIVE_MODEL_CACHE_SECONDS", default=30.0, ge=0)
 
 
 class ForecastPoint(BaseModel):

@@ -74,6 +74,7 @@ LOAD_WAIT_SECONDS = 5.0
 CONTAINER_TIMEOUT_SECONDS = 60
 MAX_TARGET_MODEL_LENGTH = 1024
 _IDLE_CONNECTIONS = 32
+DOWNLOAD_CHUNK_BYTES = 1024 * 1024
 
 
 # ---------------------------------------------------------------- errors (as AWS names them)
@@ -468,7 +469,11 @@ class ModelDiskCache:
         staging.mkdir(parents=True)
         try:
             try:
-                self._s3.download_file(self.bucket, key, str(archive))
+                # One GetObject, streamed: a model archive is tens of KB, and the managed
+                # transfer (HeadObject, a thread pool per call) cost more than the object.
+                body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"]
+                with archive.open("wb") as file:
+                    shutil.copyfileobj(body, file, DOWNLOAD_CHUNK_BYTES)
             except Exception as error:
                 if _s3_missing(error):
                     raise ValidationError(
