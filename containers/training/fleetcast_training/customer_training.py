@@ -30,6 +30,7 @@ from fleetcast_training.evaluation import mae, seasonal_naive, smape
 from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.history import read_history
 from fleetcast_training.hyperparameters import Hyperparameters
+from fleetcast_training.prophet_model import FleetcastProphet
 from fleetcast_training.stan_backend import ScratchStanBackend
 
 logger = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ class CustomerTrainer:
         }
         if orders is not None:
             seasonality = {f"{name}_seasonality": orders[name] or False for name in SEASONALITIES}
-        model = Prophet(
+        model = FleetcastProphet(
             seasonality_mode=settings.seasonality_mode,
             uncertainty_samples=settings.uncertainty_samples,
             **seasonality,
