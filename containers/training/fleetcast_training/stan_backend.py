@@ -5,7 +5,9 @@ initial values as JSON, starts the process, and reads its CSV output. Two things
 trim that without touching what CmdStan computes:
 
 - the JSON is written by the C encoder (``json.dumps``) instead of stanio's pure-Python
-  streaming encoder; both print floats with ``repr``, so CmdStan reads identical bytes;
+  streaming encoder, and its long vectors and matrices by Arrow (:func:`stan_json`);
+  every number is printed with the shortest digits that read back as the same double,
+  so CmdStan reads identical numbers;
 - each fit's files live in a fresh directory under a scratch root (``/dev/shm`` when it
   has room), removed as soon as the fit is read back, so thousands of fits leave nothing
   behind and, in shared memory, never wait on the instance's disk.
@@ -25,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 from prophet.models import CmdStanPyBackend
 
 SHARED_MEMORY = Path("/dev/shm")
@@ -57,6 +62,51 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as Stan data")
 
 
+# Below this many numbers the C encoder is as quick as the round trip through Arrow.
+_ARROW_MIN_NUMBERS = 256
+
+
+def stan_json(values: dict[str, Any]) -> str:
+    """``json.dumps(values)``, with long vectors and matrices of finite numbers printed by
+    Arrow, about five times faster for Prophet's feature matrix.
+
+    Arrow prints the shortest digits that read back as the same double, as ``repr``
+    does, sometimes spelt differently (``0.00001`` for ``1e-05``, ``7`` for ``7.0``):
+    CmdStan reads the very same numbers either way.
+    """
+    members = (f"{json.dumps(name)}:{_value_json(value)}" for name, value in values.items())
+    return "{" + ",".join(members) + "}"
+
+
+def _value_json(value: Any) -> str:
+    if isinstance(value, list | np.ndarray) and len(value) > 0:
+        array = np.asarray(value)
+        if (
+            array.size >= _ARROW_MIN_NUMBERS
+            and array.ndim in (1, 2)
+            and array.dtype.kind in "fiu"
+            and np.isfinite(array).all()
+            # Arrow writes -0.0 as "-0", which a JSON reader may take for the integer 0.
+            and not np.signbit(array[array == 0]).any()
+        ):
+            return _numbers_json(array)
+    return json.dumps(value, default=_plain)
+
+
+def _numbers_json(array: npt.NDArray[Any]) -> str:
+    text = pc.cast(pa.array(array.ravel()), pa.string())
+    if array.ndim == 1:
+        return (
+            "["
+            + pc.binary_join(pa.ListArray.from_arrays([0, len(text)], text), ",")[0].as_py()
+            + "]"
+        )
+    columns = array.shape[1]
+    offsets = pa.array(np.arange(0, array.size + 1, columns, dtype=np.int32))
+    rows = pc.binary_join(pa.ListArray.from_arrays(offsets, text), ",").to_pylist()
+    return "[[" + "],[".join(rows) + "]]"
+
+
 class _ScratchModel:
     """Stands in for ``CmdStanModel`` inside Prophet's backend (only ``optimize`` is used)."""
 
@@ -69,7 +119,7 @@ class _ScratchModel:
         try:
             data_file = run_dir / "data.json"
             inits_file = run_dir / "inits.json"
-            data_file.write_text(json.dumps(data, default=_plain))
+            data_file.write_text(stan_json(data))
             inits_file.write_text(json.dumps(inits, default=_plain))
             # CmdStanMLE reads the CSV when it is built, so the files can go right after.
             return self._model.optimize(
