@@ -1,10 +1,13 @@
 """``make load``: a bounded load test of the forecast API on the embedded local stack.
 
 Starts the stack, trains every customer's model through the real pipeline, restarts the
-endpoint's container with a memory budget that holds a third of the models, then runs
-``--clients`` concurrent clients (aiohttp, in a process of their own) for ``--seconds``
-against ``GET /customers/{id}/forecast``, each request for a customer drawn uniformly
-from all of them. Prints throughput, p50/p99 latency, answers by status and the peak
+endpoint's container with a memory budget that holds a third of the models, asks for
+every customer's forecast once (the warm-up: each archive reaches the instance's disk, as
+a while of traffic would have done), then runs ``--clients`` concurrent clients (aiohttp,
+in a process of their own, one kept-alive connection each) for ``--seconds`` against
+``GET /customers/{id}/forecast?period=N``, each request for a customer drawn uniformly
+from all of them, so about two in three find their model unloaded. Prints throughput,
+p50/p99 latency, answers by status, the endpoint's loads and unloads, and the peak
 memory of the container, the Lambda workers and the stack, against their budgets.
 
 Expected answers: 200 with the customer's own forecast, and 503 with Retry-After (the
