@@ -58,7 +58,7 @@ class SuiteSizes:
 
 FULL = SuiteSizes(
     processing=ProcessingSizes(
-        customers=1000, days=730, larger=10, repetitions=5, large_repetitions=3
+        customers=1000, days=730, larger=10, repetitions=3, large_repetitions=2
     ),
     # Training every one of the 1000 customers on both sides would take ~10 minutes here:
     # an even sample of them, the same customers on both sides.
