@@ -253,14 +253,21 @@ def test_sam_transform_wires_each_rule_with_retries_and_dead_letters(
         assert target["DeadLetterConfig"] == {
             "Arn": {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}
         }
-    # The queue policy admits exactly these rule names.
+    # Every rule of the stack (the failure rules and the schedule too) dead-letters to the
+    # queue, and the queue policy admits exactly those rules.
+    every_rule = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Events::Rule"]
+    for rule in every_rule:
+        for target in rule["Targets"]:
+            assert target["DeadLetterConfig"] == {
+                "Arn": {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}
+            }, rule["Name"]
     policy = resources["EventsDeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]
     (statement,) = policy["Statement"]
     allowed = {
         arn["Fn::Sub"].rsplit("/", 1)[1]
         for arn in statement["Condition"]["ArnEquals"]["aws:SourceArn"]
     }
-    assert allowed == {rule["Name"]["Fn::Sub"] for rule in rules.values()}
+    assert allowed == {rule["Name"]["Fn::Sub"] for rule in every_rule}
 
 
 def test_sam_transform_puts_every_api_method_behind_the_key_and_usage_plan(

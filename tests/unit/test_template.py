@@ -514,12 +514,29 @@ def test_only_our_rules_may_dead_letter_and_the_alarm_watches_that_queue() -> No
     ]
     assert statement["Principal"] == {"Service": "events.amazonaws.com"}
     assert statement["Action"] == "sqs:SendMessage"
-    rule_arns = {
-        resolve({"Fn::Sub": "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:rule/"})
-        + resolve(RESOURCES[f]["Properties"]["Events"][e]["Properties"]["RuleName"])
-        for f, e in FUNCTION_RULES
+    # Every rule of the template, its name and how each of its targets dead-letters:
+    # functions' EventBridgeRule and Schedule events, and stand-alone rules' targets.
+    dead_letters: dict[str, list[Any]] = {}
+    for resource in RESOURCES.values():
+        if resource["Type"] == "AWS::Serverless::Function":
+            for event in resource["Properties"].get("Events", {}).values():
+                if event["Type"] in ("EventBridgeRule", "Schedule"):
+                    properties = event["Properties"]
+                    name = properties.get("RuleName") or properties["Name"]
+                    dead_letters[resolve(name)] = [properties.get("DeadLetterConfig")]
+        elif resource["Type"] == "AWS::Events::Rule":
+            properties = resource["Properties"]
+            dead_letters[resolve(properties["Name"])] = [
+                target.get("DeadLetterConfig") for target in properties["Targets"]
+            ]
+    to_queue = {"Arn": {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}}
+    assert {n: c for n, configs in dead_letters.items() for c in configs if c != to_queue} == {}
+    prefix = resolve(
+        {"Fn::Sub": "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:rule/"}
+    )
+    assert set(resolve(statement["Condition"]["ArnEquals"]["aws:SourceArn"])) == {
+        prefix + name for name in dead_letters
     }
-    assert set(resolve(statement["Condition"]["ArnEquals"]["aws:SourceArn"])) == rule_arns
 
     alarm = RESOURCES["EventsDeadLetterAlarm"]["Properties"]
     assert (alarm["Namespace"], alarm["MetricName"]) == (
