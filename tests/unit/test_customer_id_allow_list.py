@@ -1,83 +1,81 @@
-"""No customer id reaches an S3 key, a TargetModel, a file name or the registry without
-passing the allow-list (``fleetcast_common.ids``): properties over any text, with
-sockets off, so a request that reached for AWS would fail the test."""
+"""No customer id reaches an S3 key, a TargetModel or a file path without passing the
+allow-list: property tests over arbitrary text, for every place that builds one."""
 
 from __future__ import annotations
 
-from typing import Any
+import posixpath
+import re
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from forecast_api_helpers import api_event, call, load_forecast_api
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetcast_common import layout
-from fleetcast_common.forecasting import InvalidRequestError, live_model
-from fleetcast_common.ids import InvalidCustomerIdError, is_valid_customer_id
+from fleetcast_common.ids import CUSTOMER_ID_PATTERN, InvalidCustomerIdError, is_valid_customer_id
+from fleetcast_processing.customer_files import customer_file
 
-pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+RUN_ID = "20261130t100000-0123456789"
+FOLDER = Path("/opt/ml/processing/output/train")
+SENTINEL = "Sentinel0Id"
+ALLOWED = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
-RUN_ID = "20261129t120000-0123456789"
-# Any text, and text that is nearly an id: the allow-list's edges.
-IDS = st.one_of(
-    st.text(max_size=80),
-    st.from_regex(r"[A-Za-z0-9_-]{0,70}\n?", fullmatch=True),
-    st.sampled_from(["..", ".", "a/b", "../x", "a\x00", "42\n", "-1", "_1", "a" * 65]),
-)
-
-
-@given(customer_id=IDS)
-def test_keys_and_target_models_are_made_only_of_allowed_ids(customer_id: str) -> None:
-    makers = {
-        "history key": lambda: layout.history_key(customer_id),
-        "target model": lambda: layout.target_model(customer_id, RUN_ID),
-        "model key": lambda: layout.model_key(customer_id, RUN_ID),
-    }
-    for name, make in makers.items():
-        if is_valid_customer_id(customer_id):
-            made = make()
-            assert customer_id in made, name
-            assert ".." not in made.split("/") and "\n" not in made, name
-        else:
-            with pytest.raises(InvalidCustomerIdError):
-                make()
-
-
-@given(customer_id=IDS)
-def test_a_customer_file_name_gives_an_allowed_id_or_none(customer_id: str) -> None:
-    found = layout.customer_id_from_file_name(customer_id + ".csv", ".csv")
-    assert found == (customer_id if is_valid_customer_id(customer_id) else None)
-
-
-class Unreachable:
-    """A registry that must not be asked."""
-
-    def live(self, customer_id: str) -> Any:
-        raise AssertionError(f"the registry was asked for {customer_id!r}")
+# Everything that turns a customer id into a name, a key or a path.
+BUILDERS: dict[str, Callable[[str], str]] = {
+    "history key": layout.history_key,
+    "TargetModel": lambda customer_id: layout.target_model(customer_id, RUN_ID),
+    "model key": lambda customer_id: layout.model_key(customer_id, RUN_ID),
+    "processing output file": lambda customer_id: str(customer_file(FOLDER, customer_id)),
+}
+# Ids an attacker or a broken export would send; hypothesis adds arbitrary text to these.
+HOSTILE = [
+    "../../etc/passwd",
+    "..",
+    ".",
+    "a/b",
+    "/abs",
+    "a\\b",
+    "a b",
+    " a",
+    "a\n",
+    "a\x00",
+    "caf\u00e9",
+    "\uff11",  # a full-width digit: a digit to str.isdigit, not to the allow-list
+    "x" * 65,
+    "",
+    "-a",
+    "_a",
+    "%2e%2e%2f",
+]
+ids = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=80))
 
 
-@given(customer_id=IDS.filter(lambda c: not is_valid_customer_id(c)))
-def test_the_domain_refuses_a_disallowed_id_before_the_registry(customer_id: str) -> None:
-    with pytest.raises(InvalidRequestError, match="invalid customer id"):
-        live_model(customer_id, Unreachable())
-
-
-@pytest.fixture(scope="module")
-def api() -> Any:
-    return load_forecast_api("fleetcast_forecast_api_allow_list")
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    customer_id=IDS.filter(lambda c: not is_valid_customer_id(c)),
-    sample_name=st.sampled_from(["api_forecast.json", "api_model.json"]),
-)
-def test_the_handler_answers_400_to_a_disallowed_id_without_reaching_aws(
-    api: Any, customer_id: str, sample_name: str
+@pytest.mark.parametrize("builder", BUILDERS.values(), ids=BUILDERS.keys())
+@given(customer_id=ids)
+def test_every_builder_refuses_what_the_allow_list_refuses(
+    builder: Callable[[str], str], customer_id: str
 ) -> None:
-    # Given an event API Gateway would send for that path segment (sockets are off)
-    event = api_event(sample_name, customer_id=customer_id, query={})
-    # When the handler gets it; then 400 naming the id, as a JSON error
-    status, _, body = call(api, event)
-    assert (status, body["error"]) == (400, "InvalidRequest")
-    assert "invalid customer id" in body["message"]
+    if ALLOWED.fullmatch(customer_id):
+        built = builder(customer_id)
+        # A valid id goes in verbatim, in its one place, and changes nothing else: it holds
+        # no separator and is never '.' or '..', so it cannot climb out of its prefix.
+        assert built == builder(SENTINEL).replace(SENTINEL, customer_id)
+        assert posixpath.normpath(built) == built
+    else:
+        with pytest.raises(InvalidCustomerIdError):
+            builder(customer_id)
+
+
+@given(customer_id=ids)
+def test_the_allow_list_is_exactly_its_documented_pattern(customer_id: str) -> None:
+    assert is_valid_customer_id(customer_id) == bool(ALLOWED.fullmatch(customer_id))
+    assert is_valid_customer_id(customer_id) == bool(re.fullmatch(CUSTOMER_ID_PATTERN, customer_id))
+
+
+@given(name=st.one_of(st.sampled_from([f"{h}.csv" for h in HOSTILE]), st.text(max_size=80)))
+def test_training_reads_only_customer_files_whose_name_passes(name: str) -> None:
+    customer_id = layout.customer_id_from_file_name(name, layout.CUSTOMER_FILE_SUFFIX)
+    assert customer_id is None or (
+        ALLOWED.fullmatch(customer_id) and name == customer_id + layout.CUSTOMER_FILE_SUFFIX
+    )
