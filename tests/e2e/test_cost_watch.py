@@ -99,7 +99,7 @@ def test_the_scheduled_report_arrives_with_chart_table_and_text(
         assert label.usage_type in html and label.day.isoformat() in html
 
     # And the subject's headline figure is the table's total impact
-    kind = "weekly digest" if outcome["digest"] else "cost"
+    kind = "cost weekly digest" if outcome["digest"] else "cost"
     assert message["Subject"].startswith(f"SageMaker {kind}: 3 anomalies, +$")
     impact = sum(float(row.split()[4].replace(",", "")) for row in rows)
     assert f"+${impact:,.0f} over expected" in message["Subject"]
