@@ -54,7 +54,7 @@ from fleetcast_common.ids import (
     InvalidCustomerIdError,
     is_valid_customer_id,
 )
-from fleetcast_common.registry import LiveModel, ModelRegistry
+from fleetcast_common.registry import LiveModel, ModelRegistry, RegistryUnavailableError
 
 # An error response publishes no metric; that is expected, not worth a warning each time.
 warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
@@ -99,11 +99,12 @@ class GatewayErrorBody(BaseModel):
 
 
 # domain error -> (status, error code)
-ERROR_STATUS: dict[type[ForecastError], tuple[int, str]] = {
+ERROR_STATUS: dict[type[Exception], tuple[int, str]] = {
     InvalidRequestError: (400, "InvalidRequest"),
     UnknownCustomerError: (404, "UnknownCustomer"),
     EndpointFailedError: (502, "EndpointFailed"),
     EndpointUnavailableError: (503, "EndpointUnavailable"),
+    RegistryUnavailableError: (503, "RegistryUnavailable"),
 }
 
 
@@ -115,7 +116,10 @@ def _documented(success: str, *statuses: int) -> dict[int, OpenAPIResponse]:
         404: "The customer has no live model",
         429: "Throttled or over the daily quota (API Gateway)",
         502: "The endpoint failed to forecast",
-        503: "The endpoint is not ready or unreachable; retry after Retry-After seconds",
+        503: (
+            "The endpoint or the model registry is busy or unreachable; retry after "
+            "Retry-After seconds"
+        ),
     }
     responses: dict[int, OpenAPIResponse] = {200: {"description": success}}
     for status in statuses:
@@ -209,7 +213,7 @@ def get_forecast(customer_id: CustomerId, period: Period = DEFAULT_PERIOD) -> Cu
     description="The registry entry of the model the forecast comes from: version, run, "
     "training time, data range and holdout metrics.",
     tags=["models"],
-    responses=_documented("The live model's registry entry", 400, 403, 404, 429),
+    responses=_documented("The live model's registry entry", 400, 403, 404, 429, 503),
     middlewares=[_only_query_parameters()],
 )
 def get_model(customer_id: CustomerId) -> LiveModel:
@@ -220,7 +224,7 @@ def get_model(customer_id: CustomerId) -> LiveModel:
 # ---------------------------------------------------------------- errors, in one place
 
 
-@app.exception_handler([ForecastError, RequestValidationError])
+@app.exception_handler([ForecastError, RegistryUnavailableError, RequestValidationError])
 def error_response(error: Exception) -> Response[str]:
     if isinstance(error, RequestValidationError):
         status, code, message = 400, "InvalidRequest", _describe(error.errors())
@@ -228,7 +232,7 @@ def error_response(error: Exception) -> Response[str]:
         status, code = next(v for k, v in ERROR_STATUS.items() if isinstance(error, k))
         message = str(error)
     headers: dict[str, str] = {}
-    if isinstance(error, EndpointUnavailableError):
+    if isinstance(error, (EndpointUnavailableError, RegistryUnavailableError)):
         headers["Retry-After"] = str(error.retry_after_seconds)
     log = logger.warning if status >= 500 else logger.info
     log("request failed", extra={"status": status, "error": code, "reason": message})

@@ -16,12 +16,14 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from forecast_api_helpers import api_event, call, load_forecast_api
 
 from fleetcast.localstack.faults import SERVER_ERROR, THROTTLED, FaultInjector, applied
 from fleetcast.localstack.gateway import Gateway
 from fleetcast.localstack.template import LocalTemplate
 from fleetcast_common import layout
 from fleetcast_common.aws import RETRY_CONFIG
+from fleetcast_common.forecasting import LiveModelCache
 from fleetcast_common.jobs import Upload
 from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
 from fleetcast_common.pipeline import Outcome, start_processing
@@ -66,15 +68,20 @@ def faulty(aws_env: str) -> Iterator[dict[str, Any]]:
         )
     bucket = f"artifacts-{uuid.uuid4().hex[:8]}"
     client("s3").create_bucket(Bucket=bucket)
-    resource = session.resource("dynamodb", config=RETRY_CONFIG, endpoint_url=gateway.url)
+
+    def resource(service: str, config: Config = RETRY_CONFIG) -> Any:
+        return session.resource(service, config=config, endpoint_url=gateway.url)
+
     yield {
         "injector": injector,
         "client": client,
+        "resource": resource,
+        "registry_table": tables["ModelRegistryTable"],
         "sagemaker": client("sagemaker"),
         "s3": client("s3"),
         "bucket": bucket,
-        "queue": UploadQueue(resource.Table(tables["UploadQueueTable"])),
-        "registry": ModelRegistry(resource.Table(tables["ModelRegistryTable"])),
+        "queue": UploadQueue(resource("dynamodb").Table(tables["UploadQueueTable"])),
+        "registry": ModelRegistry(resource("dynamodb").Table(tables["ModelRegistryTable"])),
     }
     for table in tables.values():
         dynamodb.delete_table(TableName=table)
@@ -235,3 +242,29 @@ def test_registration_rides_out_faults_and_registers_each_model_once(
         record = registry.model(customer_id, RUN_ID)
         assert record is not None
         assert (record.status, record.model_version) == (ModelStatus.LIVE, 1)
+
+
+@pytest.fixture(scope="module")
+def forecast_api() -> Any:
+    return load_forecast_api("fleetcast_forecast_api_retries")
+
+
+@pytest.mark.parametrize("route", ["forecast", "model"])
+def test_a_registry_that_stays_throttled_is_a_503_with_retry_after(
+    faulty: dict[str, Any],
+    forecast_api: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    route: str,
+) -> None:
+    # Given the forecast API whose registry reads are throttled past the retry budget
+    impatient = faulty["resource"]("dynamodb", FEW_RETRIES)
+    registry = ModelRegistry(impatient.Table(faulty["registry_table"]))
+    monkeypatch.setattr(forecast_api, "_registry", lambda: registry)
+    monkeypatch.setattr(forecast_api, "_live_models", lambda: LiveModelCache(registry, 0))
+    faulty["injector"].inject("dynamodb", THROTTLED["dynamodb"], 2)
+    # When a client asks
+    status, headers, body = call(forecast_api, api_event(f"api_{route}.json", "42"))
+    # Then it is told to come back, not that something broke
+    assert (status, body["error"]) == (503, "RegistryUnavailable")
+    assert int(headers["Retry-After"]) > 0
+    assert faulty["injector"].pending("dynamodb") == 0

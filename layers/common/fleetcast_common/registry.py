@@ -17,6 +17,8 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as EndpointUnreachableError
 from pydantic import BaseModel
 
 from fleetcast_common.aws import error_code
@@ -82,6 +84,25 @@ def _from_item(item: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
+class RegistryUnavailableError(Exception):
+    """The registry cannot be read just now (throttled, failing or unreachable, after
+    botocore's retries): worth asking again shortly."""
+
+    retry_after_seconds = 2
+
+
+# DynamoDB's answers that say "not now" rather than "never".
+_UNAVAILABLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+    }
+)
+
+
 class ModelRegistry:
     def __init__(self, table: Any) -> None:
         self._table = table
@@ -120,7 +141,17 @@ class ModelRegistry:
         return int(response["Attributes"]["model_version"])
 
     def live(self, customer_id: str) -> LiveModel | None:
-        item = self._table.get_item(Key={"customer_id": customer_id, "record": LIVE}).get("Item")
+        try:
+            found = self._table.get_item(Key={"customer_id": customer_id, "record": LIVE})
+        except (EndpointUnreachableError, HTTPClientError) as error:
+            raise RegistryUnavailableError("the model registry cannot be reached") from error
+        except ClientError as error:
+            if error_code(error) in _UNAVAILABLE_CODES:
+                raise RegistryUnavailableError(
+                    f"the model registry is busy or failing ({error_code(error)})"
+                ) from error
+            raise
+        item = found.get("Item")
         return LiveModel.model_validate(_from_item(item)) if item else None
 
     def model(self, customer_id: str, run_id: str) -> ModelRecord | None:
