@@ -23,6 +23,14 @@ def checkpointed(stack: LocalStack, run_id: str) -> int:
     return sum(1 for o in listing.get("Contents", []) if o["Key"].endswith(".tar.gz"))
 
 
+def wait_for_checkpoints(stack: LocalStack, run_id: str, customers: int) -> None:
+    """Until the run's training job has checkpointed ``customers`` models to S3."""
+    deadline = time.monotonic() + 300
+    while checkpointed(stack, run_id) < customers:
+        assert time.monotonic() < deadline, f"training never checkpointed {customers} customers"
+        time.sleep(0.2)
+
+
 def test_an_interrupted_training_job_resumes_without_retraining_or_losing_customers(
     stack: LocalStack,
 ) -> None:
@@ -30,10 +38,7 @@ def test_an_interrupted_training_job_resumes_without_retraining_or_losing_custom
     # Given a training job under way with some customers already checkpointed to S3
     run_id = upload(stack, "spot.csv", to_csv(readings(CUSTOMERS, "2023-01-01", 400, seed=5)))
     job = f"{stack.info.job_name_prefix}-t-{run_id}"
-    deadline = time.monotonic() + 300
-    while checkpointed(stack, run_id) < 10:
-        assert time.monotonic() < deadline, "training never checkpointed 10 customers"
-        time.sleep(0.2)
+    wait_for_checkpoints(stack, run_id, 10)
     # When the spot capacity is reclaimed
     assert stack.runner.interrupt(job)
     done_before = checkpointed(stack, run_id)

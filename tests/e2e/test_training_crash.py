@@ -2,11 +2,9 @@
 the job fails with a FailureReason naming the cause, and nothing of it is registered,
 although some of its customers had already been checkpointed."""
 
-import time
-
 import pytest
 from test_pipeline import finished, readings, registry, to_csv, upload
-from test_spot_interruption import checkpointed
+from test_spot_interruption import wait_for_checkpoints
 
 from fleetcast.localstack.stack import LocalStack
 from fleetcast_common import layout
@@ -22,10 +20,7 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_nothing(
     # Given a training job with some customers already checkpointed
     run_id = upload(stack, "crash.csv", to_csv(readings(CUSTOMERS, "2023-01-01", 400, seed=9)))
     job = f"{stack.info.job_name_prefix}-t-{run_id}"
-    deadline = time.monotonic() + 300
-    while checkpointed(stack, run_id) < 5:
-        assert time.monotonic() < deadline, "training never checkpointed 5 customers"
-        time.sleep(0.2)
+    wait_for_checkpoints(stack, run_id, 5)
     # When its container is killed
     assert stack.runner.crash(job)
     status = finished(stack, run_id)

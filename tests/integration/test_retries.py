@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +17,19 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from forecast_api_helpers import api_event, call, load_forecast_api
+from test_registration import trained
 
 from fleetcast.localstack.faults import SERVER_ERROR, THROTTLED, FaultInjector, applied
 from fleetcast.localstack.gateway import Gateway
 from fleetcast.localstack.template import LocalTemplate
-from fleetcast_common import layout
 from fleetcast_common.aws import RETRY_CONFIG
 from fleetcast_common.forecasting import LiveModelCache
 from fleetcast_common.jobs import Upload
-from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
+from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.pipeline import Outcome, start_processing
 from fleetcast_common.registration import register_models
 from fleetcast_common.registry import ModelRegistry, ModelStatus
 from fleetcast_common.settings import ProcessingSettings
-from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
 from fleetcast_common.upload_queue import UploadQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,41 +180,6 @@ def test_a_job_created_whose_answer_was_lost_is_not_created_twice(
     assert faulty["queue"].waiting() == []
 
 
-def trained(world: dict[str, Any], customers: list[str]) -> None:
-    """A finished training job's checkpoint prefix: one archive per customer, a manifest."""
-    results = []
-    for customer_id in customers:
-        world["s3"].put_object(
-            Bucket=world["bucket"],
-            Key=layout.checkpoint_prefix(RUN_ID) + f"{customer_id}.tar.gz",
-            Body=b"archive",
-        )
-        metadata = ModelMetadata(
-            customer_id=customer_id,
-            run_id=RUN_ID,
-            trained_at=datetime(2026, 11, 30, tzinfo=UTC),
-            data_start=date(2024, 1, 1),
-            data_end=date(2024, 6, 1),
-            rows=150,
-            metrics=METRICS,
-            library_versions={"prophet": "1.5.0"},
-        )
-        results.append(
-            CustomerResult(
-                customer_id=customer_id,
-                outcome=CustomerOutcome.TRAINED,
-                metrics=METRICS,
-                metadata=metadata,
-            )
-        )
-    manifest = TrainingManifest(run_id=RUN_ID, host="algo-1", hosts=["algo-1"], customers=results)
-    world["s3"].put_object(
-        Bucket=world["bucket"],
-        Key=layout.checkpoint_prefix(RUN_ID) + "manifest-algo-1.json",
-        Body=manifest.model_dump_json(),
-    )
-
-
 @pytest.mark.parametrize("faults", [THROTTLED, SERVER_ERROR], ids=["throttled", "5xx"])
 def test_registration_rides_out_faults_and_registers_each_model_once(
     faulty: dict[str, Any], faults: dict[str, Any]
@@ -223,7 +187,7 @@ def test_registration_rides_out_faults_and_registers_each_model_once(
     # Given a finished training job, and S3 and DynamoDB failing some requests, one of
     # them a conditional promotion that DynamoDB applied before failing to answer
     customers = [f"c{i}" for i in range(5)]
-    trained(faulty, customers)
+    trained(faulty["s3"], faulty["bucket"], RUN_ID, dict.fromkeys(customers, METRICS))
     injector: FaultInjector = faulty["injector"]
     injector.inject("s3", faults["s3"], 2)
     injector.inject("dynamodb", faults["dynamodb"], 2)
