@@ -68,6 +68,13 @@ class FleetcastRun:
     archives: list[Path]
 
 
+@dataclass(frozen=True)
+class SequentialRun:
+    seconds: float
+    cpu_seconds: float
+    customers: list[SequentialCustomer]
+
+
 def pick_customers(train_folder: Path, count: int) -> list[Path]:
     """``count`` customer files spread evenly over the sorted list."""
     files = sorted(train_folder.glob("*.csv"))
@@ -176,7 +183,7 @@ def training_rows(
         list(part) for part in np.array_split(np.array(customers, dtype=object), sizes.repetitions)
     ]
     ours: list[FleetcastRun] = []
-    theirs: list[tuple[float, float, list[SequentialCustomer]]] = []
+    theirs: list[SequentialRun] = []
     worst = 0.0
     for repetition, files in enumerate(slices):
 
@@ -189,11 +196,11 @@ def training_rows(
             seconds = timed(
                 lambda: done.extend(sequential_training(files, scratch / f"baseline-{repetition}"))
             )
-            theirs.append((seconds, cpu_seconds() - cpu, done))
+            theirs.append(SequentialRun(seconds, cpu_seconds() - cpu, done))
 
         for side in (run_theirs, run_ours) if repetition % 2 else (run_ours, run_theirs):
             side()
-        worst = max(worst, check_same_models(ours[-1], theirs[-1][2]))
+        worst = max(worst, check_same_models(ours[-1], theirs[-1].customers))
 
     per_slice = [len(files) for files in slices]
     check = (
@@ -206,7 +213,7 @@ def training_rows(
             "training: models/s, same work, one instance",
             "models/s",
             [n / run.seconds for n, run in zip(per_slice, ours, strict=True)],
-            [n / seconds for n, (seconds, _, _) in zip(per_slice, theirs, strict=True)],
+            [n / run.seconds for n, run in zip(per_slice, theirs, strict=True)],
             higher_is_better=True,
             target=ratio_at_least(2, "≥ 2x (stretch 3x)"),
             detail=f"{sum(per_slice)} of the customers (2 years daily) in {sizes.repetitions} "
@@ -219,14 +226,14 @@ def training_rows(
             "training: CPU time per model",
             "ms",
             [run.cpu_seconds / n * 1000 for n, run in zip(per_slice, ours, strict=True)],
-            [cpu / n * 1000 for n, (_, cpu, _) in zip(per_slice, theirs, strict=True)],
+            [run.cpu_seconds / n * 1000 for n, run in zip(per_slice, theirs, strict=True)],
             higher_is_better=False,
             detail="user + system time of the process and all it started (workers, CmdStan), "
             "per customer; less sensitive to other load on the machine than wall time",
         ),
     ]
     ours_each = [r.fit_seconds * 1000 for run in ours for r in run.results if r.fit_seconds]
-    theirs_each = [c.seconds * 1000 for _, _, done in theirs for c in done]
+    theirs_each = [c.seconds * 1000 for run in theirs for c in run.customers]
     distribution = {
         f"{side}_p{int(share * 100)}_ms": percentile(values, share)
         for side, values in (("fleetcast", ours_each), ("baseline", theirs_each))
@@ -240,7 +247,7 @@ def training_rows(
                 percentile([r.fit_seconds * 1000 for r in run.results if r.fit_seconds], 0.5)
                 for run in ours
             ],
-            [percentile([c.seconds * 1000 for c in done], 0.5) for _, _, done in theirs],
+            [percentile([c.seconds * 1000 for c in run.customers], 0.5) for run in theirs],
             higher_is_better=False,
             detail="per customer: read, two fits, forecast, archive; fleetcast "
             f"p10/p90/p99 {distribution['fleetcast_p10_ms']:.0f}/"
