@@ -235,6 +235,30 @@ def test_a_repeated_upload_event_starts_one_processing_job(
     assert again["outcome"] == "already_started" and again["job_name"] == first["job_name"]
 
 
+def test_repeated_job_events_start_one_training_job_and_register_once(
+    stack: LocalStack, first_run: dict[str, Any]
+) -> None:
+    assert stack.info is not None
+    prefix, run_id = stack.info.job_name_prefix, first_run["run_id"]
+    # Given the first run's processing and training job events, delivered again
+    processing = json.loads((ROOT / "events" / "processing_job_completed.json").read_text())
+    processing["detail"]["ProcessingJobName"] = f"{prefix}-p-{run_id}"
+    training = json.loads((ROOT / "events" / "training_job_completed.json").read_text())
+    training["detail"]["TrainingJobName"] = f"{prefix}-t-{run_id}"
+    training["detail"]["ResourceConfig"]["InstanceCount"] = first_run["status"].instances
+    versions_before = {c: registry(stack).live(c) for c in first_run["customers"]}
+    # When the functions get them
+    started = stack.functions["StartTrainingFunction"].invoke(processing)
+    registered = stack.functions["RegisterModelsFunction"].invoke(training)
+    # Then no second training job starts, and no customer is registered a second time
+    assert started["outcome"] == "already_started"
+    jobs = stack.client("sagemaker").list_training_jobs(NameContains=run_id)
+    assert len(jobs["TrainingJobSummaries"]) == 1
+    assert registered["registered"] == 0
+    assert registered["repeated"] == len(first_run["customers"])
+    assert {c: registry(stack).live(c) for c in first_run["customers"]} == versions_before
+
+
 def test_status_reports_each_upload_with_its_jobs_and_counts(
     stack: LocalStack,
     first_run: dict[str, Any],

@@ -113,6 +113,27 @@ def test_a_repeated_event_registers_once(world: dict[str, Any]) -> None:
     assert live is not None and live.model_version == 1
 
 
+def test_a_repeated_event_after_a_newer_run_went_live_changes_no_record(
+    world: dict[str, Any],
+) -> None:
+    # Given run 1 registered, then run 2 for the same customers, one of whose run 1 model
+    # would not pass the quality gate against a live model
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": BAD})
+    trained(world["s3"], world["bucket"], RUN_2, {"a": GOOD, "b": GOOD})
+    register(world, RUN_1)
+    register(world, RUN_2)
+    # When run 1's event is delivered again
+    again = register(world, RUN_1)
+    # Then it is a repeat: run 1 stays recorded as the version that went live
+    assert (again.registered, again.rejected, again.superseded, again.repeated) == (0, 0, 0, 2)
+    for customer_id in ("a", "b"):
+        first = world["registry"].model(customer_id, RUN_1)
+        assert first is not None
+        assert (first.status, first.model_version) == (ModelStatus.LIVE, 1)
+        live = world["registry"].live(customer_id)
+        assert live is not None and (live.run_id, live.model_version) == (RUN_2, 2)
+
+
 def test_a_clearly_worse_model_is_recorded_but_does_not_replace_the_live_one(
     world: dict[str, Any],
 ) -> None:

@@ -109,6 +109,8 @@ def _register_one(
         # The gate keeps a worse model from replacing a live one; a customer without a
         # live model is better served by this one than by none.
         if registry.live(customer_id) is not None:
+            if repeated := _decided_before(registry, customer_id, run_id, target):
+                return repeated
             registry.record(record.model_copy(update={"status": ModelStatus.REJECTED}))
             return CustomerRegistration(
                 customer_id=customer_id,
@@ -139,12 +141,32 @@ def _register_one(
             repeated=True,
             note="already registered by an earlier delivery",
         )
+    if repeated := _decided_before(registry, customer_id, run_id, target):
+        return repeated
     registry.record(record.model_copy(update={"status": ModelStatus.SUPERSEDED}))
     return CustomerRegistration(
         customer_id=customer_id,
         status=ModelStatus.SUPERSEDED,
         target_model=target,
         note=f"run {live.run_id if live else '?'} is newer and live",
+    )
+
+
+def _decided_before(
+    registry: ModelRegistry, customer_id: str, run_id: str, target: str
+) -> CustomerRegistration | None:
+    """A repeated event, once a newer run went live: the run's record (written last, so
+    present only once its decision was made) stands as it was decided the first time."""
+    earlier = registry.model(customer_id, run_id)
+    if earlier is None:
+        return None
+    return CustomerRegistration(
+        customer_id=customer_id,
+        status=None,
+        model_version=earlier.model_version,
+        target_model=target,
+        repeated=True,
+        note=f"already registered by an earlier delivery ({earlier.status})",
     )
 
 
