@@ -33,7 +33,11 @@ def test_uploads_close_together_are_processed_in_order_and_lose_nothing(
     # When the second is uploaded while the first is being processed (the order of two
     # events handled at the same moment is tests/integration/test_upload_queue.py's)
     s3.put_object(Bucket=info.raw_bucket, Key="incoming/order-1.csv", Body=to_csv(first))
+    uploaded_at = time.monotonic()
     wait_for_new_run(info.job_name_prefix, sagemaker, known)
+    # Run ids order uploads by their event's time, to the second (within one second, by
+    # content hash): the second upload is made in a later second.
+    time.sleep(max(0.0, 1.1 - (time.monotonic() - uploaded_at)))
     s3.put_object(Bucket=info.raw_bucket, Key="incoming/order-2.csv", Body=to_csv(second))
     queue = UploadQueue(stack.resource("dynamodb").Table(info.upload_queue_table))
     seen: dict[str, set[str]] = {}
