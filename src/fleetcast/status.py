@@ -230,8 +230,7 @@ def pipeline_status(
     decisions = decisions_per_run(table)
     started = run_ids(prefix, sagemaker)
     runs = [
-        run_status(run_id, prefix, bucket, sagemaker, s3, table, decisions)
-        for run_id in sorted(started)
+        run_status(run_id, prefix, bucket, sagemaker, s3, table, decisions) for run_id in started
     ]
     waiting = [w for w in (queue.waiting() if queue else []) if w.run_id not in started]
     runs += [

@@ -4,7 +4,6 @@ key and usage plan as template.yaml declares them."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import http.client
 import json
@@ -14,15 +13,15 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_pipeline import finished, readings, to_csv, upload
+from test_serving import usage_plan
 
-from fleetcast.localstack.api import KEY_REFRESH_SECONDS, LocalRestApi, UsagePlan
+from fleetcast.localstack.api import KEY_REFRESH_SECONDS
 from fleetcast.localstack.stack import LocalStack
 from fleetcast_common.forecasting import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.ids import is_valid_customer_id
@@ -77,16 +76,6 @@ class Client:
         self._connection.close()
 
 
-@contextlib.contextmanager
-def usage_plan(api: LocalRestApi, plan: UsagePlan | None) -> Iterator[None]:
-    original = api.usage_plan
-    api.usage_plan = plan
-    try:
-        yield
-    finally:
-        api.usage_plan = original
-
-
 # ---------------------------------------------------------------- the container killed under load
 
 
@@ -127,7 +116,7 @@ def test_a_killed_container_means_503_with_retry_after_then_the_same_forecasts(
     threads = [threading.Thread(target=client, args=(i,)) for i in range(6)]
     # (The usage plan's throttle would answer some of this traffic 429: tested below.)
     try:
-        with usage_plan(api["api"], None):
+        with usage_plan(stack, None):
             # When six clients send requests and the container's process is killed
             for thread in threads:
                 thread.start()
@@ -201,7 +190,12 @@ EXTRA = st.dictionaries(
     extra=EXTRA,
 )
 def test_no_request_gets_a_5xx_and_each_gets_its_documented_answer(
-    api: dict[str, Any], customer_id: str, route: str, period: str | None, extra: dict[str, str]
+    stack: LocalStack,
+    api: dict[str, Any],
+    customer_id: str,
+    route: str,
+    period: str | None,
+    extra: dict[str, str],
 ) -> None:
     query = dict(extra)
     if period is not None:
@@ -210,7 +204,7 @@ def test_no_request_gets_a_5xx_and_each_gets_its_documented_answer(
     if query:
         path += "?" + urllib.parse.urlencode(query)
     client = Client(api["url"], api["key"])
-    with usage_plan(api["api"], None):  # the throttle is tested on its own, not here
+    with usage_plan(stack, None):  # the throttle is tested on its own, not here
         status, headers, body = client.get(path)
     client.close()
 

@@ -175,8 +175,8 @@ def test_api_errors_are_json_with_a_clear_message(
 
 
 @contextlib.contextmanager
-def usage_plan(stack: LocalStack, plan: UsagePlan) -> Iterator[None]:
-    """The running API with other usage plan limits for a while."""
+def usage_plan(stack: LocalStack, plan: UsagePlan | None) -> Iterator[None]:
+    """The running API with other usage plan limits (None: none) for a while."""
     assert stack.serving is not None
     api = stack.serving.apis["ForecastApi"]
     original = api.usage_plan

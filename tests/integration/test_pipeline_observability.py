@@ -13,7 +13,7 @@ import json
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, date, datetime
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,12 +21,12 @@ from typing import Any
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from test_registration import trained
 
 from fleetcast.localstack.template import LocalTemplate
 from fleetcast_common import layout
 from fleetcast_common.ids import run_id_for_upload
-from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
-from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
+from fleetcast_common.model_archive import HoldoutMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 # The run the job samples are named for (events/README.md).
@@ -160,38 +160,7 @@ def test_register_models_logs_the_run_id_and_counts_models(
     world: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given a finished training job: two customers trained, one failed
-    s3, bucket = world["s3"], world["bucket"]
-    results = [
-        CustomerResult(customer_id="3", outcome=CustomerOutcome.FAILED, reason="only 3 rows")
-    ]
-    for customer_id in ("7", "42"):
-        s3.put_object(
-            Bucket=bucket, Key=f"{layout.checkpoint_prefix(RUN_ID)}{customer_id}.tar.gz", Body=b"m"
-        )
-        metadata = ModelMetadata(
-            customer_id=customer_id,
-            run_id=RUN_ID,
-            trained_at=datetime(2026, 11, 29, tzinfo=UTC),
-            data_start=date(2024, 1, 1),
-            data_end=date(2024, 6, 1),
-            rows=150,
-            metrics=GOOD,
-            library_versions={"prophet": "1.5.0"},
-        )
-        results.append(
-            CustomerResult(
-                customer_id=customer_id,
-                outcome=CustomerOutcome.TRAINED,
-                metrics=GOOD,
-                metadata=metadata,
-            )
-        )
-    manifest = TrainingManifest(run_id=RUN_ID, host="algo-1", hosts=["algo-1"], customers=results)
-    s3.put_object(
-        Bucket=bucket,
-        Key=f"{layout.checkpoint_prefix(RUN_ID)}manifest-algo-1.json",
-        Body=manifest.model_dump_json(),
-    )
+    trained(world["s3"], world["bucket"], RUN_ID, {"3": None, "7": GOOD, "42": GOOD}, hosts=1)
     event = _event("training_job_completed.json")
     event["detail"]["ResourceConfig"]["InstanceCount"] = 1
     # When its completion event arrives

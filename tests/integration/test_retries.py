@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from forecast_api_helpers import api_event, call, load_forecast_api
 from test_registration import trained
+from test_upload_queue import processing_settings, upload
 
 from fleetcast.localstack.faults import SERVER_ERROR, THROTTLED, FaultInjector, applied
 from fleetcast.localstack.gateway import Gateway
@@ -29,7 +29,6 @@ from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.pipeline import Outcome, start_processing
 from fleetcast_common.registration import register_models
 from fleetcast_common.registry import ModelRegistry, ModelStatus
-from fleetcast_common.settings import ProcessingSettings
 from fleetcast_common.upload_queue import UploadQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +75,7 @@ def faulty(aws_env: str) -> Iterator[dict[str, Any]]:
         "client": client,
         "resource": resource,
         "registry_table": tables["ModelRegistryTable"],
+        "queue_table": tables["UploadQueueTable"],
         "sagemaker": client("sagemaker"),
         "s3": client("s3"),
         "bucket": bucket,
@@ -87,35 +87,9 @@ def faulty(aws_env: str) -> Iterator[dict[str, Any]]:
     gateway.stop()
 
 
-def processing_settings(world: dict[str, Any]) -> ProcessingSettings:
-    return ProcessingSettings.from_env(
-        {
-            "RAW_BUCKET": "raw",
-            "ARTIFACTS_BUCKET": world["bucket"],
-            "REGISTRY_TABLE": "unused",
-            "JOB_NAME_PREFIX": "fleetcast",
-            "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sagemaker",
-            "PROCESSING_IMAGE_URI": "fleetcast-processing:latest",
-            "UPLOAD_QUEUE_TABLE": "unused",
-        }
-    )
-
-
-def an_upload() -> Upload:
-    tag = uuid.uuid4().hex[:8]
-    return Upload(
-        bucket="raw",
-        key=f"incoming/{tag}.csv",
-        revision=tag,
-        size=10,
-        uploaded_at=datetime(2026, 11, 30, 10, tzinfo=UTC),
-    )
-
-
-def start(world: dict[str, Any], upload: Upload) -> Any:
-    return start_processing(
-        upload, processing_settings(world), world["sagemaker"], world["s3"], world["queue"]
-    )
+def start(world: dict[str, Any], uploaded: Upload) -> Any:
+    settings = processing_settings(world["bucket"], world["queue_table"])
+    return start_processing(uploaded, settings, world["sagemaker"], world["s3"], world["queue"])
 
 
 def processing_jobs(world: dict[str, Any], run_id: str) -> int:
@@ -132,7 +106,7 @@ def test_starting_a_job_rides_out_throttling_and_server_errors(
     for service, times in (("sagemaker", 2), ("dynamodb", 2), ("s3", 2)):
         injector.inject(service, faults[service], times)
     # When an upload's event arrives
-    started = start(faulty, upload := an_upload())
+    started = start(faulty, upload(0))
     # Then the job is started, exactly once, after every fault was answered
     assert started.outcome is Outcome.STARTED
     assert {s: injector.pending(s) for s in ("sagemaker", "dynamodb", "s3")} == dict.fromkeys(
@@ -141,7 +115,6 @@ def test_starting_a_job_rides_out_throttling_and_server_errors(
     assert injector.answered == {"sagemaker": 2, "dynamodb": 2, "s3": 2}
     assert processing_jobs(faulty, started.run_id) == 1
     assert faulty["queue"].waiting() == []
-    assert upload.key.startswith("incoming/")
 
 
 def test_past_the_retry_budget_the_error_surfaces_and_the_upload_keeps_its_place(
@@ -150,18 +123,18 @@ def test_past_the_retry_budget_the_error_surfaces_and_the_upload_keeps_its_place
     injector: FaultInjector = faulty["injector"]
     impatient = {**faulty, "sagemaker": faulty["client"]("sagemaker", FEW_RETRIES)}
     # Given SageMaker throttling every attempt to create the job (a request and a retry)
-    upload = an_upload()
+    uploaded = upload(0)
     injector.inject("sagemaker", THROTTLED["sagemaker"], 2, operation="CreateProcessingJob")
     # When an upload's event arrives, the function fails (so the event is retried)
     with pytest.raises(ClientError) as raised:
-        start(impatient, upload)
+        start(impatient, uploaded)
     assert raised.value.response["Error"]["Code"] == "ThrottlingException"
     assert injector.answered["sagemaker"] == 2
     # And the upload still waits, with the lease free for the retry
-    assert [w.upload for w in faulty["queue"].waiting()] == [upload]
+    assert [w.upload for w in faulty["queue"].waiting()] == [uploaded]
     assert faulty["queue"].lease() is None
     # And when the event is delivered again, the job starts
-    assert start(faulty, upload).outcome is Outcome.STARTED
+    assert start(faulty, uploaded).outcome is Outcome.STARTED
 
 
 def test_a_job_created_whose_answer_was_lost_is_not_created_twice(
@@ -173,7 +146,7 @@ def test_a_job_created_whose_answer_was_lost_is_not_created_twice(
         "sagemaker", applied(SERVER_ERROR["sagemaker"]), operation="CreateProcessingJob"
     )
     # When the upload's event arrives (botocore retries the create)
-    started = start(faulty, an_upload())
+    started = start(faulty, upload(0))
     # Then one job exists and the upload no longer waits
     assert started.run_id is not None
     assert processing_jobs(faulty, started.run_id) == 1

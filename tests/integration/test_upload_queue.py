@@ -45,20 +45,25 @@ def pipeline(aws_env: str) -> Iterator[dict[str, Any]]:
     )
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=f"artifacts-{suffix}")
-    settings = ProcessingSettings.from_env(
+    settings = processing_settings(f"artifacts-{suffix}", table_name)
+    queue = UploadQueue(boto3.resource("dynamodb").Table(table_name))
+    yield {"settings": settings, "sagemaker": boto3.client("sagemaker"), "s3": s3, "queue": queue}
+    dynamodb.delete_table(TableName=table_name)
+
+
+def processing_settings(artifacts_bucket: str, queue_table: str) -> ProcessingSettings:
+    """What start-processing's environment says, for this bucket and queue table."""
+    return ProcessingSettings.from_env(
         {
-            "RAW_BUCKET": f"raw-{suffix}",
-            "ARTIFACTS_BUCKET": f"artifacts-{suffix}",
+            "RAW_BUCKET": "raw",
+            "ARTIFACTS_BUCKET": artifacts_bucket,
             "REGISTRY_TABLE": "unused",
             "JOB_NAME_PREFIX": PREFIX,
             "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sagemaker",
             "PROCESSING_IMAGE_URI": "fleetcast-processing:latest",
-            "UPLOAD_QUEUE_TABLE": table_name,
+            "UPLOAD_QUEUE_TABLE": queue_table,
         }
     )
-    queue = UploadQueue(boto3.resource("dynamodb").Table(table_name))
-    yield {"settings": settings, "sagemaker": boto3.client("sagemaker"), "s3": s3, "queue": queue}
-    dynamodb.delete_table(TableName=table_name)
 
 
 def upload(minute: int) -> Upload:

@@ -15,15 +15,11 @@ from fleetcast_common.aws import error_code
 from fleetcast_common.ids import processing_job_name, run_id_for_upload, run_id_from_job_name
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
-from fleetcast_common.upload_queue import (
-    NO_SUCH_JOB,
-    Lease,
-    UploadQueue,
-    WaitingUpload,
-    lease_is_stale,
-)
+from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
 
 _DISPATCH_PASSES = 4
+# What DescribeProcessingJob answers for a job that does not exist.
+_NO_SUCH_JOB = frozenset({"ValidationException", "ResourceNotFound"})
 
 
 class Outcome(StrEnum):
@@ -71,7 +67,7 @@ def start_processing(
         )
     run_id = run_id_for_upload(upload.bucket, upload.key, upload.revision, upload.uploaded_at)
     job_name = processing_job_name(settings.job_name_prefix, run_id)
-    if _processing_job_exists(sagemaker, job_name):
+    if _processing_job_status(sagemaker, job_name) is not None:
         return JobStart(outcome=Outcome.ALREADY_STARTED, run_id=run_id, job_name=job_name)
     queue.add(WaitingUpload(run_id=run_id, upload=upload))
     started = dispatch_uploads(settings, sagemaker, s3, queue, now)
@@ -123,7 +119,7 @@ def dispatch_uploads(
             return None
         held = queue.lease()
         if held is None or held.run_id != waiting.run_id:
-            if held is not None and not lease_is_stale(held, sagemaker, now):
+            if held is not None and not _is_stale(held, sagemaker, now):
                 return None
             lease = _lease_for(settings, waiting, now)
             if not queue.take_lease(lease, replacing=held):
@@ -153,7 +149,7 @@ def dispatch_uploads(
         # Started before (a repeated event, or a function that died before removing the
         # upload): if that job has ended, its lease must not hold up the queue.
         current = queue.lease()
-        if current is None or not lease_is_stale(current, sagemaker, now):
+        if current is None or not _is_stale(current, sagemaker, now):
             return started
         queue.release_lease(current.run_id)
     return None
@@ -164,14 +160,20 @@ def _lease_for(settings: ProcessingSettings, waiting: WaitingUpload, now: dateti
     return Lease(run_id=waiting.run_id, job_name=job_name, taken_at=now)
 
 
-def _processing_job_exists(sagemaker: Any, job_name: str) -> bool:
+def _is_stale(lease: Lease, sagemaker: Any, now: datetime) -> bool:
+    return lease.is_stale(_processing_job_status(sagemaker, lease.job_name), now)
+
+
+def _processing_job_status(sagemaker: Any, job_name: str) -> str | None:
+    """The job's ProcessingJobStatus; None when there is no such job."""
     try:
-        sagemaker.describe_processing_job(ProcessingJobName=job_name)
+        return str(
+            sagemaker.describe_processing_job(ProcessingJobName=job_name)["ProcessingJobStatus"]
+        )
     except Exception as error:
-        if error_code(error) in NO_SUCH_JOB:
-            return False
+        if error_code(error) in _NO_SUCH_JOB:
+            return None
         raise
-    return True
 
 
 def start_training(

@@ -40,8 +40,6 @@ PROCESSING = "processing"
 UNSTARTED_LEASE_GRACE = timedelta(minutes=5)
 ENDED_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
 _CONDITION_FAILED = "ConditionalCheckFailedException"
-# What DescribeProcessingJob answers for a job that does not exist.
-NO_SUCH_JOB = frozenset({"ValidationException", "ResourceNotFound"})
 
 
 class WaitingUpload(BaseModel):
@@ -53,6 +51,13 @@ class Lease(BaseModel):
     run_id: str
     job_name: str
     taken_at: datetime
+
+    def is_stale(self, job_status: str | None, now: datetime) -> bool:
+        """Whether the lease's job (whose status is ``job_status``, None when it does not
+        exist) has ended, or was never created within the grace period."""
+        if job_status is None:
+            return now - self.taken_at > UNSTARTED_LEASE_GRACE
+        return job_status in ENDED_STATUSES
 
 
 class UploadQueue:
@@ -130,19 +135,6 @@ class UploadQueue:
                 return False
             raise
         return True
-
-
-def lease_is_stale(lease: Lease, sagemaker: Any, now: datetime) -> bool:
-    """Whether the lease's job has ended, or was never created within the grace period."""
-    try:
-        status = sagemaker.describe_processing_job(ProcessingJobName=lease.job_name)[
-            "ProcessingJobStatus"
-        ]
-    except Exception as error:
-        if error_code(error) in NO_SUCH_JOB:
-            return now - lease.taken_at > UNSTARTED_LEASE_GRACE
-        raise
-    return str(status) in ENDED_STATUSES
 
 
 def _lease_item(lease: Lease) -> dict[str, str]:

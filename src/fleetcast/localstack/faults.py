@@ -2,8 +2,9 @@
 the next requests to a service, so that clients' retry handling is tested over real HTTP.
 
 A :class:`FaultInjector` is a route of the :class:`~fleetcast.localstack.gateway.Gateway`:
-while a service has faults queued, its requests get them, one per request, and never reach
-moto, as when AWS itself refuses a request; then requests flow again.
+while a service has faults queued, its requests get them, one per request, and do not
+reach moto, as when AWS itself refuses a request (or, for an ``applied`` fault, reach it
+and lose its answer); then requests flow again.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from fleetcast.localstack.gateway import WsgiApp
 # The service a SigV4-signed request is for: ".../<date>/<region>/<service>/aws4_request".
 _SIGNED_SERVICE = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([^/]+)/aws4_request")
 _STATUS_TEXT = {400: "Bad Request", 500: "Internal Server Error", 503: "Service Unavailable"}
-# The JSON protocol version each service speaks (anything else unlisted here is JSON 1.1).
-_JSON_1_0 = frozenset({"dynamodb"})
+# DynamoDB speaks JSON 1.0 and names its errors in full; the other JSON services, 1.1.
 _DYNAMODB_ERROR_PREFIX = "com.amazonaws.dynamodb.v20120810#"
 
 
@@ -122,9 +122,8 @@ def _render(service: str, fault: Fault) -> tuple[bytes, str]:
             "<RequestId>fleetcast-fault</RequestId></Error>"
         )
         return xml.encode(), "application/xml"
-    if service in _JSON_1_0:
-        code = _DYNAMODB_ERROR_PREFIX + fault.code if service == "dynamodb" else fault.code
-        body = {"__type": code, "message": fault.message}
+    if service == "dynamodb":
+        body = {"__type": _DYNAMODB_ERROR_PREFIX + fault.code, "message": fault.message}
         return json.dumps(body).encode(), "application/x-amz-json-1.0"
     return (
         json.dumps({"__type": fault.code, "message": fault.message}).encode(),
