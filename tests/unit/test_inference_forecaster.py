@@ -240,3 +240,120 @@ def test_period_outside_the_horizon_is_refused(model_jsons: dict[str, str]) -> N
     forecaster = compile_model(model_jsons["defaults"], "D", horizon=30)
     with pytest.raises(ValueError, match="1 to 30"):
         forecaster.forecast(31, seed=1)
+
+
+def prophet_samples(model_json: str, period: int, seed: int) -> np.ndarray:
+    """Prophet's own posterior predictive samples of yhat, one row per future date."""
+    model = model_from_json(model_json)
+    future = model.make_future_dataframe(periods=period, include_history=False)
+    np.random.seed(seed)
+    samples: np.ndarray = model.predictive_samples(future)["yhat"]
+    return samples
+
+
+QUANTILES = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
+
+
+@pytest.mark.parametrize("variant", MODEL_OPTIONS)
+@pytest.mark.parametrize("period", [1, 7, 60])
+def test_quantiles_are_those_of_prophets_predictive_samples(
+    model_jsons: dict[str, str], variant: str, period: int
+) -> None:
+    # Given Prophet's own predictive samples under a seed
+    model_json = model_jsons[variant]
+    samples = prophet_samples(model_json, period, seed=20240607)
+
+    # When the container's forecaster is asked for quantiles with the same seed
+    forecast = compile_model(model_json, "D").forecast(period, 20240607, QUANTILES)
+
+    # Then each row is numpy's quantile of Prophet's samples
+    assert forecast.quantiles == QUANTILES and forecast.quantile_values is not None
+    assert forecast.quantile_values.shape == (len(QUANTILES), period)
+    expected = np.quantile(samples, QUANTILES, axis=1)
+    np.testing.assert_allclose(forecast.quantile_values, expected, rtol=0, atol=1e-6)
+
+
+def test_quantiles_rise_with_q_and_leave_the_interval_as_it_was(
+    model_jsons: dict[str, str],
+) -> None:
+    # Given a fine grid of quantiles
+    forecaster = compile_model(model_jsons["mixed-modes"], "D")
+    grid = tuple(round(q, 3) for q in np.arange(0.001, 1, 0.001))
+
+    # When a forecast is asked for with and without them
+    with_quantiles = forecaster.forecast(30, 11, grid)
+    without = forecaster.forecast(30, 11)
+
+    # Then every period's quantiles never fall as q rises, and the interval is the same
+    assert with_quantiles.quantile_values is not None
+    assert (np.diff(with_quantiles.quantile_values, axis=0) >= 0).all()
+    assert without.quantile_values is None and without.quantiles == ()
+    assert with_quantiles.yhat_lower is not None and without.yhat_lower is not None
+    np.testing.assert_array_equal(with_quantiles.yhat_lower, without.yhat_lower)
+    np.testing.assert_array_equal(with_quantiles.yhat_upper, without.yhat_upper)  # type: ignore[arg-type]
+
+
+def test_no_uncertainty_samples_gives_no_quantile_values(model_jsons: dict[str, str]) -> None:
+    document = json.loads(model_jsons["defaults"])
+    document["uncertainty_samples"] = 0
+    forecast = compile_model(json.dumps(document), "D").forecast(3, 1, (0.1, 0.9))
+    assert forecast.quantiles == (0.1, 0.9) and forecast.quantile_values is None
+
+
+@pytest.mark.parametrize("quantiles", [(0.0, 0.5), (0.5, 1.0), (0.9, 0.1), (0.5, 0.5)])
+def test_quantiles_outside_zero_one_or_out_of_order_are_refused(
+    model_jsons: dict[str, str], quantiles: tuple[float, ...]
+) -> None:
+    with pytest.raises(ValueError, match="quantiles must ascend"):
+        compile_model(model_jsons["defaults"], "D").forecast(3, 1, quantiles)
+
+
+def falling_consumption(days: int) -> pd.DataFrame:
+    """A customer whose use falls steadily towards zero: its trend carries on below it."""
+    day = np.arange(days)
+    y = 400 - 3.2 * day + 20 * np.sin(2 * np.pi * day / 7)
+    return pd.DataFrame({"ds": pd.date_range("2024-01-01", periods=days, freq="D"), "y": y})
+
+
+def test_clipping_at_zero_raises_every_negative_value_and_counts_them() -> None:
+    # Given a model whose trend goes below zero within the forecast
+    model = fit(falling_consumption(120), yearly_seasonality=False, daily_seasonality=False)
+    forecaster = compile_model(model_to_json(model), "D")
+    forecast = forecaster.forecast(60, 5, (0.1, 0.5, 0.9))
+    assert forecast.yhat_lower is not None and forecast.quantile_values is not None
+    negative = sum(
+        int((array < 0).sum())
+        for array in (
+            forecast.yhat,
+            forecast.yhat_lower,
+            forecast.yhat_upper,
+            forecast.quantile_values,
+        )
+        if array is not None
+    )
+    assert forecast.yhat.min() < 0 and negative > 0
+
+    # When it is clipped at zero
+    clipped, count = forecast.clipped_at(0.0)
+
+    # Then nothing is negative, the count is the negatives', the positive values stay, and
+    # the bounds and quantiles keep their order
+    assert count == negative
+    assert clipped.yhat_lower is not None and clipped.yhat_upper is not None
+    assert clipped.quantile_values is not None
+    for before, after in (
+        (forecast.yhat, clipped.yhat),
+        (forecast.yhat_lower, clipped.yhat_lower),
+        (forecast.yhat_upper, clipped.yhat_upper),
+        (forecast.quantile_values, clipped.quantile_values),
+    ):
+        assert (after >= 0).all()
+        np.testing.assert_array_equal(after[before >= 0], before[before >= 0])
+    assert (clipped.yhat_lower <= clipped.yhat_upper).all()
+    assert (np.diff(clipped.quantile_values, axis=0) >= 0).all()
+
+
+def test_clipping_a_positive_forecast_changes_nothing(model_jsons: dict[str, str]) -> None:
+    forecast = compile_model(model_jsons["defaults"], "D").forecast(7, 1, (0.5,))
+    clipped, count = forecast.clipped_at(0.0)
+    assert clipped is forecast and count == 0

@@ -10,7 +10,8 @@ drops the rest of the model.
 :meth:`ProphetForecaster.forecast` then follows ``Prophet.predict`` with its default
 vectorised uncertainty step by step, drawing the same random numbers in the same order:
 with a ``numpy.random.RandomState`` seeded like ``numpy.random.seed`` the intervals
-equal Prophet's own. The unit tests hold both to that.
+equal Prophet's own, and the quantiles it is asked for are those of the samples
+``Prophet.predictive_samples`` draws. The unit tests hold all of them to that.
 """
 
 from __future__ import annotations
@@ -45,6 +46,27 @@ class Forecast:
     # None when the model was fitted with uncertainty_samples=0, as Prophet gives none.
     yhat_lower: FloatArray | None
     yhat_upper: FloatArray | None
+    # The quantiles asked for (ascending), and one row of values per quantile; the
+    # values are None like the intervals when the model draws no samples.
+    quantiles: tuple[float, ...] = ()
+    quantile_values: FloatArray | None = None
+
+    def clipped_at(self, floor: float) -> tuple[Forecast, int]:
+        """This forecast with every value below ``floor`` raised to it, and how many were.
+
+        Clipping keeps the order of the quantiles and of the interval's bounds.
+        """
+        arrays = (self.yhat, self.yhat_lower, self.yhat_upper, self.quantile_values)
+        clipped = sum(int((array < floor).sum()) for array in arrays if array is not None)
+        if not clipped:
+            return self, 0
+        lower, upper, values = (
+            None if array is None else np.maximum(array, floor) for array in arrays[1:]
+        )
+        raised = Forecast(
+            self.dates, np.maximum(self.yhat, floor), lower, upper, self.quantiles, values
+        )
+        return raised, clipped
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -76,14 +98,33 @@ class ProphetForecaster:
     def horizon(self) -> int:
         return int(self.t.shape[0])
 
-    def forecast(self, period: int, seed: int) -> Forecast:
+    def forecast(self, period: int, seed: int, quantiles: tuple[float, ...] = ()) -> Forecast:
+        """The next ``period`` periods: ``yhat``, the interval and ``quantiles`` (ascending,
+        each in (0, 1)), the last two from one simulation, as ``Prophet.predict`` draws it.
+
+        The draws depend on ``seed`` and ``period`` only, so asking for quantiles leaves
+        the interval as it is without them.
+        """
         if not 1 <= period <= self.horizon:
             raise ValueError(f"period must be 1 to {self.horizon}, got {period}")
-        lower, upper = self._intervals(period, seed) if self.uncertainty_samples else (None, None)
-        return Forecast(self.dates[:period], self.yhat[:period], lower, upper)
+        if any(not 0 < q < 1 for q in quantiles) or list(quantiles) != sorted(set(quantiles)):
+            raise ValueError(f"quantiles must ascend strictly within (0, 1), got {quantiles}")
+        dates, yhat = self.dates[:period], self.yhat[:period]
+        if not self.uncertainty_samples:
+            return Forecast(dates, yhat, None, None, quantiles, None)
+        samples = self._samples(period, seed)
+        percentile = np.nanpercentile if np.isnan(samples).any() else np.percentile
+        lower = percentile(samples, 100 * (1.0 - self.interval_width) / 2, axis=0)
+        upper = percentile(samples, 100 * (1.0 + self.interval_width) / 2, axis=0)
+        values = None
+        if quantiles:
+            quantile = np.nanquantile if percentile is np.nanpercentile else np.quantile
+            values = np.asarray(quantile(samples, quantiles, axis=0), dtype=np.float64)
+        return Forecast(dates, yhat, lower, upper, quantiles, values)
 
-    def _intervals(self, period: int, seed: int) -> tuple[FloatArray, FloatArray]:
-        """Prophet's ``sample_posterior_predictive`` (vectorised) and its percentiles."""
+    def _samples(self, period: int, seed: int) -> FloatArray:
+        """Prophet's ``sample_posterior_predictive`` (vectorised) of ``yhat``: one row per
+        sample, one column per period."""
         random = np.random.RandomState(seed)
         iterations = self.sigma_obs.shape[0]
         per_iteration = max(1, math.ceil(self.uncertainty_samples / iterations))
@@ -107,11 +148,8 @@ class ProphetForecaster:
             simulations.append(
                 trends * (1 + self.multiplicative[i, :period]) + self.additive[i, :period] + noise
             )
-        samples = np.vstack(simulations)
-        percentile = np.nanpercentile if np.isnan(samples).any() else np.percentile
-        lower = percentile(samples, 100 * (1.0 - self.interval_width) / 2, axis=0)
-        upper = percentile(samples, 100 * (1.0 + self.interval_width) / 2, axis=0)
-        return lower, upper
+        samples: FloatArray = np.vstack(simulations)
+        return samples
 
 
 def forecast_seed(customer_id: str, model_version: str, period: int) -> int:
