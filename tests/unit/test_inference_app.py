@@ -323,6 +323,75 @@ def test_same_request_gets_the_same_answer_after_a_reload(
     assert call(app, "POST", "/models/m1/invoke", {"period": 30}) == first
 
 
+def test_quantiles_come_beside_the_unchanged_answer_and_are_cached_apart(
+    app: InferenceApp, settings: InferenceSettings, model_json: str
+) -> None:
+    # Given a loaded model and its answer without quantiles
+    load(app, "m1", place_model(settings, "m1", model_json, "c-1"))
+    _, plain = call(app, "POST", "/models/m1/invoke", {"period": 7})
+
+    # When quantiles are asked for, out of order and repeated, then again as the same set
+    status, answer = call(
+        app, "POST", "/models/m1/invoke", {"period": 7, "quantiles": [0.9, 0.1, 0.5, 0.10]}
+    )
+    again = call(app, "POST", "/models/m1/invoke", {"period": 7, "quantiles": [0.1, 0.5, 0.9]})
+    described = call(app, "GET", "/models/m1")[1]
+
+    # Then each point keeps its fields and gains the quantiles by name, in order; the plain
+    # answer has no quantiles; the same set is one cached answer beside the plain one
+    assert status == 200 and again == (200, answer)
+    assert "quantiles" not in plain["forecast"][0] and "clipped_at_zero" not in plain
+    for with_quantiles, without in zip(answer["forecast"], plain["forecast"], strict=True):
+        quantiles = with_quantiles.pop("quantiles")
+        assert with_quantiles == without
+        assert list(quantiles) == ["0.1", "0.5", "0.9"]
+        assert quantiles["0.1"] <= quantiles["0.5"] <= quantiles["0.9"]
+    assert (described["invocations"], described["cachedAnswers"]) == (3, 2)
+
+
+def falling_model_json() -> str:
+    """A customer whose use falls towards zero: the trend carries on below it."""
+    day = np.arange(120)
+    history = pd.DataFrame(
+        {
+            "ds": pd.date_range("2022-03-01", periods=120, freq="D"),
+            "y": 400 - 3.2 * day + 20 * np.sin(2 * np.pi * day / 7),
+        }
+    )
+    logging.getLogger("cmdstanpy").disabled = True
+    model = Prophet(yearly_seasonality=False, daily_seasonality=False).fit(history)
+    return model_to_json(model)
+
+
+def test_a_forecast_below_zero_is_clipped_and_says_how_many_values_were(
+    app: InferenceApp, settings: InferenceSettings
+) -> None:
+    # Given a model whose trend goes below zero within 60 days
+    model_json = falling_model_json()
+    load(app, "m1", place_model(settings, "m1", model_json, "c-1"))
+    unclipped = app.registry.status("m1").model.forecaster.forecast(60, seed=1)
+    assert unclipped.yhat.min() < 0
+
+    # When it is asked for 60 days with quantiles
+    status, answer = call(app, "POST", "/models/m1/invoke", {"period": 60, "quantiles": [0.1, 0.9]})
+
+    # Then no value is negative, and the answer counts those raised to zero
+    assert status == 200
+    values = [
+        value
+        for point in answer["forecast"]
+        for value in (
+            point["yhat"],
+            point["yhat_lower"],
+            point["yhat_upper"],
+            *point["quantiles"].values(),
+        )
+    ]
+    assert min(values) == 0.0
+    assert answer["clipped_at_zero"] == sum(value == 0.0 for value in values) > 0
+    assert answer["forecast"][-1]["yhat"] == 0.0
+
+
 def test_names_with_slashes_route_encoded_or_not(
     app: InferenceApp, settings: InferenceSettings, model_json: str
 ) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from fleetcast_inference.errors import BadRequestError
 from fleetcast_inference.protocol import (
+    InvokeRequest,
     decode_page_token,
     encode_page_token,
     parse_invoke_body,
@@ -27,12 +28,32 @@ from fleetcast_inference.protocol import (
 )
 def test_invoke_body_gives_the_period(body: bytes) -> None:
     # When a well-formed body is parsed, then the period is 7
-    assert parse_invoke_body(body) == 7
+    assert parse_invoke_body(body) == InvokeRequest(7)
 
 
 @pytest.mark.parametrize("period", [1, 365])
 def test_invoke_body_accepts_the_range_ends(period: int) -> None:
-    assert parse_invoke_body(json.dumps({"period": period}).encode()) == period
+    assert parse_invoke_body(json.dumps({"period": period}).encode()) == InvokeRequest(period)
+
+
+@pytest.mark.parametrize(
+    ("quantiles", "expected"),
+    [
+        ([0.1, 0.5, 0.9], (0.1, 0.5, 0.9)),
+        ([0.9, 0.1, 0.5, 0.1], (0.1, 0.5, 0.9)),
+        ([0.10, 0.1], (0.1,)),
+        ([0.001, 0.999], (0.001, 0.999)),
+        (
+            [round(0.05 * i, 2) for i in range(1, 20)] + [0.05],
+            tuple(round(0.05 * i, 2) for i in range(1, 20)),
+        ),
+    ],
+)
+def test_invoke_body_quantiles_come_sorted_without_repeats(
+    quantiles: list[float], expected: tuple[float, ...]
+) -> None:
+    body = json.dumps({"period": 7, "quantiles": quantiles}).encode()
+    assert parse_invoke_body(body) == InvokeRequest(7, expected)
 
 
 @pytest.mark.parametrize(
@@ -54,7 +75,33 @@ def test_invoke_body_accepts_the_range_ends(period: int) -> None:
         (b'{"period": 366}', "from 1 to 365, not 366"),
         (b'{"period": -3}', "from 1 to 365"),
         (b'{"period": 7, "horizon": 7}', "unknown field 'horizon'"),
+        (
+            b'{"period": 7, "quantiles": []}',
+            "non-empty array of numbers between 0 and 1, not an em",
+        ),
+        (b'{"period": 7, "quantiles": "0.1,0.9"}', "non-empty array .* not a string"),
+        (b'{"period": 7, "quantiles": 0.5}', "non-empty array .* not the number 0.5"),
+        (
+            b'{"period": 7, "quantiles": [0.1, "0.9"]}',
+            r"'quantiles'\[1\] must be a number, not a string",
+        ),
+        (
+            b'{"period": 7, "quantiles": [true]}',
+            r"'quantiles'\[0\] must be a number, not a boolean",
+        ),
+        (
+            b'{"period": 7, "quantiles": [0.5, 0]}',
+            r"'quantiles'\[1\] must be between 0 and 1 .*not 0$",
+        ),
+        (b'{"period": 7, "quantiles": [1]}', r"between 0 and 1 \(exclusive\), not 1$"),
+        (b'{"period": 7, "quantiles": [-0.5]}', "between 0 and 1"),
+        (b'{"period": 7, "quantiles": [1e400]}', "between 0 and 1"),
+        (
+            json.dumps({"period": 7, "quantiles": [i / 100 for i in range(1, 22)]}).encode(),
+            "at most 20 different quantiles, not 21",
+        ),
         (b'{"period": 7, "b": 1, "a": 2}', "unknown fields 'a', 'b'"),
+        (b'{"period": 0, "quantiles": [0.5]}', "from 1 to 365, not 0"),
     ],
 )
 def test_invoke_body_refusals_say_what_is_wrong(body: bytes, message: str) -> None:

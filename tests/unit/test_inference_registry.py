@@ -285,7 +285,8 @@ def test_accounted_bytes_cover_what_loading_really_allocates(archive: Path) -> N
     registry = ModelRegistry(budget_bytes=2**30)
     url = "/opt/ml/models/{}/model"
     registry.load("warm", lambda: build_served_model("warm", url.format("warm"), archive))
-    registry.answer("warm", 7, lambda model: payload(1100))
+    # (The key the container uses: the period and the quantiles asked for, here none.)
+    registry.answer("warm", (7, ()), lambda model: payload(1100))
     names = [f"customer-{i:03d}" for i in range(60)]
     gc.collect()
 
@@ -300,7 +301,7 @@ def test_accounted_bytes_cover_what_loading_really_allocates(archive: Path) -> N
         gc.collect()
         after_models = tracemalloc.get_traced_memory()[0]
         for name in names:
-            registry.answer(name, 7, lambda model: payload(1100))
+            registry.answer(name, (7, ()), lambda model: payload(1100))
         gc.collect()
         after_answers = tracemalloc.get_traced_memory()[0]
     finally:

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 from fleetcast_inference import protocol
 from fleetcast_inference.artifact import read_model_artifact
 from fleetcast_inference.contract import (
+    FORECAST_FLOOR,
     INVOCATIONS_PATH,
     INVOKE_SUFFIX,
     MODELS_DIR,
@@ -144,14 +145,19 @@ class InferenceApp:
         return Response(200, protocol.render_unloaded(model))
 
     def invoke(self, name: str, request: Request) -> Response:
-        period = protocol.parse_invoke_body(request.body)
+        invoke = protocol.parse_invoke_body(request.body)
 
         def compute(model: ServedModel) -> bytes:
-            seed = forecast_seed(model.customer_id, model.model_version, period)
-            return protocol.render_forecast(model, model.forecaster.forecast(period, seed))
+            # The seed leaves the quantiles out: asking for them changes no interval.
+            seed = forecast_seed(model.customer_id, model.model_version, invoke.period)
+            forecast = model.forecaster.forecast(invoke.period, seed, invoke.quantiles)
+            clipped_forecast, clipped = forecast.clipped_at(FORECAST_FLOOR)
+            return protocol.render_forecast(model, clipped_forecast, clipped)
 
         try:
-            return Response(200, self.registry.answer(name, period, compute))
+            # One cached answer per period and quantile set: the default path is unchanged.
+            key = (invoke.period, invoke.quantiles)
+            return Response(200, self.registry.answer(name, key, compute))
         except ModelNotLoadedError:
             target_model = request.header(TARGET_MODEL_HEADER)
             if target_model and target_model != name:

@@ -23,6 +23,7 @@ from fleetcast_inference.contract import (
     LIST_TOKEN_PARAM,
     MAX_LIST_LIMIT,
     MAX_PERIOD,
+    MAX_QUANTILES,
     MIN_PERIOD,
 )
 from fleetcast_inference.errors import BadRequestError, InferenceError
@@ -30,7 +31,10 @@ from fleetcast_inference.forecaster import Forecast
 from fleetcast_inference.registry import ModelStatus, ServedModel
 
 PERIOD_FIELD = "period"
+QUANTILES_FIELD = "quantiles"
+CLIPPED_FIELD = "clipped_at_zero"
 _EXAMPLE = f'{{"{PERIOD_FIELD}": 7}}'
+_QUANTILES_EXAMPLE = f'{{"{PERIOD_FIELD}": 7, "{QUANTILES_FIELD}": [0.1, 0.5, 0.9]}}'
 _MAX_NAME_LENGTH = 1024
 
 
@@ -41,14 +45,21 @@ class LoadRequest:
 
 
 @dataclass(frozen=True)
+class InvokeRequest:
+    period: int
+    # Ascending, without repeats; empty when none were asked for.
+    quantiles: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class ListRequest:
     after: str | None
     limit: int
 
 
-def parse_invoke_body(body: bytes) -> int:
-    """The period asked for. Also accepts the public AWS sample's body, a JSON string
-    that itself holds the JSON object."""
+def parse_invoke_body(body: bytes) -> InvokeRequest:
+    """The period and quantiles asked for. Also accepts the public AWS sample's body, a
+    JSON string that itself holds the JSON object."""
     document = _json_document(
         body, f"send {_EXAMPLE} with a period from {MIN_PERIOD} to {MAX_PERIOD}"
     )
@@ -63,11 +74,11 @@ def parse_invoke_body(body: bytes) -> int:
         raise BadRequestError(
             f"the body must be a JSON object like {_EXAMPLE}, not {_kind(document)}"
         )
-    unknown = sorted(set(document) - {PERIOD_FIELD})
+    unknown = sorted(set(document) - {PERIOD_FIELD, QUANTILES_FIELD})
     if unknown:
         raise BadRequestError(
             f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"the body has one field, {PERIOD_FIELD!r}"
+            f"the body has {PERIOD_FIELD!r} and optionally {QUANTILES_FIELD!r}"
         )
     if PERIOD_FIELD not in document:
         raise BadRequestError(f"the body lacks {PERIOD_FIELD!r}; send {_EXAMPLE}")
@@ -78,7 +89,42 @@ def parse_invoke_body(body: bytes) -> int:
         raise BadRequestError(
             f"{PERIOD_FIELD!r} must be from {MIN_PERIOD} to {MAX_PERIOD}, not {period}"
         )
-    return period
+    if QUANTILES_FIELD not in document:
+        return InvokeRequest(period)
+    return InvokeRequest(period, _quantiles(document[QUANTILES_FIELD]))
+
+
+def _quantiles(value: object) -> tuple[float, ...]:
+    """The quantiles of an invoke body: a non-empty array of numbers in (0, 1), at most
+    MAX_QUANTILES of them after repeats are dropped; sorted."""
+    if not isinstance(value, list) or not value:
+        raise BadRequestError(
+            f"{QUANTILES_FIELD!r} must be a non-empty array of numbers between 0 and 1, not "
+            f"{'an empty array' if value == [] else _kind(value)}; send {_QUANTILES_EXAMPLE}"
+        )
+    for position, quantile in enumerate(value):
+        if isinstance(quantile, bool) or not isinstance(quantile, int | float):
+            raise BadRequestError(
+                f"{QUANTILES_FIELD!r}[{position}] must be a number, not {_kind(quantile)}"
+            )
+        if not 0 < quantile < 1:
+            raise BadRequestError(
+                f"{QUANTILES_FIELD!r}[{position}] must be between 0 and 1 (exclusive), "
+                f"not {quantile!r}"
+            )
+    quantiles = tuple(sorted({float(quantile) for quantile in value}))
+    if len(quantiles) > MAX_QUANTILES:
+        raise BadRequestError(
+            f"{QUANTILES_FIELD!r} may hold at most {MAX_QUANTILES} different quantiles, "
+            f"not {len(quantiles)}"
+        )
+    return quantiles
+
+
+def quantile_key(quantile: float) -> str:
+    """How a quantile names its value in an answer: the shortest decimal of the float
+    (``0.1``, ``0.25``), so ``0.10`` and ``0.1`` ask for the same one."""
+    return repr(float(quantile))
 
 
 def parse_load_body(body: bytes) -> LoadRequest:
@@ -131,20 +177,32 @@ def decode_page_token(token: str) -> str:
         ) from None
 
 
-def render_forecast(model: ServedModel, forecast: Forecast) -> bytes:
+def render_forecast(model: ServedModel, forecast: Forecast, clipped: int = 0) -> bytes:
+    """The answer: one point per period, with ``quantiles`` only when some were asked
+    for and ``clipped_at_zero`` (how many values were raised to 0) only when any were,
+    so an answer without either is what it was before they existed."""
     unit: Literal["D", "s"] = "D" if model.forecaster.daily_dates else "s"
     dates = np.datetime_as_string(forecast.dates, unit=unit).tolist()
     yhat = forecast.yhat.tolist()
     lower = forecast.yhat_lower.tolist() if forecast.yhat_lower is not None else [None] * len(yhat)
     upper = forecast.yhat_upper.tolist() if forecast.yhat_upper is not None else [None] * len(yhat)
-    document = {
+    points: list[dict[str, Any]] = [
+        {"ds": ds, "yhat": y, "yhat_lower": lo, "yhat_upper": hi}
+        for ds, y, lo, hi in zip(dates, yhat, lower, upper, strict=True)
+    ]
+    if forecast.quantiles:
+        keys = [quantile_key(quantile) for quantile in forecast.quantiles]
+        values = forecast.quantile_values
+        per_period = values.T.tolist() if values is not None else [[None] * len(keys)] * len(yhat)
+        for point, row in zip(points, per_period, strict=True):
+            point[QUANTILES_FIELD] = dict(zip(keys, row, strict=True))
+    document: dict[str, Any] = {
         "customer_id": model.customer_id,
         "model_version": model.model_version,
-        "forecast": [
-            {"ds": ds, "yhat": y, "yhat_lower": lo, "yhat_upper": hi}
-            for ds, y, lo, hi in zip(dates, yhat, lower, upper, strict=True)
-        ],
+        "forecast": points,
     }
+    if clipped:
+        document[CLIPPED_FIELD] = clipped
     return _encode(document)
 
 

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from fleetcast_inference.errors import (
@@ -32,7 +32,7 @@ from fleetcast_inference.errors import (
 from fleetcast_inference.forecaster import ProphetForecaster
 
 # Calibrated with tracemalloc (tests/unit/test_inference_registry.py checks both):
-# a registry entry (usage record, dictionary slots, cached-period set) and a cached
+# a registry entry (usage record, dictionary slots, cached-request set) and a cached
 # answer's key and dictionary slot.
 MODEL_ENTRY_OVERHEAD_BYTES = 1024
 CACHE_ENTRY_OVERHEAD_BYTES = 256
@@ -69,7 +69,7 @@ class _Entry:
     loaded_at: float
     last_used_at: float | None = None
     invocations: int = 0
-    cached_periods: set[int] = field(default_factory=set)
+    cached_requests: set[Hashable] = field(default_factory=set)
 
 
 @dataclass(eq=False)
@@ -100,7 +100,7 @@ class ModelRegistry:
         self._lock = threading.Lock()
         self._models: dict[str, _Entry] = {}
         self._loading: dict[str, _PendingLoad] = {}
-        self._answers: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._answers: OrderedDict[tuple[str, Hashable], bytes] = OrderedDict()
         self._model_bytes = 0
         self._cache_bytes = 0
 
@@ -146,8 +146,8 @@ class ModelRegistry:
             if entry is None:
                 raise ModelNotLoadedError(f"model {name!r} is not loaded")
             self._model_bytes -= entry.model.memory_bytes
-            for period in entry.cached_periods:
-                self._forget((name, period))
+            for request in entry.cached_requests:
+                self._forget((name, request))
         return entry.model
 
     def status(self, name: str) -> ModelStatus:
@@ -160,7 +160,7 @@ class ModelRegistry:
                 entry.loaded_at,
                 entry.last_used_at,
                 entry.invocations,
-                len(entry.cached_periods),
+                len(entry.cached_requests),
             )
 
     def page(self, after: str | None, limit: int) -> tuple[list[ServedModel], str | None]:
@@ -175,12 +175,15 @@ class ModelRegistry:
         more = start + limit < len(names)
         return models, (chosen[-1] if more and chosen else None)
 
-    def answer(self, name: str, period: int, compute: Callable[[ServedModel], bytes]) -> bytes:
-        """The answer for ``period`` from model ``name``: cached, else computed and cached.
+    def answer(
+        self, name: str, request: Hashable, compute: Callable[[ServedModel], bytes]
+    ) -> bytes:
+        """The answer to ``request`` (what the invoke asked: its period, quantiles) from
+        model ``name``: cached, else computed and cached.
 
         ``compute`` must be deterministic: concurrent first requests may both run it.
         """
-        key = (name, period)
+        key = (name, request)
         with self._lock:
             entry = self._models.get(name)
             if entry is None:
@@ -218,7 +221,7 @@ class ModelRegistry:
         while self._answers and self._model_bytes + self._cache_bytes + needed > self._budget:
             self._forget(next(iter(self._answers)))
 
-    def _remember(self, entry: _Entry, key: tuple[str, int], payload: bytes) -> None:
+    def _remember(self, entry: _Entry, key: tuple[str, Hashable], payload: bytes) -> None:
         size = _answer_bytes(payload)
         room = min(self._cache_limit, self._budget - self._model_bytes)
         if size > room:
@@ -227,14 +230,14 @@ class ModelRegistry:
             self._forget(next(iter(self._answers)))
         self._answers[key] = payload
         self._cache_bytes += size
-        entry.cached_periods.add(key[1])
+        entry.cached_requests.add(key[1])
 
-    def _forget(self, key: tuple[str, int]) -> None:
+    def _forget(self, key: tuple[str, Hashable]) -> None:
         payload = self._answers.pop(key)
         self._cache_bytes -= _answer_bytes(payload)
         entry = self._models.get(key[0])
         if entry is not None:
-            entry.cached_periods.discard(key[1])
+            entry.cached_requests.discard(key[1])
 
 
 def _answer_bytes(payload: bytes) -> int:
