@@ -35,9 +35,12 @@ from pydantic import BaseModel, Field
 from fleetcast_common.aws import dynamodb_table
 from fleetcast_common.forecast_endpoint import ForecastEndpoint, runtime_client
 from fleetcast_common.forecasting import (
+    CLIPPING_NOTE,
     DEFAULT_PERIOD,
     MAX_PERIOD,
     MIN_PERIOD,
+    QUANTILES_EXAMPLE,
+    QUANTILES_PARAMETER,
     CustomerForecast,
     EndpointFailedError,
     EndpointUnavailableError,
@@ -48,12 +51,14 @@ from fleetcast_common.forecasting import (
     UnknownCustomerError,
     customer_forecast,
     live_model,
+    parse_quantiles,
 )
 from fleetcast_common.ids import (
     CUSTOMER_ID_PATTERN,
     InvalidCustomerIdError,
     is_valid_customer_id,
 )
+from fleetcast_common.quantiles import MAX_QUANTILES
 from fleetcast_common.registry import LiveModel, ModelRegistry, RegistryUnavailableError
 
 # An error response publishes no metric; that is expected, not worth a warning each time.
@@ -147,6 +152,17 @@ Period = Annotated[
     int,
     Query(ge=MIN_PERIOD, le=MAX_PERIOD, description="How many periods (days) to forecast"),
 ]
+Quantiles = Annotated[
+    str | None,
+    Query(
+        description=(
+            f"Comma-separated quantiles to add to each point, each between 0 and 1 "
+            f"(exclusive), at most {MAX_QUANTILES} different ones; sorted and repeats "
+            "dropped. Drawn from the same seeded uncertainty samples as the interval."
+        ),
+        examples=[QUANTILES_EXAMPLE],
+    ),
+]
 
 
 @functools.cache
@@ -189,16 +205,23 @@ def _only_query_parameters(*known: str) -> Any:
     description=(
         "The next `period` days after the customer's history, from its live model: "
         "Prophet's point forecast and 80 % interval, with the model's version, training "
-        "time and last day of data."
+        "time and last day of data; with `quantiles`, those quantiles of the same "
+        "uncertainty samples at each point. The same request always gets the same answer. "
+        + CLIPPING_NOTE
     ),
     tags=["forecasts"],
     responses=_documented("The forecast", 400, 403, 404, 429, 502, 503),
-    middlewares=[_only_query_parameters("period")],
+    middlewares=[_only_query_parameters("period", QUANTILES_PARAMETER)],
 )
-def get_forecast(customer_id: CustomerId, period: Period = DEFAULT_PERIOD) -> CustomerForecast:
+def get_forecast(
+    customer_id: CustomerId, period: Period = DEFAULT_PERIOD, quantiles: Quantiles = None
+) -> CustomerForecast:
     logger.append_keys(customer_id=customer_id, period=period)
+    asked = parse_quantiles(quantiles) if quantiles is not None else ()
+    if asked:
+        logger.append_keys(quantiles=asked)
     started = time.perf_counter()
-    forecast = customer_forecast(customer_id, period, _live_models(), _endpoint())
+    forecast = customer_forecast(customer_id, period, _live_models(), _endpoint(), asked)
     metrics.add_metric(
         name="ForecastLatency",
         unit=MetricUnit.Milliseconds,
@@ -284,6 +307,11 @@ def _describe(errors: Any) -> str:
             problems.append(
                 f"period must be a whole number of days from {MIN_PERIOD} to {MAX_PERIOD}, "
                 f"not {problem.get('input')!r}"
+            )
+        elif name == QUANTILES_PARAMETER:
+            problems.append(
+                f"{QUANTILES_PARAMETER} must be given once, as comma-separated numbers "
+                f"between 0 and 1, e.g. {QUANTILES_PARAMETER}={QUANTILES_EXAMPLE}"
             )
         else:
             where = f"{location[0]} parameter " if len(location) > 1 else ""

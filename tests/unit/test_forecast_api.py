@@ -57,8 +57,42 @@ def api() -> Any:
         ("42", {"period": "week"}, "not 'week'"),
         ("42", {"period": "7", "periods": "30"}, "unknown query parameter 'periods'"),
         ("42", {"customer": "43"}, "unknown query parameter 'customer'"),
+        ("42", {"quantiles": ""}, "quantiles: '' is not a decimal number"),
+        ("42", {"quantiles": "0.1,,0.9"}, "quantiles: '' is not a decimal number"),
+        ("42", {"quantiles": "0.1,p90"}, "quantiles: 'p90' is not a decimal number"),
+        ("42", {"quantiles": "nan"}, "quantiles: 'nan' is not a decimal number"),
+        ("42", {"quantiles": "-0.1"}, "quantiles: '-0.1' is not a decimal number"),
+        ("42", {"quantiles": "0.5,1"}, "quantiles: 1.0 is not between 0 and 1 (exclusive)"),
+        ("42", {"quantiles": "0"}, "quantiles: 0.0 is not between 0 and 1"),
+        ("42", {"quantiles": "50"}, "quantiles: 50.0 is not between 0 and 1"),
+        (
+            "42",
+            {"quantiles": ",".join(f"0.{i:02d}" for i in range(1, 22))},
+            "quantiles: at most 20 different quantiles, not 21",
+        ),
+        ("42", {"quantile": "0.5"}, "unknown query parameter 'quantile'"),
     ],
-    ids=["leading dash", "too long", "space", "zero", "366", "fraction", "word", "typo", "extra"],
+    ids=[
+        "leading dash",
+        "too long",
+        "space",
+        "zero",
+        "366",
+        "fraction",
+        "word",
+        "typo",
+        "extra",
+        "empty quantiles",
+        "empty quantile",
+        "quantile name",
+        "nan quantile",
+        "negative quantile",
+        "quantile 1",
+        "quantile 0",
+        "percent",
+        "21 quantiles",
+        "quantile typo",
+    ],
 )
 def test_bad_requests_get_400_saying_what_is_wrong(
     api: Any, customer_id: str, query: dict[str, str], complaint: str
@@ -73,6 +107,29 @@ def test_bad_requests_get_400_saying_what_is_wrong(
     assert body["error"] == "InvalidRequest"
     assert complaint in body["message"]
     assert "Traceback" not in json.dumps(body)
+
+
+def test_repeated_quantiles_parameters_are_refused(api: Any) -> None:
+    # Given quantiles given twice rather than comma-separated
+    event = api_event(query={"quantiles": "0.9"})
+    event["multiValueQueryStringParameters"] = {"quantiles": ["0.1", "0.9"]}
+    # When the handler gets it, then it says how to give them
+    status, _, body = call(api, event)
+    assert (status, body["error"]) == (400, "InvalidRequest")
+    assert "quantiles must be given once, as comma-separated numbers" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.1,0.5,0.9", (0.1, 0.5, 0.9)),
+        (" 0.9 , 0.1,0.10 ", (0.1, 0.9)),
+        (".5", (0.5,)),
+        ("1e-3,0.999", (0.001, 0.999)),
+    ],
+)
+def test_quantiles_are_read_sorted_without_repeats(text: str, expected: tuple[float, ...]) -> None:
+    assert forecasting.parse_quantiles(text) == expected
 
 
 def test_the_model_route_takes_no_query_parameters(api: Any) -> None:
@@ -159,7 +216,8 @@ def test_the_adapter_sends_the_period_to_the_target_model_and_reads_the_forecast
     with Stubber(client) as stub:
         stub.add_response("invoke_endpoint", answer(forecast), EXPECTED_REQUEST)
         got = ForecastEndpoint(client, ENDPOINT).forecast(TARGET_MODEL, 7)
-    assert got.model_dump() == forecast
+    assert got.model_dump(exclude={"clipped_at_zero"}) == forecast
+    assert got.clipped_at_zero == 0
 
 
 @pytest.mark.parametrize(
@@ -251,6 +309,12 @@ def test_the_openapi_document_describes_the_key_routes_and_errors() -> None:
     assert set(forecast["responses"]) == {"200", "400", "403", "404", "429", "502", "503"}
     assert "Retry-After" in forecast["responses"]["503"]["headers"]
     parameters = {p["name"]: p for p in forecast["parameters"]}
+    assert parameters["quantiles"]["required"] is False
+    assert "Comma-separated quantiles" in parameters["quantiles"]["description"]
+    assert "never negative" in forecast["description"]
+    schemas = document["components"]["schemas"]
+    assert set(schemas["CustomerForecast"]["properties"]) >= {"quantiles", "clipped_at_zero"}
+    assert "quantiles" in schemas["ForecastPoint"]["properties"]
     assert parameters["period"]["schema"]["minimum"] == 1
     assert parameters["period"]["schema"]["maximum"] == 365
     assert parameters["customer_id"]["schema"]["pattern"] == forecasting.CUSTOMER_ID_PATTERN

@@ -98,7 +98,7 @@ def test_invoke_body_quantiles_come_sorted_without_repeats(
         (b'{"period": 7, "quantiles": [1e400]}', "between 0 and 1"),
         (
             json.dumps({"period": 7, "quantiles": [i / 100 for i in range(1, 22)]}).encode(),
-            "at most 20 different quantiles, not 21",
+            "'quantiles': at most 20 different quantiles, not 21",
         ),
         (b'{"period": 7, "b": 1, "a": 2}', "unknown fields 'a', 'b'"),
         (b'{"period": 0, "quantiles": [0.5]}', "from 1 to 365, not 0"),

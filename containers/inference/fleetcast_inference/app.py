@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
+from fleetcast_common.quantiles import FORECAST_FLOOR
 from fleetcast_inference import protocol
 from fleetcast_inference.artifact import read_model_artifact
 from fleetcast_inference.contract import (
-    FORECAST_FLOOR,
     INVOCATIONS_PATH,
     INVOKE_SUFFIX,
     MODELS_DIR,

@@ -54,10 +54,6 @@ MAX_LIST_LIMIT = 1000
 # Forecast horizon an invoke may ask for, in the model's own periods.
 MIN_PERIOD = 1
 MAX_PERIOD = 365
-# Quantiles an invoke may ask for at once (Amazon Forecast's ForecastTypes allow as many).
-MAX_QUANTILES = 20
-# Forecasts are of consumption: every value an invoke answers is at least this.
-FORECAST_FLOOR = 0.0
 
 
 class SettingsError(ValueError):

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs
 
 import numpy as np
 
+from fleetcast_common.quantiles import normalise_quantiles, quantile_key
 from fleetcast_inference.contract import (
     DEFAULT_LIST_LIMIT,
     LIST_LIMIT_PARAM,
@@ -23,7 +24,6 @@ from fleetcast_inference.contract import (
     LIST_TOKEN_PARAM,
     MAX_LIST_LIMIT,
     MAX_PERIOD,
-    MAX_QUANTILES,
     MIN_PERIOD,
 )
 from fleetcast_inference.errors import BadRequestError, InferenceError
@@ -95,8 +95,8 @@ def parse_invoke_body(body: bytes) -> InvokeRequest:
 
 
 def _quantiles(value: object) -> tuple[float, ...]:
-    """The quantiles of an invoke body: a non-empty array of numbers in (0, 1), at most
-    MAX_QUANTILES of them after repeats are dropped; sorted."""
+    """The quantiles of an invoke body: a non-empty array of numbers in (0, 1); sorted,
+    without repeats."""
     if not isinstance(value, list) or not value:
         raise BadRequestError(
             f"{QUANTILES_FIELD!r} must be a non-empty array of numbers between 0 and 1, not "
@@ -112,19 +112,10 @@ def _quantiles(value: object) -> tuple[float, ...]:
                 f"{QUANTILES_FIELD!r}[{position}] must be between 0 and 1 (exclusive), "
                 f"not {quantile!r}"
             )
-    quantiles = tuple(sorted({float(quantile) for quantile in value}))
-    if len(quantiles) > MAX_QUANTILES:
-        raise BadRequestError(
-            f"{QUANTILES_FIELD!r} may hold at most {MAX_QUANTILES} different quantiles, "
-            f"not {len(quantiles)}"
-        )
-    return quantiles
-
-
-def quantile_key(quantile: float) -> str:
-    """How a quantile names its value in an answer: the shortest decimal of the float
-    (``0.1``, ``0.25``), so ``0.10`` and ``0.1`` ask for the same one."""
-    return repr(float(quantile))
+    try:
+        return normalise_quantiles(value)
+    except ValueError as error:
+        raise BadRequestError(f"{QUANTILES_FIELD!r}: {error}") from None
 
 
 def parse_load_body(body: bytes) -> LoadRequest:

@@ -70,15 +70,21 @@ class ForecastEndpoint:
         self._runtime = runtime
         self.endpoint_name = endpoint_name
 
-    def forecast(self, target_model: str, period: int) -> EndpointForecast:
-        """The model's forecast for the next ``period`` periods."""
+    def forecast(
+        self, target_model: str, period: int, quantiles: tuple[float, ...] = ()
+    ) -> EndpointForecast:
+        """The model's forecast for the next ``period`` periods, with ``quantiles`` when
+        any are given (the body without them is the one the container always took)."""
+        request: dict[str, object] = {"period": period}
+        if quantiles:
+            request["quantiles"] = list(quantiles)
         try:
             response = self._runtime.invoke_endpoint(
                 EndpointName=self.endpoint_name,
                 TargetModel=target_model,
                 ContentType="application/json",
                 Accept="application/json",
-                Body=json.dumps({"period": period}),
+                Body=json.dumps(request),
             )
             body = response["Body"].read()
         except ClientError as error:

@@ -9,6 +9,7 @@ errors below into HTTP responses, in one place.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from fleetcast_common.ids import (
     is_valid_customer_id,
     is_valid_run_id,
 )
+from fleetcast_common.quantiles import FORECAST_FLOOR, normalise_quantiles, quantile_key
 from fleetcast_common.registry import LiveModel
 from fleetcast_common.settings import _FromEnvironment
 
@@ -35,6 +37,18 @@ if TYPE_CHECKING:
 MIN_PERIOD = 1
 MAX_PERIOD = 365
 DEFAULT_PERIOD = 7
+QUANTILES_PARAMETER = "quantiles"
+QUANTILES_EXAMPLE = "0.1,0.5,0.9"
+_DECIMAL = re.compile(r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
+CLIPPING_NOTE = (
+    "Consumption is never negative: yhat, the interval's bounds and every quantile are "
+    "clipped at 0 (by the inference container), and clipped_at_zero counts the values "
+    "raised to 0."
+)
+
+
+def _empty(value: object) -> bool:
+    return not value
 
 
 class ForecastApiSettings(_FromEnvironment):
@@ -47,17 +61,29 @@ class ForecastApiSettings(_FromEnvironment):
 
 class ForecastPoint(BaseModel):
     ds: str = Field(description="Date (YYYY-MM-DD) or date and time of the forecast period")
-    yhat: float = Field(description="Prophet's point forecast")
-    yhat_lower: float | None = Field(description="Lower bound of the 80 % interval")
-    yhat_upper: float | None = Field(description="Upper bound of the 80 % interval")
+    yhat: float = Field(description="Prophet's point forecast, at least 0")
+    yhat_lower: float | None = Field(description="Lower bound of the 80 % interval, at least 0")
+    yhat_upper: float | None = Field(description="Upper bound of the 80 % interval, at least 0")
+    # Absent unless asked for: an answer without quantiles is what it was before them.
+    quantiles: dict[str, float | None] = Field(
+        default_factory=dict,
+        exclude_if=_empty,
+        description=(
+            "Only when quantiles were asked for: each quantile (its shortest decimal, e.g. "
+            '"0.1") to its value, from the same 1000 seeded uncertainty samples as the '
+            "interval, at least 0; null like the bounds for a model fitted without samples"
+        ),
+        examples=[{"0.1": 512.4, "0.5": 601.9, "0.9": 688.0}],
+    )
 
 
 class EndpointForecast(BaseModel):
-    """What the inference container answers to ``{"period": N}``."""
+    """What the inference container answers to ``{"period": N, "quantiles": [...]}``."""
 
     customer_id: str
     model_version: str = Field(description="The training run id of the model that answered")
     forecast: list[ForecastPoint]
+    clipped_at_zero: int = Field(default=0, ge=0)
 
 
 class CustomerForecast(BaseModel):
@@ -68,6 +94,20 @@ class CustomerForecast(BaseModel):
     data_end: date = Field(description="Last day of history the model was fitted on")
     period: int = Field(description="Periods forecast after data_end")
     forecast: list[ForecastPoint]
+    quantiles: list[float] = Field(
+        default_factory=list,
+        exclude_if=_empty,
+        description="Only when asked for: the quantiles each point carries, ascending",
+    )
+    clipped_at_zero: int = Field(
+        default=0,
+        ge=0,
+        exclude_if=_empty,
+        description=(
+            "Only when the model forecast values below 0: how many of this answer's values "
+            "(yhat, bounds, quantiles) were raised to 0, as consumption is never negative"
+        ),
+    )
 
 
 class ForecastError(Exception):
@@ -157,6 +197,25 @@ class LiveModelCache:
         return self._entries.pop(customer_id, None) is not None
 
 
+def parse_quantiles(text: str) -> tuple[float, ...]:
+    """The ``quantiles`` query parameter: comma-separated decimals in (0, 1), returned
+    ascending without repeats."""
+    values = []
+    for item in text.split(","):
+        item = item.strip()
+        if not _DECIMAL.fullmatch(item):
+            raise InvalidRequestError(
+                f"{QUANTILES_PARAMETER}: {item!r} is not a decimal number; send "
+                f"comma-separated numbers between 0 and 1, e.g. "
+                f"{QUANTILES_PARAMETER}={QUANTILES_EXAMPLE}"
+            )
+        values.append(float(item))
+    try:
+        return normalise_quantiles(values)
+    except ValueError as error:
+        raise InvalidRequestError(f"{QUANTILES_PARAMETER}: {error}") from None
+
+
 def live_model(customer_id: str, registry: LiveModels) -> LiveModel:
     # The handler validates the path parameter already; the domain does not rely on it.
     if not is_valid_customer_id(customer_id):
@@ -168,12 +227,17 @@ def live_model(customer_id: str, registry: LiveModels) -> LiveModel:
 
 
 def customer_forecast(
-    customer_id: str, period: int, registry: LiveModels, endpoint: ForecastEndpoint
+    customer_id: str,
+    period: int,
+    registry: LiveModels,
+    endpoint: ForecastEndpoint,
+    quantiles: tuple[float, ...] = (),
 ) -> CustomerForecast:
-    """The next ``period`` periods of the customer's live model, with what it was fitted on."""
+    """The next ``period`` periods of the customer's live model, with what it was fitted
+    on; with ``quantiles`` (ascending, without repeats), those quantiles at each point."""
     live = live_model(customer_id, registry)
     try:
-        answer = _endpoint_forecast(customer_id, live, period, endpoint)
+        answer = _endpoint_forecast(customer_id, live, period, endpoint, quantiles)
     except EndpointFailedError:
         # A remembered lookup may name a model that has since been replaced: read the
         # registry again, and ask once more only if it names another model now.
@@ -183,7 +247,7 @@ def customer_forecast(
         if fresh.run_id == live.run_id:
             raise
         live = fresh
-        answer = _endpoint_forecast(customer_id, live, period, endpoint)
+        answer = _endpoint_forecast(customer_id, live, period, endpoint, quantiles)
     return CustomerForecast(
         customer_id=customer_id,
         model_version=live.model_version,
@@ -192,11 +256,17 @@ def customer_forecast(
         data_end=live.data_end,
         period=period,
         forecast=answer.forecast,
+        quantiles=list(quantiles),
+        clipped_at_zero=answer.clipped_at_zero,
     )
 
 
 def _endpoint_forecast(
-    customer_id: str, live: LiveModel, period: int, endpoint: ForecastEndpoint
+    customer_id: str,
+    live: LiveModel,
+    period: int,
+    endpoint: ForecastEndpoint,
+    quantiles: tuple[float, ...],
 ) -> EndpointForecast:
     # The TargetModel is rebuilt from the (allow-listed) customer id and the run id, never
     # taken from the registry as it is: a record naming any other object is refused.
@@ -209,7 +279,7 @@ def _endpoint_forecast(
             f"the registry's live model of {customer_id!r} names a TargetModel that is not "
             "this customer's; the registry needs fixing"
         )
-    answer = endpoint.forecast(live.target_model, period)
+    answer = endpoint.forecast(live.target_model, period, quantiles)
     # An answer about another customer means the published archive is not the one
     # registered.
     if answer.customer_id != customer_id or answer.model_version != live.run_id:
@@ -218,4 +288,28 @@ def _endpoint_forecast(
             f"the endpoint answered with a model other than the live model of {customer_id!r} "
             f"(run {live.run_id}): its published archive is not the one registered"
         )
+    _check_answer(answer, period, quantiles)
     return answer
+
+
+def _check_answer(answer: EndpointForecast, period: int, quantiles: tuple[float, ...]) -> None:
+    """The answer has what was asked for, and nothing below the floor: a container that
+    predates quantiles or clipping is reported, never passed on as if it were right."""
+    expected = [quantile_key(quantile) for quantile in quantiles]
+    for point in answer.forecast:
+        if list(point.quantiles) != expected:
+            raise EndpointFailedError(
+                f"the forecast endpoint answered quantiles {list(point.quantiles)} where "
+                f"{expected} were asked for: its inference image needs updating"
+            )
+        values = [point.yhat, point.yhat_lower, point.yhat_upper, *point.quantiles.values()]
+        if any(value is not None and value < FORECAST_FLOOR for value in values):
+            raise EndpointFailedError(
+                f"the forecast endpoint answered a value below {FORECAST_FLOOR} on {point.ds}: "
+                "its inference image needs updating"
+            )
+    if len(answer.forecast) != period:
+        raise EndpointFailedError(
+            f"the forecast endpoint answered {len(answer.forecast)} periods where {period} "
+            "were asked for"
+        )
