@@ -91,24 +91,36 @@ def live(
 
 
 def container_answer(
-    customer_id: str = "42", run_id: str = RUN_ID, days: int = 7
+    customer_id: str = "42",
+    run_id: str = RUN_ID,
+    days: int = 7,
+    quantiles: dict[str, float] | None = None,
+    **fields: Any,
 ) -> dict[str, Any]:
-    forecast = [
+    forecast: list[dict[str, Any]] = [
         {"ds": f"2026-12-{day:02d}", "yhat": 500.0 + day, "yhat_lower": 450.0, "yhat_upper": 560.0}
         for day in range(1, days + 1)
     ]
+    if quantiles is not None:
+        for point in forecast:
+            point["quantiles"] = quantiles
     document = {"customer_id": customer_id, "model_version": run_id, "forecast": forecast}
-    raw = json.dumps(document).encode()
+    raw = json.dumps(document | fields).encode()
     return {"Body": StreamingBody(io.BytesIO(raw), len(raw)), "ContentType": "application/json"}
 
 
-def expected_invoke(record: ModelRecord, period: int) -> dict[str, Any]:
+def expected_invoke(
+    record: ModelRecord, period: int, quantiles: list[float] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"period": period}
+    if quantiles is not None:
+        body["quantiles"] = quantiles
     return {
         "EndpointName": ENDPOINT,
         "TargetModel": record.target_model,
         "ContentType": "application/json",
         "Accept": "application/json",
-        "Body": json.dumps({"period": period}),
+        "Body": json.dumps(body),
     }
 
 
@@ -207,6 +219,74 @@ def test_an_answer_from_another_customers_model_is_502_and_names_nobody_else(
     status, _, body = call(api, api_event())
     assert (status, body["error"]) == (502, "EndpointFailed")
     assert "43" not in body["message"]
+
+
+# ---------------------------------------------------------------- quantiles and the floor
+
+# The forecast response's fields before quantiles and clipping existed, in their order.
+FORECAST_FIELDS = ["customer_id", "model_version", "run_id", "trained_at", "data_end", "period"]
+POINT_FIELDS = ["ds", "yhat", "yhat_lower", "yhat_upper"]
+
+
+def test_without_quantiles_the_answer_has_exactly_the_fields_it_always_had(
+    api: Any, registry: ModelRegistry, wired: Stubber
+) -> None:
+    record = live(registry)
+    wired.add_response("invoke_endpoint", container_answer(), expected_invoke(record, 7))
+    status, _, body = call(api, api_event(query={"period": "7"}))
+    assert status == 200
+    assert list(body) == [*FORECAST_FIELDS, "forecast"]
+    assert all(list(point) == POINT_FIELDS for point in body["forecast"])
+
+
+def test_quantiles_are_asked_of_the_endpoint_sorted_and_returned_per_point(
+    api: Any, registry: ModelRegistry, wired: Stubber
+) -> None:
+    # Given the endpoint's answer with three quantiles per point
+    record = live(registry)
+    values = {"0.1": 470.0, "0.5": 505.0, "0.9": 550.0}
+    wired.add_response(
+        "invoke_endpoint",
+        container_answer(quantiles=values),
+        expected_invoke(record, 7, [0.1, 0.5, 0.9]),
+    )
+    # When they are asked for out of order and with a repeat
+    status, _, body = call(api, api_event(query={"period": "7", "quantiles": "0.9,0.1,0.5,0.10"}))
+    # Then the endpoint was asked for the sorted set, and each point carries them
+    assert status == 200
+    assert body["quantiles"] == [0.1, 0.5, 0.9]
+    assert all(point["quantiles"] == values for point in body["forecast"])
+    assert "clipped_at_zero" not in body
+
+
+def test_the_count_of_values_clipped_at_zero_reaches_the_caller(
+    api: Any, registry: ModelRegistry, wired: Stubber
+) -> None:
+    record = live(registry)
+    answer = container_answer(clipped_at_zero=3)
+    wired.add_response("invoke_endpoint", answer, expected_invoke(record, 7))
+    status, _, body = call(api, api_event(query={"period": "7"}))
+    assert (status, body["clipped_at_zero"]) == (200, 3)
+
+
+@pytest.mark.parametrize(
+    ("answer", "complaint"),
+    [
+        (container_answer(quantiles={"0.1": 470.0}), "answered quantiles ['0.1'] where"),
+        (container_answer(quantiles=None), "answered quantiles [] where ['0.1', '0.9']"),
+        (container_answer(quantiles={"0.1": -2.0, "0.9": 3.0}), "a value below 0.0 on 2026-12-01"),
+        (container_answer(quantiles={"0.1": 1.0, "0.9": 3.0}, days=6), "6 periods where 7"),
+    ],
+    ids=["other quantiles", "no quantiles", "negative", "short"],
+)
+def test_an_answer_without_what_was_asked_or_below_zero_is_502(
+    api: Any, registry: ModelRegistry, wired: Stubber, answer: dict[str, Any], complaint: str
+) -> None:
+    record = live(registry)
+    wired.add_response("invoke_endpoint", answer, expected_invoke(record, 7, [0.1, 0.9]))
+    status, _, body = call(api, api_event(query={"period": "7", "quantiles": "0.1,0.9"}))
+    assert (status, body["error"]) == (502, "EndpointFailed")
+    assert complaint in body["message"]
 
 
 # ---------------------------------------------------------------- the live-model cache
