@@ -24,11 +24,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from prophet import Prophet
-from prophet.serialize import model_to_json
+from prophet.serialize import model_from_json, model_to_json
 
 from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_inference import app as app_module
 from fleetcast_inference.contract import InferenceSettings
+from fleetcast_inference.forecaster import forecast_seed
 from fleetcast_inference.registry import ServedModel
 from fleetcast_inference.server import InferenceServer
 
@@ -53,6 +54,8 @@ class Fleet:
     customer_of: dict[str, str]
     # Prophet.predict's yhat for the first max(PERIODS) dates, by model name.
     yhat_of: dict[str, list[float]]
+    # The fitted model (Prophet's JSON), by model name.
+    model_json_of: dict[str, str]
 
     def url(self, name: str) -> str:
         return f"/opt/ml/models/{name}/model"
@@ -74,7 +77,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
         future = model.make_future_dataframe(periods=max(PERIODS), include_history=False)
         base_yhat.append(model.predict(future)["yhat"].tolist())
         base_jsons.append(model_to_json(model))
-    names, customer_of, yhat_of = [], {}, {}
+    names, customer_of, yhat_of, model_json_of = [], {}, {}, {}
     for index in range(MODELS):
         name, customer = f"m{index:02d}", f"c-{index:02d}"
         folder = opt_ml / "models" / name / "model"
@@ -85,10 +88,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
         names.append(name)
         customer_of[name] = customer
         yhat_of[name] = base_yhat[index % BASE_MODELS]
+        model_json_of[name] = base_jsons[index % BASE_MODELS]
     garbage = opt_ml / "models" / "garbage" / "model"
     garbage.mkdir(parents=True)
     (garbage / "c-x.tar.gz").write_bytes(b"this is not a gzip file")
-    return Fleet(opt_ml, names, customer_of, yhat_of)
+    return Fleet(opt_ml, names, customer_of, yhat_of, model_json_of)
 
 
 def metadata(customer_id: str) -> ModelMetadata:
@@ -239,6 +243,68 @@ def test_every_route_answers_with_its_status(
         assert "BREW" in error["message"]
     finally:
         client.close()
+
+
+def test_quantiles_over_http_are_prophets_and_nothing_is_below_zero(
+    fleet: Fleet, start_server: Callable[..., int], tmp_path: Path
+) -> None:
+    # Given a served model, and Prophet's own predictive samples under the seed the
+    # container uses for this customer, run and period
+    client = Client(start_server())
+    name, period = fleet.names[2], 14
+    prophet = model_from_json(fleet.model_json_of[name])
+    future = prophet.make_future_dataframe(periods=period, include_history=False)
+    np.random.seed(forecast_seed(fleet.customer_of[name], RUN_ID, period))
+    samples = prophet.predictive_samples(future)["yhat"]
+    # ... and a customer whose use falls so fast its trend goes below zero
+    day = np.arange(120)
+    falling = pd.DataFrame(
+        {
+            "ds": pd.date_range("2022-03-01", periods=day.size),
+            "y": 400 - 3.2 * day + 20 * np.sin(2 * np.pi * day / 7),
+        }
+    )
+    falling_json = model_to_json(
+        Prophet(yearly_seasonality=False, daily_seasonality=False).fit(falling)
+    )
+    folder = fleet.opt_ml / "models" / "falling" / "model"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_archive(folder / "c-falling.tar.gz", falling_json, metadata("c-falling"))
+    try:
+        assert client.load(fleet, name)[0] == 200
+        assert client.load(fleet, "falling")[0] == 200
+
+        # When quantiles are asked for, and the same without them
+        status, answer = client.invoke(name, {"period": period, "quantiles": [0.9, 0.1, 0.5]})
+        plain = client.invoke(name, {"period": period})[1]
+        falling_status, falling_answer = client.invoke(
+            "falling", {"period": 60, "quantiles": [0.05, 0.95]}
+        )
+        refused = client.invoke(name, {"period": 7, "quantiles": [0.5, 1.5]})
+    finally:
+        client.close()
+
+    # Then the quantiles are numpy's of Prophet's samples, the rest is the plain answer
+    assert status == 200
+    assert_forecast(fleet, name, period, answer)
+    got = np.array(
+        [[row["quantiles"][key] for key in ("0.1", "0.5", "0.9")] for row in answer["forecast"]]
+    )
+    np.testing.assert_allclose(got, np.quantile(samples, [0.1, 0.5, 0.9], axis=1).T, atol=1e-6)
+    for row in answer["forecast"]:
+        del row["quantiles"]
+    assert answer == plain
+    # ... the falling customer's forecast stops at zero and says how many values did
+    assert falling_status == 200
+    values = [
+        value
+        for row in falling_answer["forecast"]
+        for value in (row["yhat"], row["yhat_lower"], row["yhat_upper"], *row["quantiles"].values())
+    ]
+    assert min(values) == 0.0 and falling_answer["clipped_at_zero"] == values.count(0.0) > 0
+    # ... and a quantile outside (0, 1) is a 400 that names it
+    assert refused[0] == 400
+    assert "'quantiles'[1] must be between 0 and 1" in refused[1]["message"]
 
 
 def test_load_past_the_budget_is_507_until_a_model_is_unloaded(
