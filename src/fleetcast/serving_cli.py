@@ -22,8 +22,16 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetcast.localstack.stack import StackInfo
-from fleetcast_common.forecasting import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
+from fleetcast_common.forecasting import (
+    DEFAULT_PERIOD,
+    MAX_PERIOD,
+    MIN_PERIOD,
+    QUANTILES_EXAMPLE,
+    InvalidRequestError,
+    parse_quantiles,
+)
 from fleetcast_common.layout import history_key
+from fleetcast_common.quantiles import quantile_key
 
 API_URL_ENV = "FLEETCAST_API_URL"
 API_KEY_ENV = "FLEETCAST_API_KEY"
@@ -67,8 +75,13 @@ class ForecastApi:
                 "running (`fleetcast up`)?"
             ) from None
 
-    def forecast(self, customer_id: str, period: int) -> dict[str, Any]:
-        return self.get(f"/customers/{quote(customer_id, safe='')}/forecast?period={period}")
+    def forecast(
+        self, customer_id: str, period: int, quantiles: tuple[float, ...] = ()
+    ) -> dict[str, Any]:
+        query = f"period={period}"
+        if quantiles:
+            query += "&quantiles=" + ",".join(quantile_key(q) for q in quantiles)
+        return self.get(f"/customers/{quote(customer_id, safe='')}/forecast?{query}")
 
 
 def _explain(error: urllib.error.HTTPError) -> str:
@@ -100,24 +113,35 @@ def api_from_environment(state_dir: Path | None) -> ForecastApi:
 
 
 def forecast_summary(forecast: dict[str, Any]) -> str:
-    return (
+    summary = (
         f"[bold]customer {forecast['customer_id']}[/]: next {forecast['period']} days from model "
         f"v{forecast['model_version']} (run {forecast['run_id']}), trained "
         f"{forecast['trained_at'][:16].replace('T', ' ')} on data to {forecast['data_end']}"
     )
+    clipped = forecast.get("clipped_at_zero")
+    if clipped:
+        summary += f"\n[yellow]{clipped} values below 0 are shown as 0 (consumption)[/]"
+    return summary
+
+
+def _quantile_keys(forecast: dict[str, Any]) -> list[str]:
+    return [quantile_key(q) for q in forecast.get("quantiles", [])]
 
 
 def forecast_table(forecast: dict[str, Any]) -> Table:
     table = Table(header_style="bold")
     table.add_column("ds")
-    for column in ("yhat", "lower", "upper"):
+    keys = _quantile_keys(forecast)
+    for column in ("yhat", "lower", "upper", *(f"q{key}" for key in keys)):
         table.add_column(column, justify="right")
     for point in forecast["forecast"]:
+        quantiles = point.get("quantiles", {})
         table.add_row(
             point["ds"],
             f"{point['yhat']:,.1f}",
             _number(point.get("yhat_lower")),
             _number(point.get("yhat_upper")),
+            *(_number(quantiles.get(key)) for key in keys),
         )
     return table
 
@@ -169,6 +193,23 @@ def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:
             linewidth=0,
             label="80 % interval",
         )
+    keys = _quantile_keys(forecast)
+    colours = plt.get_cmap("plasma")(
+        [0.15 + 0.7 * i / max(1, len(keys) - 1) for i in range(len(keys))]
+    )
+    for key, colour in zip(keys, colours, strict=True):
+        # The joining row (the last observation) has no quantiles: those lines start after it.
+        values = points["quantiles"].map(
+            lambda quantiles, key=key: quantiles.get(key) if isinstance(quantiles, dict) else None
+        )
+        axes.plot(
+            points["ds"],
+            values.astype(float),
+            color=colour,
+            linewidth=1,
+            linestyle="--",
+            label=f"q{key}",
+        )
     axes.plot(points["ds"], points["yhat"], color="#1f77b4", linewidth=2, label="forecast")
     axes.axvline(
         pd.Timestamp(forecast["data_end"]),
@@ -202,9 +243,10 @@ def show_forecast(
     s3: Any = None,
     artifacts_bucket: str | None = None,
     as_json: bool = False,
+    quantiles: tuple[float, ...] = (),
 ) -> dict[str, Any]:
     """Fetch a forecast, print it, and with ``plot`` draw it over the stored history."""
-    forecast = api.forecast(customer_id, period)
+    forecast = api.forecast(customer_id, period, quantiles)
     if as_json:
         print(json.dumps(forecast, indent=2))
     else:
@@ -224,6 +266,12 @@ def cmd_forecast(args: argparse.Namespace) -> int:
     try:
         if not MIN_PERIOD <= args.period <= MAX_PERIOD:
             raise ServingError(f"--period must be from {MIN_PERIOD} to {MAX_PERIOD}")
+        quantiles: tuple[float, ...] = ()
+        if args.quantiles is not None:
+            try:
+                quantiles = parse_quantiles(args.quantiles)
+            except InvalidRequestError as error:
+                raise ServingError(f"--{error}") from None
         api = api_from_environment(args.state_dir)
         s3, bucket = None, None
         if args.plot is not None:
@@ -232,7 +280,9 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             s3, bucket = boto3.client("s3"), os.environ.get("FLEETCAST_ARTIFACTS_BUCKET")
             if not bucket:
                 err.print("[yellow]FLEETCAST_ARTIFACTS_BUCKET is not set: plotting without history")
-        show_forecast(api, args.customer_id, args.period, console, args.plot, s3, bucket, args.json)
+        show_forecast(
+            api, args.customer_id, args.period, console, args.plot, s3, bucket, args.json, quantiles
+        )
     except ServingError as error:
         err.print(f"[red]error:[/] {error}")
         return 2
@@ -247,6 +297,11 @@ def add_serving_commands(commands: Any) -> None:
     forecast.add_argument("customer_id", metavar="CUSTOMER")
     forecast.add_argument(
         "--period", type=int, default=DEFAULT_PERIOD, help="days to forecast (1 to 365)"
+    )
+    forecast.add_argument(
+        "--quantiles",
+        metavar=QUANTILES_EXAMPLE,
+        help="also these quantiles of the uncertainty samples (comma-separated, in (0, 1))",
     )
     forecast.add_argument(
         "--plot", type=Path, metavar="FILE.png", help="also draw history, forecast and interval"
