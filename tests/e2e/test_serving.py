@@ -33,6 +33,7 @@ from fleetcast.localstack.api import UsagePlan
 from fleetcast.localstack.stack import LocalStack
 from fleetcast_common import layout
 from fleetcast_common.model_archive import read_archive, write_archive
+from fleetcast_inference.forecaster import forecast_seed
 
 pytestmark = [
     pytest.mark.e2e,
@@ -43,15 +44,32 @@ SDK_PYTHON = ROOT / ".venv-sdk" / "bin" / "python"
 AWS_CLI = ROOT / ".venv-awscli" / "bin" / "aws"
 DAYS = 150
 CUSTOMERS = [f"srv-{i:02d}" for i in range(30)]
+# A customer whose use falls steadily towards zero: its trend carries on below it.
+FALLING = "srv-falling"
+
+
+def falling_readings() -> pd.DataFrame:
+    day = np.arange(DAYS)
+    dates = pd.date_range("2024-03-01", periods=DAYS, freq="D")
+    consumption = 600 - 3.8 * day + 15 * np.sin(2 * np.pi * day / 7)
+    return pd.DataFrame(
+        {
+            "customer_id": FALLING,
+            "timestamp": dates.strftime("%Y-%m-%dT08:00:00Z"),
+            "consumption": consumption.round(3),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
 def served(stack: LocalStack) -> dict[str, Any]:
-    """A finished 30-customer run, and the stack's serving environment."""
-    body = gzip.compress(to_csv(readings(CUSTOMERS, "2024-03-01", DAYS, seed=3)))
+    """A finished run of 30 customers and a falling one, and the stack's serving
+    environment."""
+    frame = pd.concat([readings(CUSTOMERS, "2024-03-01", DAYS, seed=3), falling_readings()])
+    body = gzip.compress(to_csv(frame))
     run_id = upload(stack, "serving.csv.gz", body)
     status = finished(stack, run_id)
-    assert status.customers_registered == len(CUSTOMERS), status
+    assert status.customers_registered == len(CUSTOMERS) + 1, status
     assert stack.info is not None
     return {"run_id": run_id, "env": stack.info.environment()}
 
@@ -129,6 +147,66 @@ def test_every_customer_gets_prophets_forecast_through_the_api(
         yhat = [point["yhat"] for point in body["forecast"]]
         assert np.allclose(yhat, prophet_yhat(customer_id, period), rtol=0, atol=1e-6)
         assert all(p["yhat_lower"] < p["yhat"] < p["yhat_upper"] for p in body["forecast"])
+
+
+def test_quantiles_through_the_api_are_those_of_prophets_own_samples(
+    stack: LocalStack, served: dict[str, Any]
+) -> None:
+    # Given Prophet's own predictive samples for a customer's live model, seeded as the
+    # container seeds this customer, run and period
+    assert stack.info is not None
+    customer_id, period = "srv-05", 14
+    key = layout.model_key(customer_id, served["run_id"])
+    archive = stack.client("s3").get_object(Bucket=stack.info.artifacts_bucket, Key=key)
+    model = model_from_json(read_archive(archive["Body"].read())[0])
+    future = model.make_future_dataframe(periods=period, include_history=False)
+    np.random.seed(forecast_seed(customer_id, served["run_id"], period))
+    samples = model.predictive_samples(future)["yhat"]
+    path = f"/customers/{customer_id}/forecast?period={period}"
+
+    # When the API is asked for quantiles (out of order, one repeated), and without them
+    status, _, body = get(served["env"], path + "&quantiles=0.9,0.1,0.5,0.10")
+    again = get(served["env"], path + "&quantiles=0.1,0.5,0.9")[2]
+    plain = get(served["env"], path)[2]
+    refused = get(served["env"], path + "&quantiles=0.5,1.5")
+
+    # Then each point carries numpy's quantiles of Prophet's samples, the same every time,
+    # beside the answer it has without them
+    assert status == 200, body
+    assert body["quantiles"] == [0.1, 0.5, 0.9] and again == body
+    got = [[point["quantiles"][q] for q in ("0.1", "0.5", "0.9")] for point in body["forecast"]]
+    expected = np.quantile(samples, [0.1, 0.5, 0.9], axis=1).T
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert "quantiles" not in plain and "clipped_at_zero" not in plain
+    assert [{k: p[k] for k in p if k != "quantiles"} for p in body["forecast"]] == plain["forecast"]
+    # ... and a quantile outside (0, 1) is a 400 naming it
+    assert (refused[0], refused[2]["error"]) == (400, "InvalidRequest")
+    assert "quantiles: 1.5 is not between 0 and 1" in refused[2]["message"]
+
+
+def test_a_falling_customers_forecast_stops_at_zero_and_says_so(served: dict[str, Any]) -> None:
+    # When the falling customer's forecast reaches past the day its trend crosses zero
+    status, _, body = get(
+        served["env"], f"/customers/{FALLING}/forecast?period=90&quantiles=0.1,0.5,0.9"
+    )
+
+    # Then no value is below zero, the answer counts those raised to zero, and the
+    # point forecast itself ends at zero
+    assert status == 200, body
+    values = [
+        value
+        for point in body["forecast"]
+        for value in (
+            point["yhat"],
+            point["yhat_lower"],
+            point["yhat_upper"],
+            *point["quantiles"].values(),
+        )
+    ]
+    assert min(values) == 0.0
+    assert body["clipped_at_zero"] == values.count(0.0) > 0
+    assert body["forecast"][-1]["yhat"] == 0.0
+    assert body["forecast"][0]["yhat"] > 0
 
 
 def test_the_model_route_answers_the_registry_entry(
@@ -334,6 +412,26 @@ def test_the_cli_prints_the_forecast_and_draws_it(
     )
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 20_000
     assert "no live model" in complaint
+
+
+def test_the_cli_prints_and_draws_quantiles(
+    served: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plot = tmp_path / "srv-07-quantiles.png"
+    args = ["forecast", "srv-07", "--period", "10", "--quantiles", "0.9,0.1"]
+    with environment(served["env"]):
+        assert cli.main([*args, "--plot", str(plot)]) == 0
+        table = capsys.readouterr().out
+        assert cli.main([*args, "--json"]) == 0
+        document = json.loads(capsys.readouterr().out)
+        assert cli.main(["forecast", "srv-07", "--quantiles", "0.1,ninety"]) == 2
+        complaint = capsys.readouterr().err
+    assert "q0.1" in table and "q0.9" in table
+    first = document["forecast"][0]
+    assert f"{first['quantiles']['0.9']:,.1f}" in table
+    assert document["quantiles"] == [0.1, 0.9]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "'ninety' is not a decimal number" in complaint
 
 
 # ---------------------------------------------------------------- 16 threads, 300 models, room for 100
