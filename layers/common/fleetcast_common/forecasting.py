@@ -288,11 +288,11 @@ def _endpoint_forecast(
             f"the endpoint answered with a model other than the live model of {customer_id!r} "
             f"(run {live.run_id}): its published archive is not the one registered"
         )
-    _check_answer(answer, period, quantiles)
+    _check_answer(answer, quantiles)
     return answer
 
 
-def _check_answer(answer: EndpointForecast, period: int, quantiles: tuple[float, ...]) -> None:
+def _check_answer(answer: EndpointForecast, quantiles: tuple[float, ...]) -> None:
     """The answer has what was asked for, and nothing below the floor: a container that
     predates quantiles or clipping is reported, never passed on as if it were right."""
     expected = [quantile_key(quantile) for quantile in quantiles]
@@ -308,8 +308,3 @@ def _check_answer(answer: EndpointForecast, period: int, quantiles: tuple[float,
                 f"the forecast endpoint answered a value below {FORECAST_FLOOR} on {point.ds}: "
                 "its inference image needs updating"
             )
-    if len(answer.forecast) != period:
-        raise EndpointFailedError(
-            f"the forecast endpoint answered {len(answer.forecast)} periods where {period} "
-            "were asked for"
-        )
