@@ -81,7 +81,6 @@ def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str,
     metrics.add_metric(name="ModelsRegistered", unit=MetricUnit.Count, value=report.registered)
     metrics.add_metric(name="ModelsRejected", unit=MetricUnit.Count, value=report.rejected)
     metrics.add_metric(name="ModelsFailed", unit=MetricUnit.Count, value=report.failed_training)
-    metrics.add_metric(name="ModelsLost", unit=MetricUnit.Count, value=len(report.lost))
     summary = report.model_dump(mode="json", exclude={"customers", "failures", "lost"})
     logger.info("models registered", extra={**summary, "lost": len(report.lost)})
     return {"outcome": "registered", "status": status, **summary, "lost": len(report.lost)}
