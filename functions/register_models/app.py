@@ -1,5 +1,8 @@
-"""SageMaker Training Job State Change -> the model registry (Completed), or a structured
-error and a metric (Failed, Stopped) with nothing registered.
+"""SageMaker Training Job State Change (Completed, Failed, Stopped) -> the model registry.
+
+A failed or stopped job still registers every model it wrote and that was checked
+(fleetcast_common.registration); the customers it lost are logged with the reason and
+kept in the run's registration record, which ``fleetcast status`` shows.
 
 Logs carry the run id (from the job name) as their correlation id, as start-training's
 do; start-processing logs the upload's key with the run id it starts.
@@ -16,7 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client, dynamodb_table
 from fleetcast_common.ids import run_id_from_job_name
-from fleetcast_common.registration import register_models
+from fleetcast_common.registration import register_models, write_registration_record
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.settings import RegistrationSettings
 
@@ -39,22 +42,27 @@ def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str,
     if run_id is None:
         logger.info("not a fleetcast training job", extra={"training_job": job})
         return {"outcome": "ignored", "training_job": job}
+    job_failure = None
     if status != "Completed":
+        job_failure = str(event.detail.get("FailureReason") or f"the job was {status.lower()}")
         logger.error(
-            "training job did not complete: nothing registered",
-            extra={
-                "training_job": job,
-                "status": status,
-                "failure_reason": event.detail.get("FailureReason"),
-            },
+            "training job did not complete: registering the models it wrote",
+            extra={"training_job": job, "status": status, "failure_reason": job_failure},
         )
         metrics.add_metric(name="TrainingJobsFailed", unit=MetricUnit.Count, value=1)
-        return {"outcome": "not_registered", "training_job": job, "status": status}
 
     registry = ModelRegistry(dynamodb_table(settings.registry_table))
+    s3 = client("s3")
     report = register_models(
-        run_id, job, settings.artifacts_bucket, settings.quality_gate_ratio, client("s3"), registry
+        run_id,
+        job,
+        settings.artifacts_bucket,
+        settings.quality_gate_ratio,
+        s3,
+        registry,
+        job_failure=job_failure,
     )
+    write_registration_record(s3, settings.artifacts_bucket, report)
     expected_hosts = int(
         event.detail.get("ResourceConfig", {}).get("InstanceCount", report.hosts_reporting)
     )
@@ -67,10 +75,12 @@ def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str,
         logger.warning(
             "customer not trained", extra=failure.model_dump(mode="json", exclude={"metadata"})
         )
+    for lost in report.lost:
+        logger.error("customer lost with the training job", extra=lost.model_dump(mode="json"))
     metrics.add_metric(name="ModelsTrained", unit=MetricUnit.Count, value=len(report.customers))
     metrics.add_metric(name="ModelsRegistered", unit=MetricUnit.Count, value=report.registered)
     metrics.add_metric(name="ModelsRejected", unit=MetricUnit.Count, value=report.rejected)
     metrics.add_metric(name="ModelsFailed", unit=MetricUnit.Count, value=report.failed_training)
-    summary = report.model_dump(mode="json", exclude={"customers", "failures"})
-    logger.info("models registered", extra=summary)
-    return {"outcome": "registered", **summary}
+    summary = report.model_dump(mode="json", exclude={"customers", "failures", "lost"})
+    logger.info("models registered", extra={**summary, "lost": len(report.lost)})
+    return {"outcome": "registered", "status": status, **summary, "lost": len(report.lost)}

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from fleetcast_common import layout
 from fleetcast_common.aws import error_code
 from fleetcast_common.ids import processing_job_name, run_id_from_job_name, training_job_name
-from fleetcast_common.registration import read_manifests
+from fleetcast_common.registration import read_manifests, read_registration_record
 from fleetcast_common.training_manifest import CustomerOutcome
 from fleetcast_common.upload_queue import UploadQueue
 from fleetcast_processing.contract import SUMMARY_FILE, ProcessingSummary
@@ -41,6 +41,10 @@ class RunStatus(BaseModel):
     customers_checkpointed: int = 0
     customers_trained: int | None = None
     customers_failed: int | None = None
+    # From the run's registration record: customers sent to training that have neither a
+    # model nor a manifest entry saying why (their instance failed), and the first of them.
+    customers_lost: int | None = None
+    first_lost: str | None = None
     customers_registered: int = 0
     customers_decided: int = 0
     created_at: datetime | None = None
@@ -55,7 +59,8 @@ class RunStatus(BaseModel):
         if self.processing_status in ("Failed", "Stopped"):
             return True
         if self.training_status in ("Failed", "Stopped"):
-            return True
+            # What the job wrote is still registered; its record comes last.
+            return self.customers_lost is not None
         if self.training_status == "Completed" and self.customers_trained is not None:
             return self.customers_decided >= self.customers_trained
         return False
@@ -163,6 +168,15 @@ def run_status(
             1 for r in results if r.outcome is not CustomerOutcome.FAILED
         )
         status.customers_failed = sum(1 for r in results if r.outcome is CustomerOutcome.FAILED)
+    if status.training_status in ("Completed", "Failed", "Stopped"):
+        record = read_registration_record(s3, bucket, run_id)
+        if record is not None:
+            status.customers_lost = len(record.lost)
+            if record.lost:
+                status.first_lost = f"{record.lost[0].customer_id}: {record.lost[0].reason}"
+            if status.training_status != "Completed":
+                status.customers_trained = len(record.customers)
+                status.customers_failed = record.failed_training
         counts = (decisions if decisions is not None else decisions_per_run(table, run_id)).get(
             run_id, {}
         )

@@ -1,27 +1,73 @@
-"""A training container killed in the middle of its work (the out-of-memory killer, say):
-the job fails with a FailureReason naming the cause, and nothing of it is registered,
-although some of its customers had already been checkpointed."""
+"""Training jobs that lose an instance, end to end on the local stack.
 
+An instance whose customers all fail is not a failed instance: the job completes and the
+healthy customers of the other instance go live. A container killed in the middle of its
+work (the out-of-memory killer, say) fails the job with a FailureReason naming the cause;
+what it had written is still registered once checked, and every customer it took with
+it is named, with why, in the run's registration record and in ``fleetcast status``."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
 import pytest
 from test_pipeline import finished, readings, registry, to_csv, upload
+from test_serving import get
 from test_spot_interruption import wait_for_checkpoints
 
 from fleetcast.localstack.stack import LocalStack
 from fleetcast_common import layout
+from fleetcast_common.registration import read_registration_record
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*"),
+]
+ROOT = Path(__file__).resolve().parents[2]
 CUSTOMERS = [f"crash-{i}" for i in range(40)]
+# ShardedByS3Key over sorted keys on 2 instances: the first gets lone-a and lone-c (one
+# reading each), the second lone-b (120 good days).
+SHORT, HEALTHY = ["lone-a", "lone-c"], "lone-b"
 
 
-def test_a_crashed_training_job_fails_with_its_cause_and_registers_nothing(
+def test_an_instance_whose_customers_all_fail_does_not_take_the_healthy_ones_with_it(
+    stack: LocalStack,
+) -> None:
+    assert stack.info is not None
+    # Given an upload of two customers with one reading each and one with 120 good days
+    frame = pd.concat(
+        [readings(SHORT, "2025-01-01", 1, seed=1), readings([HEALTHY], "2025-01-01", 120, seed=2)]
+    )
+    run_id = upload(stack, "lone.csv", to_csv(frame))
+    # When it is trained on two instances
+    status = finished(stack, run_id)
+    # Then the job completes: the short customers failed, each with its reason
+    assert status.instances == 2
+    assert status.training_status == "Completed", status.training_failure
+    assert (status.customers_trained, status.customers_failed, status.customers_lost) == (1, 2, 0)
+    record = read_registration_record(stack.client("s3"), stack.info.artifacts_bucket, run_id)
+    assert record is not None and record.hosts_reporting == 2
+    assert {f.customer_id: f.reason for f in record.failures} == dict.fromkeys(
+        SHORT, "has 1 rows, needs at least 28"
+    )
+    # And the healthy customer's model is live and served
+    live = registry(stack).live(HEALTHY)
+    assert live is not None and live.run_id == run_id
+    code, _, body = get(stack.info.environment(), f"/customers/{HEALTHY}/model")
+    assert code == 200, body
+    assert body["run_id"] == run_id
+
+
+def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote(
     stack: LocalStack,
 ) -> None:
     assert stack.runner is not None and stack.info is not None
+    s3, bucket = stack.client("s3"), stack.info.artifacts_bucket
     # Given a training job with some customers already checkpointed
     run_id = upload(stack, "crash.csv", to_csv(readings(CUSTOMERS, "2023-01-01", 400, seed=9)))
     job = f"{stack.info.job_name_prefix}-t-{run_id}"
     wait_for_checkpoints(stack, run_id, 5)
-    # When its container is killed
+    # When its first instance's container is killed
     assert stack.runner.crash(job)
     status = finished(stack, run_id)
     # Then the job fails, and its FailureReason says what killed it
@@ -30,10 +76,39 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_nothing(
     assert "killed by SIGKILL" in status.training_failure
     described = stack.client("sagemaker").describe_training_job(TrainingJobName=job)
     assert described["FailureReason"] == status.training_failure
-    # And none of its models reached the endpoint's prefix or the registry
-    models = stack.client("s3").list_objects_v2(
-        Bucket=stack.info.artifacts_bucket, Prefix=layout.MODELS_PREFIX + "crash-"
+    # And the other instance's models and the killed one's checked archives are live
+    record = read_registration_record(s3, bucket, run_id)
+    assert record is not None and record.job_failure == status.training_failure
+    registered = {c.customer_id for c in record.customers}
+    assert record.hosts_reporting == 1 and record.failed_training == 0
+    archived = {
+        o["Key"].rsplit("/", 1)[1].removesuffix(layout.MODEL_ARCHIVE_SUFFIX)
+        for o in s3.list_objects_v2(Bucket=bucket, Prefix=layout.checkpoint_prefix(run_id))[
+            "Contents"
+        ]
+        if o["Key"].endswith(layout.MODEL_ARCHIVE_SUFFIX)
+    }
+    assert registered == archived
+    assert record.recovered == sum(1 for c in record.customers if c.recovered)
+    for customer_id in registered:
+        live = registry(stack).live(customer_id)
+        assert live is not None and live.run_id == run_id
+        s3.head_object(Bucket=bucket, Key=layout.model_key(customer_id, run_id))
+    # And every other customer is lost with the job's reason: none disappears unsaid
+    lost = {c.customer_id: c.reason for c in record.lost}
+    assert registered.isdisjoint(lost) and registered | lost.keys() == set(CUSTOMERS)
+    assert all(reason.endswith(status.training_failure) for reason in lost.values())
+    assert status.customers_lost == len(lost)
+    assert status.customers_trained == len(registered)
+    for customer_id in lost:
+        assert registry(stack).live(customer_id) is None
+        assert registry(stack).models(customer_id) == []
+    # And the failure event, delivered again, registers nothing twice
+    event = json.loads((ROOT / "events" / "training_job_failed.json").read_text())
+    event["detail"].update(TrainingJobName=job, FailureReason=status.training_failure)
+    again = stack.functions["RegisterModelsFunction"].invoke(event)
+    assert (again["registered"], again["repeated"], again["lost"]) == (
+        0,
+        len(registered),
+        len(lost),
     )
-    assert models.get("KeyCount", 0) == 0
-    assert all(registry(stack).live(customer_id) is None for customer_id in CUSTOMERS)
-    assert all(registry(stack).models(customer_id) == [] for customer_id in CUSTOMERS)

@@ -27,6 +27,7 @@ from fleetcast.localstack.template import LocalTemplate
 from fleetcast_common import layout
 from fleetcast_common.ids import run_id_for_upload
 from fleetcast_common.model_archive import HoldoutMetrics
+from fleetcast_common.registration import read_registration_record
 
 ROOT = Path(__file__).resolve().parents[2]
 # The run the job samples are named for (events/README.md).
@@ -176,14 +177,34 @@ def test_register_models_logs_the_run_id_and_counts_models(
     }
 
 
-def test_a_failed_training_job_is_counted_and_logged_as_the_runs(
+def test_a_failed_training_job_registers_what_it_wrote_and_logs_what_it_lost(
     world: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    logs, emf = _invoke("register_models", _event("training_job_failed.json"), capsys)
+    # Given a failed job whose one finished instance trained 42, while 7 was never reached
+    s3, bucket = world["s3"], world["bucket"]
+    trained(s3, bucket, RUN_ID, {"42": GOOD}, hosts=1)
+    for customer in ("7", "42"):
+        s3.put_object(Bucket=bucket, Key=f"{layout.train_prefix(RUN_ID)}{customer}.csv", Body=b"")
+    event = _event("training_job_failed.json")
+    # When its failure event arrives
+    logs, emf = _invoke("register_models", event, capsys)
+    # Then the logs are the run's: the job's failure, and the customer lost with its reason
     assert {line["correlation_id"] for line in logs} == {RUN_ID}
-    (error,) = [line for line in logs if line["level"] == "ERROR"]
-    assert error["failure_reason"]
-    assert _metric_values(emf) == {"TrainingJobsFailed": [1.0]}
+    errors = [line for line in logs if line["level"] == "ERROR"]
+    assert errors[0]["failure_reason"] == event["detail"]["FailureReason"]
+    (lost,) = [line for line in errors if line.get("customer_id") == "7"]
+    assert lost["reason"].endswith(event["detail"]["FailureReason"])
+    # And the model it wrote is registered and counted
+    assert _metric_values(emf) == {
+        "TrainingJobsFailed": [1.0],
+        "ModelsTrained": [1.0],
+        "ModelsRegistered": [1.0],
+        "ModelsRejected": [0.0],
+        "ModelsFailed": [0.0],
+    }
+    # And the run's registration record names the lost customer
+    record = read_registration_record(s3, bucket, RUN_ID)
+    assert record is not None and [c.customer_id for c in record.lost] == ["7"]
 
 
 def test_the_layer_reads_the_summary_the_processing_container_writes() -> None:

@@ -192,3 +192,74 @@ def test_the_last_day_is_a_jump_until_tomorrow_tells() -> None:
         20.0,
         40.0,
     )
+
+
+def _series(usage_type: str, start: dt.date, costs: list[float]) -> UsageHistory:
+    return UsageHistory(
+        start=start,
+        end=start + dt.timedelta(days=len(costs)),
+        usage=tuple(
+            DailyUsage(usage_type=usage_type, day=start + dt.timedelta(days=i), cost_usd=cost)
+            for i, cost in enumerate(costs)
+        ),
+    )
+
+
+# About $100 a day (a little wobble), two days at 2.5x and 2.8x, then $100 again; later a
+# one-day spike to $200 that is judged against the restored $100 baseline.
+EXCURSION_START = dt.date(2026, 3, 1)
+EXCURSION = (
+    [100.0 + (i % 5 - 2) for i in range(40)]
+    + [250.0, 280.0]
+    + [100.0 + (i % 5 - 2) for i in range(15)]
+    + [200.0]
+    + [100.0 + (i % 5 - 2) for i in range(5)]
+)
+
+
+def test_a_shift_that_comes_back_is_an_excursion_reported_every_day() -> None:
+    # Given a usage type at ~$100 a day with a two-day excursion to 2-3x
+    history = _series("USE1-Host:ml.m5.xlarge", EXCURSION_START, EXCURSION)
+    # When the detector runs
+    found = detect_anomalies(history, THRESHOLDS)
+    # Then both days of the excursion are reported, each with its own excess over ~$100
+    day = EXCURSION_START + dt.timedelta(days=40)
+    assert [(a.date, a.kind) for a in found[:2]] == [
+        (day, "excursion"),
+        (day + dt.timedelta(days=1), "excursion"),
+    ]
+    for anomaly, actual in zip(found[:2], (250.0, 280.0), strict=True):
+        assert anomaly.actual == actual
+        assert anomaly.expected == pytest.approx(100.0, abs=2.0)
+        assert anomaly.impact == pytest.approx(actual - anomaly.expected)
+    # And the baseline went back: the return is no drop, and the later one-day spike is
+    # measured against ~$100, not against the excursion
+    assert [(a.date, a.kind) for a in found[2:]] == [
+        (EXCURSION_START + dt.timedelta(days=57), "spike")
+    ]
+    assert found[2].expected == pytest.approx(100.0, abs=2.0)
+
+
+def test_a_shift_that_stays_is_still_reported_once() -> None:
+    # Given the same usage type, whose two high days turn out a new level
+    costs = EXCURSION[:40] + [250.0 + (i % 5 - 2) for i in range(20)]
+    found = detect_anomalies(_series("USE1-Host:ml.m5.xlarge", EXCURSION_START, costs), THRESHOLDS)
+    # Then it is one level shift, on its first day
+    assert [(a.date, a.kind) for a in found] == [
+        (EXCURSION_START + dt.timedelta(days=40), "level_shift")
+    ]
+
+
+def test_an_excursion_on_the_last_days_is_a_level_shift_until_it_comes_back() -> None:
+    # Given the excursion's two high days as the last of the history
+    history = _series("USE1-Host:ml.m5.xlarge", EXCURSION_START, EXCURSION[:42])
+    # Then, with no day back yet, it reads as a level shift on its first day
+    found = detect_anomalies(history, THRESHOLDS)
+    assert [(a.date, a.kind) for a in found] == [
+        (EXCURSION_START + dt.timedelta(days=40), "level_shift")
+    ]
+    # And the next day back at $100 turns both into excursions
+    found = detect_anomalies(
+        _series("USE1-Host:ml.m5.xlarge", EXCURSION_START, EXCURSION[:43]), THRESHOLDS
+    )
+    assert [a.kind for a in found] == ["excursion", "excursion"]

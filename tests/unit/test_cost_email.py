@@ -13,7 +13,13 @@ import pytest
 from fleetcast import billing
 from fleetcast_common.cost import mail
 from fleetcast_common.cost.chart import render_cost_chart
-from fleetcast_common.cost.models import Anomaly, CostAnalysis, Recommendation
+from fleetcast_common.cost.models import (
+    Anomaly,
+    CostAnalysis,
+    DailyUsage,
+    Recommendation,
+    UsageHistory,
+)
 from fleetcast_common.cost.prices import bundled_prices
 from fleetcast_common.cost.report import analyse
 from fleetcast_common.cost.settings import CostAnalysisSettings
@@ -182,3 +188,38 @@ def test_outbox_html_embeds_the_chart(analysis: CostAnalysis, chart: bytes) -> N
     standalone = composed.html_with_embedded_chart(chart)
     assert "cid:" not in standalone
     assert 'src="data:image/png;base64,' in standalone
+
+
+def test_each_day_of_an_excursion_is_a_row_of_the_e_mail() -> None:
+    # Given ~$100 a day of an endpoint, two days at $250 and $280 in the report's week,
+    # then $100 again
+    costs = [100.0 + (i % 5 - 2) for i in range(40)] + [250.0, 280.0] + [100.0] * 4
+    start = REPORT_DAY - dt.timedelta(days=len(costs))
+    usage = UsageHistory(
+        start=start,
+        end=REPORT_DAY,
+        usage=tuple(
+            DailyUsage(
+                usage_type="USE1-Host:ml.m5.xlarge",
+                day=start + dt.timedelta(days=i),
+                cost_usd=cost,
+            )
+            for i, cost in enumerate(costs)
+        ),
+    )
+    analysis = analyse(
+        usage, [], [], [], CostAnalysisSettings.from_env({}), REPORT_DAY, bundled_prices()
+    )
+    # When the e-mail is composed
+    composed = _compose(analysis, None)
+    # Then both days are rows, as excursions, each with its own excess over ~$100
+    assert [(a.date, a.kind, a.actual) for a in analysis.anomalies] == [
+        (start + dt.timedelta(days=40), "excursion", 250.0),
+        (start + dt.timedelta(days=41), "excursion", 280.0),
+    ]
+    for anomaly in analysis.anomalies:
+        assert anomaly.impact == pytest.approx(anomaly.actual - 100.0, abs=2.0)
+        for part in (composed.text, composed.html):
+            assert anomaly.date.isoformat() in part
+            assert f"{anomaly.impact:,.2f}" in part
+    assert composed.text.count("excursion") == 2

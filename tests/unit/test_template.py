@@ -675,6 +675,8 @@ S3_OBJECT_GRANTS = {
     "RegisterModelsFunction": {
         ("s3:GetObject", "ArtifactsBucket", "runs/*"),
         ("s3:PutObject", "ArtifactsBucket", "models/*"),
+        # The run's registration record: what was registered and which customers were lost.
+        ("s3:PutObject", "ArtifactsBucket", "runs/*/registration.json"),
     },
 }
 

@@ -68,8 +68,10 @@ class JobResult:
         return self.manifest.count(outcome)
 
     @property
-    def failure(self) -> str | None:
-        """Why the job as a whole failed: it had customers and none produced a model."""
+    def all_failed(self) -> str | None:
+        """When the shard had customers and none produced a model, a summary of why. The
+        instance still succeeds: each customer's reason is in the manifest, and another
+        instance's models must not be lost with this one's."""
         failed = sorted(
             (r for r in self.reports if r.failure_kind is not None),
             key=lambda r: r.result.customer_id,
@@ -106,9 +108,9 @@ class JobResult:
 
 
 def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) -> JobResult:
-    """Train this instance's shard and write its manifest; raise :class:`JobFailure` when
-    there is nothing to train. A job whose customers all failed returns normally, with
-    :attr:`JobResult.failure` set, so the caller can still report its metrics."""
+    """Train this instance's shard and write its manifest; raise :class:`JobFailure` only
+    for a fault of the instance itself (no training data, say). Customers that fail are
+    recorded in the manifest with their reasons, even when all of them fail."""
     started = time.perf_counter()
     host = environment.current_host
     customers, reports = plan_shard(environment.channel_dir(TRAIN_CHANNEL), len(environment.hosts))

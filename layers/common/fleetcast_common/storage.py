@@ -27,5 +27,14 @@ def read_text(s3: Any, bucket: str, key: str) -> str:
     return body.decode()
 
 
+def read_bytes(s3: Any, bucket: str, key: str) -> bytes:
+    body: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    return body
+
+
+def write_text(s3: Any, bucket: str, key: str, text: str) -> None:
+    s3.put_object(Bucket=bucket, Key=key, Body=text.encode())
+
+
 def copy(s3: Any, bucket: str, source_key: str, target_key: str) -> None:
     s3.copy_object(Bucket=bucket, Key=target_key, CopySource={"Bucket": bucket, "Key": source_key})

@@ -18,6 +18,9 @@ band says what is more than this usage type's usual wobble.
 * a flagged day followed by another flagged day is a ``level_shift``: reported once, on
   the day it happened, and the baseline restarts there; a flagged day followed by a
   normal one is a ``spike``; the last day, with no tomorrow yet, is a ``jump``;
+* a level shift that comes back to the old level within :data:`EXCURSION_MAX_DAYS` was
+  an ``excursion``: every day of it is reported with its own excess over the old
+  baseline (not only the first), and the baseline goes back to where it was;
 * slow creep, too gradual for any single day to stand out, is flagged on the day the
   weekly level (median of the last seven adjusted days) has drifted past both
   thresholds from where it last stood; it then stands there.
@@ -49,6 +52,8 @@ MIN_RESIDUALS = 14
 NOISE_BAND_SIGMAS = 5.0
 MAD_TO_SIGMA = 1.4826
 WEEKLY_PATTERN_SIGNIFICANCE = 5.0
+# How long a new level may last and still turn out an excursion when it comes back.
+EXCURSION_MAX_DAYS = LEVEL_WINDOW_DAYS
 
 
 _NO_FACTORS = [1.0] * 7
@@ -95,6 +100,15 @@ class _Flag:
 
 
 @dataclass(frozen=True)
+class _Shift:
+    """A level shift that may yet come back: what to restore if it does."""
+
+    start: int
+    previous_segment_start: int
+    previous_creep_anchor: float | None
+
+
+@dataclass(frozen=True)
 class _Baseline:
     expected: float
     # Day-to-day wobble as a standard deviation of log(cost): costs are skewed (a day can
@@ -119,6 +133,7 @@ class _SeriesDetector:
     # log(actual/expected) on days judged normal: the usage type's usual wobble, which
     # outlives segment restarts (a new level is still as noisy as the old one).
     residuals: list[float] = field(default_factory=list)
+    shift: _Shift | None = None
 
     def run(self) -> list[_Flag]:
         first_seen = next((i for i, cost in enumerate(self.costs) if cost > 0), None)
@@ -140,6 +155,7 @@ class _SeriesDetector:
     def _step(self, d: int, first_seen: int, drops_in_a_row: int) -> int:
         """Judge day ``d`` against what came before; returns the run of big drops so far."""
         factors = self._weekday_factors(d, first_seen)
+        self._end_excursion_if_back(d, factors)
         baseline = self._baseline(d, factors)
         if baseline is None:
             return 0
@@ -151,6 +167,7 @@ class _SeriesDetector:
                 # Two days up in a row: a new level, reported once, on its first day.
                 yesterday.kind = "level_shift"
                 self.outliers.discard(d - 1)
+                self.shift = _Shift(d - 1, self.segment_start, self.creep_anchor)
                 self._restart_segment(d - 1)
             else:
                 self.flags[d] = _Flag(d, "spike", expected)
@@ -166,9 +183,43 @@ class _SeriesDetector:
         )
         drops_in_a_row = drops_in_a_row + 1 if big_drop else 0
         if drops_in_a_row == DROP_DAYS_TO_RESTART:
+            self.shift = None
             self._restart_segment(d - DROP_DAYS_TO_RESTART + 1)
         self._check_creep(d, factors, baseline.log_sigma)
         return drops_in_a_row
+
+    def _end_excursion_if_back(self, d: int, factors: Sequence[float]) -> None:
+        """When day ``d`` is back at the level from before the pending shift, the shift
+        was an excursion: flag each of its days against the old baseline, leave them out
+        of every baseline, and restore the old segment."""
+        shift = self.shift
+        if shift is None:
+            return
+        if d - shift.start > EXCURSION_MAX_DAYS:
+            self.shift = None  # the new level has stood long enough: a shift after all
+            return
+        before = self._adjusted(
+            range(max(shift.previous_segment_start, shift.start - LEVEL_WINDOW_DAYS), shift.start),
+            factors,
+        )
+        if not before:
+            return
+        level = statistics.median(before)
+        old = _Baseline(level * factors[self.days[d].weekday()], self._log_sigma(d, level, factors))
+        actual = self.costs[d]
+        if self.thresholds.exceeded(actual, old.expected) and actual - old.expected > old.band:
+            return
+        self.shift = None
+        for t in range(shift.start, d):
+            expected = (
+                self.flags[t].expected
+                if t == shift.start
+                else level * factors[self.days[t].weekday()]
+            )
+            self.flags[t] = _Flag(t, "excursion", expected)
+            self.outliers.add(t)
+        self.segment_start = shift.previous_segment_start
+        self.creep_anchor = shift.previous_creep_anchor
 
     def _restart_segment(self, start: int) -> None:
         self.segment_start = start

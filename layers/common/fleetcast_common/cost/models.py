@@ -17,6 +17,8 @@ AnomalyKind = Literal[
     "jump",
     "spike",
     "level_shift",
+    # Days of a "level shift" that came back to the old level: each day reported.
+    "excursion",
     "new_usage_type",
     "creep",
     # Found by AWS Cost Anomaly Detection and not by us.
