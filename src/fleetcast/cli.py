@@ -72,6 +72,7 @@ def _names(args: argparse.Namespace) -> dict[str, str]:
 def _status_table(runs: list[RunStatus]) -> Table:
     table = Table(title="fleetcast runs", header_style="bold")
     for column in (
+        "order",
         "run",
         "source",
         "processing",
@@ -95,6 +96,7 @@ def _status_table(runs: list[RunStatus]) -> Table:
         if run.training_failure:
             training += f"\n{run.training_failure}"
         table.add_row(
+            f"#{run.upload_order}" if run.upload_order is not None else "-",
             run.run_id,
             run.source or "-",
             processing,

@@ -13,7 +13,12 @@ from pydantic import BaseModel
 
 from fleetcast_common import layout
 from fleetcast_common.aws import error_code
-from fleetcast_common.ids import processing_job_name, run_id_from_job_name, training_job_name
+from fleetcast_common.ids import (
+    processing_job_name,
+    run_id_from_job_name,
+    training_job_name,
+    upload_sequence,
+)
 from fleetcast_common.registration import read_manifests
 from fleetcast_common.training_manifest import CustomerOutcome
 from fleetcast_common.upload_queue import UploadQueue
@@ -48,6 +53,12 @@ class RunStatus(BaseModel):
     processing_ended_at: datetime | None = None
     training_started_at: datetime | None = None
     training_ended_at: datetime | None = None
+
+    @property
+    def upload_order(self) -> int | None:
+        """The upload queue's number for this run's upload: the order uploads are processed
+        and their models promoted in (None for a run from before uploads were numbered)."""
+        return upload_sequence(self.run_id)
 
     @property
     def done(self) -> bool:
@@ -225,8 +236,8 @@ def pipeline_status(
     table: Any,
     queue: UploadQueue | None = None,
 ) -> list[RunStatus]:
-    """Every run of this stack, oldest first; with the upload ``queue``, also the uploads
-    waiting for their processing job."""
+    """Every run of this stack in upload order (the order they reached the upload queue);
+    with the upload ``queue``, also the uploads waiting for their processing job."""
     decisions = decisions_per_run(table)
     started = run_ids(prefix, sagemaker)
     runs = [
