@@ -158,8 +158,10 @@ class UploadQueue:
             self._table.update_item(
                 Key=key,
                 UpdateExpression="SET #order = :order, #run = :run_id, #expires = :expires",
+                # Equal sequencers of different uploads do not happen on AWS; moto gives
+                # every event the same one, and then arrival order decides.
                 ConditionExpression=Attr("queue").not_exists()
-                | Attr("sequencer").lt(order)
+                | Attr("sequencer").lte(order)
                 | Attr("run_id").eq(run_id),
                 ExpressionAttributeNames={
                     "#order": "sequencer",
