@@ -51,9 +51,7 @@ def pipeline(aws_env: str) -> Iterator[dict[str, Any]]:
     settings = processing_settings(f"artifacts-{suffix}", table_name)
     queue = UploadQueue(boto3.resource("dynamodb").Table(table_name))
     _QUEUE[:] = [queue]
-    # Each test's queue numbers its uploads from 1, so its job names would meet the jobs
-    # of earlier tests (moto's backend outlives a test).
-    _sagemaker_backend().processing_jobs.clear()
+    forget_processing_jobs()
     yield {"settings": settings, "sagemaker": boto3.client("sagemaker"), "s3": s3, "queue": queue}
     dynamodb.delete_table(TableName=table_name)
 
@@ -94,6 +92,12 @@ def job_of(uploaded: Upload) -> str:
 
 def _sagemaker_backend() -> Any:
     return sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+
+
+def forget_processing_jobs() -> None:
+    """Each test's fresh queue table numbers its uploads from 1, so its job names would
+    meet the jobs of earlier tests: moto's backend outlives a test."""
+    _sagemaker_backend().processing_jobs.clear()
 
 
 def set_status(job_name: str, status: str) -> None:
