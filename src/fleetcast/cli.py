@@ -100,7 +100,8 @@ def _status_table(runs: list[RunStatus]) -> Table:
             run.run_id,
             run.source or "-",
             processing,
-            f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})",
+            f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})"
+            + (f"\n{run.days_replaced} stored days replaced" if run.days_replaced else ""),
             training,
             str(run.customers_processed if run.customers_processed is not None else "-"),
             str(

@@ -37,6 +37,9 @@ class RunStatus(BaseModel):
     processing_failure: str | None = None
     rows_read: int | None = None
     rows_rejected: int | None = None
+    # Stored (customer, day) totals this upload replaced: an earlier upload had readings
+    # for them (the later upload's values are kept).
+    days_replaced: int | None = None
     customers_processed: int | None = None
     training_job: str | None = None
     training_status: str | None = None
@@ -138,6 +141,7 @@ def run_status(
         status.source = summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected
+        status.days_replaced = summary.days_replaced
         status.customers_processed = summary.customers
     except Exception as error:
         if error_code(error) not in ("NoSuchKey", "404"):

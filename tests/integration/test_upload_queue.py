@@ -334,3 +334,20 @@ def test_an_older_upload_queued_while_the_lease_is_taken_goes_first(
     assert outcome is Outcome.QUEUED
     assert started(pipeline, older, newer) == {job_of(older)}
     assert end(pipeline, job_of(older)) == job_of(newer)
+
+
+def test_an_older_same_key_upload_queued_first_keeps_its_place_when_its_event_repeats(
+    pipeline: dict[str, Any],
+) -> None:
+    # Given a running job, then an older and a newer upload of one key queued in that order
+    running = upload(0)
+    older = upload(1).model_copy(update={"sequencer": "0A"})
+    newer = older.model_copy(update={"revision": "v2", "sequencer": "0B"})
+    arrive(pipeline, running)
+    assert arrive(pipeline, older) is arrive(pipeline, newer) is Outcome.QUEUED
+    # When the older one's event is delivered again
+    repeated = arrive(pipeline, older)
+    # Then it still waits, and the two run in S3's order
+    assert repeated is Outcome.QUEUED
+    assert end(pipeline, job_of(running)) == job_of(older)
+    assert end(pipeline, job_of(older)) == job_of(newer)

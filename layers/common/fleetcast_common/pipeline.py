@@ -72,7 +72,9 @@ def start_processing(
     job_name = processing_job_name(settings.job_name_prefix, run_id)
     if _processing_job_status(sagemaker, job_name) is not None:
         return JobStart(outcome=Outcome.ALREADY_STARTED, run_id=run_id, job_name=job_name)
-    if arrival.superseded_by is not None:
+    # (A repeated event of an upload that was queued before the newer one arrived finds
+    # it waiting: it keeps its place, and the newer one follows it.)
+    if arrival.superseded_by is not None and not queue.is_waiting(run_id):
         return JobStart(
             outcome=Outcome.SUPERSEDED,
             run_id=run_id,

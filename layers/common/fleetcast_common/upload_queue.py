@@ -213,6 +213,10 @@ class UploadQueue:
                 return found
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def is_waiting(self, run_id: str) -> bool:
+        found = self._table.get_item(Key={"queue": WAITING, "entry": run_id}, ConsistentRead=True)
+        return "Item" in found
+
     def remove(self, run_id: str) -> None:
         self._table.delete_item(Key={"queue": WAITING, "entry": run_id})
 
