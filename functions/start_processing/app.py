@@ -8,15 +8,13 @@
 from __future__ import annotations
 
 import functools
-from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.data_classes import (
-    EventBridgeEvent,
-    S3EventBridgeNotificationEvent,
-)
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client, dynamodb_table
@@ -38,18 +36,26 @@ def _queue() -> UploadQueue:
     return UploadQueue(dynamodb_table(settings.upload_queue_table))
 
 
-def upload_from(event: S3EventBridgeNotificationEvent) -> Upload:
+def upload_from(event: S3EventNotificationEventBridgeModel) -> Upload:
+    """The upload an S3 "Object Created" event describes.
+
+    EventBridge carries the key exactly as stored (classic S3 notifications URL-encode
+    it): the parser model keeps it raw, where the data class's ``key`` would
+    ``unquote_plus`` it and turn ``a+b.csv`` into ``a b.csv``.
+    """
     detail = event.detail
     return Upload(
         bucket=detail.bucket.name,
-        key=detail.object.key,  # EventBridge keys are not URL-encoded
+        key=detail.object.key,
         revision=detail.object.version_id or detail.object.etag,
-        size=detail.object.size or 0,
-        uploaded_at=datetime.fromisoformat(event.time),
+        size=int(detail.object.size or 0),
+        uploaded_at=event.time,
+        version_id=detail.object.version_id,
+        sequencer=detail.object.sequencer,
     )
 
 
-def _uploaded(event: S3EventBridgeNotificationEvent) -> JobStart:
+def _uploaded(event: S3EventNotificationEventBridgeModel) -> JobStart:
     upload = upload_from(event)
     logger.set_correlation_id(upload.key)
     started = start_processing(upload, settings, client("sagemaker"), client("s3"), _queue())
@@ -82,9 +88,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     if event.get("detail-type") == PROCESSING_STATE_CHANGE:
         started = _ended(EventBridgeEvent(event))
     else:
-        started = _uploaded(S3EventBridgeNotificationEvent(event))
+        started = _uploaded(parse(event=event, model=S3EventNotificationEventBridgeModel))
     if started.outcome is Outcome.STARTED:
         metrics.add_metric(name="ProcessingJobsStarted", unit=MetricUnit.Count, value=1)
     elif started.outcome is Outcome.QUEUED:
         metrics.add_metric(name="UploadsQueued", unit=MetricUnit.Count, value=1)
+    elif started.outcome is Outcome.SUPERSEDED:
+        logger.warning("upload superseded: %s", started.reason, extra=started.model_dump())
+        metrics.add_metric(name="UploadsSuperseded", unit=MetricUnit.Count, value=1)
     return started.model_dump(mode="json")

@@ -72,6 +72,7 @@ def _names(args: argparse.Namespace) -> dict[str, str]:
 def _status_table(runs: list[RunStatus]) -> Table:
     table = Table(title="fleetcast runs", header_style="bold")
     for column in (
+        "order",
         "run",
         "source",
         "processing",
@@ -95,10 +96,12 @@ def _status_table(runs: list[RunStatus]) -> Table:
         if run.training_failure:
             training += f"\n{run.training_failure}"
         table.add_row(
+            f"#{run.upload_order}" if run.upload_order is not None else "-",
             run.run_id,
             run.source or "-",
             processing,
-            f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})",
+            f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})"
+            + (f"\n{run.days_replaced} stored days replaced" if run.days_replaced else ""),
             training,
             str(run.customers_processed if run.customers_processed is not None else "-"),
             str(

@@ -13,7 +13,12 @@ from pydantic import BaseModel
 
 from fleetcast_common import layout
 from fleetcast_common.aws import error_code
-from fleetcast_common.ids import processing_job_name, run_id_from_job_name, training_job_name
+from fleetcast_common.ids import (
+    processing_job_name,
+    run_id_from_job_name,
+    training_job_name,
+    upload_sequence,
+)
 from fleetcast_common.registration import read_manifests, read_registration_record
 from fleetcast_common.training_manifest import CustomerOutcome
 from fleetcast_common.upload_queue import UploadQueue
@@ -32,6 +37,9 @@ class RunStatus(BaseModel):
     processing_failure: str | None = None
     rows_read: int | None = None
     rows_rejected: int | None = None
+    # Stored (customer, day) totals this upload replaced: an earlier upload had readings
+    # for them (the later upload's values are kept).
+    days_replaced: int | None = None
     customers_processed: int | None = None
     training_job: str | None = None
     training_status: str | None = None
@@ -52,6 +60,12 @@ class RunStatus(BaseModel):
     processing_ended_at: datetime | None = None
     training_started_at: datetime | None = None
     training_ended_at: datetime | None = None
+
+    @property
+    def upload_order(self) -> int | None:
+        """The upload queue's number for this run's upload: the order uploads are processed
+        and their models promoted in (None for a run from before uploads were numbered)."""
+        return upload_sequence(self.run_id)
 
     @property
     def done(self) -> bool:
@@ -132,6 +146,7 @@ def run_status(
         status.source = summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected
+        status.days_replaced = summary.days_replaced
         status.customers_processed = summary.customers
     except Exception as error:
         if error_code(error) not in ("NoSuchKey", "404"):
@@ -239,8 +254,8 @@ def pipeline_status(
     table: Any,
     queue: UploadQueue | None = None,
 ) -> list[RunStatus]:
-    """Every run of this stack, oldest first; with the upload ``queue``, also the uploads
-    waiting for their processing job."""
+    """Every run of this stack in upload order (the order they reached the upload queue);
+    with the upload ``queue``, also the uploads waiting for their processing job."""
     decisions = decisions_per_run(table)
     started = run_ids(prefix, sagemaker)
     runs = [

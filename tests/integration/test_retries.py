@@ -17,7 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from forecast_api_helpers import api_event, call, load_forecast_api
 from test_registration import trained
-from test_upload_queue import processing_settings, upload
+from test_upload_queue import forget_processing_jobs, processing_settings, upload
 
 from fleetcast.localstack.faults import SERVER_ERROR, THROTTLED, FaultInjector, applied
 from fleetcast.localstack.gateway import Gateway
@@ -66,6 +66,7 @@ def faulty(aws_env: str) -> Iterator[dict[str, Any]]:
         )
     bucket = f"artifacts-{uuid.uuid4().hex[:8]}"
     client("s3").create_bucket(Bucket=bucket)
+    forget_processing_jobs()
 
     def resource(service: str, config: Config = RETRY_CONFIG) -> Any:
         return session.resource(service, config=config, endpoint_url=gateway.url)

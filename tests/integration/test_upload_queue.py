@@ -19,11 +19,14 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
 from fleetcast.localstack.template import LocalTemplate
-from fleetcast_common.ids import processing_job_name, run_id_for_upload
+from fleetcast_common.ids import processing_job_name, upload_sequence
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
 from fleetcast_common.settings import ProcessingSettings
 from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
+
+# The queue and the tests' helpers share one table per test: job_of reads it.
+_QUEUE: list[UploadQueue] = []
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "fleetcast"
@@ -47,6 +50,8 @@ def pipeline(aws_env: str) -> Iterator[dict[str, Any]]:
     s3.create_bucket(Bucket=f"artifacts-{suffix}")
     settings = processing_settings(f"artifacts-{suffix}", table_name)
     queue = UploadQueue(boto3.resource("dynamodb").Table(table_name))
+    _QUEUE[:] = [queue]
+    forget_processing_jobs()
     yield {"settings": settings, "sagemaker": boto3.client("sagemaker"), "s3": s3, "queue": queue}
     dynamodb.delete_table(TableName=table_name)
 
@@ -79,19 +84,28 @@ def upload(minute: int) -> Upload:
 
 
 def job_of(uploaded: Upload) -> str:
-    run_id = run_id_for_upload(
-        uploaded.bucket, uploaded.key, uploaded.revision, uploaded.uploaded_at
-    )
+    """The processing job of ``uploaded``, named after the run id the queue gave it."""
+    run_id = _QUEUE[0].run_id_of(uploaded)
+    assert run_id is not None, f"{uploaded.key} never reached the queue"
     return processing_job_name(PREFIX, run_id)
 
 
+def _sagemaker_backend() -> Any:
+    return sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+
+
+def forget_processing_jobs() -> None:
+    """Each test's fresh queue table numbers its uploads from 1, so its job names would
+    meet the jobs of earlier tests: moto's backend outlives a test."""
+    _sagemaker_backend().processing_jobs.clear()
+
+
 def set_status(job_name: str, status: str) -> None:
-    backend = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
-    backend.processing_jobs[job_name].processing_job_status = status
+    _sagemaker_backend().processing_jobs[job_name].processing_job_status = status
 
 
 def started(world: dict[str, Any], *uploads: Upload) -> set[str]:
-    """Which of ``uploads`` have a processing job (moto's jobs outlive each test)."""
+    """Which of ``uploads`` have a processing job."""
     pages = world["sagemaker"].get_paginator("list_processing_jobs").paginate()
     jobs = {job["ProcessingJobName"] for page in pages for job in page["ProcessingJobSummaries"]}
     return jobs & {job_of(uploaded) for uploaded in uploads}
@@ -146,20 +160,86 @@ def test_a_job_that_fails_or_is_stopped_still_lets_the_next_upload_start(
     assert end(pipeline, job_of(first), status) == job_of(second)
 
 
-def test_waiting_uploads_start_in_upload_order_whatever_order_their_events_arrive(
+def test_waiting_uploads_start_in_the_order_they_reached_the_queue(
     pipeline: dict[str, Any],
 ) -> None:
-    # Given a running job and three later uploads whose events arrive out of order
+    # Given a running job and three later uploads whose events reach the queue in an order
+    # other than their event times' (S3 orders different keys only to the second, and
+    # EventBridge may deliver out of order)
     running, early, middle, late = upload(0), upload(1), upload(2), upload(3)
     arrive(pipeline, running)
     for uploaded in (late, early, middle):
         assert arrive(pipeline, uploaded) is Outcome.QUEUED
-    # When each job ends in turn, the next oldest upload starts, one at a time
+    # When each job ends in turn, the next upload to have arrived starts, one at a time
     order = []
     job = job_of(running)
     while (job := end(pipeline, job)) is not None:  # type: ignore[assignment]
         order.append(job)
-    assert order == [job_of(early), job_of(middle), job_of(late)]
+    assert order == [job_of(late), job_of(early), job_of(middle)]
+
+
+def test_the_counter_numbers_uploads_once_each_in_arrival_order(
+    pipeline: dict[str, Any],
+) -> None:
+    # Given twelve uploads in the same second, and one of them delivered three times
+    queue: UploadQueue = pipeline["queue"]
+    same_second = [upload(0) for _ in range(12)]
+    # When their events reach the queue, the sixth one repeatedly
+    run_ids = [queue.arrive(u, T0).run_id for u in same_second]
+    repeats = [queue.arrive(same_second[5], T0).run_id for _ in range(3)]
+    # Then each upload has its own number, in arrival order, and a repeat gets the same one
+    assert [upload_sequence(r) for r in run_ids] == list(range(1, 13))
+    assert repeats == [run_ids[5]] * 3
+    assert sorted(run_ids) == run_ids
+    # And the next new upload continues the count
+    assert upload_sequence(queue.arrive(upload(0), T0).run_id) == 13
+
+
+def test_two_events_of_one_upload_handled_at_once_share_one_run_id(
+    pipeline: dict[str, Any],
+) -> None:
+    # Given an upload whose second event is handled while the first is being numbered
+    queue: UploadQueue = pipeline["queue"]
+    uploaded = upload(0)
+
+    class _RepeatMeanwhile(UploadQueue):
+        def _next_sequence(self) -> int:
+            number = super()._next_sequence()
+            if not hasattr(self, "_repeated"):
+                self._repeated = queue.arrive(uploaded, T0)
+            return number
+
+    racing = _RepeatMeanwhile(queue._table)
+    # When both finish
+    first = racing.arrive(uploaded, T0)
+    # Then they agree on the run id the other got first (its number is left unused)
+    assert first.run_id == racing._repeated.run_id == queue.run_id_of(uploaded)
+
+
+def test_a_same_key_upload_older_by_sequencer_that_arrives_later_is_superseded(
+    pipeline: dict[str, Any],
+) -> None:
+    # Given two uploads of one key, S3's sequencer says which was written last; the newer
+    # one's event reaches the queue first (the shorter sequencer is the older: S3 pads it)
+    older = upload(0).model_copy(update={"sequencer": "FF"})
+    newer = older.model_copy(update={"revision": "v2", "sequencer": "0100"})
+    assert arrive(pipeline, newer) is Outcome.STARTED
+    # When the older one's event arrives, and again
+    started = start_processing(
+        older, pipeline["settings"], pipeline["sagemaker"], pipeline["s3"], pipeline["queue"], T0
+    )
+    again = start_processing(
+        older, pipeline["settings"], pipeline["sagemaker"], pipeline["s3"], pipeline["queue"], T0
+    )
+    # Then it is reported superseded, naming the newer run, and never queued
+    assert started.outcome is again.outcome is Outcome.SUPERSEDED
+    assert job_of(newer).removeprefix("fleetcast-p-") in (started.reason or "")
+    assert pipeline["queue"].waiting() == []
+    # And a same-key upload newer still, and a repeat of the newer one, go ahead
+    newest = older.model_copy(update={"revision": "v3", "sequencer": "0101"})
+    assert arrive(pipeline, newest) is Outcome.QUEUED
+    assert arrive(pipeline, newer) is Outcome.ALREADY_STARTED
+    assert end(pipeline, job_of(newer)) == job_of(newest)
 
 
 def test_repeated_events_start_nothing_twice(pipeline: dict[str, Any]) -> None:
@@ -234,7 +314,8 @@ class _OlderEventMeanwhile(UploadQueue):
         taken = super().take_lease(lease, replacing)
         if self._older is not None:
             older, self._older = self._older, None
-            run_id = run_id_for_upload(older.bucket, older.key, older.revision, older.uploaded_at)
+            run_id = self.run_id_of(older)
+            assert run_id is not None
             self.add(WaitingUpload(run_id=run_id, upload=older))
         return taken
 
@@ -242,12 +323,31 @@ class _OlderEventMeanwhile(UploadQueue):
 def test_an_older_upload_queued_while_the_lease_is_taken_goes_first(
     pipeline: dict[str, Any],
 ) -> None:
-    # Given two uploads whose events are handled at the same moment, the newer one first
+    # Given two uploads whose events are handled at the same moment: the older one was
+    # numbered first, the newer one's function gets to the lease first
     older, newer = upload(0), upload(1)
+    pipeline["queue"].arrive(older, T0)
     racing = {**pipeline, "queue": _OlderEventMeanwhile(pipeline["queue"]._table, older)}
     # When the newer one's function takes the lease and the older one joins the queue
     outcome = arrive(racing, newer)
     # Then the older upload is processed first and the newer one waits for it
     assert outcome is Outcome.QUEUED
     assert started(pipeline, older, newer) == {job_of(older)}
+    assert end(pipeline, job_of(older)) == job_of(newer)
+
+
+def test_an_older_same_key_upload_queued_first_keeps_its_place_when_its_event_repeats(
+    pipeline: dict[str, Any],
+) -> None:
+    # Given a running job, then an older and a newer upload of one key queued in that order
+    running = upload(0)
+    older = upload(1).model_copy(update={"sequencer": "0A"})
+    newer = older.model_copy(update={"revision": "v2", "sequencer": "0B"})
+    arrive(pipeline, running)
+    assert arrive(pipeline, older) is arrive(pipeline, newer) is Outcome.QUEUED
+    # When the older one's event is delivered again
+    repeated = arrive(pipeline, older)
+    # Then it still waits, and the two run in S3's order
+    assert repeated is Outcome.QUEUED
+    assert end(pipeline, job_of(running)) == job_of(older)
     assert end(pipeline, job_of(older)) == job_of(newer)

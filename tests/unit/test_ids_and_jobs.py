@@ -8,10 +8,14 @@ from fleetcast_common import layout
 from fleetcast_common.ids import (
     InvalidCustomerIdError,
     is_valid_customer_id,
+    is_valid_run_id,
     processing_job_name,
     run_id_for_upload,
     run_id_from_job_name,
+    sequencer_order,
+    staged_file_name,
     training_job_name,
+    upload_sequence,
     validate_customer_id,
 )
 from fleetcast_common.jobs import (
@@ -73,27 +77,85 @@ def test_layout_refuses_an_invalid_customer_id_before_it_becomes_a_key() -> None
     assert layout.model_key("42", "r") == "models/42/r.tar.gz"
 
 
-def test_run_id_is_the_same_for_a_repeated_event_and_new_for_new_content() -> None:
-    # Given one upload delivered twice, and the same key uploaded again with new content
-    first = run_id_for_upload("raw", "incoming/a.csv", "etag-1", UPLOAD.uploaded_at)
-    again = run_id_for_upload("raw", "incoming/a.csv", "etag-1", UPLOAD.uploaded_at)
-    later = run_id_for_upload(
-        "raw", "incoming/a.csv", "etag-2", datetime(2026, 11, 29, 13, tzinfo=UTC)
-    )
-    # Then the repeat maps to the same run, and the newer content to a later-sorting run
-    assert first == again
-    assert later != first and later > first
-    assert run_id_from_job_name("fleetcast", processing_job_name("fleetcast", first)) == first
-    assert run_id_from_job_name("fleetcast", training_job_name("fleetcast", first)) == first
+def test_run_ids_sort_by_the_queue_number_whatever_the_event_time() -> None:
+    # Given uploads numbered 9, 10 and 11 by the queue, the later ones with earlier times
+    ninth = run_id_for_upload(9, datetime(2026, 11, 29, 13, tzinfo=UTC))
+    tenth = run_id_for_upload(10, datetime(2026, 11, 29, 12, tzinfo=UTC))
+    eleventh = run_id_for_upload(11, datetime(2026, 11, 29, 12, tzinfo=UTC))
+    # Then their run ids sort by number (text order, as the registry compares them)
+    assert ninth < tenth < eleventh
+    assert tenth == "q0000000010-20261129t120000"
+    assert [upload_sequence(r) for r in (ninth, tenth, eleventh)] == [9, 10, 11]
+    # And a run id from before uploads were numbered is still valid, and older than any
+    legacy = "20261129t235959-0123456789"
+    assert is_valid_run_id(legacy) and upload_sequence(legacy) is None
+    assert legacy < run_id_for_upload(1, datetime(2020, 1, 1, tzinfo=UTC))
+    assert not is_valid_run_id("q12-20261129t120000")
+    assert run_id_from_job_name("fleetcast", processing_job_name("fleetcast", tenth)) == tenth
+    assert run_id_from_job_name("fleetcast", training_job_name("fleetcast", legacy)) == legacy
     assert run_id_from_job_name("fleetcast", "someone-elses-job") is None
-    assert len(training_job_name("abcdefghijklmnopqrst", first)) <= 63
+    # The longest job name prefix the template allows still makes a valid job name
+    assert len(training_job_name("abcdefghijklmnopqrstu", eleventh)) <= 63
+    with pytest.raises(ValueError, match="outside"):
+        run_id_for_upload(0, UPLOAD.uploaded_at)
+
+
+def test_sequencers_of_one_key_compare_by_s3s_rule_left_padded_with_zeros() -> None:
+    # "9" then "10": as text "9" sorts last, as S3 orders them it comes first
+    assert sequencer_order("9") < sequencer_order("10")
+    assert sequencer_order("00674A9C2B1E7D3F05") < sequencer_order("674a9c2b1e7d3f06")
+    assert sequencer_order("0A") == sequencer_order("a")
+    with pytest.raises(ValueError, match="not a hexadecimal"):
+        sequencer_order("12-34")
+
+
+@pytest.mark.parametrize(
+    ("key", "staged"),
+    [
+        ("incoming/readings-2026-11-29.csv", None),
+        ("incoming/a.csv.gz", None),
+        ("incoming/a+b.csv", "upload.csv"),
+        ("incoming/100%.csv", "upload.csv"),
+        ("incoming/my readings.csv.gz", "upload.csv.gz"),
+        ("incoming/2023-08-08T14:03:40.532432.csv", "upload.csv"),
+        ("incoming/données-été.csv", "upload.csv"),
+        ("incoming/" + "x" * 891 + ".csv", "upload.csv"),
+        ("incoming/" + "é" * 500 + ".csv", "upload.csv"),
+        ("incoming/readings", None),
+        ("incoming/read ings", "upload"),
+    ],
+)
+def test_keys_sagemaker_cannot_take_as_they_are_get_a_short_safe_file_name(
+    key: str, staged: str | None
+) -> None:
+    assert staged_file_name(key) == staged
+
+
+def test_processing_request_for_a_staged_upload_reads_the_copy_under_its_short_name() -> None:
+    # Given an upload whose key is 1024 bytes, the most S3 allows
+    settings = ProcessingSettings.from_env(
+        {**BASE_ENV, "PROCESSING_IMAGE_URI": "img", "UPLOAD_QUEUE_TABLE": "queue"}
+    )
+    key = "incoming/" + "é" * 505 + ".csv"
+    assert len(key.encode()) == 1023
+    upload = UPLOAD.model_copy(update={"key": key})
+    run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
+    staged = layout.staged_upload_key(run_id, "upload.csv")
+    # When its job is requested with the copy's key
+    request = processing_job_request(settings, run_id, upload, False, staged)
+    # Then the job reads the copy, names it, and stays within SageMaker's limits
+    (raw,) = request["ProcessingInputs"]
+    assert raw["S3Input"]["S3Uri"] == f"s3://artifacts/runs/{run_id}/upload/upload.csv"
+    assert request["AppSpecification"]["ContainerArguments"][-1] == "upload.csv"
+    assert all(len(a) <= 256 for a in request["AppSpecification"]["ContainerArguments"])
+    assert all(len(v) <= 256 for v in request["Environment"].values())
 
 
 def test_processing_request_names_the_file_and_adds_history_only_when_some_exists() -> None:
     settings = ProcessingSettings.from_env(
         {**BASE_ENV, "PROCESSING_IMAGE_URI": "img", "UPLOAD_QUEUE_TABLE": "queue"}
     )
-    run_id = run_id_for_upload("raw", UPLOAD.key, UPLOAD.revision, UPLOAD.uploaded_at)
+    run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
     without = processing_job_request(settings, run_id, UPLOAD, with_history=False)
     with_history = processing_job_request(settings, run_id, UPLOAD, with_history=True)
     assert [i["InputName"] for i in without["ProcessingInputs"]] == ["raw"]

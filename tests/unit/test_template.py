@@ -283,6 +283,10 @@ def environment_for(logical_id: str, overrides: dict[str, str] | None = None) ->
 
 EXPECTED_TARGETS = {
     "s3_object_created.json": {"StartProcessingFunction"},
+    # Keys S3 allows that a URL-decoding or path-deriving reader would break.
+    "s3_object_created_plus_key.json": {"StartProcessingFunction"},
+    "s3_object_created_unusual_key.json": {"StartProcessingFunction"},
+    "s3_object_created_longest_key.json": {"StartProcessingFunction"},
     # A processing job's end, however it ended, lets the next upload's job start.
     "processing_job_completed.json": {"StartTrainingFunction", "StartProcessingFunction"},
     "processing_job_failed.json": {"StartProcessingFunction"},
@@ -670,7 +674,13 @@ S3_OBJECT_GRANTS = {
         ("s3:AbortMultipartUpload", "ArtifactsBucket", "history/*"),
         ("s3:AbortMultipartUpload", "ArtifactsBucket", "runs/*"),
     },
-    "StartProcessingFunction": set(),
+    # A key SageMaker cannot take as it is goes to the job as a copy under a short name.
+    "StartProcessingFunction": {
+        ("s3:GetObject", "RawBucket", "incoming/*"),
+        ("s3:GetObjectVersion", "RawBucket", "incoming/*"),
+        ("s3:PutObject", "ArtifactsBucket", "runs/*/upload/*"),
+        ("s3:AbortMultipartUpload", "ArtifactsBucket", "runs/*/upload/*"),
+    },
     "StartTrainingFunction": {("s3:GetObject", "ArtifactsBucket", "runs/*/report/*")},
     "RegisterModelsFunction": {
         ("s3:GetObject", "ArtifactsBucket", "runs/*"),
@@ -727,6 +737,7 @@ DYNAMODB_GRANTS = {
     "StartProcessingFunction": {
         ("UploadQueueTable", "dynamodb:GetItem"),
         ("UploadQueueTable", "dynamodb:PutItem"),
+        ("UploadQueueTable", "dynamodb:UpdateItem"),
         ("UploadQueueTable", "dynamodb:DeleteItem"),
         ("UploadQueueTable", "dynamodb:Query"),
     },

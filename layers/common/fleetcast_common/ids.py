@@ -7,6 +7,7 @@ it must pass the allow-list here before it reaches any of them.
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 from datetime import UTC, datetime
 
@@ -14,9 +15,20 @@ CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 _CUSTOMER_ID = re.compile(CUSTOMER_ID_PATTERN)
 
 # A run is one upload's journey: one processing job, one training job, one registration.
-# Run ids sort by upload time, which is what decides which model version is newer.
-RUN_ID_PATTERN = r"^[0-9]{8}t[0-9]{6}-[0-9a-f]{10}$"
+# Run ids sort in the order uploads reached the upload queue, which is what decides which
+# model version is newer: "q", the queue's sequence number (zero-padded, so that text order
+# is number order), then the upload event's time for people. The run ids made before the
+# queue numbered uploads (time to the second, then a content hash) start with a digit, so
+# they stay valid and sort before every numbered run, which came after them.
+SEQUENCE_DIGITS = 10
+RUN_ID_PATTERN = r"^(q[0-9]{10}-[0-9]{8}t[0-9]{6}|[0-9]{8}t[0-9]{6}-[0-9a-f]{10})$"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
+_SEQUENCER = re.compile(r"[0-9A-Fa-f]{1,64}")
+# A raw upload's file name that SageMaker can download as it is (a single path component
+# of at most 255 bytes, an S3Uri of at most 1024 characters, a container argument of at
+# most 256): anything else is copied to a short name first.
+_PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+STAGED_FILE_STEM = "upload"
 
 
 class InvalidCustomerIdError(ValueError):
@@ -44,14 +56,58 @@ def validate_customer_id(customer_id: object) -> str:
     return customer_id
 
 
-def run_id_for_upload(bucket: str, key: str, revision: str, uploaded_at: datetime) -> str:
-    """A run id that is the same for every delivery of one upload event.
+def run_id_for_upload(sequence: int, uploaded_at: datetime) -> str:
+    """The run id of the upload the queue numbered ``sequence`` (see
+    :meth:`fleetcast_common.upload_queue.UploadQueue.arrive`)."""
+    if not 0 < sequence < 10**SEQUENCE_DIGITS:
+        raise ValueError(
+            f"upload sequence number {sequence} is outside 1..{10**SEQUENCE_DIGITS - 1}"
+        )
+    return f"q{sequence:0{SEQUENCE_DIGITS}d}-{uploaded_at.astimezone(UTC):%Y%m%dt%H%M%S}"
+
+
+def upload_sequence(run_id: str) -> int | None:
+    """The queue's sequence number inside a run id; None for a run id made before uploads
+    were numbered."""
+    if not is_valid_run_id(run_id) or not run_id.startswith("q"):
+        return None
+    return int(run_id[1 : 1 + SEQUENCE_DIGITS])
+
+
+def upload_identity(bucket: str, key: str, revision: str) -> str:
+    """The same for every delivery of one upload event.
 
     ``revision`` is the object's version id when the bucket is versioned, else its ETag,
-    so re-uploading the same key with new content starts a new run.
+    so re-uploading the same key with new content is a new upload.
     """
-    digest = hashlib.sha256(f"{bucket}\n{key}\n{revision}".encode()).hexdigest()[:10]
-    return f"{uploaded_at.astimezone(UTC):%Y%m%dt%H%M%S}-{digest}"
+    return hashlib.sha256(f"{bucket}\n{key}\n{revision}".encode()).hexdigest()
+
+
+def object_identity(bucket: str, key: str) -> str:
+    """One S3 object key, of any length, as a short DynamoDB sort key."""
+    return hashlib.sha256(f"{bucket}\n{key}".encode()).hexdigest()
+
+
+def sequencer_order(sequencer: str) -> str:
+    """S3's ``sequencer`` in a form whose text order is the order of events on one key.
+
+    S3's rule: left-pad the shorter hexadecimal string with zeros, then compare.
+    """
+    if _SEQUENCER.fullmatch(sequencer) is None:
+        raise ValueError(
+            f"S3 sequencer {sequencer!r} is not a hexadecimal string of 1 to 64 digits"
+        )
+    return sequencer.upper().rjust(64, "0")
+
+
+def staged_file_name(key: str) -> str | None:
+    """None when the key's file name can be given to SageMaker as it is; else the short,
+    safe name its copy gets (its suffixes kept when they are plain, e.g. ``upload.csv.gz``)."""
+    name = posixpath.basename(key)
+    if _PLAIN_FILE_NAME.fullmatch(name):
+        return None
+    suffixes = re.search(r"(\.[A-Za-z][A-Za-z0-9]{0,7}){0,2}$", name)
+    return STAGED_FILE_STEM + (suffixes.group(0) if suffixes else "")
 
 
 def is_valid_run_id(run_id: str) -> bool:

@@ -46,6 +46,9 @@ class Upload(BaseModel):
     revision: str  # version id when versioned, else ETag
     size: int
     uploaded_at: datetime
+    version_id: str | None = None
+    # S3's order of the events of this one key (fleetcast_common.ids.sequencer_order).
+    sequencer: str | None = None
 
 
 def _tags(run_id: str) -> list[dict[str, str]]:
@@ -53,14 +56,21 @@ def _tags(run_id: str) -> list[dict[str, str]]:
 
 
 def processing_job_request(
-    settings: ProcessingSettings, run_id: str, upload: Upload, with_history: bool
+    settings: ProcessingSettings,
+    run_id: str,
+    upload: Upload,
+    with_history: bool,
+    staged_key: str | None = None,
 ) -> dict[str, Any]:
+    """``staged_key``: the upload's copy in the artifacts bucket, when its own key cannot be
+    handed to SageMaker (:func:`fleetcast_common.ids.staged_file_name`)."""
     artifacts = f"s3://{settings.artifacts_bucket}/"
+    raw_uri = artifacts + staged_key if staged_key else f"s3://{upload.bucket}/{upload.key}"
     inputs: list[dict[str, Any]] = [
         {
             "InputName": "raw",
             "S3Input": {
-                "S3Uri": f"s3://{upload.bucket}/{upload.key}",
+                "S3Uri": raw_uri,
                 "LocalPath": RAW_INPUT_PATH,
                 "S3DataType": "S3Prefix",
                 "S3InputMode": "File",
@@ -112,7 +122,7 @@ def processing_job_request(
                 # The raw input is an S3 prefix; naming the file keeps 'a.csv' from also
                 # reading 'a.csv.gz'.
                 "--source-name",
-                posixpath.basename(upload.key),
+                posixpath.basename(staged_key or upload.key),
             ],
         },
         "ProcessingInputs": inputs,

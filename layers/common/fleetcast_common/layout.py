@@ -35,6 +35,12 @@ def report_prefix(run_id: str) -> str:
     return f"{run_prefix(run_id)}report/"
 
 
+def staged_upload_key(run_id: str, file_name: str) -> str:
+    """A copy of the run's upload under a short, safe name, for keys SageMaker cannot take
+    as they are (see :func:`fleetcast_common.ids.staged_file_name`)."""
+    return f"{run_prefix(run_id)}upload/{file_name}"
+
+
 def checkpoint_prefix(run_id: str) -> str:
     """Training checkpoints: one ``{customer_id}.tar.gz`` per trained customer plus manifests."""
     return f"{run_prefix(run_id)}checkpoints/"

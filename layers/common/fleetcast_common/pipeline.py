@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from fleetcast_common import layout, storage
 from fleetcast_common.aws import error_code
-from fleetcast_common.ids import processing_job_name, run_id_for_upload, run_id_from_job_name
+from fleetcast_common.ids import processing_job_name, run_id_from_job_name, staged_file_name
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
 from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
@@ -29,6 +29,8 @@ class Outcome(StrEnum):
     IGNORED = "ignored"
     # Another upload's processing job is running: this one starts when it ends.
     QUEUED = "queued"
+    # A newer upload of the same key reached the queue first: S3 replaced this one.
+    SUPERSEDED = "superseded"
 
 
 class JobStart(BaseModel):
@@ -65,10 +67,23 @@ def start_processing(
         return JobStart(
             outcome=Outcome.IGNORED, reason=f"not an upload under {layout.INCOMING_PREFIX}"
         )
-    run_id = run_id_for_upload(upload.bucket, upload.key, upload.revision, upload.uploaded_at)
+    arrival = queue.arrive(upload, now or datetime.now(UTC))
+    run_id = arrival.run_id
     job_name = processing_job_name(settings.job_name_prefix, run_id)
     if _processing_job_status(sagemaker, job_name) is not None:
         return JobStart(outcome=Outcome.ALREADY_STARTED, run_id=run_id, job_name=job_name)
+    # (A repeated event of an upload that was queued before the newer one arrived finds
+    # it waiting: it keeps its place, and the newer one follows it.)
+    if arrival.superseded_by is not None and not queue.is_waiting(run_id):
+        return JobStart(
+            outcome=Outcome.SUPERSEDED,
+            run_id=run_id,
+            reason=(
+                f"not processed: {upload.key!r} was uploaded again (S3 sequencer "
+                f"{upload.sequencer} is older than run {arrival.superseded_by}'s), and the "
+                "newer object replaced this one"
+            ),
+        )
     queue.add(WaitingUpload(run_id=run_id, upload=upload))
     started = dispatch_uploads(settings, sagemaker, s3, queue, now)
     if started is not None and started.run_id == run_id:
@@ -134,7 +149,10 @@ def dispatch_uploads(
         with_history = storage.any_object_under(
             s3, settings.artifacts_bucket, layout.HISTORY_PREFIX
         )
-        request = processing_job_request(settings, waiting.run_id, waiting.upload, with_history)
+        staged_key = _stage_upload(s3, settings, waiting)
+        request = processing_job_request(
+            settings, waiting.run_id, waiting.upload, with_history, staged_key
+        )
         try:
             started = _create_once(
                 sagemaker.create_processing_job, request, "ProcessingJobName", waiting.run_id
@@ -153,6 +171,27 @@ def dispatch_uploads(
             return started
         queue.release_lease(current.run_id)
     return None
+
+
+def _stage_upload(s3: Any, settings: ProcessingSettings, waiting: WaitingUpload) -> str | None:
+    """Copy (server side) an upload whose key SageMaker cannot take as it is to a short,
+    safe name in the run's folder, and return that key; None when no copy is needed.
+
+    SageMaker downloads an S3 input to a local file named after the key's last part, which
+    Linux limits to 255 bytes, and limits an input's S3Uri to 1024 characters and a
+    container argument to 256; S3 keys go up to 1024 bytes. A copy of a given version is
+    also exactly the upload that was queued.
+    """
+    upload = waiting.upload
+    file_name = staged_file_name(upload.key)
+    if file_name is None:
+        return None
+    staged_key = layout.staged_upload_key(waiting.run_id, file_name)
+    source = {"Bucket": upload.bucket, "Key": upload.key}
+    if upload.version_id:
+        source["VersionId"] = upload.version_id
+    s3.copy(source, settings.artifacts_bucket, staged_key)
+    return staged_key
 
 
 def _lease_for(settings: ProcessingSettings, waiting: WaitingUpload, now: datetime) -> Lease:

@@ -6,8 +6,8 @@ Per customer (partition key ``customer_id``) the sort key ``record`` holds:
 - ``MODEL#{run_id}``: every model ever trained for the customer, live or not.
 
 Versions are numbered per customer by the LIVE record's conditional update, which only
-moves forward in run order (run ids sort by upload time): an older or repeated training
-event can never replace a newer model.
+moves forward in run order (run ids sort in the order uploads reached the upload queue):
+an older or repeated training event can never replace a newer model.
 """
 
 from __future__ import annotations

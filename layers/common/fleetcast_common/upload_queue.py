@@ -15,10 +15,26 @@ other's readings. So uploads wait in this table, and a lease lets one job run:
 A lease whose job has ended, or was never created (a function that died between taking
 the lease and creating the job), is taken over, so a lost event cannot block the queue.
 
+Upload order is the order uploads reach this queue. S3 gives no order finer than whole
+seconds between different keys and EventBridge may deliver out of order, so an atomic
+counter numbers each upload when its event first arrives, and the number leads its run id
+(:func:`fleetcast_common.ids.run_id_for_upload`): the queue, the jobs and the registry's
+"versions only go forward" all follow it. Between two uploads of the same key, S3's
+``sequencer`` decides: an upload older than one already queued for its key was replaced
+in S3, and is reported as superseded rather than processed after the newer one.
+
 Items (partition key ``queue``, sort key ``entry``):
 
 - ``waiting`` / ``{run_id}``: an upload not yet started, with its :class:`Upload`;
-- ``lease`` / ``processing``: the run whose job may run now, and when the lease was taken.
+- ``lease`` / ``processing``: the run whose job may run now, and when the lease was taken;
+- ``counter`` / ``uploads``: the last sequence number given;
+- ``arrival`` / ``{upload identity}``: the run id an upload was given, so a repeated event
+  gets the same one;
+- ``object`` / ``{bucket and key identity}``: the newest upload of that key seen so far
+  (its padded sequencer and run id).
+
+Arrival and object items carry ``expires_at`` (DynamoDB TTL): a repeated or out-of-order
+event comes within hours, not weeks.
 """
 
 from __future__ import annotations
@@ -30,11 +46,23 @@ from boto3.dynamodb.conditions import Attr, Key
 from pydantic import BaseModel
 
 from fleetcast_common.aws import error_code
+from fleetcast_common.ids import (
+    object_identity,
+    run_id_for_upload,
+    sequencer_order,
+    upload_identity,
+)
 from fleetcast_common.jobs import Upload
 
 WAITING = "waiting"
 LEASE = "lease"
 PROCESSING = "processing"
+COUNTER = "counter"
+UPLOADS = "uploads"
+ARRIVAL = "arrival"
+OBJECT = "object"
+# How long arrival and object records are kept (DynamoDB TTL on ``expires_at``).
+ARRIVAL_RECORD_LIFETIME = timedelta(days=14)
 # How long a lease may stand without its job existing before it is taken over: far longer
 # than a function needs between taking the lease and creating the job.
 UNSTARTED_LEASE_GRACE = timedelta(minutes=5)
@@ -45,6 +73,15 @@ _CONDITION_FAILED = "ConditionalCheckFailedException"
 class WaitingUpload(BaseModel):
     run_id: str
     upload: Upload
+
+
+class Arrival(BaseModel):
+    """Where an upload stands in the queue's order."""
+
+    run_id: str
+    # The run of a newer upload of the same key (by S3's sequencer) that reached the queue
+    # first: this one was replaced in S3 and must not be processed after it.
+    superseded_by: str | None = None
 
 
 class Lease(BaseModel):
@@ -64,6 +101,86 @@ class UploadQueue:
     def __init__(self, table: Any) -> None:
         self._table = table
 
+    def arrive(self, upload: Upload, now: datetime) -> Arrival:
+        """Number the upload on its first event (later events of the same upload get the
+        same run id) and check it against the newest upload of its key."""
+        identity = upload_identity(upload.bucket, upload.key, upload.revision)
+        run_id = self.run_id_of(upload)
+        if run_id is None:
+            run_id = run_id_for_upload(self._next_sequence(), upload.uploaded_at)
+            try:
+                self._table.put_item(
+                    Item={
+                        "queue": ARRIVAL,
+                        "entry": identity,
+                        "run_id": run_id,
+                        "expires_at": _expiry(now),
+                    },
+                    ConditionExpression=Attr("queue").not_exists(),
+                )
+            except Exception as error:
+                if error_code(error) != _CONDITION_FAILED:
+                    raise
+                # The same upload's other event got its number first (this one is unused).
+                run_id = self.run_id_of(upload)
+                assert run_id is not None
+        if upload.sequencer is None:
+            return Arrival(run_id=run_id)
+        return Arrival(run_id=run_id, superseded_by=self._claim_object(upload, run_id, now))
+
+    def run_id_of(self, upload: Upload) -> str | None:
+        """The run id the queue gave ``upload``; None before its first event."""
+        found = self._table.get_item(
+            Key={
+                "queue": ARRIVAL,
+                "entry": upload_identity(upload.bucket, upload.key, upload.revision),
+            },
+            ConsistentRead=True,
+        ).get("Item")
+        return str(found["run_id"]) if found else None
+
+    def _next_sequence(self) -> int:
+        updated = self._table.update_item(
+            Key={"queue": COUNTER, "entry": UPLOADS},
+            UpdateExpression="ADD #last :one",
+            ExpressionAttributeNames={"#last": "last"},
+            ExpressionAttributeValues={":one": 1},
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(updated["Attributes"]["last"])
+
+    def _claim_object(self, upload: Upload, run_id: str, now: datetime) -> str | None:
+        """Record ``upload`` as its key's newest; the newer upload's run id if it is not."""
+        assert upload.sequencer is not None
+        key = {"queue": OBJECT, "entry": object_identity(upload.bucket, upload.key)}
+        order = sequencer_order(upload.sequencer)
+        try:
+            self._table.update_item(
+                Key=key,
+                UpdateExpression="SET #order = :order, #run = :run_id, #expires = :expires",
+                # Equal sequencers of different uploads do not happen on AWS; moto gives
+                # every event the same one, and then arrival order decides.
+                ConditionExpression=Attr("queue").not_exists()
+                | Attr("sequencer").lte(order)
+                | Attr("run_id").eq(run_id),
+                ExpressionAttributeNames={
+                    "#order": "sequencer",
+                    "#run": "run_id",
+                    "#expires": "expires_at",
+                },
+                ExpressionAttributeValues={
+                    ":order": order,
+                    ":run_id": run_id,
+                    ":expires": _expiry(now),
+                },
+            )
+        except Exception as error:
+            if error_code(error) != _CONDITION_FAILED:
+                raise
+            newer = self._table.get_item(Key=key, ConsistentRead=True)["Item"]
+            return str(newer["run_id"])
+        return None
+
     def add(self, waiting: WaitingUpload) -> None:
         """Record an upload as waiting; a repeated event leaves the first record as it is."""
         try:
@@ -76,7 +193,7 @@ class UploadQueue:
                 raise
 
     def oldest_waiting(self) -> WaitingUpload | None:
-        # Run ids sort by upload time, so the first is the oldest.
+        # Run ids sort in arrival order, so the first is the oldest.
         page = self._table.query(
             KeyConditionExpression=Key("queue").eq(WAITING), Limit=1, ConsistentRead=True
         )
@@ -95,6 +212,10 @@ class UploadQueue:
             if "LastEvaluatedKey" not in page:
                 return found
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def is_waiting(self, run_id: str) -> bool:
+        found = self._table.get_item(Key={"queue": WAITING, "entry": run_id}, ConsistentRead=True)
+        return "Item" in found
 
     def remove(self, run_id: str) -> None:
         self._table.delete_item(Key={"queue": WAITING, "entry": run_id})
@@ -139,6 +260,10 @@ class UploadQueue:
 
 def _lease_item(lease: Lease) -> dict[str, str]:
     return {"run_id": lease.run_id, "job_name": lease.job_name, "taken_at": _time(lease)}
+
+
+def _expiry(now: datetime) -> int:
+    return int((now + ARRIVAL_RECORD_LIFETIME).timestamp())
 
 
 def _time(lease: Lease) -> str:
