@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import date
+from datetime import UTC, date, datetime
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,11 +14,19 @@ from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
 from fleetcast_common.holiday_calendar import (
+    HOLIDAYS_VERSION,
     HolidayCalendar,
     calendar_years,
     holiday_dates,
     holidays_frame,
 )
+from fleetcast_common.model_archive import (
+    HoldoutMetrics,
+    ModelMetadata,
+    read_archive,
+    write_archive,
+)
+from fleetcast_inference.app import build_served_model
 from fleetcast_inference.forecaster import compile_model
 
 # Prophet 1.5 still calls pandas APIs that pandas 3 deprecates.
@@ -233,3 +242,56 @@ def test_the_frame_is_prophets_own_for_a_subdivision() -> None:
 
     assert rows(frame) == rows(expected)
     assert "Cesar Chavez Day" in set(frame["holiday"])
+
+
+def archive_metadata(calendar: HolidayCalendar | None) -> ModelMetadata:
+    return ModelMetadata(
+        customer_id="c-berlin",
+        run_id="20240601t120000-0123456789",
+        trained_at=datetime(2024, 6, 1, 12, tzinfo=UTC),
+        data_start=HISTORY_START,
+        data_end=date(2024, 3, 30),
+        rows=HISTORY_DAYS,
+        metrics=HoldoutMetrics(holdout_days=7, smape=0.1, mae=10, naive_smape=0.2, naive_mae=20),
+        library_versions={"prophet": "1.5.0"},
+        holiday_calendar=calendar,
+    )
+
+
+def test_the_archive_records_the_calendar_and_reads_archives_without_one(
+    holiday_models: dict[str, str], tmp_path: Path
+) -> None:
+    # Given an archive of a model fitted with Bavaria's holidays, and metadata written
+    # before calendars existed
+    calendar = HolidayCalendar.of("DE", "BY")
+    write_archive(tmp_path / "c-berlin.tar.gz", holiday_models["US"], archive_metadata(calendar))
+    old = archive_metadata(None).model_dump(mode="json")
+    del old["holiday_calendar"]
+
+    # When both are read back
+    model_json, metadata = read_archive(tmp_path / "c-berlin.tar.gz")
+
+    # Then the calendar survives the round trip, and the old document has none
+    assert model_json == holiday_models["US"]
+    assert metadata.holiday_calendar == calendar
+    assert metadata.holiday_calendar.holidays_version == HOLIDAYS_VERSION
+    assert ModelMetadata.model_validate_json(json.dumps(old)).holiday_calendar is None
+
+
+def test_a_model_from_another_holidays_release_loads_and_says_so(
+    holiday_models: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given an archive whose calendar came from another release of the holidays package
+    calendar = HolidayCalendar(country="US", holidays_version="0.1")
+    write_archive(tmp_path / "c-1.tar.gz", holiday_models["US"], archive_metadata(calendar))
+
+    # When the container loads it
+    with caplog.at_level(logging.WARNING, logger="fleetcast_inference.app"):
+        served = build_served_model("m1", "/opt/ml/models/m1/model", tmp_path)
+
+    # Then it serves Prophet's forecast and warns that its holidays may differ
+    expected = prophet_predict(holiday_models["US"], 30)
+    np.testing.assert_allclose(
+        served.forecaster.forecast(30, SEED).yhat, expected["yhat"], rtol=0, atol=1e-6
+    )
+    assert f"fitted with holidays 0.1; this container has {HOLIDAYS_VERSION}" in caplog.text

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from datetime import date
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 _COUNTRY_ALIASES = {"TU": "TR"}
 # The language of Prophet's holiday names, so every model's column names are the same.
 HOLIDAY_LANGUAGE = "en_US"
+# The installed release (None without the package), which HolidayCalendar.of records.
+try:
+    HOLIDAYS_VERSION: str | None = version("holidays")
+except PackageNotFoundError:
+    HOLIDAYS_VERSION = None
 # A forecast may reach this far past the last day of history (the serving horizon is
 # 365 periods of at most a day each).
 _FORECAST_REACH_YEARS = 1
@@ -54,7 +59,8 @@ class HolidayCalendar(BaseModel):
         """The calendar of ``country`` (and ``subdivision``) with the installed ``holidays``;
         raise ``ValueError`` naming the code the package does not know."""
         check_calendar(country, subdivision)
-        return cls(country=country, subdivision=subdivision, holidays_version=version("holidays"))
+        assert HOLIDAYS_VERSION is not None  # check_calendar imported the package
+        return cls(country=country, subdivision=subdivision, holidays_version=HOLIDAYS_VERSION)
 
 
 def check_calendar(country: str, subdivision: str | None = None) -> None:
