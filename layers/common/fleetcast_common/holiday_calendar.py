@@ -68,12 +68,13 @@ def check_calendar(country: str, subdivision: str | None = None) -> None:
     given, its ``subdivision``."""
     import holidays
 
-    supported = holidays.list_supported_countries()
-    code = _COUNTRY_ALIASES.get(country, country)
-    if code not in supported:
+    # As Prophet looks a country up; list_supported_countries would import all of them.
+    calendar_class = getattr(holidays, _COUNTRY_ALIASES.get(country, country), None)
+    subdivisions = getattr(calendar_class, "subdivisions", None)
+    if not isinstance(subdivisions, tuple) or calendar_class is holidays.HolidayBase:
         raise ValueError(f"the holidays package has no country {country!r}")
-    if subdivision is not None and subdivision not in supported[code]:
-        known = ", ".join(supported[code]) or "none"
+    if subdivision is not None and subdivision not in subdivisions:
+        known = ", ".join(subdivisions) or "none"
         raise ValueError(
             f"country {country!r} has no subdivision {subdivision!r} in the holidays "
             f"package (known: {known})"
