@@ -295,3 +295,38 @@ def test_a_model_from_another_holidays_release_loads_and_says_so(
         served.forecaster.forecast(30, SEED).yhat, expected["yhat"], rtol=0, atol=1e-6
     )
     assert f"fitted with holidays 0.1; this container has {HOLIDAYS_VERSION}" in caplog.text
+
+
+def test_an_hourly_model_has_its_holidays_on_every_hour_of_the_day() -> None:
+    # Given hourly readings with a daily wave through Christmas and MLK Day, fitted with
+    # US holidays and a maintenance day with a one-day window, the last one in the horizon
+    hours = pd.date_range("2023-12-01", "2024-01-20 23:00", freq="h")
+    day = np.arange(len(hours)) / 24
+    y = 50 + 10 * np.sin(2 * np.pi * day) + np.random.default_rng(5).normal(0, 1, len(hours))
+    us_days = calendar_days("US")
+    y[[moment.date() in us_days for moment in hours]] *= 0.6
+    events = pd.DataFrame(
+        {
+            "holiday": ["maintenance", "maintenance"],
+            "ds": pd.to_datetime(["2023-12-12", "2024-01-25"]),
+            "lower_window": [0, 0],
+            "upper_window": [1, 1],
+        }
+    )
+    maintenance = (hours >= "2023-12-12") & (hours < "2023-12-14")
+    y[maintenance] -= 15
+    prophet = Prophet(yearly_seasonality=False, weekly_seasonality=False, holidays=events)
+    model_json = fit(prophet.add_country_holidays("US"), pd.DataFrame({"ds": hours, "y": y}))
+
+    # When both forecast the next 365 hours
+    model = model_from_json(model_json)
+    future = model.make_future_dataframe(periods=365, freq="h", include_history=False)
+    np.random.seed(SEED)
+    expected = model.predict(future)
+    forecast = compile_model(model_json, "h").forecast(365, seed=SEED)
+
+    # Then the maintenance window's 48 hours move the forecast, and every value is Prophet's
+    in_window = (expected["ds"] >= "2024-01-25") & (expected["ds"] < "2024-01-27")
+    assert in_window.sum() == 48 and (expected.loc[in_window, "holidays"] < -5).all()
+    np.testing.assert_allclose(forecast.yhat, expected["yhat"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(forecast.yhat_lower, expected["yhat_lower"], rtol=0, atol=1e-6)  # type: ignore[arg-type]
