@@ -86,6 +86,13 @@ def holiday_models() -> dict[str, str]:
         ),
         consumption_with_holiday_dips(calendar_days("DE"), seed=1),
     )
+    # Holidays alone: Prophet then fits no placeholder seasonal column.
+    models["FR-only"] = fit(
+        Prophet(
+            weekly_seasonality=False, yearly_seasonality=False, daily_seasonality=False
+        ).add_country_holidays("FR"),
+        consumption_with_holiday_dips(calendar_days("FR"), seed=4),
+    )
     # A subdivision: Prophet 1.5's add_country_holidays takes none, so training passes
     # the calendar's frame, built for every year a forecast may reach.
     california = HolidayCalendar.of("US", "CA")
@@ -111,7 +118,7 @@ def prophet_predict(model_json: str, period: int) -> pd.DataFrame:
     return model.predict(future)
 
 
-VARIANTS = ("US", "DE-multiplicative", "US-CA", "custom+GB")
+VARIANTS = ("US", "DE-multiplicative", "FR-only", "US-CA", "custom+GB")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
