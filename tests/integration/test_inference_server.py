@@ -26,6 +26,12 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
+from fleetcast_common.holiday_calendar import (
+    HolidayCalendar,
+    calendar_years,
+    holiday_dates,
+    holidays_frame,
+)
 from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_inference import app as app_module
 from fleetcast_inference.contract import InferenceSettings
@@ -305,6 +311,75 @@ def test_quantiles_over_http_are_prophets_and_nothing_is_below_zero(
     # ... and a quantile outside (0, 1) is a 400 that names it
     assert refused[0] == 400
     assert "'quantiles'[1] must be between 0 and 1" in refused[1]["message"]
+
+
+def test_models_with_holidays_are_served_with_prophets_holidays(
+    fleet: Fleet, start_server: Callable[..., int]
+) -> None:
+    # Given two customers' models with a 30% dip on public holidays, one fitted with
+    # Prophet's US holidays and one with California's frame (a subdivision), written as
+    # training writes archives, with the calendar in their metadata
+    logging.getLogger("cmdstanpy").disabled = True
+    history_days, start = 500, date(2023, 1, 1)
+    ds = pd.date_range(start, periods=history_days)
+    day = np.arange(history_days)
+    customers = {"c-us": HolidayCalendar.of("US"), "c-california": HolidayCalendar.of("US", "CA")}
+    expected = {}
+    for customer, calendar in customers.items():
+        dips = {d for d, _ in holiday_dates("US", calendar.subdivision, range(2023, 2025))}
+        y = 600 + 80 * np.sin(2 * np.pi * day / 7) + np.random.default_rng(7).normal(0, 9, day.size)
+        y[[d.date() in dips for d in ds]] *= 0.7
+        end = ds[-1].date()
+        if calendar.subdivision is None:
+            prophet = Prophet(yearly_seasonality=False).add_country_holidays(calendar.country)
+        else:
+            frame = holidays_frame(calendar, calendar_years(start, end))
+            prophet = Prophet(yearly_seasonality=False, holidays=frame)
+        model_json = model_to_json(prophet.fit(pd.DataFrame({"ds": ds, "y": y})))
+        folder = fleet.opt_ml / "models" / customer / "model"
+        folder.mkdir(parents=True, exist_ok=True)
+        write_archive(
+            folder / f"{customer}.tar.gz",
+            model_json,
+            metadata(customer).model_copy(
+                update={"data_start": start, "data_end": end, "holiday_calendar": calendar}
+            ),
+        )
+        model = model_from_json(model_json)
+        future = model.make_future_dataframe(periods=365, include_history=False)
+        np.random.seed(forecast_seed(customer, RUN_ID, 365))
+        expected[customer] = model.predict(future)
+
+    # When both are loaded and asked for a year, which reaches into 2025, unseen in training
+    client = Client(start_server())
+    try:
+        answers = {}
+        for customer in customers:
+            assert (
+                client.send(
+                    "POST", "/models", {"model_name": customer, "url": fleet.url(customer)}
+                )[0]
+                == 200
+            )
+            status, answers[customer] = client.invoke(customer, {"period": 365})
+            assert status == 200
+    finally:
+        client.close()
+
+    # Then every value is Prophet's, holidays included, and the holidays move the forecast
+    for customer, answer in answers.items():
+        rows, prophet_rows = answer["forecast"], expected[customer]
+        assert rows[-1]["ds"].startswith("2025-")
+        assert [row["ds"] for row in rows] == prophet_rows["ds"].dt.strftime("%Y-%m-%d").tolist()
+        for column in ("yhat", "yhat_lower", "yhat_upper"):
+            np.testing.assert_allclose(
+                [row[column] for row in rows], prophet_rows[column], atol=1e-6
+            )
+        assert prophet_rows["holidays"].min() < -50
+    # ... and California's own holiday is in its forecast only
+    chavez = expected["c-california"]["ds"] == "2025-03-31"
+    assert expected["c-california"].loc[chavez, "holidays"].iloc[0] < -50
+    assert expected["c-us"].loc[chavez, "holidays"].iloc[0] == 0
 
 
 def test_load_past_the_budget_is_507_until_a_model_is_unloaded(

@@ -179,7 +179,6 @@ def test_hourly_model_steps_by_the_metadata_frequency() -> None:
     [
         ({"growth": "logistic"}, "logistic growth"),
         ({"extra_regressors": [["temperature"], {"temperature": {}}]}, "extra regressors"),
-        ({"country_holidays": "US"}, "holidays"),
     ],
 )
 def test_models_a_period_cannot_feed_are_refused(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
+from fleetcast_common.holiday_calendar import HOLIDAYS_VERSION
 from fleetcast_common.quantiles import FORECAST_FLOOR
 from fleetcast_inference import protocol
 from fleetcast_inference.artifact import read_model_artifact
@@ -174,6 +175,17 @@ def build_served_model(name: str, url: str, path: Path) -> ServedModel:
         forecaster = compile_model(model_json, metadata.frequency)
     except ValueError as error:
         raise InvalidArtifactError(str(error)) from None
+    calendar = metadata.holiday_calendar
+    if calendar is not None and calendar.holidays_version != HOLIDAYS_VERSION:
+        # Country holidays are regenerated here for the forecast's years: another release
+        # of the package may date or name a holiday differently than training saw it.
+        logger.warning(
+            "model %s (customer %s) was fitted with holidays %s; this container has %s",
+            name,
+            metadata.customer_id,
+            calendar.holidays_version,
+            HOLIDAYS_VERSION,
+        )
     model = ServedModel(
         name=name,
         url=url,

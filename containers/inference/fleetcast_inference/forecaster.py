@@ -5,7 +5,9 @@ keeps the whole history frame in memory. Everything ``predict`` does for dates a
 history is a closed form of the fitted parameters, so :func:`compile_model` evaluates the
 deterministic part (trend, seasonalities, ``yhat``) once for every date a request may
 ask for, keeps those arrays and the few scalars the uncertainty simulation needs, and
-drops the rest of the model.
+drops the rest of the model. Holidays (a ``holidays`` frame, Prophet's country holidays
+regenerated for the forecast's years, or both) are features like the seasonalities, built
+for the future dates as ``Prophet.make_holiday_features`` builds them.
 
 :meth:`ProphetForecaster.forecast` then follows ``Prophet.predict`` with its default
 vectorised uncertainty step by step, drawing the same random numbers in the same order:
@@ -26,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from fleetcast_common.holiday_calendar import holiday_dates
 from fleetcast_inference.contract import MAX_PERIOD
 from fleetcast_inference.errors import UnsupportedModelError
 
@@ -198,11 +201,20 @@ def _compile(model: dict[str, Any], frequency: str, horizon: int) -> ProphetFore
     dates_ns = dates.astype("datetime64[ns]").astype(np.int64)
     t = (dates_ns - start_ns) / t_scale_ns
 
-    features, additive_columns = _seasonality_features(model, dates_ns)
+    seasonal, seasonal_additive = _seasonality_features(model, dates_ns)
+    holiday = _holiday_features(model, dates_ns)
+    holidays_additive = _holidays_mode(model) == "additive"
+    features = np.hstack([seasonal, holiday])
+    additive_columns = np.concatenate(
+        [seasonal_additive, np.full(holiday.shape[1], holidays_additive)]
+    )
+    if not features.shape[1]:
+        # With neither seasonalities nor holidays Prophet fits one all-zero column.
+        features, additive_columns = np.zeros((horizon, 1)), np.zeros(1, dtype=bool)
     if features.shape[1] != beta.shape[1]:
         raise ValueError(
             f"the model has {beta.shape[1]} seasonal coefficients but its seasonalities "
-            f"describe {features.shape[1]}"
+            f"and holidays describe {features.shape[1]}"
         )
     beta_additive = beta * additive_columns
     beta_multiplicative = beta * ~additive_columns
@@ -266,8 +278,6 @@ def _check_supported(model: dict[str, Any]) -> None:
             f"the model uses extra regressors ({', '.join(map(str, regressor_names))}), whose "
             "future values an invoke does not carry"
         )
-    if model.get("holidays") is not None or model.get("country_holidays") is not None:
-        raise UnsupportedModelError("models with holidays are not served yet")
     for name, seasonality in model["seasonalities"][1].items():
         if seasonality.get("condition_name") is not None:
             raise UnsupportedModelError(
@@ -314,10 +324,10 @@ def _seasonality_features(
     model: dict[str, Any], dates_ns: npt.NDArray[np.int64]
 ) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
     """Prophet's ``make_all_seasonality_features`` for unconditional seasonalities, and
-    which columns are additive. With no seasonality Prophet fits one all-zero column."""
+    which columns are additive."""
     names, seasonalities = model["seasonalities"]
     if not names:
-        return np.zeros((dates_ns.shape[0], 1)), np.zeros(1, dtype=bool)
+        return np.zeros((dates_ns.shape[0], 0)), np.zeros(0, dtype=bool)
     days = dates_ns / _NS_PER_SECOND / _SECONDS_PER_DAY
     columns: list[FloatArray] = []
     additive = []
@@ -333,6 +343,88 @@ def _seasonality_features(
             columns.extend((np.sin(angle), np.cos(angle)))
         additive.extend([seasonality["mode"] == "additive"] * (2 * order))
     return np.column_stack(columns), np.array(additive, dtype=bool)
+
+
+def _holiday_features(model: dict[str, Any], dates_ns: npt.NDArray[np.int64]) -> FloatArray:
+    """Prophet's ``make_holiday_features`` of ``construct_holiday_dataframe`` for the
+    future dates: one 0/1 column per holiday name and day offset in its window, named
+    ``{name}_delim_{+|-}{offset}`` and in the order of those names, as Prophet orders them.
+    """
+    days = dates_ns // _MIDNIGHT_NS
+    columns: dict[str, FloatArray] = {}
+    for day, name, lower, upper in _future_holidays(model, days):
+        for offset in range(lower, upper + 1):
+            key = f"{name}_delim_{'+' if offset >= 0 else '-'}{abs(offset)}"
+            column = columns.setdefault(key, np.zeros(days.shape[0]))
+            if day is not None:
+                column[days == day + offset] = 1.0
+    if not columns:
+        return np.zeros((days.shape[0], 0))
+    return np.column_stack([columns[key] for key in sorted(columns)])
+
+
+# A holiday as Prophet's holidays frame has it: day (days since 1970-01-01, None for a
+# fitted name the forecast's years lack), name, lower and upper window.
+_Holiday = tuple[int | None, str, int, int]
+
+
+def _future_holidays(model: dict[str, Any], days: npt.NDArray[np.int64]) -> list[_Holiday]:
+    """Prophet's ``construct_holiday_dataframe``: the model's own frame, its country's
+    holidays in the forecast's years, and only the names the fit saw (each of them)."""
+    rows: list[_Holiday] = []
+    if model.get("holidays") is not None:
+        for record in json.loads(model["holidays"])["data"]:
+            lower, upper = _window(record)
+            rows.append((_day_number(record["ds"]), str(record["holiday"]), lower, upper))
+    country = model.get("country_holidays")
+    if country is not None:
+        years = {
+            int(year) + 1970
+            for year in np.unique(
+                days.astype("datetime64[D]").astype("datetime64[Y]").astype(np.int64)
+            )
+        }
+        try:
+            calendar = holiday_dates(str(country), None, years)
+        except ValueError as error:
+            raise UnsupportedModelError(f"the model's country holidays: {error}") from None
+        rows.extend(
+            (int(np.datetime64(day, "D").astype(np.int64)), name, 0, 0) for day, name in calendar
+        )
+    if model.get("train_holiday_names") is not None:
+        fitted = [str(name) for name in json.loads(model["train_holiday_names"])["data"]]
+        known = set(fitted)
+        rows = [row for row in rows if row[1] in known]
+        present = {row[1] for row in rows}
+        rows.extend((None, name, 0, 0) for name in fitted if name not in present)
+    return rows
+
+
+def _window(record: dict[str, Any]) -> tuple[int, int]:
+    """``lower_window`` and ``upper_window`` as Prophet reads them: 0 when absent, and
+    both 0 when either is missing from a row (NaN, null in JSON)."""
+    bounds = (record.get("lower_window", 0), record.get("upper_window", 0))
+    try:
+        lower, upper = (int(math.nan if bound is None else bound) for bound in bounds)
+    except ValueError:
+        return 0, 0
+    return lower, upper
+
+
+def _day_number(timestamp: str) -> int | None:
+    """Days since 1970-01-01 of a holidays frame's ``ds`` (Prophet keeps only the date)."""
+    if timestamp is None:
+        return None
+    instant = np.datetime64(timestamp.removesuffix("Z"), "ns")
+    return int(instant.astype("datetime64[D]").astype(np.int64))
+
+
+def _holidays_mode(model: dict[str, Any]) -> str:
+    # Models from Prophet before 1.1.5 have no holidays_mode: theirs is seasonality_mode.
+    mode = model.get("holidays_mode") or model.get("seasonality_mode", "additive")
+    if mode not in ("additive", "multiplicative"):
+        raise ValueError(f"unknown holidays_mode {mode!r}")
+    return str(mode)
 
 
 def _history_t(history_json: str) -> FloatArray:

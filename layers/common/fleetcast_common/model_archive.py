@@ -17,6 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetcast_common.holiday_calendar import HolidayCalendar
+
 MODEL_MEMBER = "model.json"
 METADATA_MEMBER = "metadata.json"
 
@@ -46,6 +48,9 @@ class ModelMetadata(BaseModel):
     rows: int
     metrics: HoldoutMetrics
     library_versions: dict[str, str]
+    # The public holidays the model was fitted with; None for a model without any (and
+    # for every archive written before calendars existed).
+    holiday_calendar: HolidayCalendar | None = None
 
 
 def write_archive(path: Path, model_json: str, metadata: ModelMetadata) -> None:
