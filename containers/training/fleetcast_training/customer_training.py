@@ -31,7 +31,7 @@ from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.history import read_history
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.prophet_model import FleetcastProphet
-from fleetcast_training.stan_backend import ScratchStanBackend
+from fleetcast_training.stan_backend import FleetcastStanBackend
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class CustomerTrainer:
     def __init__(self, hyperparameters: Hyperparameters, checkpoint_dir: Path, scratch: Path):
         self._hyperparameters = hyperparameters
         self._checkpoint_dir = checkpoint_dir
-        self._backend = ScratchStanBackend(scratch)
+        self._backend = FleetcastStanBackend(scratch)
         self._versions = library_versions()
 
     def train(self, customer_id: str, source: Path) -> CustomerReport:
@@ -122,6 +122,7 @@ class CustomerTrainer:
 
     def _train(self, customer_id: str, source: Path, started: float) -> CustomerResult:
         settings = self._hyperparameters
+        fits_before = self._backend.fit_methods.copy()
         history = read_history(source)
         rows = len(history)
         if rows < settings.required_rows:
@@ -166,6 +167,7 @@ class CustomerTrainer:
             rows=rows,
             metrics=metrics,
             fit_seconds=round(time.perf_counter() - started, 4),
+            fit_methods=dict(self._backend.fit_methods - fits_before),
             metadata=metadata,
         )
 

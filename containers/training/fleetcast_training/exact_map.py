@@ -57,6 +57,7 @@ class FallbackReason(enum.StrEnum):
     MULTIPLICATIVE = "multiplicative components"
     NONLINEAR_GROWTH = "logistic or flat growth"
     OPTIMALITY_CHECK = "optimality check failed"
+    CMDSTAN_OPTIONS = "CmdStan options given"
     NUMERICAL = "numerical failure"
 
 
@@ -211,7 +212,8 @@ def solve(data: dict[str, Any]) -> MapSolution:
     w = np.zeros(d.gram.shape[0])
     active = np.zeros_like(penalized)
     steps = 0
-    for steps in range(1, _MAX_OUTER_STEPS + 1):
+    while steps < _MAX_OUTER_STEPS:
+        steps += 1
         hessian = d.gram + variance * np.diag(d.prior_precision)
         w, active = _l1_least_squares(hessian, zty, variance / tau, penalized, w, active)
         residual = y - d.z @ w
