@@ -27,11 +27,13 @@ from fleetcast_common.model_archive import (
 from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_training.contract import MODEL_ARCHIVE_SUFFIX
 from fleetcast_training.evaluation import mae, seasonal_naive, smape
+from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.history import read_history
+from fleetcast_training.holdout import holdout_forecast
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.prophet_model import FleetcastProphet
-from fleetcast_training.stan_backend import FleetcastStanBackend
+from fleetcast_training.stan_backend import IN_PROCESS, FleetcastStanBackend
 
 logger = logging.getLogger(__name__)
 
@@ -133,10 +135,15 @@ class CustomerTrainer:
         orders = self._seasonality_orders(history)
         fitted = history.iloc[: -settings.holdout_rows]
         holdout = history.iloc[-settings.holdout_rows :]
-
-        scored = self._new_model(orders).fit(fitted)
+        if settings.refit_full_history:
+            # A constant history never reaches the backend: no Stan data from another customer.
+            self._backend.last_stan_data = None
+            served = self._new_model(orders).fit(history)
+            forecast = self._holdout_forecast(history, orders)
+        else:
+            served = self._new_model(orders).fit(fitted)
+            forecast = self._point_forecast(served, holdout["ds"])
         actual = holdout["y"].to_numpy(dtype=np.float64)
-        forecast = self._point_forecast(scored, holdout["ds"])
         naive = seasonal_naive(fitted, holdout["ds"], settings.season)
         metrics = HoldoutMetrics(
             holdout_days=settings.holdout_days,
@@ -145,7 +152,6 @@ class CustomerTrainer:
             naive_smape=smape(actual, naive),
             naive_mae=mae(actual, naive),
         )
-        served = self._new_model(orders).fit(history) if settings.refit_full_history else scored
 
         metadata = ModelMetadata(
             customer_id=customer_id,
@@ -208,6 +214,28 @@ class CustomerTrainer:
         if self._hyperparameters.yearly_seasonality == "auto" and span >= YEAR:
             orders["yearly"] = orders["yearly"] or YEARLY_FOURIER_ORDER
         return orders
+
+    def _holdout_forecast(self, history: pd.DataFrame, orders: dict[str, int]) -> np.ndarray:
+        """The forecast of the holdout by a model fitted on the rows before it, built from
+        the full-history fit just made (:mod:`fleetcast_training.holdout`); through Prophet
+        itself when the in-process solver does not solve the model."""
+        rows = self._hyperparameters.holdout_rows
+        full = self._backend.last_stan_data
+        if full is not None and len(full["y"]) == len(history):
+            try:
+                forecast = holdout_forecast(
+                    full,
+                    history["ds"].to_numpy(),
+                    history["y"].to_numpy(dtype=np.float64),
+                    rows,
+                )
+            except NotSolvedExactly:
+                pass
+            else:
+                self._backend.fit_methods[IN_PROCESS] += 1
+                return forecast
+        scored = self._new_model(orders).fit(history.iloc[:-rows])
+        return self._point_forecast(scored, history["ds"].iloc[-rows:])
 
     @staticmethod
     def _point_forecast(model: Prophet, times: pd.Series) -> np.ndarray:

@@ -44,7 +44,12 @@ Matrix = npt.NDArray[np.float64]
 KKT_TOLERANCE = 1e-8
 # Prophet's priors: k, m ~ normal(0, 5); sigma_obs ~ half-normal(0, 0.5).
 _TREND_PRECISION = 1 / 25
-_MAX_OUTER_STEPS = 2000
+_MAX_OUTER_STEPS = 200
+_VARIANCE_TOLERANCE = 1e-12
+# Below this sigma_obs (noise under 1e-5 of the series' largest value: a near-constant
+# series, say) the rounding error of the data term, ~1e-16 * T / sigma^2, approaches the
+# size of the priors' gradients, so neither the solve nor its check can resolve them.
+NEAR_EXACT_SIGMA = 1e-5
 _MAX_ACTIVE_SET_STEPS = 500
 _DESIGN_CACHE_SIZE = 8
 LINEAR_GROWTH = 0
@@ -58,6 +63,7 @@ class FallbackReason(enum.StrEnum):
     NONLINEAR_GROWTH = "logistic or flat growth"
     OPTIMALITY_CHECK = "optimality check failed"
     CMDSTAN_OPTIONS = "CmdStan options given"
+    NEAR_EXACT_FIT = "near-exact fit"
     NUMERICAL = "numerical failure"
 
 
@@ -76,6 +82,7 @@ class Design:
     z: Matrix  # columns: k, m, delta[S], beta[K]
     gram: Matrix  # Z'Z
     prior_precision: Vector  # 1/25, 1/25, 0 * S, 1/sigmas^2
+    prior_matrix: Matrix  # the same, on the diagonal
     changepoints: int  # S
     hinge: Matrix  # max(t - t_change, 0), as Z's delta columns
 
@@ -165,12 +172,14 @@ def design(data: dict[str, Any]) -> Design:
     z = np.hstack([t[:, None], np.ones((t.size, 1)), hinge, features * s_a[None, :]])
     with np.errstate(divide="ignore"):
         beta_precision = 1.0 / sigmas**2
+    prior_precision = np.concatenate(
+        [[_TREND_PRECISION, _TREND_PRECISION], np.zeros(t_change.size), beta_precision]
+    )
     built = Design(
         z=z,
         gram=z.T @ z,
-        prior_precision=np.concatenate(
-            [[_TREND_PRECISION, _TREND_PRECISION], np.zeros(t_change.size), beta_precision]
-        ),
+        prior_precision=prior_precision,
+        prior_matrix=np.diag(prior_precision),
         changepoints=t_change.size,
         hinge=hinge,
     )
@@ -203,32 +212,50 @@ def solve(data: dict[str, Any]) -> MapSolution:
     if not np.isfinite(d.prior_precision).all():
         raise NotSolvedExactly(FallbackReason.NUMERICAL, "a zero prior scale in sigmas")
     zty = d.z.T @ y
-    count = y.size
     penalized = np.zeros(d.gram.shape[0], dtype=bool)
     penalized[d.penalized] = True
 
+    # Alternating the two exact steps is a fixed-point iteration on sigma^2,
+    # s <- best_variance(w(s)); it converges linearly, sometimes slowly (a level shift
+    # the trend has to absorb). Secant steps on best_variance(w(s)) - s find the same
+    # fixed point in a few steps; the plain step stands in when a secant step is unusable.
     # Prophet's CmdStan run starts at sigma_obs = 1; so does this.
     variance = 1.0
     w = np.zeros(d.gram.shape[0])
     active = np.zeros_like(penalized)
+    previous: tuple[float, float] | None = None
     steps = 0
-    while steps < _MAX_OUTER_STEPS:
+    while True:
         steps += 1
-        hessian = d.gram + variance * np.diag(d.prior_precision)
+        hessian = d.gram + variance * d.prior_matrix
         w, active = _l1_least_squares(hessian, zty, variance / tau, penalized, w, active)
-        residual = y - d.z @ w
-        rss = float(residual @ residual)
-        updated = (-count + np.sqrt(count * count + 16 * rss)) / 8
-        if not updated > 0:
-            raise NotSolvedExactly(FallbackReason.NUMERICAL, "the residual sum of squares is 0")
-        change = abs(updated - variance)
-        variance = updated
-        if change <= 1e-15 * variance:
+        updated = _best_variance(y - d.z @ w)
+        gap = updated - variance
+        stalled = previous is not None and abs(gap) >= abs(previous[1])
+        if (
+            abs(gap) <= _VARIANCE_TOLERANCE * variance
+            or (stalled and abs(gap) <= 1e3 * _VARIANCE_TOLERANCE * variance)
+            or steps >= _MAX_OUTER_STEPS
+        ):
+            variance = updated
             break
+        proposal = updated
+        if previous is not None and previous[1] != gap:
+            secant = variance - gap * (variance - previous[0]) / (gap - previous[1])
+            if np.isfinite(secant) and 0.5 * min(variance, updated) < secant < 2 * max(
+                variance, updated
+            ):
+                proposal = secant
+        previous = (variance, gap)
+        variance = proposal
     # Final w for the final sigma, then the check.
-    hessian = d.gram + variance * np.diag(d.prior_precision)
+    hessian = d.gram + variance * d.prior_matrix
     w, active = _l1_least_squares(hessian, zty, variance / tau, penalized, w, active)
     sigma = float(np.sqrt(variance))
+    if sigma < NEAR_EXACT_SIGMA:
+        raise NotSolvedExactly(
+            FallbackReason.NEAR_EXACT_FIT, f"sigma_obs {sigma:.3g} < {NEAR_EXACT_SIGMA:g}"
+        )
     violation = optimality_violation(d, y, zty, w, sigma, tau)
     if not violation <= KKT_TOLERANCE:
         raise NotSolvedExactly(
@@ -249,6 +276,17 @@ def solve(data: dict[str, Any]) -> MapSolution:
     )
 
 
+def _best_variance(residual: Vector) -> float:
+    """The sigma^2 that maximises the posterior for these residuals:
+    ``(-T + sqrt(T^2 + 16 RSS)) / 8``, written without its cancellation for small RSS."""
+    rss = float(residual @ residual)
+    count = residual.size
+    variance = 2 * rss / (count + np.sqrt(count * count + 16 * rss))
+    if not variance > 0:
+        raise NotSolvedExactly(FallbackReason.NUMERICAL, "the residual sum of squares is 0")
+    return float(variance)
+
+
 def optimality_violation(
     d: Design, y: Vector, zty: Vector, w: Vector, sigma: float, tau: float
 ) -> float:
@@ -264,7 +302,12 @@ def optimality_violation(
     fitted = d.gram @ w
     prior = d.prior_precision * w
     gradient = (fitted - zty) / variance + prior
-    scale = (np.abs(fitted) + np.abs(zty)) / variance + np.abs(prior) + 1.0 / tau
+    # The size of the sums behind each gradient entry (Cauchy-Schwarz), not of their
+    # difference: a column nearly orthogonal to y (a weekly term of a flat series) has a
+    # tiny gradient made of large, cancelling products.
+    column_norms = np.sqrt(np.diag(d.gram))
+    data_size = column_norms * (np.linalg.norm(y) + np.linalg.norm(d.z @ w)) / variance
+    scale = data_size + np.abs(prior) + 1.0 / tau
     penalty = np.zeros_like(w)
     rates = w[d.penalized]
     threshold = 1.0 / tau

@@ -167,10 +167,13 @@ class FleetcastStanBackend(ScratchStanBackend):
     def __init__(self, scratch: Path) -> None:
         super().__init__(scratch)
         self.fit_methods: Counter[str] = Counter()
+        # The Stan data of the latest fit: scoring builds the holdout fit's from it.
+        self.last_stan_data: dict[str, Any] | None = None
 
     def fit(
         self, stan_init: dict[str, Any], stan_data: dict[str, Any], **kwargs: Any
     ) -> dict[str, Any]:
+        self.last_stan_data = stan_data
         try:
             if kwargs:
                 raise NotSolvedExactly(FallbackReason.CMDSTAN_OPTIONS, ", ".join(sorted(kwargs)))
