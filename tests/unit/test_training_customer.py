@@ -121,3 +121,16 @@ def test_yearly_seasonality_is_on_after_one_year_of_history(
     # Then yearly terms are used once a year is there, and weekly ones always
     assert orders["yearly"] == yearly_order
     assert orders["weekly"] > 0
+
+
+def test_fits_are_counted_by_method(tmp_path: Path):
+    # Given a linear additive customer and a multiplicative one
+    source = write_customer(tmp_path, series(60))
+    additive = trainer(tmp_path).train("acme", source)
+    (tmp_path / "checkpoints").rename(tmp_path / "first")
+    (tmp_path / "scratch").rename(tmp_path / "first-scratch")
+    multiplicative = trainer(tmp_path, seasonality_mode="multiplicative").train("acme", source)
+    # Then the first is fitted twice in-process, the second twice by CmdStan, with why
+    assert additive.result.fit_methods == {"in-process": 2}
+    assert multiplicative.result.fit_methods == {"cmdstan (multiplicative components)": 2}
+    assert multiplicative.result.outcome is CustomerOutcome.TRAINED
