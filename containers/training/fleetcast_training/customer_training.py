@@ -40,6 +40,19 @@ logger = logging.getLogger(__name__)
 SEASONALITIES = ("yearly", "weekly", "daily")
 YEAR = pd.Timedelta(days=365)
 YEARLY_FOURIER_ORDER = 10  # Prophet's default for yearly seasonality
+# Prophet's default Fourier order of each seasonality.
+DEFAULT_ORDERS = {"yearly": YEARLY_FOURIER_ORDER, "weekly": 3, "daily": 4}
+
+
+def _fourier_order(setting: str | bool | int, auto_disabled: bool, name: str) -> int:
+    """Prophet's ``parse_seasonality_args``, for a model without custom seasonalities."""
+    if setting == "auto":
+        return 0 if auto_disabled else DEFAULT_ORDERS[name]
+    if setting is True:
+        return DEFAULT_ORDERS[name]
+    if setting is False:
+        return 0
+    return int(setting)
 
 
 @dataclass(frozen=True)
@@ -197,21 +210,29 @@ class CustomerTrainer:
         """Resolve "auto" seasonalities once, on the whole history, the way Prophet would
         for the served model, so the scored model has the same terms as the served one
         (Prophet's yearly "auto" needs two years, which the shorter scored window can miss)."""
-        probe = self._new_model()
-        probe.history = history[["ds"]]
-        probe.set_auto_seasonalities()
+        settings = self._hyperparameters
+        times = history["ds"].to_numpy(dtype="datetime64[ns]")
+        span = pd.Timedelta(times[-1] - times[0])
+        steps = np.diff(times)
+        steps = steps[steps != np.timedelta64(0, "ns")]
+        shortest = pd.Timedelta(steps.min()) if steps.size else None
+        # Prophet's set_auto_seasonalities: when "auto" turns each one off.
+        disabled = {
+            "yearly": span < pd.Timedelta(days=730),
+            "weekly": span < pd.Timedelta(weeks=2)
+            or (shortest is not None and shortest >= pd.Timedelta(weeks=1)),
+            "daily": span < pd.Timedelta(days=2)
+            or (shortest is not None and shortest >= pd.Timedelta(days=1)),
+        }
         orders = {
-            name: int(probe.seasonalities[name]["fourier_order"])
-            if name in probe.seasonalities
-            else 0
+            name: _fourier_order(getattr(settings, f"{name}_seasonality"), disabled[name], name)
             for name in SEASONALITIES
         }
         # Prophet's yearly "auto" waits for two full years. Energy use has a strong yearly
         # cycle, and with a year or more of history a trend left to chase it extrapolates
         # badly: on 23 months of daily data the holdout sMAPE fell from 10.9% to 2.4% with
         # yearly terms on (seasonal-naive: 3.7%). So "auto" here means: on after a year.
-        span = history["ds"].max() - history["ds"].min()
-        if self._hyperparameters.yearly_seasonality == "auto" and span >= YEAR:
+        if settings.yearly_seasonality == "auto" and span >= YEAR:
             orders["yearly"] = orders["yearly"] or YEARLY_FOURIER_ORDER
         return orders
 
