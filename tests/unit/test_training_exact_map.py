@@ -240,7 +240,8 @@ def test_holdout_error_is_no_worse_than_stock_prophets_on_average(tmp_path: Path
     stock = [holdout_smape(history, None) for history in histories]
     ours = [holdout_smape(history, backend) for history in histories]
     # Then the in-process fits are at least as accurate on average
-    assert set(backend.fit_methods) == {IN_PROCESS}
+    assert set(backend.fit_methods) <= {IN_PROCESS, fallback_name(FallbackReason.NEAR_EXACT_FIT)}
+    assert backend.fit_methods[IN_PROCESS] >= 36
     assert np.mean(ours) <= np.mean(stock) + 1e-3
 
 
