@@ -221,7 +221,7 @@ def test_manifest_counts_each_customers_fits_by_method(trained: tuple[Instance, 
     # Then each trained customer's two fits are counted as in-process
     fits = {r.customer_id: r.fit_methods for r in instance.manifest().customers}
     assert fits == {
-        **dict.fromkeys(GOOD, {"in-process": 2}),
+        **{customer_id: {"in-process": 2} for customer_id in GOOD},
         **dict.fromkeys(["tiny", "bad name.csv", "notes.txt"], None),
     }
 

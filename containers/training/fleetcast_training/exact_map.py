@@ -103,7 +103,7 @@ class MapSolution:
     violation: float
     outer_steps: int
 
-    def prophet_params(self) -> dict[str, Vector]:
+    def prophet_params(self) -> OrderedDict[str, Vector]:
         """The dict Prophet's ``CmdStanPyBackend.fit`` returns, in CmdStan's column order,
         each value shaped (1, n)."""
         values = {
@@ -115,10 +115,10 @@ class MapSolution:
             "beta": self.beta,
             "trend": self.trend,
         }
-        return {
-            name: np.asarray(value, dtype=np.float64).reshape(1, -1)
+        return OrderedDict(
+            (name, np.asarray(value, dtype=np.float64).reshape(1, -1))
             for name, value in values.items()
-        }
+        )
 
 
 _designs: OrderedDict[bytes, Design] = OrderedDict()

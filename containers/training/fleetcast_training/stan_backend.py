@@ -23,7 +23,7 @@ import json
 import logging
 import shutil
 import tempfile
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +172,7 @@ class FleetcastStanBackend(ScratchStanBackend):
 
     def fit(
         self, stan_init: dict[str, Any], stan_data: dict[str, Any], **kwargs: Any
-    ) -> dict[str, Any]:
+    ) -> OrderedDict[str, npt.NDArray[Any]]:
         self.last_stan_data = stan_data
         try:
             if kwargs:
@@ -181,7 +181,7 @@ class FleetcastStanBackend(ScratchStanBackend):
         except NotSolvedExactly as fallback:
             logger.debug("fitting with CmdStan: %s", fallback)
             self.fit_methods[fallback_name(fallback.reason)] += 1
-            return dict(super().fit(stan_init, stan_data, **kwargs))
+            return super().fit(stan_init, stan_data, **kwargs)
         self.stan_fit = None
         self.fit_methods[IN_PROCESS] += 1
         return solution.prophet_params()
