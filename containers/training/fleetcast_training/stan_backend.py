@@ -1,4 +1,11 @@
-"""Prophet's CmdStan backend with less work around each fit, and the same optimum.
+"""Prophet's Stan backend for training: the exact in-process fit, else CmdStan with less
+work around each fit.
+
+:class:`FleetcastStanBackend` solves linear, all-additive models exactly in-process
+(:mod:`fleetcast_training.exact_map`) and hands any other model, or a fit whose optimality
+check fails, to :class:`ScratchStanBackend`, counting which ran and why.
+
+The CmdStan path:
 
 Every Prophet fit runs the compiled CmdStan program once: cmdstanpy writes the data and
 initial values as JSON, starts the process, and reads its CSV output. Two things here
