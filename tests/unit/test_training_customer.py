@@ -121,3 +121,53 @@ def test_yearly_seasonality_is_on_after_one_year_of_history(
     # Then yearly terms are used once a year is there, and weekly ones always
     assert orders["yearly"] == yearly_order
     assert orders["weekly"] > 0
+
+
+def test_fits_are_counted_by_method(tmp_path: Path):
+    # Given a linear additive customer and a multiplicative one
+    source = write_customer(tmp_path, series(60))
+    additive = trainer(tmp_path).train("acme", source)
+    (tmp_path / "checkpoints").rename(tmp_path / "first")
+    (tmp_path / "scratch").rename(tmp_path / "first-scratch")
+    multiplicative = trainer(tmp_path, seasonality_mode="multiplicative").train("acme", source)
+    # Then the first is fitted twice in-process, the second twice by CmdStan, with why
+    assert additive.result.fit_methods == {"in-process": 2}
+    assert multiplicative.result.fit_methods == {"cmdstan (multiplicative components)": 2}
+    assert multiplicative.result.outcome is CustomerOutcome.TRAINED
+
+
+@pytest.mark.parametrize(
+    ("periods", "freq", "settings"),
+    [
+        (10, "D", {}),
+        (20, "D", {}),
+        (800, "D", {}),
+        (30, "h", {}),
+        (100, "h", {"daily_seasonality": "false", "weekly_seasonality": "5"}),
+        (120, "7D", {}),
+        (120, "7D", {"weekly_seasonality": "true", "yearly_seasonality": "false"}),
+    ],
+)
+def test_seasonality_orders_are_prophets_auto_choices(
+    tmp_path: Path, periods: int, freq: str, settings: dict[str, str]
+):
+    # Given a history (under a year, or over two, where fleetcast's yearly rule and
+    # Prophet's agree) and the seasonality settings
+    history = series(periods, freq=freq)
+    ours = trainer(tmp_path, **settings)
+    # When resolved by the trainer and by Prophet's own set_auto_seasonalities
+    orders = ours._seasonality_orders(history)
+    hyper = Hyperparameters.parse({"run_id": RUN_ID, **settings})
+    probe = Prophet(
+        yearly_seasonality=hyper.yearly_seasonality,
+        weekly_seasonality=hyper.weekly_seasonality,
+        daily_seasonality=hyper.daily_seasonality,
+    )
+    probe.history = history[["ds"]]
+    probe.set_auto_seasonalities()
+    # Then they are the same
+    expected = {
+        name: probe.seasonalities[name]["fourier_order"] if name in probe.seasonalities else 0
+        for name in ("yearly", "weekly", "daily")
+    }
+    assert orders == expected

@@ -211,6 +211,19 @@ def test_metric_lines_match_the_metric_definitions(trained: tuple[Instance, Run]
     assert 0 < found["median_naive_smape"] < 0.3
     assert found["median_mae"] > 0
     assert found["models_per_second"] > 0
+    # And every fit of these linear, additive models ran in-process: a holdout fit and a refit each
+    assert found["fits_in_process"] == 6
+    assert found["fits_cmdstan"] == 0
+
+
+def test_manifest_counts_each_customers_fits_by_method(trained: tuple[Instance, Run]):
+    instance, _ = trained
+    # Then each trained customer's two fits are counted as in-process
+    fits = {r.customer_id: r.fit_methods for r in instance.manifest().customers}
+    assert fits == {
+        **{customer_id: {"in-process": 2} for customer_id in GOOD},
+        **dict.fromkeys(["tiny", "bad name.csv", "notes.txt"], None),
+    }
 
 
 def params(archive: Path) -> dict[str, np.ndarray]:

@@ -131,6 +131,9 @@ METRIC_MEDIAN_NAIVE_SMAPE = "fleetcast_median_naive_smape"
 METRIC_MODELS_RESUMED = "fleetcast_models_resumed"
 METRIC_MEDIAN_MAE = "fleetcast_median_mae"
 METRIC_MODELS_PER_SECOND = "fleetcast_models_per_second"
+# Prophet fits (two per trained customer) by the exact in-process solver and by CmdStan.
+METRIC_FITS_IN_PROCESS = "fleetcast_fits_in_process"
+METRIC_FITS_CMDSTAN = "fleetcast_fits_cmdstan"
 _COUNT = r"([0-9]+)"
 _NUMBER = r"([0-9.eE+-]+)"
 METRIC_DEFINITIONS: list[dict[str, str]] = [
@@ -141,6 +144,8 @@ METRIC_DEFINITIONS: list[dict[str, str]] = [
     {"Name": "models_resumed", "Regex": rf"{METRIC_MODELS_RESUMED}={_COUNT};"},
     {"Name": "median_mae", "Regex": rf"{METRIC_MEDIAN_MAE}={_NUMBER};"},
     {"Name": "models_per_second", "Regex": rf"{METRIC_MODELS_PER_SECOND}={_NUMBER};"},
+    {"Name": "fits_in_process", "Regex": rf"{METRIC_FITS_IN_PROCESS}={_COUNT};"},
+    {"Name": "fits_cmdstan", "Regex": rf"{METRIC_FITS_CMDSTAN}={_COUNT};"},
 ]
 
 

@@ -27,17 +27,32 @@ from fleetcast_common.model_archive import (
 from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_training.contract import MODEL_ARCHIVE_SUFFIX
 from fleetcast_training.evaluation import mae, seasonal_naive, smape
+from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.history import read_history
+from fleetcast_training.holdout import holdout_forecast
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.prophet_model import FleetcastProphet
-from fleetcast_training.stan_backend import ScratchStanBackend
+from fleetcast_training.stan_backend import IN_PROCESS, FleetcastStanBackend
 
 logger = logging.getLogger(__name__)
 
 SEASONALITIES = ("yearly", "weekly", "daily")
 YEAR = pd.Timedelta(days=365)
 YEARLY_FOURIER_ORDER = 10  # Prophet's default for yearly seasonality
+# Prophet's default Fourier order of each seasonality.
+DEFAULT_ORDERS = {"yearly": YEARLY_FOURIER_ORDER, "weekly": 3, "daily": 4}
+
+
+def _fourier_order(setting: str | bool | int, auto_disabled: bool, name: str) -> int:
+    """Prophet's ``parse_seasonality_args``, for a model without custom seasonalities."""
+    if setting == "auto":
+        return 0 if auto_disabled else DEFAULT_ORDERS[name]
+    if setting is True:
+        return DEFAULT_ORDERS[name]
+    if setting is False:
+        return 0
+    return int(setting)
 
 
 @dataclass(frozen=True)
@@ -76,7 +91,7 @@ class CustomerTrainer:
     def __init__(self, hyperparameters: Hyperparameters, checkpoint_dir: Path, scratch: Path):
         self._hyperparameters = hyperparameters
         self._checkpoint_dir = checkpoint_dir
-        self._backend = ScratchStanBackend(scratch)
+        self._backend = FleetcastStanBackend(scratch)
         self._versions = library_versions()
 
     def train(self, customer_id: str, source: Path) -> CustomerReport:
@@ -122,6 +137,7 @@ class CustomerTrainer:
 
     def _train(self, customer_id: str, source: Path, started: float) -> CustomerResult:
         settings = self._hyperparameters
+        fits_before = self._backend.fit_methods.copy()
         history = read_history(source)
         rows = len(history)
         if rows < settings.required_rows:
@@ -132,10 +148,15 @@ class CustomerTrainer:
         orders = self._seasonality_orders(history)
         fitted = history.iloc[: -settings.holdout_rows]
         holdout = history.iloc[-settings.holdout_rows :]
-
-        scored = self._new_model(orders).fit(fitted)
+        if settings.refit_full_history:
+            # A constant history never reaches the backend: no Stan data from another customer.
+            self._backend.last_stan_data = None
+            served = self._new_model(orders).fit(history)
+            forecast = self._holdout_forecast(history, orders)
+        else:
+            served = self._new_model(orders).fit(fitted)
+            forecast = self._point_forecast(served, holdout["ds"])
         actual = holdout["y"].to_numpy(dtype=np.float64)
-        forecast = self._point_forecast(scored, holdout["ds"])
         naive = seasonal_naive(fitted, holdout["ds"], settings.season)
         metrics = HoldoutMetrics(
             holdout_days=settings.holdout_days,
@@ -144,7 +165,6 @@ class CustomerTrainer:
             naive_smape=smape(actual, naive),
             naive_mae=mae(actual, naive),
         )
-        served = self._new_model(orders).fit(history) if settings.refit_full_history else scored
 
         metadata = ModelMetadata(
             customer_id=customer_id,
@@ -166,6 +186,7 @@ class CustomerTrainer:
             rows=rows,
             metrics=metrics,
             fit_seconds=round(time.perf_counter() - started, 4),
+            fit_methods=dict(self._backend.fit_methods - fits_before),
             metadata=metadata,
         )
 
@@ -189,23 +210,53 @@ class CustomerTrainer:
         """Resolve "auto" seasonalities once, on the whole history, the way Prophet would
         for the served model, so the scored model has the same terms as the served one
         (Prophet's yearly "auto" needs two years, which the shorter scored window can miss)."""
-        probe = self._new_model()
-        probe.history = history[["ds"]]
-        probe.set_auto_seasonalities()
+        settings = self._hyperparameters
+        times = history["ds"].to_numpy(dtype="datetime64[ns]")
+        span = pd.Timedelta(times[-1] - times[0])
+        steps = np.diff(times)
+        steps = steps[steps != np.timedelta64(0, "ns")]
+        shortest = pd.Timedelta(steps.min()) if steps.size else None
+        # Prophet's set_auto_seasonalities: when "auto" turns each one off.
+        disabled = {
+            "yearly": span < pd.Timedelta(days=730),
+            "weekly": span < pd.Timedelta(weeks=2)
+            or (shortest is not None and shortest >= pd.Timedelta(weeks=1)),
+            "daily": span < pd.Timedelta(days=2)
+            or (shortest is not None and shortest >= pd.Timedelta(days=1)),
+        }
         orders = {
-            name: int(probe.seasonalities[name]["fourier_order"])
-            if name in probe.seasonalities
-            else 0
+            name: _fourier_order(getattr(settings, f"{name}_seasonality"), disabled[name], name)
             for name in SEASONALITIES
         }
         # Prophet's yearly "auto" waits for two full years. Energy use has a strong yearly
         # cycle, and with a year or more of history a trend left to chase it extrapolates
         # badly: on 23 months of daily data the holdout sMAPE fell from 10.9% to 2.4% with
         # yearly terms on (seasonal-naive: 3.7%). So "auto" here means: on after a year.
-        span = history["ds"].max() - history["ds"].min()
-        if self._hyperparameters.yearly_seasonality == "auto" and span >= YEAR:
+        if settings.yearly_seasonality == "auto" and span >= YEAR:
             orders["yearly"] = orders["yearly"] or YEARLY_FOURIER_ORDER
         return orders
+
+    def _holdout_forecast(self, history: pd.DataFrame, orders: dict[str, int]) -> np.ndarray:
+        """The forecast of the holdout by a model fitted on the rows before it, built from
+        the full-history fit just made (:mod:`fleetcast_training.holdout`); through Prophet
+        itself when the in-process solver does not solve the model."""
+        rows = self._hyperparameters.holdout_rows
+        full = self._backend.last_stan_data
+        if full is not None and len(full["y"]) == len(history):
+            try:
+                forecast = holdout_forecast(
+                    full,
+                    history["ds"].to_numpy(),
+                    history["y"].to_numpy(dtype=np.float64),
+                    rows,
+                )
+            except NotSolvedExactly:
+                pass
+            else:
+                self._backend.fit_methods[IN_PROCESS] += 1
+                return forecast
+        scored = self._new_model(orders).fit(history.iloc[:-rows])
+        return self._point_forecast(scored, history["ds"].iloc[-rows:])
 
     @staticmethod
     def _point_forecast(model: Prophet, times: pd.Series) -> np.ndarray:

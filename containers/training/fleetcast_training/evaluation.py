@@ -36,10 +36,12 @@ def seasonal_naive(history: pd.DataFrame, targets: pd.Series, season: timedelta)
     (a gap in the data), the latest value before it stands in; before the first row,
     the first value does.
     """
-    values = history.set_index("ds")["y"]
-    last = values.index[-1]
-    period = pd.Timedelta(season)
-    seasons_back = np.ceil((targets - last) / period).clip(lower=1)
-    sources = pd.DatetimeIndex(targets - seasons_back.to_numpy() * period)
-    forecast = values.reindex(sources, method="ffill").fillna(values.iloc[0])
-    return forecast.to_numpy(dtype=np.float64)
+    times = history["ds"].to_numpy(dtype="datetime64[ns]")
+    values = history["y"].to_numpy(dtype=np.float64)
+    wanted = pd.Series(targets).to_numpy(dtype="datetime64[ns]")
+    period = np.timedelta64(pd.Timedelta(season).value, "ns")
+    seasons_back = np.maximum(np.ceil((wanted - times[-1]) / period), 1).astype(np.int64)
+    sources = wanted - seasons_back * period
+    # The latest row at or before each source time (-1: before the first row).
+    latest = np.searchsorted(times, sources, side="right") - 1
+    return np.where(latest >= 0, values[np.maximum(latest, 0)], values[0])

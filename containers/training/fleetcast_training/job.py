@@ -24,6 +24,8 @@ from pathlib import Path
 from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
 from fleetcast_training.contract import (
+    METRIC_FITS_CMDSTAN,
+    METRIC_FITS_IN_PROCESS,
     METRIC_MEDIAN_MAE,
     METRIC_MEDIAN_NAIVE_SMAPE,
     METRIC_MEDIAN_SMAPE,
@@ -39,7 +41,7 @@ from fleetcast_training.contract import (
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
 from fleetcast_training.hyperparameters import Hyperparameters
-from fleetcast_training.stan_backend import scratch_parent, silence_stan_logging
+from fleetcast_training.stan_backend import IN_PROCESS, scratch_parent, silence_stan_logging
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +106,12 @@ class JobResult:
             ]
         if trained and self.seconds > 0:
             lines.append(metric_line(METRIC_MODELS_PER_SECOND, trained / self.seconds))
+        fits = self.manifest.fit_methods()
+        in_process = fits.pop(IN_PROCESS, 0)
+        lines += [
+            metric_line(METRIC_FITS_IN_PROCESS, in_process),
+            metric_line(METRIC_FITS_CMDSTAN, sum(fits.values())),
+        ]
         return lines
 
 
@@ -143,6 +151,7 @@ def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) 
         hosts=environment.hosts,
         customers=sorted((r.result for r in reports), key=lambda result: result.customer_id),
     )
+    logger.info("%s: %s", host, describe_fits(manifest))
     text = manifest.model_dump_json(indent=1)
     _write_atomically(checkpoint_dir / manifest_name(host), text)
     _write_atomically(environment.model_dir / manifest_name(host), text)
@@ -152,6 +161,14 @@ def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) 
         seconds=time.perf_counter() - started,
         required_rows=hyperparameters.required_rows,
     )
+
+
+def describe_fits(manifest: TrainingManifest) -> str:
+    """How many Prophet fits ran in-process, how many in CmdStan and why."""
+    fits = manifest.fit_methods()
+    in_process = fits.pop(IN_PROCESS, 0)
+    fallbacks = "".join(f", {count} {method}" for method, count in sorted(fits.items()))
+    return f"Prophet fits: {in_process} {IN_PROCESS}{fallbacks}"
 
 
 def plan_shard(channel_dir: Path, hosts: int) -> tuple[list[CustomerFile], list[CustomerReport]]:

@@ -1,4 +1,11 @@
-"""Prophet's CmdStan backend with less work around each fit, and the same optimum.
+"""Prophet's Stan backend for training: the exact in-process fit, else CmdStan with less
+work around each fit.
+
+:class:`FleetcastStanBackend` solves linear, all-additive models exactly in-process
+(:mod:`fleetcast_training.exact_map`) and hands any other model, or a fit whose optimality
+check fails, to :class:`ScratchStanBackend`, counting which ran and why.
+
+The CmdStan path:
 
 Every Prophet fit runs the compiled CmdStan program once: cmdstanpy writes the data and
 initial values as JSON, starts the process, and reads its CSV output. Two things here
@@ -23,6 +30,7 @@ import json
 import logging
 import shutil
 import tempfile
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +39,19 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from prophet.models import CmdStanPyBackend
+
+from fleetcast_training.exact_map import FallbackReason, NotSolvedExactly, solve
+
+logger = logging.getLogger(__name__)
+
+# The fit-method names that manifests, logs and metrics count.
+IN_PROCESS = "in-process"
+CMDSTAN = "cmdstan"
+
+
+def fallback_name(reason: FallbackReason) -> str:
+    return f"{CMDSTAN} ({reason.value})"
+
 
 SHARED_MEMORY = Path("/dev/shm")
 # Room one worker needs in shared memory: the data JSON of one year of hourly data with
@@ -138,3 +159,36 @@ class ScratchStanBackend(CmdStanPyBackend):
 
     def load_model(self) -> Any:
         return _ScratchModel(super().load_model(), self._scratch)
+
+
+class FleetcastStanBackend(ScratchStanBackend):
+    """The exact in-process MAP fit (:mod:`fleetcast_training.exact_map`) where it solves
+    the model, CmdStan as above otherwise; :attr:`fit_methods` counts which ran and why.
+
+    Prophet calls ``fit`` and keeps the returned params, so the fitted model, its
+    ``predict`` and its ``model_to_json`` are Prophet's own either way. Options passed to
+    ``Prophet.fit`` (``algorithm``, ``iter``, ``init``...) are CmdStan's: given any, the
+    fit is CmdStan's.
+    """
+
+    def __init__(self, scratch: Path) -> None:
+        super().__init__(scratch)
+        self.fit_methods: Counter[str] = Counter()
+        # The Stan data of the latest fit: scoring builds the holdout fit's from it.
+        self.last_stan_data: dict[str, Any] | None = None
+
+    def fit(
+        self, stan_init: dict[str, Any], stan_data: dict[str, Any], **kwargs: Any
+    ) -> OrderedDict[str, npt.NDArray[Any]]:
+        self.last_stan_data = stan_data
+        try:
+            if kwargs:
+                raise NotSolvedExactly(FallbackReason.CMDSTAN_OPTIONS, ", ".join(sorted(kwargs)))
+            solution = solve(stan_data)
+        except NotSolvedExactly as fallback:
+            logger.debug("fitting with CmdStan: %s", fallback)
+            self.fit_methods[fallback_name(fallback.reason)] += 1
+            return super().fit(stan_init, stan_data, **kwargs)
+        self.stan_fit = None
+        self.fit_methods[IN_PROCESS] += 1
+        return solution.prophet_params()

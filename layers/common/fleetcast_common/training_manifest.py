@@ -27,6 +27,8 @@ class CustomerResult(BaseModel):
     rows: int | None = None
     metrics: HoldoutMetrics | None = None
     fit_seconds: float | None = None
+    # How its Prophet fits ran: "in-process" (the exact solver) or "cmdstan (why)", counted.
+    fit_methods: dict[str, int] | None = None
     # The archive's metadata (data range, metrics, versions) for TRAINED and RESUMED,
     # so registration needs no download per customer.
     metadata: ModelMetadata | None = None
@@ -40,3 +42,11 @@ class TrainingManifest(BaseModel):
 
     def count(self, outcome: CustomerOutcome) -> int:
         return sum(1 for result in self.customers if result.outcome is outcome)
+
+    def fit_methods(self) -> dict[str, int]:
+        """Every customer's ``fit_methods`` added up."""
+        total: dict[str, int] = {}
+        for result in self.customers:
+            for method, count in (result.fit_methods or {}).items():
+                total[method] = total.get(method, 0) + count
+        return total
