@@ -33,11 +33,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from fleetcast_common.aws import dynamodb_table
+from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.forecast_endpoint import ForecastEndpoint, runtime_client
 from fleetcast_common.forecasting import (
     DEFAULT_PERIOD,
-    MAX_PERIOD,
-    MIN_PERIOD,
     CustomerForecast,
     EndpointFailedError,
     EndpointUnavailableError,

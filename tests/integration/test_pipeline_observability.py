@@ -184,12 +184,3 @@ def test_a_failed_training_job_is_counted_and_logged_as_the_runs(
     (error,) = [line for line in logs if line["level"] == "ERROR"]
     assert error["failure_reason"]
     assert _metric_values(emf) == {"TrainingJobsFailed": [1.0]}
-
-
-def test_the_layer_reads_the_summary_the_processing_container_writes() -> None:
-    from fleetcast_common.processing_report import SUMMARY_FILE
-    from fleetcast_processing.contract import SUMMARY_FILE as CONTAINER_SUMMARY_FILE
-    from fleetcast_processing.contract import ProcessingSummary
-
-    assert SUMMARY_FILE == CONTAINER_SUMMARY_FILE
-    assert "rows_rejected" in ProcessingSummary.model_fields

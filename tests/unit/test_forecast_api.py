@@ -28,7 +28,6 @@ from fleetcast_common.forecasting import (
     InvalidRequestError,
     UnknownCustomerError,
 )
-from fleetcast_inference import contract
 
 # An error response publishes no metric; the handler silences that warning, pytest resets it.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -226,13 +225,6 @@ def test_an_unreachable_endpoint_is_worth_a_retry() -> None:
 
 
 # ---------------------------------------------------------------- contract and documents
-
-
-def test_the_periods_the_api_accepts_are_those_the_container_serves() -> None:
-    assert (forecasting.MIN_PERIOD, forecasting.MAX_PERIOD) == (
-        contract.MIN_PERIOD,
-        contract.MAX_PERIOD,
-    )
 
 
 def test_the_committed_openapi_document_is_what_the_code_generates() -> None:

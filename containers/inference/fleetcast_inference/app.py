@@ -14,18 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
-from fleetcast_inference import protocol
-from fleetcast_inference.artifact import read_model_artifact
-from fleetcast_inference.contract import (
+from fleetcast_common.contracts.inference import (
     INVOCATIONS_PATH,
     INVOKE_SUFFIX,
     MODELS_DIR,
     MODELS_PATH,
     PING_PATH,
     TARGET_MODEL_HEADER,
-    InferenceSettings,
-    model_path,
 )
+from fleetcast_inference import protocol
+from fleetcast_inference.artifact import read_model_artifact
+from fleetcast_inference.contract import InferenceSettings, model_path
 from fleetcast_inference.errors import (
     BadRequestError,
     InferenceError,

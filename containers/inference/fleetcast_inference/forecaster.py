@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_inference.contract import MAX_PERIOD
+from fleetcast_common.contracts.inference import MAX_PERIOD
 from fleetcast_inference.errors import UnsupportedModelError
 
 FloatArray = npt.NDArray[np.float64]

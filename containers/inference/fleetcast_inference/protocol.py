@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 
 import numpy as np
 
-from fleetcast_inference.contract import (
+from fleetcast_common.contracts.inference import (
     DEFAULT_LIST_LIMIT,
     LIST_LIMIT_PARAM,
     LIST_TOKEN_FIELD,
@@ -24,6 +24,7 @@ from fleetcast_inference.contract import (
     MAX_LIST_LIMIT,
     MAX_PERIOD,
     MIN_PERIOD,
+    error_body,
 )
 from fleetcast_inference.errors import BadRequestError, InferenceError
 from fleetcast_inference.forecaster import Forecast
@@ -195,7 +196,7 @@ def render_unloaded(model: ServedModel) -> bytes:
 
 
 def render_error(error: InferenceError) -> bytes:
-    return _encode({"error": error.code, "message": str(error)})
+    return _encode(error_body(error.code, str(error)))
 
 
 def render_ping() -> bytes:

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_processing.aggregate import Frequency, PeriodTotals
-from fleetcast_processing.contract import (
+from fleetcast_common.contracts.processing import (
     RAW_INPUT,
     REJECTED_FILE,
     SUMMARY_FILE,
@@ -22,6 +21,7 @@ from fleetcast_processing.contract import (
     ProcessingSummary,
     RejectReason,
 )
+from fleetcast_processing.aggregate import Frequency, PeriodTotals
 from fleetcast_processing.customer_files import write_customer_files
 from fleetcast_processing.duplicates import (
     MAX_CUSTOMERS,

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fleetcast_processing.contract import REQUIRED_COLUMNS
+from fleetcast_common.contracts.processing import REQUIRED_COLUMNS
 from fleetcast_processing.errors import UnusableInputError
 
 logger = logging.getLogger(__name__)

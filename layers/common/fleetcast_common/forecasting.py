@@ -30,10 +30,8 @@ from fleetcast_common.settings import _FromEnvironment
 if TYPE_CHECKING:
     from fleetcast_common.forecast_endpoint import ForecastEndpoint
 
-# The horizons the inference container serves (fleetcast_inference.contract, which the
-# layer does not ship; a unit test keeps the two equal).
-MIN_PERIOD = 1
-MAX_PERIOD = 365
+# The horizons the API accepts are those the inference container serves
+# (fleetcast_common.contracts.inference.MIN_PERIOD / MAX_PERIOD).
 DEFAULT_PERIOD = 7
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fleetcast_common import layout, storage
+from fleetcast_common.contracts.training import is_manifest_name
 from fleetcast_common.ids import validate_customer_id
 from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
@@ -57,7 +58,7 @@ def read_manifests(s3: Any, bucket: str, run_id: str) -> list[TrainingManifest]:
     manifests = []
     for key in storage.keys_under(s3, bucket, prefix):
         name = posixpath.basename(key)
-        if name.startswith("manifest-") and name.endswith(".json"):
+        if is_manifest_name(name):
             manifests.append(
                 TrainingManifest.model_validate_json(storage.read_text(s3, bucket, key))
             )
