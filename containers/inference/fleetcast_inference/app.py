@@ -35,7 +35,7 @@ from fleetcast_inference.errors import (
 )
 from fleetcast_inference.forecaster import compile_model, forecast_seed
 from fleetcast_inference.memory import retained_bytes
-from fleetcast_inference.registry import MODEL_ENTRY_OVERHEAD_BYTES, ModelRegistry, ServedModel
+from fleetcast_inference.registry import MODEL_ENTRY_OVERHEAD_BYTES, LoadedModels, ServedModel
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +63,9 @@ class Response:
 
 
 class InferenceApp:
-    def __init__(self, settings: InferenceSettings, registry: ModelRegistry | None = None) -> None:
+    def __init__(self, settings: InferenceSettings, registry: LoadedModels | None = None) -> None:
         self.settings = settings
-        self.registry = registry or ModelRegistry(settings.memory_budget_bytes)
+        self.registry = registry or LoadedModels(settings.memory_budget_bytes)
 
     def dispatch(self, request: Request) -> Response:
         try:

@@ -28,7 +28,7 @@ from fleetcast_common.contracts.inference import (
 )
 from fleetcast_inference.errors import BadRequestError, InferenceError
 from fleetcast_inference.forecaster import Forecast
-from fleetcast_inference.registry import ModelStatus, ServedModel
+from fleetcast_inference.registry import LoadedModelStatus, ServedModel
 
 PERIOD_FIELD = "period"
 _EXAMPLE = f'{{"{PERIOD_FIELD}": 7}}'
@@ -159,7 +159,7 @@ def render_model_list(models: list[ServedModel], after: str | None) -> bytes:
     return _encode(document)
 
 
-def render_model_status(status: ModelStatus) -> bytes:
+def render_model_status(status: LoadedModelStatus) -> bytes:
     model = status.model
     return _encode(
         {

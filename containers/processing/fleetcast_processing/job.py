@@ -35,7 +35,7 @@ from fleetcast_processing.report import RejectedRows, write_summary
 from fleetcast_processing.source import (
     DEFAULT_BLOCK_SIZE,
     RowBlock,
-    Upload,
+    UploadReader,
     read_blocks,
     read_header,
 )
@@ -111,7 +111,7 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
     latest = settings.now + FUTURE_TOLERANCE
 
     with (
-        Upload.open(upload_path) as upload,
+        UploadReader.open(upload_path) as upload,
         RejectedRows(paths.report_output / REJECTED_FILE, latest) as rejected,
     ):
         header = read_header(upload)
