@@ -38,6 +38,7 @@ from fleetcast_common.forecast_endpoint import ForecastEndpoint, runtime_client
 from fleetcast_common.forecasting import (
     DEFAULT_PERIOD,
     CustomerForecast,
+    CustomerModel,
     EndpointFailedError,
     EndpointUnavailableError,
     ForecastApiSettings,
@@ -46,14 +47,14 @@ from fleetcast_common.forecasting import (
     LiveModelCache,
     UnknownCustomerError,
     customer_forecast,
-    live_model,
+    customer_model,
 )
 from fleetcast_common.ids import (
     CUSTOMER_ID_PATTERN,
     InvalidCustomerIdError,
     is_valid_customer_id,
 )
-from fleetcast_common.registry import LiveModel, ModelRegistry, RegistryUnavailableError
+from fleetcast_common.registry import ModelRegistry, RegistryUnavailableError
 
 # An error response publishes no metric; that is expected, not worth a warning each time.
 warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
@@ -209,15 +210,15 @@ def get_forecast(customer_id: CustomerId, period: Period = DEFAULT_PERIOD) -> Cu
 @app.get(
     "/customers/<customer_id>/model",
     summary="A customer's live model",
-    description="The registry entry of the model the forecast comes from: version, run, "
-    "training time, data range and holdout metrics.",
+    description="The model the forecast comes from: version, run, TargetModel, training "
+    "time, data range and holdout metrics.",
     tags=["models"],
-    responses=_documented("The live model's registry entry", 400, 403, 404, 429, 503),
+    responses=_documented("The live model", 400, 403, 404, 429, 503),
     middlewares=[_only_query_parameters()],
 )
-def get_model(customer_id: CustomerId) -> LiveModel:
+def get_model(customer_id: CustomerId) -> CustomerModel:
     logger.append_keys(customer_id=customer_id)
-    return live_model(customer_id, _registry())
+    return customer_model(customer_id, _registry())
 
 
 # ---------------------------------------------------------------- errors, in one place

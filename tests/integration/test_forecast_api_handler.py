@@ -137,16 +137,23 @@ def test_the_period_defaults_to_a_week(api: Any, registry: ModelRegistry, wired:
     assert (status, body["period"]) == (200, 7)
 
 
-def test_the_model_route_answers_the_live_registry_entry(
+def test_the_model_route_answers_the_live_model_without_the_storage_details(
     api: Any, registry: ModelRegistry, wired: Stubber
 ) -> None:
+    # Given a live model in the registry
     live(registry)
+    # When its model is asked for
     status, _, body = call(api, api_event("api_model.json"))
+    # Then the answer says which model and how good, in the API's own shape
     assert status == 200
     assert body["model_version"] == 1
     assert body["target_model"] == layout.target_model("42", RUN_ID)
     assert body["metrics"] == METRICS.model_dump()
     assert (body["data_start"], body["data_end"]) == ("2024-01-01", "2026-11-28")
+    assert body["live_since"] == json.loads(registry.live("42").model_dump_json())["updated_at"]
+    # and not where the registry or the buckets keep it
+    assert set(body).isdisjoint({"model_s3_uri", "training_job", "updated_at", "record"})
+    assert "s3://" not in json.dumps(body)
 
 
 @pytest.mark.parametrize("sample_name", ["api_forecast.json", "api_model.json"])

@@ -248,5 +248,5 @@ def test_the_openapi_document_describes_the_key_routes_and_errors() -> None:
     assert parameters["customer_id"]["schema"]["pattern"] == forecasting.CUSTOMER_ID_PATTERN
     model = document["paths"]["/customers/{customer_id}/model"]["get"]
     assert model["responses"]["200"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/LiveModel"
+        "$ref": "#/components/schemas/CustomerModel"
     }
