@@ -22,12 +22,17 @@ from fleetcast_common.cost.settings import CostReportSettings
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = CostReportSettings.from_env()
+
+
+@functools.cache
+def settings() -> CostReportSettings:
+    """Read from the environment on first use, so importing the module needs none."""
+    return CostReportSettings.from_env()
 
 
 @functools.cache
 def _clients() -> CostClients:
-    return CostClients.create(settings.region)
+    return CostClients.create(settings().region)
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -35,7 +40,9 @@ def _clients() -> CostClients:
 @metrics.log_metrics
 @event_source(data_class=EventBridgeEvent)
 def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
-    return _published(run_cost_report(dt.datetime.fromisoformat(event.time), settings, _clients()))
+    return _published(
+        run_cost_report(dt.datetime.fromisoformat(event.time), settings(), _clients())
+    )
 
 
 def _published(outcome: ReportOutcome) -> dict[str, Any]:

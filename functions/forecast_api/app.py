@@ -62,7 +62,14 @@ warnings.filterwarnings("ignore", message="No application metrics to publish", c
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = ForecastApiSettings.from_env()
+
+
+@functools.cache
+def settings() -> ForecastApiSettings:
+    """Read from the environment on first use, so importing the module needs none."""
+    return ForecastApiSettings.from_env()
+
+
 app = APIGatewayRestResolver(enable_validation=True)
 app.configure_openapi(
     title="fleetcast forecast API",
@@ -151,19 +158,19 @@ Period = Annotated[
 
 @functools.cache
 def _registry() -> ModelRegistry:
-    return ModelRegistry(dynamodb_table(settings.registry_table))
+    return ModelRegistry(dynamodb_table(settings().registry_table))
 
 
 @functools.cache
 def _live_models() -> LiveModelCache:
     """The forecast route's lookups, remembered briefly by this warm environment; the
     model route reads the registry every time."""
-    return LiveModelCache(_registry(), settings.live_model_cache_seconds)
+    return LiveModelCache(_registry(), settings().live_model_cache_seconds)
 
 
 @functools.cache
 def _endpoint() -> ForecastEndpoint:
-    return ForecastEndpoint(runtime_client(), settings.endpoint_name)
+    return ForecastEndpoint(runtime_client(), settings().endpoint_name)
 
 
 def _only_query_parameters(*known: str) -> Any:

@@ -7,33 +7,40 @@ do; start-processing logs the upload's key with the run id it starts.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.parser import envelopes, event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client, dynamodb_table
 from fleetcast_common.ids import run_id_from_job_name
 from fleetcast_common.registration import register_models
 from fleetcast_common.registry import ModelRegistry
+from fleetcast_common.sagemaker_events import TrainingJobStateChange
 from fleetcast_common.settings import RegistrationSettings
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = RegistrationSettings.from_env()
+
+
+@functools.cache
+def settings() -> RegistrationSettings:
+    """Read from the environment on first use, so importing the module needs none."""
+    return RegistrationSettings.from_env()
 
 
 @logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-@event_source(data_class=EventBridgeEvent)
-def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
-    job = str(event.detail["TrainingJobName"])
-    status = str(event.detail["TrainingJobStatus"])
-    run_id = run_id_from_job_name(settings.job_name_prefix, job)
+@event_parser(model=TrainingJobStateChange, envelope=envelopes.EventBridgeEnvelope)
+def lambda_handler(event: TrainingJobStateChange, context: LambdaContext) -> dict[str, Any]:
+    job = event.job_name
+    status = event.status
+    run_id = run_id_from_job_name(settings().job_name_prefix, job)
     logger.set_correlation_id(run_id)
     logger.append_keys(training_job=job)
     if run_id is None:
@@ -45,19 +52,22 @@ def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str,
             extra={
                 "training_job": job,
                 "status": status,
-                "failure_reason": event.detail.get("FailureReason"),
+                "failure_reason": event.failure_reason,
             },
         )
         metrics.add_metric(name="TrainingJobsFailed", unit=MetricUnit.Count, value=1)
         return {"outcome": "not_registered", "training_job": job, "status": status}
 
-    registry = ModelRegistry(dynamodb_table(settings.registry_table))
+    registry = ModelRegistry(dynamodb_table(settings().registry_table))
     report = register_models(
-        run_id, job, settings.artifacts_bucket, settings.quality_gate_ratio, client("s3"), registry
+        run_id,
+        job,
+        settings().artifacts_bucket,
+        settings().quality_gate_ratio,
+        client("s3"),
+        registry,
     )
-    expected_hosts = int(
-        event.detail.get("ResourceConfig", {}).get("InstanceCount", report.hosts_reporting)
-    )
+    expected_hosts = event.resources.instance_count if event.resources else report.hosts_reporting
     if report.hosts_reporting < expected_hosts:
         logger.error(
             "some training instances left no manifest",

@@ -28,14 +28,20 @@ from fleetcast_common.upload_queue import UploadQueue
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = ProcessingSettings.from_env()
+
+
+@functools.cache
+def settings() -> ProcessingSettings:
+    """Read from the environment on first use, so importing the module needs none."""
+    return ProcessingSettings.from_env()
+
 
 PROCESSING_STATE_CHANGE = "SageMaker Processing Job State Change"
 
 
 @functools.cache
 def _queue() -> UploadQueue:
-    return UploadQueue(dynamodb_table(settings.upload_queue_table))
+    return UploadQueue(dynamodb_table(settings().upload_queue_table))
 
 
 def upload_from(event: S3EventBridgeNotificationEvent) -> Upload:
@@ -52,7 +58,7 @@ def upload_from(event: S3EventBridgeNotificationEvent) -> Upload:
 def _uploaded(event: S3EventBridgeNotificationEvent) -> JobStart:
     upload = upload_from(event)
     logger.set_correlation_id(upload.key)
-    started = start_processing(upload, settings, client("sagemaker"), client("s3"), _queue())
+    started = start_processing(upload, settings(), client("sagemaker"), client("s3"), _queue())
     logger.info(
         "processing job %s",
         started.outcome,
@@ -64,7 +70,7 @@ def _uploaded(event: S3EventBridgeNotificationEvent) -> JobStart:
 def _ended(event: EventBridgeEvent) -> JobStart:
     ended_job = str(event.detail["ProcessingJobName"])
     logger.set_correlation_id(ended_job)
-    started = processing_ended(ended_job, settings, client("sagemaker"), client("s3"), _queue())
+    started = processing_ended(ended_job, settings(), client("sagemaker"), client("s3"), _queue())
     logger.info(
         "after %s (%s): next processing job %s",
         ended_job,

@@ -64,7 +64,7 @@ def wired(
     """The handler with this test's registry and stubbed runtime as its adapters."""
     client, stub = runtime
     monkeypatch.setattr(api, "_registry", lambda: registry)
-    cache = LiveModelCache(registry, api.settings.live_model_cache_seconds)
+    cache = LiveModelCache(registry, api.settings().live_model_cache_seconds)
     monkeypatch.setattr(api, "_live_models", lambda: cache)
     monkeypatch.setattr(api, "_endpoint", lambda: ForecastEndpoint(client, ENDPOINT))
     return stub
@@ -231,7 +231,7 @@ class Clock:
 def clock(api: Any, registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch) -> Clock:
     """The handler's live-model cache on a clock the test moves."""
     clock = Clock()
-    cache = LiveModelCache(registry, api.settings.live_model_cache_seconds, clock=clock)
+    cache = LiveModelCache(registry, api.settings().live_model_cache_seconds, clock=clock)
     monkeypatch.setattr(api, "_live_models", lambda: cache)
     return clock
 
@@ -242,7 +242,7 @@ NEWER_RUN = "20261206t120000-abcdef0123"
 def test_a_promoted_model_serves_once_the_cached_lookup_expires(
     api: Any, registry: ModelRegistry, wired: Stubber, clock: Clock
 ) -> None:
-    ttl = api.settings.live_model_cache_seconds
+    ttl = api.settings().live_model_cache_seconds
     assert ttl > 0
     # Given 42's first model, served once (so the lookup is remembered)
     first = live(registry)

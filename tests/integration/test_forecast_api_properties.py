@@ -65,7 +65,7 @@ def handler(api: Any, registry_table: Any, monkeypatch: pytest.MonkeyPatch) -> A
         aws_secret_access_key="testing",
         config=Config(retries={"max_attempts": 1}),
     )
-    cache = LiveModelCache(registry, api.settings.live_model_cache_seconds)
+    cache = LiveModelCache(registry, api.settings().live_model_cache_seconds)
     monkeypatch.setattr(api, "_registry", lambda: registry)
     monkeypatch.setattr(api, "_live_models", lambda: cache)
     monkeypatch.setattr(api, "_endpoint", lambda: ForecastEndpoint(client, "fleetcast-forecast"))

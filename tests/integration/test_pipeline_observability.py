@@ -8,19 +8,18 @@ blob to stdout, which is what Lambda sends to CloudWatch Logs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from function_helpers import load_function
 from test_registration import trained
 
 from fleetcast.localstack.template import LocalTemplate
@@ -78,22 +77,11 @@ def world(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, A
         dynamodb.delete_table(TableName=table)
 
 
-def _handler(function_dir: str) -> ModuleType:
-    """functions/<dir>/app.py imported afresh: it reads its settings at import."""
-    spec = importlib.util.spec_from_file_location(
-        f"{function_dir}_app_{uuid.uuid4().hex[:6]}", ROOT / "functions" / function_dir / "app.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _invoke(
     function_dir: str, event: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run a handler; return its log records and its one EMF blob."""
-    handler = _handler(function_dir)
+    handler = load_function(function_dir)
     # Powertools keeps one stdlib logger per service, whose handler holds the stdout of
     # the test that first imported a handler: point it at this test's.
     handler.logger.registered_handler.stream = sys.stdout

@@ -1,20 +1,34 @@
-"""Each function's configuration: one typed object, read from the environment that
-template.yaml (or the local stack) sets, validated when the handler starts."""
+"""Each function's configuration: one typed object (pydantic-settings), read from the
+environment that template.yaml (or the local stack) sets.
+
+Handlers read theirs when first needed (a cached ``settings()`` function), never at
+import: importing a handler (``make openapi``, tests) needs no environment.
+"""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class _FromEnvironment(BaseModel):
-    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+class _FromEnvironment(BaseSettings):
+    # Each field's alias is its variable's exact name; values reach the validators as
+    # the strings the template sets (no JSON decoding of list or dict fields).
+    model_config = SettingsConfigDict(
+        frozen=True,
+        populate_by_name=True,
+        extra="ignore",
+        case_sensitive=True,
+        enable_decoding=False,
+    )
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> Self:
-        return cls.model_validate(dict(os.environ if environ is None else environ))
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """Read from the process environment, or from ``environ`` alone."""
+        return cls() if environ is None else cls.model_validate(dict(environ))
 
 
 class PipelineSettings(_FromEnvironment):
