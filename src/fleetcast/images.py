@@ -162,13 +162,6 @@ def _run(command: list[str], root: Path, stdin: str | None = None) -> None:
 # ---------------------------------------------------------------- samconfig.toml
 
 
-def samconfig_overrides(samconfig: Path, config_env: str) -> list[str]:
-    document = tomlkit.parse(samconfig.read_text())
-    value = document.get(config_env, {}).get("deploy", {}).get("parameters", {})
-    overrides = value.get("parameter_overrides", [])
-    return [str(o) for o in overrides] if not isinstance(overrides, str) else overrides.split()
-
-
 def write_image_uris(samconfig: Path, config_env: str, uris: dict[str, str]) -> None:
     """Set ``Parameter=URI`` in the environment's ``parameter_overrides``: replace the
     parameter's entry where it is, else append it. Comments and layout elsewhere stay."""
