@@ -82,9 +82,11 @@ def _invoke(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run a handler; return its log records and its one EMF blob."""
     handler = load_function(function_dir)
-    # Powertools keeps one stdlib logger per service, whose handler holds the stdout of
-    # the test that first imported a handler: point it at this test's.
+    # Powertools keeps one stdlib logger per service, configured by the first module that
+    # made it: its handler holds that test's stdout and its level that test's
+    # POWERTOOLS_LOG_LEVEL (the forecast API tests load theirs at WARNING). Use this test's.
     handler.logger.registered_handler.stream = sys.stdout
+    handler.logger.setLevel("INFO")
     capsys.readouterr()
     handler.lambda_handler(event, _Context())
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
