@@ -18,16 +18,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from fleetcast_common.cost.models import ReportOutcome
 from fleetcast_common.cost.report import CostClients, run_cost_report
 from fleetcast_common.cost.settings import CostReportSettings
+from fleetcast_common.settings import read_on_first_use
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-
-
-@functools.cache
-def settings() -> CostReportSettings:
-    """Read from the environment on first use, so importing the module needs none."""
-    return CostReportSettings.from_env()
+settings = read_on_first_use(CostReportSettings)
 
 
 @functools.cache

@@ -55,6 +55,7 @@ from fleetcast_common.ids import (
     is_valid_customer_id,
 )
 from fleetcast_common.registry import ModelRegistry, RegistryUnavailableError
+from fleetcast_common.settings import read_on_first_use
 
 # An error response publishes no metric; that is expected, not worth a warning each time.
 warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
@@ -62,12 +63,7 @@ warnings.filterwarnings("ignore", message="No application metrics to publish", c
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-
-
-@functools.cache
-def settings() -> ForecastApiSettings:
-    """Read from the environment on first use, so importing the module needs none."""
-    return ForecastApiSettings.from_env()
+settings = read_on_first_use(ForecastApiSettings)
 
 
 app = APIGatewayRestResolver(enable_validation=True)

@@ -7,7 +7,6 @@ do; start-processing logs the upload's key with the run id it starts.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -20,17 +19,12 @@ from fleetcast_common.ids import run_id_from_job_name
 from fleetcast_common.registration import register_models
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.sagemaker_events import TrainingJobStateChange
-from fleetcast_common.settings import RegistrationSettings
+from fleetcast_common.settings import RegistrationSettings, read_on_first_use
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-
-
-@functools.cache
-def settings() -> RegistrationSettings:
-    """Read from the environment on first use, so importing the module needs none."""
-    return RegistrationSettings.from_env()
+settings = read_on_first_use(RegistrationSettings)
 
 
 @logger.inject_lambda_context(log_event=False)

@@ -22,18 +22,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from fleetcast_common.aws import client, dynamodb_table
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import JobStart, Outcome, processing_ended, start_processing
-from fleetcast_common.settings import ProcessingSettings
+from fleetcast_common.settings import ProcessingSettings, read_on_first_use
 from fleetcast_common.upload_queue import UploadQueue
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-
-
-@functools.cache
-def settings() -> ProcessingSettings:
-    """Read from the environment on first use, so importing the module needs none."""
-    return ProcessingSettings.from_env()
+settings = read_on_first_use(ProcessingSettings)
 
 
 PROCESSING_STATE_CHANGE = "SageMaker Processing Job State Change"

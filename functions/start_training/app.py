@@ -7,7 +7,6 @@ from processing's summary of the run.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -20,17 +19,12 @@ from fleetcast_common.ids import run_id_from_job_name
 from fleetcast_common.pipeline import Outcome, start_training
 from fleetcast_common.processing_report import rows_rejected
 from fleetcast_common.sagemaker_events import ProcessingJobStateChange
-from fleetcast_common.settings import TrainingSettings
+from fleetcast_common.settings import TrainingSettings, read_on_first_use
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-
-
-@functools.cache
-def settings() -> TrainingSettings:
-    """Read from the environment on first use, so importing the module needs none."""
-    return TrainingSettings.from_env()
+settings = read_on_first_use(TrainingSettings)
 
 
 @logger.inject_lambda_context(log_event=False)

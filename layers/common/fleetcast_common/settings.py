@@ -7,8 +7,9 @@ import: importing a handler (``make openapi``, tests) needs no environment.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal, Self
+import functools
+from collections.abc import Callable, Mapping
+from typing import Literal, Self, TypeVar
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +30,15 @@ class _FromEnvironment(BaseSettings):
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
         """Read from the process environment, or from ``environ`` alone."""
         return cls() if environ is None else cls.model_validate(dict(environ))
+
+
+_Settings = TypeVar("_Settings", bound=_FromEnvironment)
+
+
+def read_on_first_use(model: type[_Settings]) -> Callable[[], _Settings]:
+    """A handler's ``settings()``: reads ``model`` from the environment the first time it
+    is called and returns the same object after (``settings.cache_clear()`` forgets it)."""
+    return functools.cache(model.from_env)
 
 
 class PipelineSettings(_FromEnvironment):
