@@ -34,7 +34,7 @@ from bench.measure import (
     timed,
 )
 from fleetcast.datagen import write_readings
-from fleetcast_processing.contract import ProcessingPaths
+from fleetcast_common.contracts.processing import ProcessingPaths
 from fleetcast_processing.job import JobSettings, run
 
 MIB = 2**20

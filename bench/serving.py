@@ -44,7 +44,7 @@ from fleetcast_inference.app import InferenceApp, build_served_model
 from fleetcast_inference.contract import InferenceSettings
 from fleetcast_inference.forecaster import compile_model, forecast_seed
 from fleetcast_inference.protocol import render_forecast
-from fleetcast_inference.registry import ModelRegistry, ServedModel
+from fleetcast_inference.registry import LoadedModels, ServedModel
 from fleetcast_inference.server import InferenceServer
 
 MIB = 2**20
@@ -178,7 +178,7 @@ def _fleet_memory(kind: str, opt_ml: str, names: list[str]) -> dict[str, float]:
     reuses memory freed earlier (the sample's warm-up predict frees tens of MB). The
     first model warms lazy imports and is not counted."""
     root = Path(opt_ml)
-    registry = ModelRegistry(budget_bytes=2**31)
+    registry = LoadedModels(budget_bytes=2**31)
     sample_models = {}
 
     def answer(model: ServedModel) -> bytes:

@@ -12,7 +12,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fleetcast.localstack.lambdas import LambdaContext, load_handler
+from function_helpers import load_function
+
+from fleetcast.localstack.lambdas import LambdaContext
 from fleetcast.localstack.template import LocalTemplate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -24,9 +26,8 @@ def template_environment() -> dict[str, str]:
 
 
 def load_forecast_api(module_name: str) -> Any:
-    """Import functions/forecast_api/app.py under ``module_name`` with the template's
-    environment (it validates its settings on import); the process environment is left
-    as it was."""
+    """Import functions/forecast_api/app.py under ``module_name`` and read its settings
+    from the template's environment; the process environment is left as it was."""
     if module_name in sys.modules:
         return sys.modules[module_name]
     saved = dict(os.environ)
@@ -39,7 +40,8 @@ def load_forecast_api(module_name: str) -> Any:
         }
     )
     try:
-        load_handler(REPO_ROOT / "functions" / "forecast_api", "app.lambda_handler", module_name)
+        module = load_function("forecast_api", module_name)
+        module.settings()
     finally:
         os.environ.clear()
         os.environ.update(saved)

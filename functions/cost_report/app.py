@@ -18,16 +18,17 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from fleetcast_common.cost.models import ReportOutcome
 from fleetcast_common.cost.report import CostClients, run_cost_report
 from fleetcast_common.cost.settings import CostReportSettings
+from fleetcast_common.settings import read_on_first_use
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = CostReportSettings.from_env()
+settings = read_on_first_use(CostReportSettings)
 
 
 @functools.cache
 def _clients() -> CostClients:
-    return CostClients.create(settings.region)
+    return CostClients.create(settings().region)
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -35,7 +36,9 @@ def _clients() -> CostClients:
 @metrics.log_metrics
 @event_source(data_class=EventBridgeEvent)
 def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
-    return _published(run_cost_report(dt.datetime.fromisoformat(event.time), settings, _clients()))
+    return _published(
+        run_cost_report(dt.datetime.fromisoformat(event.time), settings(), _clients())
+    )
 
 
 def _published(outcome: ReportOutcome) -> dict[str, Any]:

@@ -33,15 +33,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from fleetcast_common.aws import dynamodb_table
+from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.forecast_endpoint import ForecastEndpoint, runtime_client
 from fleetcast_common.forecasting import (
     CLIPPING_NOTE,
     DEFAULT_PERIOD,
-    MAX_PERIOD,
-    MIN_PERIOD,
     QUANTILES_EXAMPLE,
     QUANTILES_PARAMETER,
     CustomerForecast,
+    CustomerModel,
     EndpointFailedError,
     EndpointUnavailableError,
     ForecastApiSettings,
@@ -50,7 +50,7 @@ from fleetcast_common.forecasting import (
     LiveModelCache,
     UnknownCustomerError,
     customer_forecast,
-    live_model,
+    customer_model,
     parse_quantiles,
 )
 from fleetcast_common.ids import (
@@ -59,7 +59,8 @@ from fleetcast_common.ids import (
     is_valid_customer_id,
 )
 from fleetcast_common.quantiles import MAX_QUANTILES
-from fleetcast_common.registry import LiveModel, ModelRegistry, RegistryUnavailableError
+from fleetcast_common.registry import ModelRegistry, RegistryUnavailableError
+from fleetcast_common.settings import read_on_first_use
 
 # An error response publishes no metric; that is expected, not worth a warning each time.
 warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
@@ -67,7 +68,9 @@ warnings.filterwarnings("ignore", message="No application metrics to publish", c
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = ForecastApiSettings.from_env()
+settings = read_on_first_use(ForecastApiSettings)
+
+
 app = APIGatewayRestResolver(enable_validation=True)
 app.configure_openapi(
     title="fleetcast forecast API",
@@ -167,19 +170,19 @@ Quantiles = Annotated[
 
 @functools.cache
 def _registry() -> ModelRegistry:
-    return ModelRegistry(dynamodb_table(settings.registry_table))
+    return ModelRegistry(dynamodb_table(settings().registry_table))
 
 
 @functools.cache
 def _live_models() -> LiveModelCache:
     """The forecast route's lookups, remembered briefly by this warm environment; the
     model route reads the registry every time."""
-    return LiveModelCache(_registry(), settings.live_model_cache_seconds)
+    return LiveModelCache(_registry(), settings().live_model_cache_seconds)
 
 
 @functools.cache
 def _endpoint() -> ForecastEndpoint:
-    return ForecastEndpoint(runtime_client(), settings.endpoint_name)
+    return ForecastEndpoint(runtime_client(), settings().endpoint_name)
 
 
 def _only_query_parameters(*known: str) -> Any:
@@ -233,15 +236,15 @@ def get_forecast(
 @app.get(
     "/customers/<customer_id>/model",
     summary="A customer's live model",
-    description="The registry entry of the model the forecast comes from: version, run, "
-    "training time, data range and holdout metrics.",
+    description="The model the forecast comes from: version, run, TargetModel, training "
+    "time, data range and holdout metrics.",
     tags=["models"],
-    responses=_documented("The live model's registry entry", 400, 403, 404, 429, 503),
+    responses=_documented("The live model", 400, 403, 404, 429, 503),
     middlewares=[_only_query_parameters()],
 )
-def get_model(customer_id: CustomerId) -> LiveModel:
+def get_model(customer_id: CustomerId) -> CustomerModel:
     logger.append_keys(customer_id=customer_id)
-    return live_model(customer_id, _registry())
+    return customer_model(customer_id, _registry())
 
 
 # ---------------------------------------------------------------- errors, in one place

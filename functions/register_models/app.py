@@ -14,29 +14,30 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.parser import envelopes, event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client, dynamodb_table
 from fleetcast_common.ids import run_id_from_job_name
 from fleetcast_common.registration import register_models, write_registration_record
 from fleetcast_common.registry import ModelRegistry
-from fleetcast_common.settings import RegistrationSettings
+from fleetcast_common.sagemaker_events import TrainingJobStateChange
+from fleetcast_common.settings import RegistrationSettings, read_on_first_use
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = RegistrationSettings.from_env()
+settings = read_on_first_use(RegistrationSettings)
 
 
 @logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-@event_source(data_class=EventBridgeEvent)
-def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
-    job = str(event.detail["TrainingJobName"])
-    status = str(event.detail["TrainingJobStatus"])
-    run_id = run_id_from_job_name(settings.job_name_prefix, job)
+@event_parser(model=TrainingJobStateChange, envelope=envelopes.EventBridgeEnvelope)
+def lambda_handler(event: TrainingJobStateChange, context: LambdaContext) -> dict[str, Any]:
+    job = event.job_name
+    status = event.status
+    run_id = run_id_from_job_name(settings().job_name_prefix, job)
     logger.set_correlation_id(run_id)
     logger.append_keys(training_job=job)
     if run_id is None:
@@ -44,28 +45,26 @@ def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str,
         return {"outcome": "ignored", "training_job": job}
     job_failure = None
     if status != "Completed":
-        job_failure = str(event.detail.get("FailureReason") or f"the job was {status.lower()}")
+        job_failure = event.failure_reason or f"the job was {status.lower()}"
         logger.error(
             "training job did not complete: registering the models it wrote",
             extra={"training_job": job, "status": status, "failure_reason": job_failure},
         )
         metrics.add_metric(name="TrainingJobsFailed", unit=MetricUnit.Count, value=1)
 
-    registry = ModelRegistry(dynamodb_table(settings.registry_table))
+    registry = ModelRegistry(dynamodb_table(settings().registry_table))
     s3 = client("s3")
     report = register_models(
         run_id,
         job,
-        settings.artifacts_bucket,
-        settings.quality_gate_ratio,
+        settings().artifacts_bucket,
+        settings().quality_gate_ratio,
         s3,
         registry,
         job_failure=job_failure,
     )
-    write_registration_record(s3, settings.artifacts_bucket, report)
-    expected_hosts = int(
-        event.detail.get("ResourceConfig", {}).get("InstanceCount", report.hosts_reporting)
-    )
+    write_registration_record(s3, settings().artifacts_bucket, report)
+    expected_hosts = event.resources.instance_count if event.resources else report.hosts_reporting
     if report.hosts_reporting < expected_hosts:
         logger.error(
             "some training instances left no manifest",

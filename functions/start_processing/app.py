@@ -20,20 +20,21 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from fleetcast_common.aws import client, dynamodb_table
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import JobStart, Outcome, processing_ended, start_processing
-from fleetcast_common.settings import ProcessingSettings
+from fleetcast_common.settings import ProcessingSettings, read_on_first_use
 from fleetcast_common.upload_queue import UploadQueue
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = ProcessingSettings.from_env()
+settings = read_on_first_use(ProcessingSettings)
+
 
 PROCESSING_STATE_CHANGE = "SageMaker Processing Job State Change"
 
 
 @functools.cache
 def _queue() -> UploadQueue:
-    return UploadQueue(dynamodb_table(settings.upload_queue_table))
+    return UploadQueue(dynamodb_table(settings().upload_queue_table))
 
 
 def upload_from(event: S3EventNotificationEventBridgeModel) -> Upload:
@@ -58,7 +59,7 @@ def upload_from(event: S3EventNotificationEventBridgeModel) -> Upload:
 def _uploaded(event: S3EventNotificationEventBridgeModel) -> JobStart:
     upload = upload_from(event)
     logger.set_correlation_id(upload.key)
-    started = start_processing(upload, settings, client("sagemaker"), client("s3"), _queue())
+    started = start_processing(upload, settings(), client("sagemaker"), client("s3"), _queue())
     logger.info(
         "processing job %s",
         started.outcome,
@@ -70,7 +71,7 @@ def _uploaded(event: S3EventNotificationEventBridgeModel) -> JobStart:
 def _ended(event: EventBridgeEvent) -> JobStart:
     ended_job = str(event.detail["ProcessingJobName"])
     logger.set_correlation_id(ended_job)
-    started = processing_ended(ended_job, settings, client("sagemaker"), client("s3"), _queue())
+    started = processing_ended(ended_job, settings(), client("sagemaker"), client("s3"), _queue())
     logger.info(
         "after %s (%s): next processing job %s",
         ended_job,

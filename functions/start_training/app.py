@@ -11,30 +11,31 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.parser import envelopes, event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client
 from fleetcast_common.ids import run_id_from_job_name
 from fleetcast_common.pipeline import Outcome, start_training
 from fleetcast_common.processing_report import rows_rejected
-from fleetcast_common.settings import TrainingSettings
+from fleetcast_common.sagemaker_events import ProcessingJobStateChange
+from fleetcast_common.settings import TrainingSettings, read_on_first_use
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = TrainingSettings.from_env()
+settings = read_on_first_use(TrainingSettings)
 
 
 @logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-@event_source(data_class=EventBridgeEvent)
-def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
-    processing_job = str(event.detail["ProcessingJobName"])
-    logger.set_correlation_id(run_id_from_job_name(settings.job_name_prefix, processing_job))
+@event_parser(model=ProcessingJobStateChange, envelope=envelopes.EventBridgeEnvelope)
+def lambda_handler(event: ProcessingJobStateChange, context: LambdaContext) -> dict[str, Any]:
+    processing_job = event.job_name
+    logger.set_correlation_id(run_id_from_job_name(settings().job_name_prefix, processing_job))
     logger.append_keys(processing_job=processing_job)
-    started = start_training(processing_job, settings, client("sagemaker"), client("s3"))
+    started = start_training(processing_job, settings(), client("sagemaker"), client("s3"))
     logger.info(
         "training job %s",
         started.outcome,
@@ -44,7 +45,7 @@ def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str,
         metrics.add_metric(name="TrainingJobsStarted", unit=MetricUnit.Count, value=1)
     # Once per run: a repeated event finds the training job started already.
     if started.run_id is not None and started.outcome is not Outcome.ALREADY_STARTED:
-        rejected = rows_rejected(client("s3"), settings.artifacts_bucket, started.run_id)
+        rejected = rows_rejected(client("s3"), settings().artifacts_bucket, started.run_id)
         if rejected is not None:
             metrics.add_metric(name="RowsRejected", unit=MetricUnit.Count, value=rejected)
     return started.model_dump(mode="json")

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import boto3
-from rich.console import Console
 from rich.table import Table
 
 from fleetcast import images
@@ -25,15 +24,8 @@ from fleetcast.cost_cli import add_cost_commands
 from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
+from fleetcast.terminal import UsageError, console, err
 from fleetcast_common.upload_queue import UploadQueue
-
-console = Console()
-err = Console(stderr=True)
-
-
-class UsageError(Exception):
-    """A mistake the user can fix; printed without a traceback."""
-
 
 # -- shared helpers ----------------------------------------------------------------------
 

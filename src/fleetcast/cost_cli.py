@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from fleetcast.terminal import UsageError, console, err
 from fleetcast_common.aws import RETRY_CONFIG
 from fleetcast_common.cost import delivery, sources
 from fleetcast_common.cost.models import CostAnalysis, ReportOutcome, SourceProblem
@@ -221,8 +222,6 @@ def _day(value: str) -> dt.date:
 
 
 def cmd_cost_report(args: argparse.Namespace) -> int:
-    from fleetcast.cli import UsageError, console, err
-
     try:
         return _cost_report(args, console)
     except CostUsageError as error:

@@ -32,6 +32,7 @@ import boto3
 import tomlkit
 
 from fleetcast.localstack.stack import repo_root
+from fleetcast_common.contracts.errors import error_code
 
 FAMILIES = ("processing", "training", "inference")
 # The template parameter each image's URI goes to.
@@ -72,16 +73,11 @@ class Image:
 # ---------------------------------------------------------------- ECR
 
 
-def _error_code(error: Exception) -> str | None:
-    response = getattr(error, "response", None)
-    return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-
-
 def existing_repository_uri(ecr: Any, name: str) -> str | None:
     try:
         described = ecr.describe_repositories(repositoryNames=[name])
     except Exception as error:
-        if _error_code(error) == "RepositoryNotFoundException":
+        if error_code(error) == "RepositoryNotFoundException":
             return None
         raise
     uri: str = described["repositories"][0]["repositoryUri"]
@@ -108,7 +104,7 @@ def image_exists(ecr: Any, name: str, tag: str) -> bool:
     try:
         ecr.describe_images(repositoryName=name, imageIds=[{"imageTag": tag}])
     except Exception as error:
-        if _error_code(error) in ("ImageNotFoundException", "RepositoryNotFoundException"):
+        if error_code(error) in ("ImageNotFoundException", "RepositoryNotFoundException"):
             return False
         raise
     return True
@@ -164,13 +160,6 @@ def _run(command: list[str], root: Path, stdin: str | None = None) -> None:
 
 
 # ---------------------------------------------------------------- samconfig.toml
-
-
-def samconfig_overrides(samconfig: Path, config_env: str) -> list[str]:
-    document = tomlkit.parse(samconfig.read_text())
-    value = document.get(config_env, {}).get("deploy", {}).get("parameters", {})
-    overrides = value.get("parameter_overrides", [])
-    return [str(o) for o in overrides] if not isinstance(overrides, str) else overrides.split()
 
 
 def write_image_uris(samconfig: Path, config_env: str, uris: dict[str, str]) -> None:

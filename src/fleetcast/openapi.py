@@ -7,7 +7,6 @@ from the handler's routes (Powertools), to docs/openapi.json; ``--check`` only c
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,19 +16,11 @@ from fleetcast.localstack.stack import repo_root
 
 DOCUMENT = Path("docs") / "openapi.json"
 HANDLER_DIR = Path("functions") / "forecast_api"
-# The handler validates its settings on import; the document does not depend on them.
-PLACEHOLDER_ENVIRONMENT = {
-    "REGISTRY_TABLE": "fleetcast-registry",
-    "ENDPOINT_NAME": "fleetcast-forecast",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-}
 
 
 def forecast_api_document(root: Path | None = None) -> str:
     """The OpenAPI document of functions/forecast_api/app.py, as JSON text."""
     base = root or repo_root()
-    for name, value in PLACEHOLDER_ENVIRONMENT.items():
-        os.environ.setdefault(name, value)
     load_handler(base / HANDLER_DIR, "app.lambda_handler", "fleetcast_forecast_api_openapi")
     module: Any = sys.modules["fleetcast_forecast_api_openapi"]
     document: str = module.openapi_document()

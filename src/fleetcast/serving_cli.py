@@ -22,10 +22,10 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetcast.localstack.stack import StackInfo
+from fleetcast_common.contracts.errors import error_code
+from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.forecasting import (
     DEFAULT_PERIOD,
-    MAX_PERIOD,
-    MIN_PERIOD,
     QUANTILES_EXAMPLE,
     InvalidRequestError,
     parse_quantiles,
@@ -157,7 +157,7 @@ def read_history(s3: Any, bucket: str, customer_id: str) -> Any:
     try:
         body = s3.get_object(Bucket=bucket, Key=history_key(customer_id))["Body"].read()
     except Exception as error:
-        if getattr(error, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+        if error_code(error) in ("NoSuchKey", "404"):
             return None
         raise
     return pd.read_csv(io.BytesIO(body), parse_dates=["ds"])

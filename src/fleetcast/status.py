@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from fleetcast_common import layout
-from fleetcast_common.aws import error_code
+from fleetcast_common.contracts.errors import error_code
+from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
 from fleetcast_common.ids import (
     processing_job_name,
     run_id_from_job_name,
@@ -22,7 +23,6 @@ from fleetcast_common.ids import (
 from fleetcast_common.registration import read_manifests, read_registration_record
 from fleetcast_common.training_manifest import CustomerOutcome
 from fleetcast_common.upload_queue import UploadQueue
-from fleetcast_processing.contract import SUMMARY_FILE, ProcessingSummary
 
 POLL_SECONDS = 0.5
 # An upload whose processing job waits for the one running (fleetcast_common.upload_queue).

@@ -23,7 +23,7 @@ from test_serving import usage_plan
 
 from fleetcast.localstack.api import KEY_REFRESH_SECONDS
 from fleetcast.localstack.stack import LocalStack
-from fleetcast_common.forecasting import MAX_PERIOD, MIN_PERIOD
+from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.ids import is_valid_customer_id
 
 pytestmark = [

@@ -32,6 +32,7 @@ from fleetcast import cli
 from fleetcast.localstack.api import UsagePlan
 from fleetcast.localstack.stack import LocalStack
 from fleetcast_common import layout
+from fleetcast_common.forecasting import CustomerModel
 from fleetcast_common.model_archive import read_archive, write_archive
 from fleetcast_inference.forecaster import forecast_seed
 
@@ -209,14 +210,15 @@ def test_a_falling_customers_forecast_stops_at_zero_and_says_so(served: dict[str
     assert body["forecast"][0]["yhat"] > 0
 
 
-def test_the_model_route_answers_the_registry_entry(
+def test_the_model_route_answers_the_live_model_in_the_apis_own_shape(
     stack: LocalStack, served: dict[str, Any]
 ) -> None:
     status, _, body = get(served["env"], "/customers/srv-04/model")
     assert status == 200
     live = registry(stack).live("srv-04")
     assert live is not None
-    assert body == json.loads(live.model_dump_json())
+    assert body == json.loads(CustomerModel.from_live(live).model_dump_json())
+    assert "model_s3_uri" not in body and "training_job" not in body
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import email
-import importlib.util
 import json
 import re
 import urllib.request
@@ -14,12 +13,12 @@ from collections.abc import Iterator
 from email.message import EmailMessage
 from email.policy import default
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
 import yaml
+from function_helpers import load_function
 from moto.backends import get_backend
 from moto.server import ThreadedMotoServer
 
@@ -187,20 +186,9 @@ def _create_training_jobs() -> None:
     )
 
 
-def _load_handler() -> ModuleType:
-    """functions/cost_report/app.py, imported afresh: it reads its settings at import."""
-    spec = importlib.util.spec_from_file_location(
-        "cost_report_app", ROOT / "functions/cost_report/app.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _invoke(day: dt.date) -> dict[str, Any]:
     event = {**EVENT, "time": f"{day.isoformat()}T06:00:00Z"}
-    outcome: dict[str, Any] = _load_handler().lambda_handler(event, LambdaContext())
+    outcome: dict[str, Any] = load_function("cost_report").lambda_handler(event, LambdaContext())
     return outcome
 
 

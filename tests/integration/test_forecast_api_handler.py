@@ -64,7 +64,7 @@ def wired(
     """The handler with this test's registry and stubbed runtime as its adapters."""
     client, stub = runtime
     monkeypatch.setattr(api, "_registry", lambda: registry)
-    cache = LiveModelCache(registry, api.settings.live_model_cache_seconds)
+    cache = LiveModelCache(registry, api.settings().live_model_cache_seconds)
     monkeypatch.setattr(api, "_live_models", lambda: cache)
     monkeypatch.setattr(api, "_endpoint", lambda: ForecastEndpoint(client, ENDPOINT))
     return stub
@@ -149,16 +149,23 @@ def test_the_period_defaults_to_a_week(api: Any, registry: ModelRegistry, wired:
     assert (status, body["period"]) == (200, 7)
 
 
-def test_the_model_route_answers_the_live_registry_entry(
+def test_the_model_route_answers_the_live_model_without_the_storage_details(
     api: Any, registry: ModelRegistry, wired: Stubber
 ) -> None:
+    # Given a live model in the registry
     live(registry)
+    # When its model is asked for
     status, _, body = call(api, api_event("api_model.json"))
+    # Then the answer says which model and how good, in the API's own shape
     assert status == 200
     assert body["model_version"] == 1
     assert body["target_model"] == layout.target_model("42", RUN_ID)
     assert body["metrics"] == METRICS.model_dump()
     assert (body["data_start"], body["data_end"]) == ("2024-01-01", "2026-11-28")
+    assert body["live_since"] == json.loads(registry.live("42").model_dump_json())["updated_at"]
+    # and not where the registry or the buckets keep it
+    assert set(body).isdisjoint({"model_s3_uri", "training_job", "updated_at", "record"})
+    assert "s3://" not in json.dumps(body)
 
 
 @pytest.mark.parametrize("sample_name", ["api_forecast.json", "api_model.json"])
@@ -303,7 +310,7 @@ class Clock:
 def clock(api: Any, registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch) -> Clock:
     """The handler's live-model cache on a clock the test moves."""
     clock = Clock()
-    cache = LiveModelCache(registry, api.settings.live_model_cache_seconds, clock=clock)
+    cache = LiveModelCache(registry, api.settings().live_model_cache_seconds, clock=clock)
     monkeypatch.setattr(api, "_live_models", lambda: cache)
     return clock
 
@@ -314,7 +321,7 @@ NEWER_RUN = "20261206t120000-abcdef0123"
 def test_a_promoted_model_serves_once_the_cached_lookup_expires(
     api: Any, registry: ModelRegistry, wired: Stubber, clock: Clock
 ) -> None:
-    ttl = api.settings.live_model_cache_seconds
+    ttl = api.settings().live_model_cache_seconds
     assert ttl > 0
     # Given 42's first model, served once (so the lookup is remembered)
     first = live(registry)

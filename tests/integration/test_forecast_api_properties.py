@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_forecast_api_handler import RUN_ID, live
 
+from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.forecast_endpoint import ForecastEndpoint
-from fleetcast_common.forecasting import MAX_PERIOD, MIN_PERIOD, LiveModelCache
+from fleetcast_common.forecasting import LiveModelCache
 from fleetcast_common.ids import is_valid_customer_id
 from fleetcast_common.registry import ModelRegistry
 
@@ -65,7 +66,7 @@ def handler(api: Any, registry_table: Any, monkeypatch: pytest.MonkeyPatch) -> A
         aws_secret_access_key="testing",
         config=Config(retries={"max_attempts": 1}),
     )
-    cache = LiveModelCache(registry, api.settings.live_model_cache_seconds)
+    cache = LiveModelCache(registry, api.settings().live_model_cache_seconds)
     monkeypatch.setattr(api, "_registry", lambda: registry)
     monkeypatch.setattr(api, "_live_models", lambda: cache)
     monkeypatch.setattr(api, "_endpoint", lambda: ForecastEndpoint(client, "fleetcast-forecast"))

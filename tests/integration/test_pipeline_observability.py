@@ -8,19 +8,18 @@ blob to stdout, which is what Lambda sends to CloudWatch Logs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from function_helpers import load_function
 from test_registration import trained
 
 from fleetcast.localstack.template import LocalTemplate
@@ -79,25 +78,16 @@ def world(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, A
         dynamodb.delete_table(TableName=table)
 
 
-def _handler(function_dir: str) -> ModuleType:
-    """functions/<dir>/app.py imported afresh: it reads its settings at import."""
-    spec = importlib.util.spec_from_file_location(
-        f"{function_dir}_app_{uuid.uuid4().hex[:6]}", ROOT / "functions" / function_dir / "app.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _invoke(
     function_dir: str, event: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run a handler; return its log records and its one EMF blob."""
-    handler = _handler(function_dir)
-    # Powertools keeps one stdlib logger per service, whose handler holds the stdout of
-    # the test that first imported a handler: point it at this test's.
+    handler = load_function(function_dir)
+    # Powertools keeps one stdlib logger per service, configured by the first module that
+    # made it: its handler holds that test's stdout and its level that test's
+    # POWERTOOLS_LOG_LEVEL (the forecast API tests load theirs at WARNING). Use this test's.
     handler.logger.registered_handler.stream = sys.stdout
+    handler.logger.setLevel("INFO")
     capsys.readouterr()
     handler.lambda_handler(event, _Context())
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
@@ -201,12 +191,3 @@ def test_a_failed_training_job_registers_what_it_wrote_and_logs_what_it_lost(
     # And the run's registration record names the lost customer
     record = read_registration_record(s3, bucket, RUN_ID)
     assert record is not None and [c.customer_id for c in record.lost] == ["7"]
-
-
-def test_the_layer_reads_the_summary_the_processing_container_writes() -> None:
-    from fleetcast_common.processing_report import SUMMARY_FILE
-    from fleetcast_processing.contract import SUMMARY_FILE as CONTAINER_SUMMARY_FILE
-    from fleetcast_processing.contract import ProcessingSummary
-
-    assert SUMMARY_FILE == CONTAINER_SUMMARY_FILE
-    assert "rows_rejected" in ProcessingSummary.model_fields

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fleetcast_processing.contract import OPT_ML_ENV, ProcessingPaths, ProcessingSummary
+from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
+from fleetcast_common.contracts.processing import ProcessingPaths, ProcessingSummary
 
 FILE_BYTES = 1_000_000_000
 HOURS = 14_000  # about 19 months of hourly readings per customer

@@ -19,7 +19,7 @@ from template_helpers import REPO_ROOT
 
 from fleetcast.localstack.sagemaker_jobs import image_entrypoint
 from fleetcast.localstack.serving import SERVE_COMMAND
-from fleetcast_common.jobs import PROCESSING_ENTRYPOINT
+from fleetcast_common.contracts.processing import ENTRYPOINT as PROCESSING_ENTRYPOINT
 
 CONTAINERS = REPO_ROOT / "containers"
 FAMILIES = ("processing", "training", "inference")

@@ -28,7 +28,6 @@ from fleetcast_common.forecasting import (
     InvalidRequestError,
     UnknownCustomerError,
 )
-from fleetcast_inference import contract
 
 # An error response publishes no metric; the handler silences that warning, pytest resets it.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -286,13 +285,6 @@ def test_an_unreachable_endpoint_is_worth_a_retry() -> None:
 # ---------------------------------------------------------------- contract and documents
 
 
-def test_the_periods_the_api_accepts_are_those_the_container_serves() -> None:
-    assert (forecasting.MIN_PERIOD, forecasting.MAX_PERIOD) == (
-        contract.MIN_PERIOD,
-        contract.MAX_PERIOD,
-    )
-
-
 def test_the_committed_openapi_document_is_what_the_code_generates() -> None:
     committed = (REPO_ROOT / "docs" / "openapi.json").read_text()
     assert committed == forecast_api_document(), "docs/openapi.json is stale: run `make openapi`"
@@ -320,5 +312,5 @@ def test_the_openapi_document_describes_the_key_routes_and_errors() -> None:
     assert parameters["customer_id"]["schema"]["pattern"] == forecasting.CUSTOMER_ID_PATTERN
     model = document["paths"]["/customers/{customer_id}/model"]["get"]
     assert model["responses"]["200"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/LiveModel"
+        "$ref": "#/components/schemas/CustomerModel"
     }

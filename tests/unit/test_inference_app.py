@@ -15,16 +15,16 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_to_json
 
+from fleetcast_common.contracts.inference import DEFAULT_PORT
 from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_inference.app import InferenceApp, Request
 from fleetcast_inference.contract import (
-    DEFAULT_PORT,
     InferenceSettings,
     SettingsError,
     container_memory_bytes,
     model_path,
 )
-from fleetcast_inference.registry import ModelRegistry
+from fleetcast_inference.registry import LoadedModels
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*")
 
@@ -171,7 +171,7 @@ def test_load_past_the_memory_budget_is_507(settings: InferenceSettings, model_j
     probe = InferenceApp(settings)
     load(probe, "probe", place_model(settings, "probe", model_json, "c-0"))
     one_model = probe.registry.usage().model_bytes
-    app = InferenceApp(settings, ModelRegistry(budget_bytes=int(one_model * 1.5)))
+    app = InferenceApp(settings, LoadedModels(budget_bytes=int(one_model * 1.5)))
     urls = [place_model(settings, f"m{i}", model_json, f"c-{i}") for i in (1, 2)]
 
     # When two are loaded

@@ -26,7 +26,7 @@ from fleetcast_inference.errors import (
     ModelAlreadyLoadedError,
     ModelNotLoadedError,
 )
-from fleetcast_inference.registry import ModelRegistry, ServedModel
+from fleetcast_inference.registry import LoadedModels, ServedModel
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*")
 
@@ -75,7 +75,7 @@ def payload(size: int) -> bytes:
 
 def test_load_past_the_budget_is_refused_and_changes_nothing(served: ServedModel) -> None:
     # Given a budget that holds two models of 400 bytes
-    registry = ModelRegistry(budget_bytes=1000)
+    registry = LoadedModels(budget_bytes=1000)
     registry.load("a", lambda: sized(served, "a", 400))
     registry.load("b", lambda: sized(served, "b", 400))
 
@@ -92,7 +92,7 @@ def test_load_past_the_budget_is_refused_and_changes_nothing(served: ServedModel
 
 
 def test_loading_a_loaded_name_is_409_and_unknown_names_are_404(served: ServedModel) -> None:
-    registry = ModelRegistry(budget_bytes=10**6)
+    registry = LoadedModels(budget_bytes=10**6)
     registry.load("a", lambda: sized(served, "a", 10))
     with pytest.raises(ModelAlreadyLoadedError):
         registry.load("a", lambda: sized(served, "a", 10))
@@ -106,7 +106,7 @@ def test_loading_a_loaded_name_is_409_and_unknown_names_are_404(served: ServedMo
 
 def test_answers_are_cached_per_model_and_period(served: ServedModel) -> None:
     # Given a loaded model and a computation that counts its calls
-    registry = ModelRegistry(budget_bytes=10**6)
+    registry = LoadedModels(budget_bytes=10**6)
     registry.load("a", lambda: sized(served, "a", 100))
     calls: list[int] = []
 
@@ -129,7 +129,7 @@ def test_answers_are_cached_per_model_and_period(served: ServedModel) -> None:
 
 def test_cache_keeps_the_most_recently_used_answers_within_its_share(served: ServedModel) -> None:
     # Given a cache share of 4000 bytes and answers of ~1300 accounted bytes each
-    registry = ModelRegistry(budget_bytes=16_000, cache_fraction=0.25)
+    registry = LoadedModels(budget_bytes=16_000, cache_fraction=0.25)
     registry.load("a", lambda: sized(served, "a", 100))
     for period in (1, 2, 3):
         registry.answer("a", period, lambda model: payload(1000))
@@ -156,7 +156,7 @@ def test_cache_keeps_the_most_recently_used_answers_within_its_share(served: Ser
 
 def test_a_load_drops_cached_answers_before_refusing(served: ServedModel) -> None:
     # Given a budget nearly full of one model and cached answers
-    registry = ModelRegistry(budget_bytes=12_000, cache_fraction=0.5)
+    registry = LoadedModels(budget_bytes=12_000, cache_fraction=0.5)
     registry.load("a", lambda: sized(served, "a", 5000))
     for period in range(1, 6):
         registry.answer("a", period, lambda model: payload(800))
@@ -174,7 +174,7 @@ def test_a_load_drops_cached_answers_before_refusing(served: ServedModel) -> Non
 
 
 def test_unload_drops_the_models_answers(served: ServedModel) -> None:
-    registry = ModelRegistry(budget_bytes=10**6)
+    registry = LoadedModels(budget_bytes=10**6)
     registry.load("a", lambda: sized(served, "a", 100))
     registry.answer("a", 7, lambda model: payload(10))
     registry.unload("a")
@@ -184,7 +184,7 @@ def test_unload_drops_the_models_answers(served: ServedModel) -> None:
 
 def test_an_answer_for_a_model_unloaded_meanwhile_is_not_cached(served: ServedModel) -> None:
     # Given a computation during which the model is unloaded
-    registry = ModelRegistry(budget_bytes=10**6)
+    registry = LoadedModels(budget_bytes=10**6)
     registry.load("a", lambda: sized(served, "a", 100))
 
     def compute(model: ServedModel) -> bytes:
@@ -198,7 +198,7 @@ def test_an_answer_for_a_model_unloaded_meanwhile_is_not_cached(served: ServedMo
 
 def test_concurrent_loads_of_one_name_build_it_once(served: ServedModel) -> None:
     # Given eight threads loading the same name at once, with a slow build
-    registry = ModelRegistry(budget_bytes=10**6)
+    registry = LoadedModels(budget_bytes=10**6)
     builds: list[int] = []
     start = threading.Barrier(8)
     outcomes: list[str] = []
@@ -231,7 +231,7 @@ def test_concurrent_loads_of_one_name_build_it_once(served: ServedModel) -> None
 
 def test_a_failed_load_reaches_its_waiters_and_can_be_retried(served: ServedModel) -> None:
     # Given a load that fails slowly and a second load of the same name waiting on it
-    registry = ModelRegistry(budget_bytes=10**6)
+    registry = LoadedModels(budget_bytes=10**6)
     building = threading.Event()
 
     def failing_build() -> ServedModel:
@@ -264,7 +264,7 @@ def test_a_failed_load_reaches_its_waiters_and_can_be_retried(served: ServedMode
 
 def test_pages_go_by_name_and_survive_changes_between_calls(served: ServedModel) -> None:
     # Given five models
-    registry = ModelRegistry(budget_bytes=10**6)
+    registry = LoadedModels(budget_bytes=10**6)
     for name in ("e", "c", "a", "d", "b"):
         registry.load(name, functools.partial(sized, served, name, 10))
 
@@ -282,7 +282,7 @@ def test_pages_go_by_name_and_survive_changes_between_calls(served: ServedModel)
 
 def test_accounted_bytes_cover_what_loading_really_allocates(archive: Path) -> None:
     # Given a registry warmed up by a first load and answer (imports, caches)
-    registry = ModelRegistry(budget_bytes=2**30)
+    registry = LoadedModels(budget_bytes=2**30)
     url = "/opt/ml/models/{}/model"
     registry.load("warm", lambda: build_served_model("warm", url.format("warm"), archive))
     # (The key the container uses: the period and the quantiles asked for, here none.)

@@ -59,6 +59,12 @@ def test_moto_s3_event_is_put_back_into_the_documented_shape() -> None:
     assert fixed["detail"]["object"] == {"key": "k", "etag": "abc"}
 
 
+def test_events_get_the_account_moto_leaves_out_of_the_envelope() -> None:
+    # moto's EventBridge -> SQS delivery has no "account"; the handlers' parser needs it.
+    event = {"version": "0", "id": "1", "source": "aws.sagemaker", "detail": {}}
+    assert normalise_event(event)["account"] == "123456789012"
+
+
 def test_template_resolves_names_refs_subs_and_function_environment() -> None:
     template = LocalTemplate(
         ROOT / "template.yaml",

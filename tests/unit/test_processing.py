@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from fleetcast_processing import __main__ as entrypoint
-from fleetcast_processing.contract import (
+from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
+from fleetcast_common.contracts.processing import (
     MESSAGE_LIMIT,
-    OPT_ML_ENV,
     REJECTED_COLUMNS,
     ProcessingPaths,
     ProcessingSummary,
 )
+from fleetcast_processing import __main__ as entrypoint
 
 DATA = Path(__file__).parent.parent / "data" / "processing"
 HEADER = "customer_id,timestamp,consumption\n"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from test_processing import HEADER, Job, job  # noqa: F401  (the fixture)
 
-from fleetcast_processing.contract import MESSAGE_LIMIT
+from fleetcast_common.contracts.processing import MESSAGE_LIMIT
 
 
 @dataclass(frozen=True)

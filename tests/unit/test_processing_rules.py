@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleetcast_common.contracts.processing import RejectReason
 from fleetcast_processing.aggregate import Frequency, PeriodTotals, Totals
-from fleetcast_processing.contract import RejectReason
 from fleetcast_processing.customer_files import customer_file
 from fleetcast_processing.duplicates import SeenReadings, find_duplicates, reading_keys
 from fleetcast_processing.history import merge

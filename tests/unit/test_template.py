@@ -709,13 +709,10 @@ SAGEMAKER_GRANTS = {
     },
     "StartTrainingFunction": {
         ("sagemaker:CreateTrainingJob", "training-job/${JobNamePrefix}-t-*"),
-        ("sagemaker:DescribeTrainingJob", "training-job/${JobNamePrefix}-t-*"),
         ("sagemaker:AddTags", "training-job/${JobNamePrefix}-t-*"),
-        ("sagemaker:DescribeProcessingJob", "processing-job/${JobNamePrefix}-p-*"),
     },
-    "RegisterModelsFunction": {
-        ("sagemaker:DescribeTrainingJob", "training-job/${JobNamePrefix}-t-*"),
-    },
+    # Registration reads the training job's event and its manifests in S3, never the job.
+    "RegisterModelsFunction": set(),
 }
 
 

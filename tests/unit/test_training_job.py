@@ -17,16 +17,16 @@ import pandas as pd
 import pytest
 from prophet.serialize import model_from_json
 
-from fleetcast_common.model_archive import read_archive, write_archive
-from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
-from fleetcast_training import __main__ as entry_point
-from fleetcast_training.contract import (
+from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
+from fleetcast_common.contracts.training import (
     FAILURE_FILE,
     FAILURE_LIMIT,
     METRIC_DEFINITIONS,
-    OPT_ML_ENV,
     manifest_name,
 )
+from fleetcast_common.model_archive import read_archive, write_archive
+from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_training import __main__ as entry_point
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
 
 DATA = Path(__file__).parent.parent / "data" / "training"

@@ -10,12 +10,8 @@ import sys
 import threading
 from types import FrameType
 
-from fleetcast_inference.contract import (
-    LOG_LEVEL_ENV,
-    MULTI_MODEL_ENV,
-    InferenceSettings,
-    SettingsError,
-)
+from fleetcast_common.contracts.inference import LOG_LEVEL_ENV, MULTI_MODEL_ENV
+from fleetcast_inference.contract import InferenceSettings, SettingsError
 from fleetcast_inference.server import InferenceServer
 
 logger = logging.getLogger("fleetcast_inference")

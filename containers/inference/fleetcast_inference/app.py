@@ -14,20 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
-from fleetcast_common.holiday_calendar import HOLIDAYS_VERSION
-from fleetcast_common.quantiles import FORECAST_FLOOR
-from fleetcast_inference import protocol
-from fleetcast_inference.artifact import read_model_artifact
-from fleetcast_inference.contract import (
+from fleetcast_common.contracts.inference import (
     INVOCATIONS_PATH,
     INVOKE_SUFFIX,
     MODELS_DIR,
     MODELS_PATH,
     PING_PATH,
     TARGET_MODEL_HEADER,
-    InferenceSettings,
-    model_path,
 )
+from fleetcast_common.holiday_calendar import HOLIDAYS_VERSION
+from fleetcast_common.quantiles import FORECAST_FLOOR
+from fleetcast_inference import protocol
+from fleetcast_inference.artifact import read_model_artifact
+from fleetcast_inference.contract import InferenceSettings, model_path
 from fleetcast_inference.errors import (
     BadRequestError,
     InferenceError,
@@ -38,7 +37,7 @@ from fleetcast_inference.errors import (
 )
 from fleetcast_inference.forecaster import compile_model, forecast_seed
 from fleetcast_inference.memory import retained_bytes
-from fleetcast_inference.registry import MODEL_ENTRY_OVERHEAD_BYTES, ModelRegistry, ServedModel
+from fleetcast_inference.registry import MODEL_ENTRY_OVERHEAD_BYTES, LoadedModels, ServedModel
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +65,9 @@ class Response:
 
 
 class InferenceApp:
-    def __init__(self, settings: InferenceSettings, registry: ModelRegistry | None = None) -> None:
+    def __init__(self, settings: InferenceSettings, registry: LoadedModels | None = None) -> None:
         self.settings = settings
-        self.registry = registry or ModelRegistry(settings.memory_budget_bytes)
+        self.registry = registry or LoadedModels(settings.memory_budget_bytes)
 
     def dispatch(self, request: Request) -> Response:
         try:

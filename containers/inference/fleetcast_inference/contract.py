@@ -1,10 +1,8 @@
-"""The SageMaker multi-model endpoint container contract, as fleetcast uses it.
+"""How this multi-model endpoint container reads its settings and places its models.
 
-Shared by the container and by the local stack that runs it. SageMaker starts the image
-with ``serve``, talks to it on port 8080 and puts every model it asks the container to
-load under ``/opt/ml/models/<model_name>/model``; the local stack points
-``FLEETCAST_OPT_ML`` at a scratch folder instead and picks the port with
-``SAGEMAKER_BIND_TO_PORT``.
+The contract itself (paths, environment variable names, routes, period limits) is
+``fleetcast_common.contracts.inference``, shared with the local stack that hosts this
+container, the forecast API and the CLI.
 """
 
 from __future__ import annotations
@@ -15,45 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-OPT_ML_ENV = "FLEETCAST_OPT_ML"
-DEFAULT_OPT_ML = "/opt/ml"
-# SageMaker's load request names ``/opt/ml/models/<model_name>/model``; a url outside
-# this folder is refused, so a load request cannot make the container read other files.
-MODELS_DIR = "/opt/ml/models"
-
-PORT_ENV = "SAGEMAKER_BIND_TO_PORT"
-DEFAULT_PORT = 8080
-BIND_HOST_ENV = "FLEETCAST_BIND_HOST"
-DEFAULT_BIND_HOST = "0.0.0.0"  # noqa: S104 - SageMaker reaches the container from outside it
-MULTI_MODEL_ENV = "SAGEMAKER_MULTI_MODEL"
-MULTI_MODEL_LABEL = "com.amazonaws.sagemaker.capabilities.multi-models"
-
-# Memory the loaded models (and the cached answers beside them) may use, in MiB; a
-# load that would pass it is answered 507 so the platform unloads idle models first.
-# Unset: DEFAULT_BUDGET_FRACTION of the container's memory limit.
-MEMORY_BUDGET_ENV = "FLEETCAST_MEMORY_BUDGET_MB"
-DEFAULT_BUDGET_FRACTION = 0.7
-LOG_LEVEL_ENV = "FLEETCAST_LOG_LEVEL"
-
-PING_PATH = "/ping"
-MODELS_PATH = "/models"
-INVOKE_SUFFIX = "/invoke"
-# Single-model style route; the model is the one the header names.
-INVOCATIONS_PATH = "/invocations"
-# The InvokeEndpoint TargetModel, passed through by SageMaker (for logging: the path's
-# model_name is the key the container loaded the model under).
-TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
-
-# GET /models pagination: query parameters and response field.
-LIST_LIMIT_PARAM = "limit"
-LIST_TOKEN_PARAM = "next_page_token"  # noqa: S105 - a parameter name, not a secret
-LIST_TOKEN_FIELD = "nextPageToken"  # noqa: S105 - a field name, not a secret
-DEFAULT_LIST_LIMIT = 100
-MAX_LIST_LIMIT = 1000
-
-# Forecast horizon an invoke may ask for, in the model's own periods.
-MIN_PERIOD = 1
-MAX_PERIOD = 365
+from fleetcast_common.contracts.inference import (
+    BIND_HOST_ENV,
+    DEFAULT_BIND_HOST,
+    DEFAULT_BUDGET_FRACTION,
+    DEFAULT_PORT,
+    MEMORY_BUDGET_ENV,
+    MODELS_DIR,
+    MULTI_MODEL_ENV,
+    PORT_ENV,
+)
+from fleetcast_common.contracts.opt_ml import opt_ml_root, resolve
 
 
 class SettingsError(ValueError):
@@ -76,7 +46,7 @@ class InferenceSettings:
         return cls(
             host=env.get(BIND_HOST_ENV, DEFAULT_BIND_HOST),
             port=_port(env.get(PORT_ENV)),
-            opt_ml_root=Path(env.get(OPT_ML_ENV, DEFAULT_OPT_ML)),
+            opt_ml_root=opt_ml_root(env),
             memory_budget_bytes=_budget_bytes(env.get(MEMORY_BUDGET_ENV)),
             multi_model=env.get(MULTI_MODEL_ENV, "true").strip().lower() == "true",
         )
@@ -84,11 +54,6 @@ class InferenceSettings:
     @property
     def models_root(self) -> Path:
         return resolve(MODELS_DIR, self.opt_ml_root)
-
-
-def resolve(container_path: str, root: Path) -> Path:
-    """Map an ``/opt/ml/...`` path onto the real root (``/opt/ml`` itself inside SageMaker)."""
-    return root / Path(container_path).relative_to(DEFAULT_OPT_ML)
 
 
 def model_path(url: str, settings: InferenceSettings) -> Path | None:

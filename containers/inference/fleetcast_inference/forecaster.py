@@ -28,8 +28,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from fleetcast_common.contracts.inference import MAX_PERIOD
 from fleetcast_common.holiday_calendar import holiday_dates
-from fleetcast_inference.contract import MAX_PERIOD
 from fleetcast_inference.errors import UnsupportedModelError
 
 FloatArray = npt.NDArray[np.float64]

@@ -16,8 +16,7 @@ from urllib.parse import parse_qs
 
 import numpy as np
 
-from fleetcast_common.quantiles import normalise_quantiles, quantile_key
-from fleetcast_inference.contract import (
+from fleetcast_common.contracts.inference import (
     DEFAULT_LIST_LIMIT,
     LIST_LIMIT_PARAM,
     LIST_TOKEN_FIELD,
@@ -25,10 +24,12 @@ from fleetcast_inference.contract import (
     MAX_LIST_LIMIT,
     MAX_PERIOD,
     MIN_PERIOD,
+    error_body,
 )
+from fleetcast_common.quantiles import normalise_quantiles, quantile_key
 from fleetcast_inference.errors import BadRequestError, InferenceError
 from fleetcast_inference.forecaster import Forecast
-from fleetcast_inference.registry import ModelStatus, ServedModel
+from fleetcast_inference.registry import LoadedModelStatus, ServedModel
 
 PERIOD_FIELD = "period"
 QUANTILES_FIELD = "quantiles"
@@ -207,7 +208,7 @@ def render_model_list(models: list[ServedModel], after: str | None) -> bytes:
     return _encode(document)
 
 
-def render_model_status(status: ModelStatus) -> bytes:
+def render_model_status(status: LoadedModelStatus) -> bytes:
     model = status.model
     return _encode(
         {
@@ -244,7 +245,7 @@ def render_unloaded(model: ServedModel) -> bytes:
 
 
 def render_error(error: InferenceError) -> bytes:
-    return _encode({"error": error.code, "message": str(error)})
+    return _encode(error_body(error.code, str(error)))
 
 
 def render_ping() -> bytes:

@@ -55,7 +55,9 @@ class ServedModel:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelStatus:
+class LoadedModelStatus:
+    """What GET /models/{name} reports of one loaded model."""
+
     model: ServedModel
     loaded_at: float
     last_used_at: float | None
@@ -87,7 +89,10 @@ class MemoryUsage:
     cached_answers: int
 
 
-class ModelRegistry:
+class LoadedModels:
+    """The models this container holds in memory, within its budget (not the model
+    registry in DynamoDB, which says which model is live)."""
+
     def __init__(
         self,
         budget_bytes: int,
@@ -150,12 +155,12 @@ class ModelRegistry:
                 self._forget((name, request))
         return entry.model
 
-    def status(self, name: str) -> ModelStatus:
+    def status(self, name: str) -> LoadedModelStatus:
         with self._lock:
             entry = self._models.get(name)
             if entry is None:
                 raise ModelNotLoadedError(f"model {name!r} is not loaded")
-            return ModelStatus(
+            return LoadedModelStatus(
                 entry.model,
                 entry.loaded_at,
                 entry.last_used_at,

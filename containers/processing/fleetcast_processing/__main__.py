@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from fleetcast_common.contracts.processing import FREQUENCIES, MESSAGE_LIMIT, ProcessingPaths
 from fleetcast_processing.aggregate import Frequency
-from fleetcast_processing.contract import FREQUENCIES, MESSAGE_LIMIT, ProcessingPaths
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.job import JobSettings, find_upload, run
 from fleetcast_processing.report import success_message

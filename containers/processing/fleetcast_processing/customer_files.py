@@ -13,10 +13,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fleetcast_common.contracts.processing import HISTORY_COLUMNS
 from fleetcast_common.ids import validate_customer_id
 from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX
 from fleetcast_processing.aggregate import Frequency, Totals
-from fleetcast_processing.contract import HISTORY_COLUMNS
 
 HEADER = (",".join(HISTORY_COLUMNS) + "\n").encode()
 

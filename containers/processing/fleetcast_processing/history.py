@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from fleetcast_common.contracts.processing import HISTORY_COLUMNS
 from fleetcast_processing.aggregate import Frequency, Totals
-from fleetcast_processing.contract import HISTORY_COLUMNS
 from fleetcast_processing.customer_files import customer_file
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.source import UTF8_BOM

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_processing.aggregate import Frequency, PeriodTotals
-from fleetcast_processing.contract import (
+from fleetcast_common.contracts.processing import (
     RAW_INPUT,
     REJECTED_FILE,
     SUMMARY_FILE,
@@ -22,6 +21,7 @@ from fleetcast_processing.contract import (
     ProcessingSummary,
     RejectReason,
 )
+from fleetcast_processing.aggregate import Frequency, PeriodTotals
 from fleetcast_processing.customer_files import write_customer_files
 from fleetcast_processing.duplicates import (
     MAX_CUSTOMERS,
@@ -35,7 +35,7 @@ from fleetcast_processing.report import RejectedRows, write_summary
 from fleetcast_processing.source import (
     DEFAULT_BLOCK_SIZE,
     RowBlock,
-    Upload,
+    UploadReader,
     read_blocks,
     read_header,
 )
@@ -111,7 +111,7 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
     latest = settings.now + FUTURE_TOLERANCE
 
     with (
-        Upload.open(upload_path) as upload,
+        UploadReader.open(upload_path) as upload,
         RejectedRows(paths.report_output / REJECTED_FILE, latest) as rejected,
     ):
         header = read_header(upload)

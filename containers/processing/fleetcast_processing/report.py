@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fleetcast_processing.contract import REJECTED_COLUMNS, ProcessingSummary, RejectReason
+from fleetcast_common.contracts.processing import REJECTED_COLUMNS, ProcessingSummary, RejectReason
 from fleetcast_processing.source import MalformedRow, RowBlock
 from fleetcast_processing.validation import (
     ACCEPTED,

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fleetcast_processing.contract import REQUIRED_COLUMNS
+from fleetcast_common.contracts.processing import REQUIRED_COLUMNS
 from fleetcast_processing.errors import UnusableInputError
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class RowBlock:
         return len(self.lines)
 
 
-class Upload:
+class UploadReader:
     """The upload's decompressed bytes, with read errors turned into readable messages.
 
     A file with old Mac OS line endings (bare CRs and no LF in its first 64 KiB) is read
@@ -113,7 +113,7 @@ class Upload:
             self._pending = self._pending.replace(b"\r", b"\n")
 
     @classmethod
-    def open(cls, path: Path) -> Upload:
+    def open(cls, path: Path) -> UploadReader:
         # The name says nothing reliable about the content: look at the first bytes.
         raw = path.open("rb")
         compressed = raw.read(2) == GZIP_MAGIC
@@ -128,7 +128,7 @@ class Upload:
     def close(self) -> None:
         self._stream.close()
 
-    def __enter__(self) -> Upload:
+    def __enter__(self) -> UploadReader:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -171,7 +171,7 @@ class Upload:
         return data.replace(b"\r", b"\n") if self.bare_cr_lines else data
 
 
-def read_header(upload: Upload) -> Header:
+def read_header(upload: UploadReader) -> Header:
     """Read the header line, skipping blank lines before it, and check its columns."""
     line_number = 0
     first = b""
@@ -245,7 +245,7 @@ def _shorten(value: str, limit: int = 40) -> str:
 
 
 def read_blocks(
-    upload: Upload, header: Header, block_size: int = DEFAULT_BLOCK_SIZE
+    upload: UploadReader, header: Header, block_size: int = DEFAULT_BLOCK_SIZE
 ) -> Iterator[RowBlock]:
     """Parse the rest of the upload block by block; every row carries its line number."""
     for chunk, first_line, lines in _record_chunks(upload, block_size, header.line + 1):
@@ -253,7 +253,7 @@ def read_blocks(
 
 
 def _record_chunks(
-    upload: Upload, block_size: int, first_line: int
+    upload: UploadReader, block_size: int, first_line: int
 ) -> Iterator[tuple[bytes, int, int]]:
     """Blocks of whole lines, never cut inside a quoted value (quotes can hide newlines),
     each with the number of its first line and how many lines it holds."""

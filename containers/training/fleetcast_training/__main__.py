@@ -11,12 +11,9 @@ from __future__ import annotations
 import logging
 import sys
 
-from fleetcast_training.contract import (
-    FAILURE_FILE,
-    FAILURE_LIMIT,
-    TrainingEnvironment,
-    opt_ml_root,
-)
+from fleetcast_common.contracts.opt_ml import opt_ml_root
+from fleetcast_common.contracts.training import FAILURE_FILE, FAILURE_LIMIT
+from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.failures import JobFailure
 from fleetcast_training.hyperparameters import Hyperparameters, InvalidHyperparametersError
 from fleetcast_training.job import run_job

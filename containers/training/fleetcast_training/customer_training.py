@@ -18,6 +18,7 @@ from prophet import Prophet
 from prophet.models import CmdStanPyBackend
 from prophet.serialize import model_to_json
 
+from fleetcast_common.contracts.training import MODEL_ARCHIVE_SUFFIX
 from fleetcast_common.model_archive import (
     HoldoutMetrics,
     ModelMetadata,
@@ -25,7 +26,6 @@ from fleetcast_common.model_archive import (
     write_archive,
 )
 from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
-from fleetcast_training.contract import MODEL_ARCHIVE_SUFFIX
 from fleetcast_training.evaluation import mae, seasonal_naive, smape
 from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.failures import CustomerFailure, FailureKind

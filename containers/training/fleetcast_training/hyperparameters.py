@@ -7,12 +7,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from fleetcast_common.ids import is_valid_run_id
-from fleetcast_training.contract import (
+from fleetcast_common.contracts.training import (
     HYPERPARAMETER_DEFAULTS,
     REQUIRED_HYPERPARAMETERS,
     SAGEMAKER_HYPERPARAMETER_PREFIX,
 )
+from fleetcast_common.ids import is_valid_run_id
 
 DAILY = "D"
 # pandas 3 spells hourly "h"; "H" is accepted on the way in.

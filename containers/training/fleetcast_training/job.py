@@ -21,9 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
-from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
-from fleetcast_training.contract import (
+from fleetcast_common.contracts.training import (
     METRIC_FITS_CMDSTAN,
     METRIC_FITS_IN_PROCESS,
     METRIC_MEDIAN_MAE,
@@ -34,10 +32,12 @@ from fleetcast_training.contract import (
     METRIC_MODELS_RESUMED,
     METRIC_MODELS_TRAINED,
     TRAIN_CHANNEL,
-    TrainingEnvironment,
     manifest_name,
     metric_line,
 )
+from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
+from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
 from fleetcast_training.hyperparameters import Hyperparameters
@@ -88,7 +88,7 @@ class JobResult:
         )
 
     def metric_lines(self) -> list[str]:
-        """stdout lines for the job's MetricDefinitions (contract.METRIC_DEFINITIONS)."""
+        """stdout lines for the job's MetricDefinitions (contracts.training.METRIC_DEFINITIONS)."""
         trained = self.count(CustomerOutcome.TRAINED)
         lines = [
             metric_line(METRIC_MODELS_TRAINED, trained),

@@ -22,15 +22,6 @@ def client(service: str) -> Any:
     return boto3.session.Session().client(service, config=RETRY_CONFIG)
 
 
-def error_code(error: Exception) -> str | None:
-    """The AWS error code of a botocore ``ClientError``, else None."""
-    response = getattr(error, "response", None)
-    if isinstance(response, dict):
-        code = response.get("Error", {}).get("Code")
-        return str(code) if code is not None else None
-    return None
-
-
 @functools.cache
 def dynamodb_table(name: str) -> Any:
     return boto3.session.Session().resource("dynamodb", config=RETRY_CONFIG).Table(name)

@@ -24,7 +24,7 @@ from botocore.exceptions import (
 )
 from pydantic import ValidationError
 
-from fleetcast_common.aws import error_code
+from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.forecasting import (
     EndpointFailedError,
     EndpointForecast,

@@ -32,10 +32,8 @@ from fleetcast_common.settings import _FromEnvironment
 if TYPE_CHECKING:
     from fleetcast_common.forecast_endpoint import ForecastEndpoint
 
-# The horizons the inference container serves (fleetcast_inference.contract, which the
-# layer does not ship; a unit test keeps the two equal).
-MIN_PERIOD = 1
-MAX_PERIOD = 365
+# The horizons the API accepts are those the inference container serves
+# (fleetcast_common.contracts.inference.MIN_PERIOD / MAX_PERIOD).
 DEFAULT_PERIOD = 7
 QUANTILES_PARAMETER = "quantiles"
 QUANTILES_EXAMPLE = "0.1,0.5,0.9"
@@ -108,6 +106,51 @@ class CustomerForecast(BaseModel):
             "(yhat, bounds, quantiles) were raised to 0, as consumption is never negative"
         ),
     )
+
+
+class HoldoutAccuracy(BaseModel):
+    """How the model did on the last days of history, which the scored fit did not see."""
+
+    holdout_days: int = Field(description="Days of history held out to score the model")
+    smape: float = Field(description="Symmetric MAPE of the model on those days, 0..2")
+    mae: float = Field(description="Mean absolute error of the model on those days")
+    naive_smape: float = Field(
+        description="Symmetric MAPE of a seasonal-naive forecast (same weekday last week)"
+    )
+    naive_mae: float = Field(description="Mean absolute error of the seasonal-naive forecast")
+
+
+class CustomerModel(BaseModel):
+    """A customer's live model as the API shows it: which model, what it was fitted on and
+    how well it did; not where the registry or the buckets keep it."""
+
+    customer_id: str = Field(pattern=CUSTOMER_ID_PATTERN)
+    model_version: int = Field(description="The customer's live model version (1, 2, ...)")
+    run_id: str = Field(description="The training run that produced the model")
+    target_model: str = Field(
+        description="The TargetModel to name when invoking the multi-model endpoint directly"
+    )
+    trained_at: datetime
+    live_since: datetime = Field(description="When this version became the live model")
+    data_start: date = Field(description="First day of history the model was fitted on")
+    data_end: date = Field(description="Last day of history the model was fitted on")
+    rows: int = Field(description="Periods of history the model was fitted on")
+    metrics: HoldoutAccuracy
+
+    @classmethod
+    def from_live(cls, live: LiveModel) -> CustomerModel:
+        return cls(
+            customer_id=live.customer_id,
+            model_version=live.model_version,
+            run_id=live.run_id,
+            target_model=live.target_model,
+            trained_at=live.trained_at,
+            live_since=live.updated_at,
+            data_start=live.data_start,
+            data_end=live.data_end,
+            rows=live.rows,
+            metrics=HoldoutAccuracy.model_validate(live.metrics.model_dump()),
+        )
 
 
 class ForecastError(Exception):
@@ -224,6 +267,11 @@ def live_model(customer_id: str, registry: LiveModels) -> LiveModel:
     if live is None:
         raise UnknownCustomerError(customer_id)
     return live
+
+
+def customer_model(customer_id: str, registry: LiveModels) -> CustomerModel:
+    """The customer's live model, as the API shows it."""
+    return CustomerModel.from_live(live_model(customer_id, registry))
 
 
 def customer_forecast(

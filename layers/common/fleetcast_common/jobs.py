@@ -1,8 +1,7 @@
 """The SageMaker job requests fleetcast makes, as pure functions of settings and a run.
 
-Container paths here are the contract of containers/processing and containers/training
-(their ``contract.py``); they are repeated as literals because a Lambda function does not
-ship the containers' code.
+Container paths, channel and metric definitions come from the containers' contracts
+(``fleetcast_common.contracts``), which the images ship too.
 """
 
 from __future__ import annotations
@@ -14,26 +13,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from fleetcast_common import layout
+from fleetcast_common.contracts import processing, training
 from fleetcast_common.ids import processing_job_name, training_job_name
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
-
-PROCESSING_ENTRYPOINT = ["python3", "-m", "fleetcast_processing"]
-RAW_INPUT_PATH = "/opt/ml/processing/input/raw"
-HISTORY_INPUT_PATH = "/opt/ml/processing/input/history"
-TRAIN_OUTPUT_PATH = "/opt/ml/processing/output/train"
-HISTORY_OUTPUT_PATH = "/opt/ml/processing/output/history"
-REPORT_OUTPUT_PATH = "/opt/ml/processing/output/report"
-CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
-TRAIN_CHANNEL = "train"
-
-# What the training container prints (see containers/training); SageMaker scrapes these
-# into the job's metrics and CloudWatch.
-TRAINING_METRIC_DEFINITIONS = [
-    {"Name": "models_trained", "Regex": r"fleetcast_models_trained=([0-9]+);"},
-    {"Name": "models_failed", "Regex": r"fleetcast_models_failed=([0-9]+);"},
-    {"Name": "median_smape", "Regex": r"fleetcast_median_smape=([0-9.eE+-]+);"},
-    {"Name": "median_naive_smape", "Regex": r"fleetcast_median_naive_smape=([0-9.eE+-]+);"},
-]
 
 
 class Upload(BaseModel):
@@ -68,10 +50,10 @@ def processing_job_request(
     raw_uri = artifacts + staged_key if staged_key else f"s3://{upload.bucket}/{upload.key}"
     inputs: list[dict[str, Any]] = [
         {
-            "InputName": "raw",
+            "InputName": processing.INPUT_RAW,
             "S3Input": {
                 "S3Uri": raw_uri,
-                "LocalPath": RAW_INPUT_PATH,
+                "LocalPath": processing.RAW_INPUT,
                 "S3DataType": "S3Prefix",
                 "S3InputMode": "File",
                 "S3DataDistributionType": "FullyReplicated",
@@ -83,10 +65,10 @@ def processing_job_request(
         # is only added once some history exists.
         inputs.append(
             {
-                "InputName": "history",
+                "InputName": processing.INPUT_HISTORY,
                 "S3Input": {
                     "S3Uri": artifacts + layout.HISTORY_PREFIX,
-                    "LocalPath": HISTORY_INPUT_PATH,
+                    "LocalPath": processing.HISTORY_INPUT,
                     "S3DataType": "S3Prefix",
                     "S3InputMode": "File",
                     "S3DataDistributionType": "FullyReplicated",
@@ -115,7 +97,7 @@ def processing_job_request(
         },
         "AppSpecification": {
             "ImageUri": settings.image_uri,
-            "ContainerEntrypoint": PROCESSING_ENTRYPOINT,
+            "ContainerEntrypoint": processing.ENTRYPOINT,
             "ContainerArguments": [
                 "--frequency",
                 settings.frequency,
@@ -128,9 +110,13 @@ def processing_job_request(
         "ProcessingInputs": inputs,
         "ProcessingOutputConfig": {
             "Outputs": [
-                output("train", TRAIN_OUTPUT_PATH, layout.train_prefix(run_id)),
-                output("history", HISTORY_OUTPUT_PATH, layout.HISTORY_PREFIX),
-                output("report", REPORT_OUTPUT_PATH, layout.report_prefix(run_id)),
+                output(
+                    processing.OUTPUT_TRAIN, processing.TRAIN_OUTPUT, layout.train_prefix(run_id)
+                ),
+                output(processing.OUTPUT_HISTORY, processing.HISTORY_OUTPUT, layout.HISTORY_PREFIX),
+                output(
+                    processing.OUTPUT_REPORT, processing.REPORT_OUTPUT, layout.report_prefix(run_id)
+                ),
             ]
         },
         "StoppingCondition": {"MaxRuntimeInSeconds": settings.max_runtime_seconds},
@@ -160,7 +146,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, customers: int
         "AlgorithmSpecification": {
             "TrainingImage": settings.image_uri,
             "TrainingInputMode": "File",
-            "MetricDefinitions": TRAINING_METRIC_DEFINITIONS,
+            "MetricDefinitions": training.METRIC_DEFINITIONS,
         },
         "RoleArn": settings.sagemaker_role_arn,
         "HyperParameters": {
@@ -170,7 +156,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, customers: int
         },
         "InputDataConfig": [
             {
-                "ChannelName": TRAIN_CHANNEL,
+                "ChannelName": training.TRAIN_CHANNEL,
                 "ContentType": "text/csv",
                 "DataSource": {
                     "S3DataSource": {
@@ -193,7 +179,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, customers: int
         # Each model is checkpointed as it is made, so a spot interruption loses none.
         "CheckpointConfig": {
             "S3Uri": artifacts + layout.checkpoint_prefix(run_id),
-            "LocalPath": CHECKPOINT_LOCAL_PATH,
+            "LocalPath": training.CHECKPOINT_LOCAL_PATH,
         },
         # Data arrives through channels and leaves through checkpoints: no network needed.
         "EnableNetworkIsolation": True,

@@ -1,14 +1,13 @@
 """Processing's report of a run, as the functions after it read it (the processing
-container writes it: ``fleetcast_processing.contract.ProcessingSummary``)."""
+container writes it: ``fleetcast_common.contracts.processing.ProcessingSummary``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fleetcast_common import layout, storage
-from fleetcast_common.aws import error_code
-
-SUMMARY_FILE = "summary.json"
+from fleetcast_common.contracts.errors import error_code
+from fleetcast_common.contracts.processing import SUMMARY_FILE
 
 
 def rows_rejected(s3: Any, bucket: str, run_id: str) -> int | None:

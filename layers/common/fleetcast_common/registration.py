@@ -22,7 +22,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fleetcast_common import layout, storage
-from fleetcast_common.aws import error_code
+from fleetcast_common.contracts.errors import error_code
+from fleetcast_common.contracts.training import is_manifest_name
 from fleetcast_common.ids import validate_customer_id
 from fleetcast_common.model_archive import HoldoutMetrics, read_archive
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
@@ -96,7 +97,7 @@ def _read_manifests(s3: Any, bucket: str, keys: list[str]) -> list[TrainingManif
     manifests = []
     for key in keys:
         name = posixpath.basename(key)
-        if name.startswith("manifest-") and name.endswith(".json"):
+        if is_manifest_name(name):
             manifests.append(
                 TrainingManifest.model_validate_json(storage.read_text(s3, bucket, key))
             )

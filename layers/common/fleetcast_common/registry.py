@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as EndpointUnreachableError
 from pydantic import BaseModel
 
-from fleetcast_common.aws import error_code
+from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.model_archive import HoldoutMetrics
 
 LIVE = "LIVE"

@@ -1,20 +1,44 @@
-"""Each function's configuration: one typed object, read from the environment that
-template.yaml (or the local stack) sets, validated when the handler starts."""
+"""Each function's configuration: one typed object (pydantic-settings), read from the
+environment that template.yaml (or the local stack) sets.
+
+Handlers read theirs when first needed (a cached ``settings()`` function), never at
+import: importing a handler (``make openapi``, tests) needs no environment.
+"""
 
 from __future__ import annotations
 
-import os
-from typing import Literal, Self
+import functools
+from collections.abc import Callable, Mapping
+from typing import Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class _FromEnvironment(BaseModel):
-    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+class _FromEnvironment(BaseSettings):
+    # Each field's alias is its variable's exact name; values reach the validators as
+    # the strings the template sets (no JSON decoding of list or dict fields).
+    model_config = SettingsConfigDict(
+        frozen=True,
+        populate_by_name=True,
+        extra="ignore",
+        case_sensitive=True,
+        enable_decoding=False,
+    )
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> Self:
-        return cls.model_validate(dict(os.environ if environ is None else environ))
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """Read from the process environment, or from ``environ`` alone."""
+        return cls() if environ is None else cls.model_validate(dict(environ))
+
+
+_Settings = TypeVar("_Settings", bound=_FromEnvironment)
+
+
+def read_on_first_use(model: type[_Settings]) -> Callable[[], _Settings]:
+    """A handler's ``settings()``: reads ``model`` from the environment the first time it
+    is called and returns the same object after (``settings.cache_clear()`` forgets it)."""
+    return functools.cache(model.from_env)
 
 
 class PipelineSettings(_FromEnvironment):

@@ -45,7 +45,7 @@ from typing import Any
 from boto3.dynamodb.conditions import Attr, Key
 from pydantic import BaseModel
 
-from fleetcast_common.aws import error_code
+from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.ids import (
     object_identity,
     run_id_for_upload,

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from fleetcast_inference.contract import (
+from fleetcast_common.contracts.inference import (
     BIND_HOST_ENV,
     INVOKE_SUFFIX,
     LOG_LEVEL_ENV,
@@ -54,12 +54,11 @@ from fleetcast_inference.contract import (
     MODELS_DIR,
     MODELS_PATH,
     MULTI_MODEL_ENV,
-    OPT_ML_ENV,
     PING_PATH,
     PORT_ENV,
     TARGET_MODEL_HEADER,
-    resolve,
 )
+from fleetcast_common.contracts.opt_ml import OPT_ML_ENV, resolve
 
 log = logging.getLogger("fleetcast.localstack.endpoint")
 

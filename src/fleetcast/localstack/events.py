@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetcast.localstack.lambdas import LocalFunction
+from fleetcast.localstack.template import ACCOUNT_ID
 
 log = logging.getLogger("fleetcast.localstack.events")
 
@@ -25,6 +26,8 @@ RETRY_DELAY_SECONDS = 2
 
 def normalise_event(event: dict[str, Any]) -> dict[str, Any]:
     """Undo moto's departures from the event shapes AWS documents."""
+    # moto leaves out the envelope's account, which Powertools' EventBridge model requires.
+    event.setdefault("account", ACCOUNT_ID)
     if event.get("source") == "aws.s3":
         obj = event.get("detail", {}).get("object", {})
         if "eTag" in obj and "etag" not in obj:

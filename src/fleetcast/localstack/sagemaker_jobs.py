@@ -34,13 +34,14 @@ from typing import Any
 from moto.sagemaker import models as sagemaker_models
 from moto.sagemaker.exceptions import ResourceInUseException
 
-from fleetcast_processing import contract as processing_contract
-from fleetcast_training import contract as training_contract
+from fleetcast_common.contracts import opt_ml
+from fleetcast_common.contracts import processing as processing_contract
+from fleetcast_common.contracts import training as training_contract
 
 log = logging.getLogger("fleetcast.localstack.jobs")
 
 # Both containers read their /opt/ml root from the same variable.
-OPT_ML_ENV = processing_contract.OPT_ML_ENV
+OPT_ML_ENV = opt_ml.OPT_ML_ENV
 # What SageMaker keeps of a FailureReason.
 FAILURE_REASON_LIMIT = 1024
 CHECKPOINT_SYNC_SECONDS = 1.0
@@ -62,7 +63,7 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
 def under_root(root: Path, container_path: str) -> Path:
     """Map a container path (``/opt/ml/...``) into an instance's local root; both
     containers' contracts lay out the same ``/opt/ml`` tree."""
-    return processing_contract.resolve(container_path, root)
+    return opt_ml.resolve(container_path, root)
 
 
 def shard(keys: list[str], hosts: int, index: int) -> list[str]:

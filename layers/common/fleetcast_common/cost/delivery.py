@@ -15,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fleetcast_common.aws import error_code
+from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.cost.mail import ComposedEmail
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fleetcast_common.aws import error_code
+from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.cost.models import Anomaly
 
 GROWTH_TO_REPORT_AGAIN = 0.10

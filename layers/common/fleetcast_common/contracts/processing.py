@@ -1,22 +1,23 @@
 """The SageMaker Processing container contract, as fleetcast uses it.
 
-Shared by the container (which reads and writes these paths) and by the local stack
-(which lays them out before running the container and uploads them after).
-SageMaker mounts everything under ``/opt/ml``; the local stack points
-``FLEETCAST_OPT_ML`` at a scratch folder instead.
+Shared by the processing container (which reads and writes these paths), the
+start-processing function (which names them in CreateProcessingJob), the local stack
+(which lays them out before running the container and uploads them after) and the
+functions and CLI that read the job's report.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-OPT_ML_ENV = "FLEETCAST_OPT_ML"
-DEFAULT_OPT_ML = "/opt/ml"
+from fleetcast_common.contracts.opt_ml import resolve
+
+# How SageMaker starts the image (CreateProcessingJob's ContainerEntrypoint).
+ENTRYPOINT = ["python3", "-m", "fleetcast_processing"]
 
 # Container paths as written in CreateProcessingJob (the local stack maps them under its root).
 PROCESSING_ROOT = "/opt/ml/processing"
@@ -37,17 +38,6 @@ REJECTED_FILE = "rejected.csv"
 # The first 1 KB of this file becomes the job's ExitMessage (and FailureReason on failure).
 MESSAGE_FILE = "/opt/ml/output/message"
 MESSAGE_LIMIT = 1024
-
-
-def opt_ml_root() -> Path:
-    return Path(os.environ.get(OPT_ML_ENV, DEFAULT_OPT_ML))
-
-
-def resolve(container_path: str, root: Path | None = None) -> Path:
-    """Map an ``/opt/ml/...`` path onto the real root (``/opt/ml`` itself inside SageMaker)."""
-    base = root if root is not None else opt_ml_root()
-    relative = Path(container_path).relative_to(DEFAULT_OPT_ML)
-    return base / relative
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,95 @@
+"""The SageMaker Training container contract, as fleetcast uses it.
+
+Shared by the training container, the start-training function (which names the channel,
+checkpoint path and metric definitions in CreateTrainingJob), register-models (which
+reads the manifests) and the local stack (which lays out ``/opt/ml`` for each emulated
+instance). Paths below are relative to the ``/opt/ml`` root (see :mod:`.opt_ml`).
+"""
+
+from __future__ import annotations
+
+# How many CPUs this instance has. Unset on SageMaker (the container sees its instance);
+# the local stack sets it to share one machine's cores between emulated instances.
+INSTANCE_CPUS_ENV = "FLEETCAST_INSTANCE_CPUS"
+
+TRAIN_CHANNEL = "train"
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+
+HYPERPARAMETERS = "input/config/hyperparameters.json"
+INPUT_DATA_CONFIG = "input/config/inputdataconfig.json"
+RESOURCE_CONFIG = "input/config/resourceconfig.json"
+DATA_DIR = "input/data"
+MODEL_DIR = "model"
+OUTPUT_DATA_DIR = "output/data"
+CHECKPOINT_DIR = "checkpoints"
+# The first 1024 characters of this file become the job's FailureReason.
+FAILURE_FILE = "output/failure"
+FAILURE_LIMIT = 1024
+
+MODEL_ARCHIVE_SUFFIX = ".tar.gz"
+# manifest-{host}.json, one per instance, in the checkpoint dir (format:
+# fleetcast_common.training_manifest.TrainingManifest).
+MANIFEST_PREFIX = "manifest-"
+MANIFEST_SUFFIX = ".json"
+
+
+def manifest_name(host: str) -> str:
+    return f"{MANIFEST_PREFIX}{host}{MANIFEST_SUFFIX}"
+
+
+def is_manifest_name(name: str) -> bool:
+    """Whether a file name (the last part of a checkpoint key) is an instance's manifest."""
+    return name.startswith(MANIFEST_PREFIX) and name.endswith(MANIFEST_SUFFIX)
+
+
+# Hyperparameters the container understands, with their defaults. SageMaker passes every
+# value as a string; the container's hyperparameters.py parses and validates them.
+# ``run_id`` has no default.
+HYPERPARAMETER_DEFAULTS: dict[str, str] = {
+    "holdout_days": "7",
+    "min_rows": "28",
+    "frequency": "D",
+    "seasonality_mode": "additive",
+    "yearly_seasonality": "auto",
+    "weekly_seasonality": "auto",
+    "daily_seasonality": "auto",
+    "uncertainty_samples": "1000",
+    "refit_full_history": "true",
+    "workers": "0",
+}
+REQUIRED_HYPERPARAMETERS = ("run_id",)
+# Hyperparameters the SageMaker SDK adds on its own; the container ignores them.
+SAGEMAKER_HYPERPARAMETER_PREFIX = "sagemaker_"
+
+# Lines the container prints to stdout at the end of the job, one per metric, as
+# ``{key}={value};``. CreateTrainingJob's AlgorithmSpecification.MetricDefinitions takes
+# METRIC_DEFINITIONS as is; SageMaker records them and sends them to CloudWatch.
+METRIC_MODELS_TRAINED = "fleetcast_models_trained"
+METRIC_MODELS_FAILED = "fleetcast_models_failed"
+METRIC_MEDIAN_SMAPE = "fleetcast_median_smape"
+METRIC_MEDIAN_NAIVE_SMAPE = "fleetcast_median_naive_smape"
+METRIC_MODELS_RESUMED = "fleetcast_models_resumed"
+METRIC_MEDIAN_MAE = "fleetcast_median_mae"
+METRIC_MODELS_PER_SECOND = "fleetcast_models_per_second"
+# Prophet fits (two per trained customer) by the exact in-process solver and by CmdStan.
+METRIC_FITS_IN_PROCESS = "fleetcast_fits_in_process"
+METRIC_FITS_CMDSTAN = "fleetcast_fits_cmdstan"
+_COUNT = r"([0-9]+)"
+_NUMBER = r"([0-9.eE+-]+)"
+METRIC_DEFINITIONS: list[dict[str, str]] = [
+    {"Name": "models_trained", "Regex": rf"{METRIC_MODELS_TRAINED}={_COUNT};"},
+    {"Name": "models_failed", "Regex": rf"{METRIC_MODELS_FAILED}={_COUNT};"},
+    {"Name": "median_smape", "Regex": rf"{METRIC_MEDIAN_SMAPE}={_NUMBER};"},
+    {"Name": "median_naive_smape", "Regex": rf"{METRIC_MEDIAN_NAIVE_SMAPE}={_NUMBER};"},
+    {"Name": "models_resumed", "Regex": rf"{METRIC_MODELS_RESUMED}={_COUNT};"},
+    {"Name": "median_mae", "Regex": rf"{METRIC_MEDIAN_MAE}={_NUMBER};"},
+    {"Name": "models_per_second", "Regex": rf"{METRIC_MODELS_PER_SECOND}={_NUMBER};"},
+    {"Name": "fits_in_process", "Regex": rf"{METRIC_FITS_IN_PROCESS}={_COUNT};"},
+    {"Name": "fits_cmdstan", "Regex": rf"{METRIC_FITS_CMDSTAN}={_COUNT};"},
+]
+
+
+def metric_line(name: str, value: float) -> str:
+    """One line that the matching METRIC_DEFINITIONS regex reads."""
+    shown = str(value) if isinstance(value, int) else f"{value:.6f}"
+    return f"{name}={shown};"
