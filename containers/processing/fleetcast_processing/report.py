@@ -101,6 +101,7 @@ class RejectedRows:
         self.path = path
         self.per_reason = per_reason
         self._period_limit = period_limit
+        self._periods_left_out = 0
         self.by_reason: Counter[str] = Counter()
         self.listed: Counter[str] = Counter()
         self.first: str | None = None
@@ -186,6 +187,7 @@ class RejectedRows:
         room = self._room(reason)
         shown = list(zip(customer_ids, periods.to_pylist(), totals, rows, strict=True))[:room]
         self.listed[reason.value] += len(shown)
+        self._periods_left_out += len(customer_ids) - len(shown)
         if not shown:
             return
         if self.first is None:
@@ -245,10 +247,14 @@ class RejectedRows:
     def close(self) -> None:
         """List, per reason with rows left out, how many were (the report's last rows)."""
         unlisted = {
-            reason: count - self.listed[reason]
+            reason: (f"{count - self.listed[reason]:,} more rows")
             for reason, count in sorted(self.by_reason.items())
-            if count > self.listed[reason]
+            if count > self.listed[reason] and reason != RejectReason.IMPLAUSIBLE_PERIOD_TOTAL
         }
+        if self._periods_left_out:
+            unlisted[RejectReason.IMPLAUSIBLE_PERIOD_TOTAL.value] = (
+                f"{self._periods_left_out:,} more periods"
+            )
         if unlisted:
             self._writer.write_table(
                 pa.table(
@@ -259,9 +265,9 @@ class RejectedRows:
                         "consumption": [""] * len(unlisted),
                         "reason": list(unlisted),
                         "message": [
-                            f"{count:,} more rows rejected for this reason are not listed "
+                            f"{more} rejected for this reason are not listed "
                             f"(this report lists the first {self.per_reason:,} per reason)"
-                            for count in unlisted.values()
+                            for more in unlisted.values()
                         ],
                     },
                     schema=SCHEMA,
