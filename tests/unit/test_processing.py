@@ -7,10 +7,13 @@ import gzip
 import io
 import json
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from fleetcast_common.jobs import Upload, processing_job_request
+from fleetcast_common.settings import ProcessingSettings
 from fleetcast_processing import __main__ as entrypoint
 from fleetcast_processing.contract import (
     MAX_PERIOD_TOTAL_ENV,
@@ -20,6 +23,7 @@ from fleetcast_processing.contract import (
     REJECTED_COLUMNS,
     REJECTED_ROWS_PER_REASON,
     REJECTED_VALUE_LIMIT,
+    JobLimits,
     ProcessingPaths,
     ProcessingSummary,
 )
@@ -714,3 +718,34 @@ def test_a_quote_left_open_in_a_large_file_names_its_line(job: Job) -> None:
     assert exit_code == 1
     assert "line 60,002 has a quote" in job.message
     assert "straddl" not in job.message
+
+
+def test_start_processing_passes_the_size_limit_the_container_reads() -> None:
+    # Given start-processing's settings with a limit of 3 MiB (template parameter
+    # ProcessingMaxUploadMB -> PROCESSING_MAX_UPLOAD_MB)
+    settings = ProcessingSettings.from_env(
+        {
+            "RAW_BUCKET": "raw",
+            "ARTIFACTS_BUCKET": "artifacts",
+            "REGISTRY_TABLE": "registry",
+            "JOB_NAME_PREFIX": "fleetcast",
+            "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sm",
+            "PROCESSING_IMAGE_URI": "img",
+            "UPLOAD_QUEUE_TABLE": "queue",
+            "PROCESSING_MAX_UPLOAD_MB": "3",
+        }
+    )
+    upload = Upload(
+        bucket="raw",
+        key="incoming/a.csv",
+        revision="v1",
+        size=10,
+        uploaded_at=datetime(2024, 1, 1, tzinfo=UTC),
+    )
+
+    # When it builds the processing job's request
+    request = processing_job_request(settings, "20240101T000000Z-abc", upload, False)
+
+    # Then the job's environment holds the limit, in bytes, under the container's name
+    limits = JobLimits.from_env(request["Environment"])
+    assert limits.max_upload_bytes == 3 * 2**20

@@ -23,6 +23,8 @@ HISTORY_INPUT_PATH = "/opt/ml/processing/input/history"
 TRAIN_OUTPUT_PATH = "/opt/ml/processing/output/train"
 HISTORY_OUTPUT_PATH = "/opt/ml/processing/output/history"
 REPORT_OUTPUT_PATH = "/opt/ml/processing/output/report"
+# The processing container's limit on an upload's decompressed size (contract.JobLimits).
+MAX_UPLOAD_BYTES_ENV = "FLEETCAST_MAX_UPLOAD_BYTES"
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TRAIN_CHANNEL = "train"
 
@@ -126,7 +128,11 @@ def processing_job_request(
         "StoppingCondition": {"MaxRuntimeInSeconds": settings.max_runtime_seconds},
         # The container reads and writes local folders only; SageMaker moves the data.
         "NetworkConfig": {"EnableNetworkIsolation": True},
-        "Environment": {"FLEETCAST_RUN_ID": run_id, "FLEETCAST_SOURCE_KEY": upload.key[:256]},
+        "Environment": {
+            "FLEETCAST_RUN_ID": run_id,
+            "FLEETCAST_SOURCE_KEY": upload.key[:256],
+            MAX_UPLOAD_BYTES_ENV: str(settings.max_upload_mb * 2**20),
+        },
         "RoleArn": settings.sagemaker_role_arn,
         "Tags": _tags(run_id),
     }
