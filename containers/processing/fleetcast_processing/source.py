@@ -451,10 +451,19 @@ def _check_line_breaks(
     spans: npt.NDArray[np.int64],
     end_line: int,
 ) -> None:
-    """Raise if a row's customer_id, timestamp or consumption swallowed the rows after it."""
-    for index in np.flatnonzero(spans > 1):
-        if _swallows_rows([column[int(index)].as_py() or "" for column in columns], delimiter):
-            raise _unclosed_quote(int(lines[index]), int(spans[index]), end_line)
+    """Raise if a row's customer_id, timestamp or consumption swallowed the rows after it
+    (a value holding both a line break and the delimiter, as :func:`_swallows_rows`)."""
+    multi_line = np.flatnonzero(spans > 1)
+    picked = pa.array(multi_line)
+    swallowed = np.zeros(len(multi_line), dtype=np.bool_)
+    for column in columns:
+        values = column.take(picked)
+        swallowed |= pc.and_(
+            pc.match_substring_regex(values, "[\r\n]"), pc.match_substring(values, delimiter)
+        ).to_numpy(zero_copy_only=False)
+    if swallowed.any():
+        index = multi_line[np.argmax(swallowed)]
+        raise _unclosed_quote(int(lines[index]), int(spans[index]), end_line)
 
 
 def _swallows_rows(values: list[str], delimiter: str) -> bool:
