@@ -7,17 +7,25 @@ import gzip
 import io
 import json
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
 from fleetcast_common.contracts.processing import (
+    MAX_PERIOD_TOTAL_ENV,
+    MAX_UPLOAD_BYTES_ENV,
     MESSAGE_LIMIT,
     REJECTED_COLUMNS,
+    REJECTED_ROWS_PER_REASON,
+    REJECTED_VALUE_LIMIT,
+    JobLimits,
     ProcessingPaths,
     ProcessingSummary,
 )
+from fleetcast_common.jobs import Upload, processing_job_request
+from fleetcast_common.settings import ProcessingSettings
 from fleetcast_processing import __main__ as entrypoint
 
 DATA = Path(__file__).parent.parent / "data" / "processing"
@@ -591,10 +599,15 @@ def test_summary_json_has_the_documented_keys(job: Job) -> None:
     assert set(_read_json(job.paths.report_output / "summary.json")) == {
         "source_name",
         "frequency",
+        "lines",
+        "header_line",
+        "blank_lines",
+        "continued_lines",
         "rows_read",
         "rows_accepted",
         "rows_rejected",
         "rejected_by_reason",
+        "rejected_list_limit",
         "customers",
         "new_customers",
         "days_written",
@@ -602,3 +615,137 @@ def test_summary_json_has_the_documented_keys(job: Job) -> None:
         "days_replaced",
         "customers_list",
     }
+
+
+def test_rejected_values_are_cut_and_never_run_as_spreadsheet_formulas(job: Job) -> None:
+    # Given rejected rows whose values a spreadsheet would run, and one very long value
+    formulas = ["=cmd|' /C calc'!A0", "+1+1", "-1+1", "@SUM(A1)", "\t=1", "\r=1"]
+    rows = "".join(f'"{value}",2024-01-01,1\n' for value in formulas)
+    job.upload(HEADER + "a,2024-01-01,1\n" + rows + "b,2024-01-01," + "9" * 10_000 + "x\n")
+
+    # When the job runs
+    assert job.run() == 0
+
+    # Then every such cell starts with a quote, numbers such as -2 excepted, and no value
+    # is longer than the limit
+    rejected = job.rejected()
+    assert [row["customer_id"] for row in rejected[:-1]] == [f"'{value}" for value in formulas]
+    assert all(len(value) <= REJECTED_VALUE_LIMIT for row in rejected for value in row.values())
+    assert rejected[-1]["consumption"].endswith("...")
+
+
+def test_rejected_report_lists_a_bounded_sample_and_counts_the_rest(job: Job) -> None:
+    # Given a small gzip of many thousands of bad rows (issue 13: 78 KB made 1.18 GB)
+    junk = "!,x,y\n" * 50_000 + "a,2024-01-01,1\n" + "=1,2024-01-01," + "9" * 200 + "\n" * 1
+    job.upload(gzip.compress((HEADER + junk).encode()), "junk.csv.gz")
+
+    # When the job runs
+    assert job.run() == 0
+
+    # Then the report lists the first rows per reason and says how many more there were
+    rejected = job.rejected()
+    assert len(rejected) == REJECTED_ROWS_PER_REASON + 1
+    assert rejected[-1]["line"] == ""
+    assert rejected[-1]["message"].startswith(
+        f"{50_001 - REJECTED_ROWS_PER_REASON:,} more rows rejected for this reason"
+    )
+    assert f"first {REJECTED_ROWS_PER_REASON:,} per reason" in rejected[-1]["message"]
+    assert job.summary.rejected_by_reason == {"invalid_customer_id": 50_001}
+    assert (job.paths.report_output / "rejected.csv").stat().st_size < 300_000
+
+
+def test_an_upload_over_the_size_limit_fails_saying_so(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a limit of 1000 bytes and a gzip that decompresses to more
+    monkeypatch.setenv(MAX_UPLOAD_BYTES_ENV, "1000")
+    job.upload(gzip.compress((HEADER + "a,2024-01-01,1\n" * 100).encode()), "big.csv.gz")
+
+    # When the job runs
+    exit_code = job.run()
+
+    # Then it fails naming the limit and the setting
+    assert exit_code == 1
+    assert "larger than the processing limit of 1,000 bytes when decompressed" in job.message
+    assert MAX_UPLOAD_BYTES_ENV in job.message
+
+
+def test_a_bad_limit_setting_fails_the_job_naming_it(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MAX_PERIOD_TOTAL_ENV, "-5")
+    job.upload(HEADER + "a,2024-01-01,1\n")
+
+    assert job.run() == 1
+    assert job.message.startswith("Processing did not start: bad settings:")
+    assert MAX_PERIOD_TOTAL_ENV in job.message
+
+
+def test_a_period_total_above_the_configured_limit_is_rejected_with_its_rows(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a plausible-total limit of 10 and a day adding up to 12
+    monkeypatch.setenv(MAX_PERIOD_TOTAL_ENV, "10")
+    job.upload(HEADER + "a,2024-01-01T01:00:00Z,6\na,2024-01-01T02:00:00Z,6\nb,2024-01-01,3\n")
+
+    # When the job runs
+    assert job.run() == 0
+
+    # Then that day is not used, its two rows are rejected, and the report names the day
+    assert job.train_files() == {"b.csv"}
+    summary = job.summary
+    assert (summary.rows_accepted, summary.rows_rejected) == (1, 2)
+    assert summary.rejected_by_reason == {"implausible_period_total": 2}
+    [row] = job.rejected()
+    assert (row["customer_id"], row["timestamp"], row["reason"]) == (
+        "a",
+        "2024-01-01",
+        "implausible_period_total",
+    )
+    assert "the 2 readings" in row["message"] and MAX_PERIOD_TOTAL_ENV in row["message"]
+
+
+def test_a_quote_left_open_in_a_large_file_names_its_line(job: Job) -> None:
+    # Given 3 MB of rows with a stray quote in the middle (Arrow's reader said only
+    # "straddling object straddles two block boundaries")
+    rows = "a,2024-01-01T10:00:00Z,1\n" * 60_000
+    job.upload(HEADER + rows + '"x,2024-07-01,5\n' + rows.replace("a,", "b,"))
+
+    # When the job runs
+    exit_code = job.run()
+
+    # Then it fails naming the quote's line, not Arrow's internals
+    assert exit_code == 1
+    assert "line 60,002 has a quote" in job.message
+    assert "straddl" not in job.message
+
+
+def test_start_processing_passes_the_size_limit_the_container_reads() -> None:
+    # Given start-processing's settings with a limit of 3 MiB (template parameter
+    # ProcessingMaxUploadMB -> PROCESSING_MAX_UPLOAD_MB)
+    settings = ProcessingSettings.from_env(
+        {
+            "RAW_BUCKET": "raw",
+            "ARTIFACTS_BUCKET": "artifacts",
+            "REGISTRY_TABLE": "registry",
+            "JOB_NAME_PREFIX": "fleetcast",
+            "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sm",
+            "PROCESSING_IMAGE_URI": "img",
+            "UPLOAD_QUEUE_TABLE": "queue",
+            "PROCESSING_MAX_UPLOAD_MB": "3",
+        }
+    )
+    upload = Upload(
+        bucket="raw",
+        key="incoming/a.csv",
+        revision="v1",
+        size=10,
+        uploaded_at=datetime(2024, 1, 1, tzinfo=UTC),
+    )
+
+    # When it builds the processing job's request
+    request = processing_job_request(settings, "20240101T000000Z-abc", upload, False)
+
+    # Then the job's environment holds the limit, in bytes, under the container's name
+    limits = JobLimits.from_env(request["Environment"])
+    assert limits.max_upload_bytes == 3 * 2**20

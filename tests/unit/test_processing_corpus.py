@@ -3,18 +3,21 @@ every good row, reports every bad one with its reason, fails only when nothing i
 usable, and always says why in words (never only a traceback).
 
 Each case is a whole file as a customer might send it. A run that succeeds must account
-for every data row: accepted plus rejected is what was read.
+for every line: the header (and blank lines before it), blank lines, lines inside quoted
+values, and rows accepted or rejected by reason add up to the lines of the file, and
+rejected.csv lists each reason's rows (up to its cap) or says how many it left out.
 """
 
 from __future__ import annotations
 
 import gzip
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
 from test_processing import HEADER, Job, job  # noqa: F401  (the fixture)
 
-from fleetcast_common.contracts.processing import MESSAGE_LIMIT
+from fleetcast_common.contracts.processing import MESSAGE_LIMIT, REJECTED_ROWS_PER_REASON
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,18 @@ GOOD_TRAIN = {
     "a": [("2024-01-01", 1.5), ("2024-01-02", 2.0)],
     "b": [("2024-01-01", 3.0)],
 }
+
+
+def _rows(customer_id: str, days: int, month: str = "2024-02") -> str:
+    return "".join(f"{customer_id},{month}-{day:02d}T10:00:00Z,1\n" for day in range(1, days + 1))
+
+
+def _lines_in(content: bytes) -> int:
+    """Lines of the file as the job reads it: decompressed, bare CRs as line ends."""
+    text = gzip.decompress(content) if content[:2] == b"\x1f\x8b" else content
+    if b"\n" not in text:
+        text = text.replace(b"\r", b"\n")
+    return text.count(b"\n") + (bool(text) and not text.endswith(b"\n"))
 
 
 def _gzip_cut_in_half(text: str) -> bytes:
@@ -151,6 +166,65 @@ CORPUS: dict[str, tuple[bytes, Usable | Unusable]] = {
         (HEADER + GOOD).encode() + "caf\u00e9,2024-01-01,1\n".encode("latin-1"),
         Unusable(["UTF-8", "line 5"]),
     ),
+    # Issue 13: a quote left open swallowed every row after it, reported as one bad row.
+    "a quote left open after good rows": (
+        (HEADER + GOOD + '"x,2025-07-01,5\n' + _rows("b", 28)).encode(),
+        Unusable(["line 5 has a quote", "not closed", "to line 33"]),
+    ),
+    "a quote left open on the first data row": (
+        (HEADER + '"x,2025-07-01,5\n' + _rows("a", 28) + _rows("b", 28, "2024-03")).encode(),
+        Unusable(["line 2 has a quote", "not closed"]),
+    ),
+    # A closed quote may hold a line break: that row is read (and here rejected) as one row.
+    "a quoted id with a line break in it": (
+        (HEADER + GOOD + '"a\nb",2024-01-01,1\n').encode(),
+        Usable(GOOD_TRAIN, {"invalid_customer_id": 1}),
+    ),
+    "blank lines before the header and among the rows": (
+        ("\n \n\t\r\n" + HEADER + "\n" + GOOD + "\n\n,,\n").encode(),
+        Usable(GOOD_TRAIN),
+    ),
+    "blank lines only after the header": ((HEADER + "\n\n  \n").encode(), Unusable(["no data"])),
+    "gzip of a million blank lines before the header": (
+        gzip.compress(b"\n" * 1_000_000 + (HEADER + GOOD).encode()),
+        Usable(GOOD_TRAIN),
+    ),
+    # Issue 13: with nanosecond fractions in the block these were "not an ISO 8601 date".
+    "out-of-range dates beside nanosecond timestamps": (
+        (
+            HEADER + "a,2024-01-01T10:00:00.123456789Z,1.5\na,2024-01-02T10:00:00Z,2\n"
+            "b,2024-01-01T10:00:00Z,3\na,9999-12-31,1\na,0001-01-01,1\na,2262-04-12,1\n"
+            "a,2262-04-12T00:00:00.000000001Z,1\n"
+        ).encode(),
+        Usable(GOOD_TRAIN, {"out_of_range_timestamp": 4}),
+    ),
+    # Issue 13: each reading is plausible, their day is not (it went live forecasting -7e10).
+    "a day of 1440 readings of 999,999,999": (
+        (
+            HEADER
+            + GOOD
+            + "".join(
+                f"c,2024-01-01T{minute // 60:02d}:{minute % 60:02d}:00Z,999999999\n"
+                for minute in range(1440)
+            )
+        ).encode(),
+        Usable(GOOD_TRAIN, {"implausible_period_total": 1440}),
+    ),
+    # Issue 13: 78 KB of gzip made a 1.18 GB rejected.csv.
+    "a gzip of many rows of junk": (
+        gzip.compress((HEADER + GOOD + "!,x,y\n" * 30_000).encode()),
+        Usable(GOOD_TRAIN, {"invalid_customer_id": 30_000}),
+    ),
+    "spreadsheet formulas in rejected values": (
+        (
+            HEADER + GOOD + '=HYPERLINK("http://x"),2024-01-01,1\n@SUM(A1),2024-01-01,1\n'
+            "+1+1,2024-01-01,1\n-1+1,2024-01-01,1\n\t=1,2024-01-01,1\nd,=1+1,1\nd,2024-01-01,-2\n"
+        ).encode(),
+        Usable(
+            GOOD_TRAIN,
+            {"invalid_customer_id": 5, "invalid_timestamp": 1, "negative_consumption": 1},
+        ),
+    ),
     "nothing usable": (
         (HEADER + "../x,2024-01-01,1\na,never,1\n").encode(),
         Unusable(["none of its 2 data rows is usable"]),
@@ -188,10 +262,39 @@ def test_every_upload_is_used_or_refused_with_reasons(
     # And the good rows flow into one file per customer
     assert job.train_files() == {f"{customer}.csv" for customer in expected.train}
     assert {customer: job.train(customer) for customer in expected.train} == expected.train
-    # And every bad row is reported, with its reason, and none is silently dropped
+    # And every line of the file is accounted for
     summary = job.summary
     assert summary.rejected_by_reason == expected.rejected
     assert summary.rows_accepted + summary.rows_rejected == summary.rows_read
+    assert summary.rows_rejected == sum(summary.rejected_by_reason.values())
+    assert summary.lines == _lines_in(content)
+    assert summary.lines == (
+        summary.header_line + summary.blank_lines + summary.continued_lines + summary.rows_read
+    )
+    # And every bad row is listed with its reason, or counted in the row saying how many
+    # more there were
     rejected = job.rejected()
-    assert len(rejected) == summary.rows_rejected
-    assert all(row["reason"] and row["line"].isdigit() for row in rejected)
+    per_period = [row for row in rejected if row["reason"] == "implausible_period_total"]
+    rows = [row for row in rejected if row not in per_period]
+    listed = Counter(row["reason"] for row in rows if row["line"])
+    more = {
+        row["reason"]: _count_in(row["message"], " more rows") for row in rows if not row["line"]
+    }
+    assert all(row["line"].isdigit() for row in rows if row["line"])
+    for reason, count in summary.rejected_by_reason.items():
+        if reason == "implausible_period_total":
+            # Listed by period, each row naming how many readings it stands for
+            assert (
+                sum(
+                    _count_in(row["message"].removeprefix("the "), " readings")
+                    for row in per_period
+                )
+                == count
+            )
+            continue
+        assert listed[reason] == min(count, REJECTED_ROWS_PER_REASON)
+        assert listed[reason] + more.get(reason, 0) == count
+
+
+def _count_in(message: str, before: str) -> int:
+    return int(message.split(before, 1)[0].replace(",", ""))

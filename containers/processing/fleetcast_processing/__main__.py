@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from fleetcast_common.contracts.processing import FREQUENCIES, MESSAGE_LIMIT, ProcessingPaths
+from pydantic import ValidationError
+
+from fleetcast_common.contracts.processing import (
+    FREQUENCIES,
+    MESSAGE_LIMIT,
+    JobLimits,
+    ProcessingPaths,
+)
 from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.job import JobSettings, find_upload, run
@@ -64,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     source_name = "the upload"
     try:
         args = _parser().parse_args(argv)
+        limits = JobLimits.from_env(os.environ)
         source_name = args.source_name or source_name
         upload = find_upload(paths.raw_input, args.source_name)
         source_name = args.source_name or upload.name
@@ -72,10 +81,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             frequency=Frequency(args.frequency),
             source_name=source_name,
             block_size=max(args.block_size, 1024),
+            limits=limits,
         )
         summary = run(upload, settings)
     except _ArgumentError as error:
         return _fail(paths.message_file, f"Processing did not start: bad arguments: {error}.")
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}"
+            for problem in error.errors()
+        )
+        return _fail(paths.message_file, f"Processing did not start: bad settings: {problems}.")
     except UnusableInputError as error:
         return _fail(paths.message_file, f"Processing failed for {source_name}: {error}")
     except Exception as error:

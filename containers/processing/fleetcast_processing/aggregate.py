@@ -79,21 +79,30 @@ class Totals:
         periods: npt.NDArray[np.int64],
         values: npt.NDArray[np.float64],
     ) -> Totals:
-        keys, sums = _sum_by_key((codes << _PERIOD_BITS) | periods, values)
+        keys, sums, _ = _sum_by_key((codes << _PERIOD_BITS) | periods, values)
         return cls(keys >> _PERIOD_BITS, keys & _PERIOD_MASK, sums)
 
 
 def _sum_by_key(
-    keys: npt.NDArray[np.int64], values: npt.NDArray[np.float64]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    keys: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+    rows: npt.NDArray[np.int64] | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """Sums per distinct key, and how many rows each sum is of (``rows``: of each value,
+    one when not given)."""
     if len(keys) == 0:
-        return keys, values
+        return keys, values, np.zeros(0, np.int64)
     if is_sorted(keys):  # uploads sorted by customer and time skip the sort
         starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
-        return keys[starts], np.add.reduceat(values, starts)
-    distinct, inverse = np.unique(keys, return_inverse=True)
+        counts = (
+            np.diff(starts, append=len(keys)) if rows is None else np.add.reduceat(rows, starts)
+        )
+        return keys[starts], np.add.reduceat(values, starts), counts
+    distinct, inverse, occurrences = np.unique(keys, return_inverse=True, return_counts=True)
     sums = np.bincount(inverse, weights=values, minlength=len(distinct)).astype(np.float64)
-    return distinct, sums
+    if rows is not None:
+        occurrences = np.bincount(inverse, weights=rows, minlength=len(distinct))
+    return distinct, sums, occurrences.astype(np.int64)
 
 
 def is_sorted(values: npt.NDArray[np.int64]) -> bool:
@@ -107,6 +116,7 @@ class PeriodTotals:
         self.frequency = frequency
         self._keys: list[npt.NDArray[np.int64]] = []
         self._sums: list[npt.NDArray[np.float64]] = []
+        self._rows: list[npt.NDArray[np.int64]] = []
         self._pending = 0
         self._folded = 0
 
@@ -117,21 +127,28 @@ class PeriodTotals:
         values: npt.NDArray[np.float64],
     ) -> None:
         keys = (codes << _PERIOD_BITS) | self.frequency.periods(instants_us)
-        block_keys, block_sums = _sum_by_key(keys, values)
+        block_keys, block_sums, block_rows = _sum_by_key(keys, values)
         self._keys.append(block_keys)
         self._sums.append(block_sums)
+        self._rows.append(block_rows)
         self._pending += len(block_keys)
         if self._pending > 2 * max(self._folded, _FOLD_AT_LEAST):
             self._fold()
 
     def _fold(self) -> None:
-        keys, sums = _sum_by_key(np.concatenate(self._keys), np.concatenate(self._sums))
-        self._keys, self._sums = [keys], [sums]
+        keys, sums, rows = _sum_by_key(
+            np.concatenate(self._keys), np.concatenate(self._sums), np.concatenate(self._rows)
+        )
+        self._keys, self._sums, self._rows = [keys], [sums], [rows]
         self._pending = self._folded = len(keys)
 
     def result(self) -> Totals:
+        return self.result_with_rows()[0]
+
+    def result_with_rows(self) -> tuple[Totals, npt.NDArray[np.int64]]:
+        """The totals, and how many readings each one adds up."""
         if not self._keys:
-            return Totals.empty()
+            return Totals.empty(), np.zeros(0, np.int64)
         self._fold()
         keys, sums = self._keys[0], self._sums[0]
-        return Totals(keys >> _PERIOD_BITS, keys & _PERIOD_MASK, sums)
+        return Totals(keys >> _PERIOD_BITS, keys & _PERIOD_MASK, sums), self._rows[0]

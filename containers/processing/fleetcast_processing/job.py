@@ -17,11 +17,12 @@ from fleetcast_common.contracts.processing import (
     RAW_INPUT,
     REJECTED_FILE,
     SUMMARY_FILE,
+    JobLimits,
     ProcessingPaths,
     ProcessingSummary,
     RejectReason,
 )
-from fleetcast_processing.aggregate import Frequency, PeriodTotals
+from fleetcast_processing.aggregate import Frequency, PeriodTotals, Totals
 from fleetcast_processing.customer_files import write_customer_files
 from fleetcast_processing.duplicates import (
     MAX_CUSTOMERS,
@@ -59,6 +60,7 @@ class JobSettings:
     frequency: Frequency = field(default_factory=lambda: Frequency("D"))
     source_name: str | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
+    limits: JobLimits = field(default_factory=JobLimits)
     # Readings more than a day after this are rejected as out of range.
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -87,6 +89,8 @@ class _Progress:
         self.rows_read = 0
         self.rows_accepted = 0
         self.blank_rows = 0
+        self.lines = 0
+        self.continued_lines = 0
 
     def log(self, block: RowBlock, rejected: int) -> None:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
@@ -111,10 +115,13 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
     latest = settings.now + FUTURE_TOLERANCE
 
     with (
-        UploadReader.open(upload_path) as upload,
-        RejectedRows(paths.report_output / REJECTED_FILE, latest) as rejected,
+        UploadReader.open(upload_path, settings.limits.max_upload_bytes) as upload,
+        RejectedRows(
+            paths.report_output / REJECTED_FILE, latest, settings.limits.max_period_total
+        ) as rejected,
     ):
         header = read_header(upload)
+        progress.lines = header.line
         logger.info(
             "reading %s (%s, delimiter %r, columns %s)",
             source_name,
@@ -132,7 +139,13 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
             progress.rows_read += len(block) + len(block.malformed)
             progress.rows_accepted += int(ok.sum())
             progress.blank_rows += block.blank_rows
+            progress.lines += block.line_count
+            progress.continued_lines += block.continued_lines
             progress.log(block, rejected.total)
+        uploaded = _without_implausible_periods(
+            totals, customers, settings.limits.max_period_total, rejected
+        )
+    progress.rows_accepted = progress.rows_read - rejected.total
 
     if progress.rows_read == 0:
         raise UnusableInputError("the file has a header but no data rows.")
@@ -147,7 +160,6 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
     if progress.blank_rows:
         logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
 
-    uploaded = totals.result()
     touched = {int(code): customers.ids[int(code)] for code in np.unique(uploaded.codes)}
     stored = load_history(paths.history_input, touched, settings.frequency)
     merged, replaced = merge(stored, uploaded)
@@ -162,10 +174,15 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
     summary = ProcessingSummary(
         source_name=source_name,
         frequency=settings.frequency.code,
+        lines=progress.lines,
+        header_line=header.line,
+        blank_lines=progress.blank_rows,
+        continued_lines=progress.continued_lines,
         rows_read=progress.rows_read,
         rows_accepted=progress.rows_accepted,
         rows_rejected=rejected.total,
         rejected_by_reason=dict(sorted(rejected.by_reason.items())),
+        rejected_list_limit=rejected.per_reason,
         customers=len(touched),
         new_customers=len(touched) - stored_customers,
         days_written=len(merged),
@@ -182,6 +199,25 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         time.perf_counter() - progress.started,
     )
     return summary
+
+
+def _without_implausible_periods(
+    totals: PeriodTotals, customers: CustomerCodes, limit: float, rejected: RejectedRows
+) -> Totals:
+    """The upload's totals, less the (customer, period) totals above ``limit``: their rows
+    are rejected, so that one absurd day cannot skew a customer's model."""
+    uploaded, rows = totals.result_with_rows()
+    implausible = uploaded.values > limit
+    if not implausible.any():
+        return uploaded
+    rejected.add_periods(
+        [customers.ids[int(code)] for code in uploaded.codes[implausible]],
+        totals.frequency.format(uploaded.periods[implausible]),
+        uploaded.values[implausible].tolist(),
+        rows[implausible].tolist(),
+    )
+    keep = ~implausible
+    return Totals(uploaded.codes[keep], uploaded.periods[keep], uploaded.values[keep])
 
 
 def _check_block(

@@ -1,4 +1,9 @@
-"""The job's report: ``rejected.csv`` (streamed as rows are rejected) and ``summary.json``."""
+"""The job's report: ``rejected.csv`` (streamed as rows are rejected) and ``summary.json``.
+
+rejected.csv is opened by people, often in a spreadsheet, and its rows come from whoever
+wrote the upload. So it lists a bounded sample per reason (counts cover every row), cuts
+every value it echoes, and defuses values a spreadsheet would run as a formula.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +18,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fleetcast_common.contracts.processing import REJECTED_COLUMNS, ProcessingSummary, RejectReason
+from fleetcast_common.contracts.processing import (
+    DEFAULT_MAX_PERIOD_TOTAL,
+    MAX_PERIOD_TOTAL_ENV,
+    REJECTED_COLUMNS,
+    REJECTED_ROWS_PER_REASON,
+    REJECTED_VALUE_LIMIT,
+    ProcessingSummary,
+    RejectReason,
+)
 from fleetcast_processing.source import MalformedRow, RowBlock
 from fleetcast_processing.validation import (
     ACCEPTED,
+    EARLIEST,
     IMPLAUSIBLE_CONSUMPTION,
+    NUMBER_PATTERN,
     REASONS,
     reason_code,
 )
@@ -34,6 +49,11 @@ SCHEMA = pa.schema(
 )
 assert tuple(SCHEMA.names) == REJECTED_COLUMNS
 _DUPLICATE = reason_code(RejectReason.DUPLICATE_ROW)
+_MALFORMED = reason_code(RejectReason.MALFORMED_ROW)
+# What a spreadsheet may take for a formula (OWASP, "CSV Injection"); plain numbers such as
+# "-0.5" are left as they are.
+_FORMULA_START = r"^[=+\-@\t\r]"
+_ECHOED = ("customer_id", "timestamp", "consumption")
 
 
 def reason_messages(latest: datetime) -> dict[RejectReason, str]:
@@ -48,8 +68,8 @@ def reason_messages(latest: datetime) -> dict[RejectReason, str]:
             "2024-01-31T13:45:00Z)"
         ),
         RejectReason.OUT_OF_RANGE_TIMESTAMP: (
-            f"timestamp is before 2000-01-01 or after {latest:%Y-%m-%dT%H:%M:%SZ} "
-            "(more than a day after the job ran)"
+            f"timestamp is a date outside the supported range: before {EARLIEST:%Y-%m-%d} or "
+            f"after {latest:%Y-%m-%dT%H:%M:%SZ} (more than a day after the job ran)"
         ),
         RejectReason.INVALID_CONSUMPTION: (
             "consumption must be a finite number (empty, text, NaN and infinity are not)"
@@ -60,15 +80,30 @@ def reason_messages(latest: datetime) -> dict[RejectReason, str]:
         ),
         RejectReason.DUPLICATE_ROW: "same customer_id and timestamp as an earlier row",
         RejectReason.MALFORMED_ROW: "the row has a different number of fields than the header",
+        RejectReason.IMPLAUSIBLE_PERIOD_TOTAL: (
+            f"the customer's readings in this period add up to more than is plausible "
+            f"(setting {MAX_PERIOD_TOTAL_ENV})"
+        ),
     }
 
 
 class RejectedRows:
-    """``rejected.csv``: its header is written at once, rejected rows as they are found."""
+    """``rejected.csv``: its header is written at once, rejected rows as they are found, and
+    on closing one row per reason whose rows were not all listed, saying how many more."""
 
-    def __init__(self, path: Path, latest: datetime) -> None:
+    def __init__(
+        self,
+        path: Path,
+        latest: datetime,
+        period_limit: float = DEFAULT_MAX_PERIOD_TOTAL,
+        per_reason: int = REJECTED_ROWS_PER_REASON,
+    ) -> None:
         self.path = path
+        self.per_reason = per_reason
+        self._period_limit = period_limit
+        self._periods_left_out = 0
         self.by_reason: Counter[str] = Counter()
+        self.listed: Counter[str] = Counter()
         self.first: str | None = None
         messages = reason_messages(latest)
         self._messages = pa.array([messages[reason] for reason in REASONS], type=pa.string())
@@ -92,12 +127,26 @@ class RejectedRows:
         reasons: npt.NDArray[np.int8],
         original_line: npt.NDArray[np.int64],
     ) -> None:
-        """Write the block's rejected rows (``reasons`` != 0) and its malformed rows.
+        """Count the block's rejected rows (``reasons`` != 0) and its malformed rows, and list
+        those that fit under the cap.
 
         ``original_line`` is, for duplicate rows, the line of the reading that was kept.
         """
         rejected = np.flatnonzero(reasons != ACCEPTED)
         codes = reasons[rejected].astype(np.int64)
+        counts = np.bincount(codes, minlength=len(REASONS) + 1)
+        counts[_MALFORMED] += len(block.malformed)
+        if not counts.any():
+            return
+        self.by_reason.update(
+            {REASONS[code - 1].value: int(counts[code]) for code in np.flatnonzero(counts)}
+        )
+        listed = self._under_cap(codes)
+        rejected, codes = rejected[listed], codes[listed]
+        malformed = block.malformed[: self._room(RejectReason.MALFORMED_ROW)]
+        self.listed.update({REASONS[code - 1].value: int(n) for code, n in _counts(codes).items()})
+        self.listed[RejectReason.MALFORMED_ROW.value] += len(malformed)
+
         messages = self._messages.take(pa.array(codes - 1))
         duplicate = codes == _DUPLICATE
         if duplicate.any():
@@ -106,7 +155,7 @@ class RejectedRows:
                 "same customer_id and timestamp as line ", kept, ", which was kept", ""
             )
             messages = pc.if_else(pa.array(duplicate), named, messages)
-        picked = pa.array(rejected)
+        picked = pa.array(rejected, type=pa.int64())
         table = pa.table(
             [
                 pa.array(block.lines[rejected]),
@@ -118,21 +167,65 @@ class RejectedRows:
             ],
             schema=SCHEMA,
         )
-        if block.malformed:
-            table = pa.concat_tables([table, self._malformed_table(block.malformed)])
+        if malformed:
+            table = pa.concat_tables([table, self._malformed_table(malformed)])
             table = table.sort_by("line")
         if table.num_rows == 0:
             return
-        self._writer.write_table(table)
-        counts = np.bincount(codes, minlength=len(REASONS) + 1)
-        self.by_reason.update(
-            {REASONS[code - 1].value: int(counts[code]) for code in np.flatnonzero(counts)}
-        )
-        if block.malformed:
-            self.by_reason[RejectReason.MALFORMED_ROW.value] += len(block.malformed)
+        self._write(table)
         if self.first is None:
             row = table.slice(0, 1).to_pylist()[0]
             self.first = f"line {row['line']}: {row['reason']} ({row['message']})"
+
+    def add_periods(
+        self, customer_ids: list[str], periods: pa.Array, totals: list[float], rows: list[int]
+    ) -> None:
+        """Reject whole periods whose total is implausible: one row each, naming how many
+        readings it stands for."""
+        reason = RejectReason.IMPLAUSIBLE_PERIOD_TOTAL
+        self.by_reason[reason.value] += sum(rows)
+        room = self._room(reason)
+        shown = list(zip(customer_ids, periods.to_pylist(), totals, rows, strict=True))[:room]
+        self.listed[reason.value] += len(shown)
+        self._periods_left_out += len(customer_ids) - len(shown)
+        if not shown:
+            return
+        if self.first is None:
+            self.first = f"{shown[0][1]} of customer {shown[0][0]}: {reason.value}"
+        self._write(
+            pa.table(
+                {
+                    "line": pa.nulls(len(shown), pa.int64()),
+                    "customer_id": [customer_id for customer_id, _, _, _ in shown],
+                    "timestamp": [period for _, period, _, _ in shown],
+                    "consumption": [f"{total:.6g}" for _, _, total, _ in shown],
+                    "reason": [reason.value] * len(shown),
+                    "message": [
+                        f"the {count:,} readings of this customer in this period add up to "
+                        f"{total:.6g}, more than the plausible {self._period_limit:.6g} "
+                        f"(setting {MAX_PERIOD_TOTAL_ENV}): none of them is used"
+                        for _, _, total, count in shown
+                    ],
+                },
+                schema=SCHEMA,
+            )
+        )
+
+    def _room(self, reason: RejectReason) -> int:
+        return max(self.per_reason - self.listed[reason.value], 0)
+
+    def _under_cap(self, codes: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        listed = np.zeros(len(codes), dtype=np.bool_)
+        for code in np.unique(codes):
+            positions = np.flatnonzero(codes == code)
+            listed[positions[: self._room(REASONS[code - 1])]] = True
+        return listed
+
+    def _write(self, table: pa.Table) -> None:
+        for name in _ECHOED:
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, name, _defused(table.column(name)))
+        self._writer.write_table(table)
 
     def _malformed_table(self, rows: list[MalformedRow]) -> pa.Table:
         return pa.table(
@@ -152,6 +245,34 @@ class RejectedRows:
         )
 
     def close(self) -> None:
+        """List, per reason with rows left out, how many were (the report's last rows)."""
+        unlisted = {
+            reason: (f"{count - self.listed[reason]:,} more rows")
+            for reason, count in sorted(self.by_reason.items())
+            if count > self.listed[reason] and reason != RejectReason.IMPLAUSIBLE_PERIOD_TOTAL
+        }
+        if self._periods_left_out:
+            unlisted[RejectReason.IMPLAUSIBLE_PERIOD_TOTAL.value] = (
+                f"{self._periods_left_out:,} more periods"
+            )
+        if unlisted:
+            self._writer.write_table(
+                pa.table(
+                    {
+                        "line": pa.nulls(len(unlisted), pa.int64()),
+                        "customer_id": [""] * len(unlisted),
+                        "timestamp": [""] * len(unlisted),
+                        "consumption": [""] * len(unlisted),
+                        "reason": list(unlisted),
+                        "message": [
+                            f"{more} rejected for this reason are not listed "
+                            f"(this report lists the first {self.per_reason:,} per reason)"
+                            for more in unlisted.values()
+                        ],
+                    },
+                    schema=SCHEMA,
+                )
+            )
         self._writer.close()
         self._file.close()
 
@@ -165,6 +286,26 @@ class RejectedRows:
         trace: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _counts(codes: npt.NDArray[np.int64]) -> dict[int, int]:
+    distinct, counts = np.unique(codes, return_counts=True)
+    return dict(zip(distinct.tolist(), counts.tolist(), strict=True))
+
+
+def _defused(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Values cut to REJECTED_VALUE_LIMIT characters, and a leading ' on any a spreadsheet
+    would run as a formula."""
+    long = pc.greater(pc.utf8_length(values), REJECTED_VALUE_LIMIT)
+    cut = pc.binary_join_element_wise(
+        pc.utf8_slice_codeunits(values, 0, REJECTED_VALUE_LIMIT - 3), "...", ""
+    )
+    values = pc.if_else(long, cut, values)
+    formula = pc.and_(
+        pc.match_substring_regex(values, _FORMULA_START),
+        pc.invert(pc.match_substring_regex(values, NUMBER_PATTERN)),
+    )
+    return pc.if_else(formula, pc.binary_join_element_wise("'", values, ""), values)
 
 
 def write_summary(path: Path, summary: ProcessingSummary) -> None:

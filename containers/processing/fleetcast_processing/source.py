@@ -24,12 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fleetcast_common.contracts.processing import REQUIRED_COLUMNS
+from fleetcast_common.contracts.processing import MAX_UPLOAD_BYTES_ENV, REQUIRED_COLUMNS
 from fleetcast_processing.errors import UnusableInputError
 
 logger = logging.getLogger(__name__)
 
 GZIP_MAGIC = b"\x1f\x8b"
+_WHITESPACE = b" \t\r\n\f\v"
 UTF8_BOM = b"\xef\xbb\xbf"
 # A block's working set (text, Arrow columns, parsed arrays, report rows) is about ten times
 # its size: 8 MiB keeps a 1 GB upload's peak memory under 1 GB at the same speed as larger
@@ -87,6 +88,9 @@ class RowBlock:
     malformed: list[MalformedRow]
     blank_rows: int
     bytes_read: int
+    # Every line the block holds, and those that continue a row (line breaks in quotes).
+    line_count: int = 0
+    continued_lines: int = 0
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -97,30 +101,43 @@ class UploadReader:
 
     A file with old Mac OS line endings (bare CRs and no LF in its first 64 KiB) is read
     with every CR turned into an LF, so the rest of the reader sees ordinary lines.
+
+    ``max_bytes`` bounds the decompressed size: uploads are processed one at a time, so
+    one huge (or highly compressed) file would hold every later upload back.
     """
 
     _SNIFF_SIZE = 64 * 1024
 
-    def __init__(self, path: Path, stream: io.BufferedIOBase, compressed: bool) -> None:
+    def __init__(
+        self,
+        path: Path,
+        stream: io.BufferedIOBase,
+        compressed: bool,
+        max_bytes: int | None = None,
+    ) -> None:
         self.path = path
         self.compressed = compressed
+        self.max_bytes = max_bytes
         self._stream = stream
         self.bytes_read = 0
         self.bare_cr_lines = False
+        # Bytes read ahead of the caller: ``_pending[_offset:]`` (an offset, not slicing,
+        # keeps reading many short lines linear in their size).
+        self._offset = 0
         self._pending = self._read_stream(self._SNIFF_SIZE)
         if b"\r" in self._pending and b"\n" not in self._pending:
             self.bare_cr_lines = True
             self._pending = self._pending.replace(b"\r", b"\n")
 
     @classmethod
-    def open(cls, path: Path) -> UploadReader:
+    def open(cls, path: Path, max_bytes: int | None = None) -> UploadReader:
         # The name says nothing reliable about the content: look at the first bytes.
         raw = path.open("rb")
         compressed = raw.read(2) == GZIP_MAGIC
         raw.seek(0)
         stream: io.BufferedIOBase = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
         try:
-            return cls(path, stream, compressed)
+            return cls(path, stream, compressed, max_bytes)
         except BaseException:
             stream.close()
             raise
@@ -136,22 +153,47 @@ class UploadReader:
 
     def read(self, size: int) -> bytes:
         """Up to ``size`` bytes (b"" at the end)."""
-        if self._pending:
-            data, self._pending = self._pending, b""
+        if self._offset < len(self._pending):
+            data = self._pending[self._offset :]
+            self._pending, self._offset = b"", 0
             return data
         return self._read_stream(size)
 
     def readline(self, limit: int) -> bytes:
         """One line with its LF, or ``limit`` bytes when no LF comes sooner."""
-        while b"\n" not in self._pending and len(self._pending) < limit:
+        while (
+            self._pending.find(b"\n", self._offset, self._offset + limit) < 0
+            and len(self._pending) - self._offset < limit
+        ):
             data = self._read_stream(self._SNIFF_SIZE)
             if not data:
                 break
-            self._pending += data
-        end = self._pending.find(b"\n", 0, limit)
-        cut = end + 1 if end >= 0 else min(limit, len(self._pending))
-        line, self._pending = self._pending[:cut], self._pending[cut:]
-        return line
+            self._pending = self._pending[self._offset :] + data
+            self._offset = 0
+        start = self._offset
+        end = self._pending.find(b"\n", start, start + limit)
+        cut = end + 1 if end >= 0 else min(start + limit, len(self._pending))
+        self._offset = cut
+        return self._pending[start:cut]
+
+    def skip_blank_lines(self) -> int:
+        """Skip lines holding only whitespace; how many were skipped.
+
+        Whole runs of them are skipped at once: a file may start with millions.
+        """
+        skipped = 0
+        while True:
+            rest = self._pending[self._offset :]
+            text = rest.lstrip(_WHITESPACE)
+            blank = rest[: len(rest) - len(text)]
+            skipped += blank.count(b"\n")
+            if text:
+                # Keep the start of the line the text is on.
+                self._pending, self._offset = rest, blank.rfind(b"\n") + 1
+                return skipped
+            self._pending, self._offset = self._read_stream(self._SNIFF_SIZE), 0
+            if not self._pending:
+                return skipped
 
     def _read_stream(self, size: int) -> bytes:
         try:
@@ -168,6 +210,13 @@ class UploadReader:
                 "Compress it again with gzip, or upload the plain CSV."
             ) from error
         self.bytes_read += len(data)
+        if self.max_bytes is not None and self.bytes_read > self.max_bytes:
+            unpacked = " when decompressed" if self.compressed else ""
+            raise UnusableInputError(
+                f"the file is larger than the processing limit of {self.max_bytes:,} bytes"
+                f"{unpacked} (setting {MAX_UPLOAD_BYTES_ENV}); it was not processed, so that "
+                "later uploads are not held up. Split it into smaller files and upload those."
+            )
         return data.replace(b"\r", b"\n") if self.bare_cr_lines else data
 
 
@@ -176,8 +225,8 @@ def read_header(upload: UploadReader) -> Header:
     line_number = 0
     first = b""
     while not first.strip():
+        line_number += upload.skip_blank_lines() + 1
         first = upload.readline(HEADER_LIMIT)
-        line_number += 1
         if not first:
             what = "decompresses to nothing" if upload.compressed else "is empty"
             raise UnusableInputError(f"the file {what}: there is no header and no data.")
@@ -275,9 +324,9 @@ def _record_chunks(
         lines = chunk.count(b"\n")
         yield chunk, line, lines
         line += lines
-    if carry:  # the last line, without a newline
+    if carry:  # the rest: lines that could not be cut apart, the last one without a newline
         _check_text(carry, line)
-        yield carry, line, carry.count(b"\n") + 1
+        yield carry, line, carry.count(b"\n") + (not carry.endswith(b"\n"))
 
 
 def _record_boundary(data: bytes) -> int:
@@ -312,10 +361,7 @@ def _parse_chunk(
     chunk: bytes, header: Header, first_line: int, lines_in_chunk: int, bytes_read: int
 ) -> RowBlock:
     try:
-        table, invalid = _arrow_parse(chunk, header, use_threads=True)
-        if invalid:
-            # Arrow numbers invalid rows only when it parses on one thread.
-            table, invalid = _arrow_parse(chunk, header, use_threads=False)
+        table, invalid = _parse_numbered(chunk, header)
     except pa.ArrowInvalid as error:
         raise _explain_parse_error(chunk, first_line, error) from error
 
@@ -323,6 +369,8 @@ def _parse_chunk(
     record_lines = _record_lines(chunk, header.delimiter, first_line, lines_in_chunk, records)
     invalid_index = np.array([number - 1 for number, _, _ in invalid], dtype=np.int64)
     lines = np.delete(record_lines, invalid_index)
+    # Lines each record spans: more than one only after a line break inside quotes.
+    spans = np.diff(record_lines, append=first_line + lines_in_chunk)
 
     malformed: list[MalformedRow] = []
     blank_rows = 0
@@ -330,9 +378,14 @@ def _parse_chunk(
         if not text.strip():
             blank_rows += 1
             continue
+        line = int(record_lines[number - 1])
+        if spans[number - 1] > 1 and _swallows_rows(
+            _split_fields(text, header.delimiter), header.delimiter
+        ):
+            raise _unclosed_quote(line, int(spans[number - 1]), first_line + lines_in_chunk)
         malformed.append(
             MalformedRow(
-                line=int(record_lines[number - 1]),
+                line=line,
                 expected_fields=len(header.columns),
                 found_fields=found,
                 values=_fields_of(text, header),
@@ -342,6 +395,15 @@ def _parse_chunk(
     customer_id, timestamp, consumption = (
         table.column(name).combine_chunks() for name in REQUIRED_COLUMNS
     )
+    valid_spans = np.delete(spans, invalid_index)
+    if (valid_spans > 1).any():
+        _check_line_breaks(
+            (customer_id, timestamp, consumption),
+            header.delimiter,
+            lines,
+            valid_spans,
+            first_line + lines_in_chunk,
+        )
     blank = pc.and_(
         pc.and_(
             pc.equal(pc.binary_length(customer_id), 0), pc.equal(pc.binary_length(timestamp), 0)
@@ -363,11 +425,65 @@ def _parse_chunk(
         malformed=malformed,
         blank_rows=blank_rows + blank_count,
         bytes_read=bytes_read,
+        line_count=lines_in_chunk,
+        continued_lines=lines_in_chunk - records,
+    )
+
+
+def _parse_numbered(chunk: bytes, header: Header) -> tuple[pa.Table, list[tuple[int, int, str]]]:
+    try:
+        table, invalid = _arrow_parse(chunk, header, use_threads=True)
+    except pa.ArrowInvalid:
+        # A quote left open makes the reader fail to split the chunk into its blocks
+        # ("straddling object straddles two block boundaries"): read it as one block, and
+        # the checks after it name the line.
+        return _arrow_parse(chunk, header, use_threads=False, block_size=len(chunk) + 1)
+    if invalid:
+        # Arrow numbers invalid rows only when it parses on one thread.
+        return _arrow_parse(chunk, header, use_threads=False)
+    return table, invalid
+
+
+def _check_line_breaks(
+    columns: tuple[pa.Array, ...],
+    delimiter: str,
+    lines: npt.NDArray[np.int64],
+    spans: npt.NDArray[np.int64],
+    end_line: int,
+) -> None:
+    """Raise if a row's customer_id, timestamp or consumption swallowed the rows after it
+    (a value holding both a line break and the delimiter, as :func:`_swallows_rows`)."""
+    multi_line = np.flatnonzero(spans > 1)
+    picked = pa.array(multi_line)
+    swallowed = np.zeros(len(multi_line), dtype=np.bool_)
+    for column in columns:
+        values = column.take(picked)
+        swallowed |= pc.and_(
+            pc.match_substring_regex(values, "[\r\n]"), pc.match_substring(values, delimiter)
+        ).to_numpy(zero_copy_only=False)
+    if swallowed.any():
+        index = multi_line[np.argmax(swallowed)]
+        raise _unclosed_quote(int(lines[index]), int(spans[index]), end_line)
+
+
+def _swallows_rows(values: list[str], delimiter: str) -> bool:
+    """A quoted value holding both a line break and the delimiter is, in all likelihood, a
+    quote left open: the lines it took in are rows of their own."""
+    return any(("\n" in value or "\r" in value) and delimiter in value for value in values)
+
+
+def _unclosed_quote(line: int, span: int, end_line: int) -> UnusableInputError:
+    last = min(line + span, end_line) - 1
+    return UnusableInputError(
+        f'line {line:,} has a quote (") that is not closed where it should be: the quoted '
+        f"value runs on over at least {last - line + 1:,} lines (to line {last:,}), so the "
+        "rows in them cannot be read. Remove the stray quote or close it (a quote inside a "
+        'quoted value is written "").'
     )
 
 
 def _arrow_parse(
-    chunk: bytes, header: Header, use_threads: bool
+    chunk: bytes, header: Header, use_threads: bool, block_size: int | None = None
 ) -> tuple[pa.Table, list[tuple[int, int, str]]]:
     invalid: list[tuple[int, int, str]] = []
 
@@ -380,7 +496,11 @@ def _arrow_parse(
     wanted = {f"f{header.positions[name]}": name for name in REQUIRED_COLUMNS}
     table = pcsv.read_csv(
         pa.py_buffer(chunk),
-        read_options=pcsv.ReadOptions(column_names=names, use_threads=use_threads),
+        read_options=pcsv.ReadOptions(
+            column_names=names,
+            use_threads=use_threads,
+            **({"block_size": block_size} if block_size else {}),
+        ),
         parse_options=pcsv.ParseOptions(
             delimiter=header.delimiter,
             newlines_in_values=True,
@@ -423,11 +543,15 @@ def _record_lines(
     return np.array(starts, dtype=np.int64)
 
 
-def _fields_of(text: str, header: Header) -> dict[str, str]:
+def _split_fields(text: str, delimiter: str) -> list[str]:
     try:
-        fields = next(csv.reader([text], delimiter=header.delimiter), [])
+        return next(csv.reader([text], delimiter=delimiter), [])
     except csv.Error:
-        fields = []
+        return [text]
+
+
+def _fields_of(text: str, header: Header) -> dict[str, str]:
+    fields = _split_fields(text, header.delimiter)
     return {
         name: _shorten(fields[position], RAW_VALUE_LIMIT) if position < len(fields) else ""
         for name, position in header.positions.items()

@@ -8,8 +8,10 @@ the order of :data:`RULE_ORDER`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -43,7 +45,9 @@ RULE_ORDER = (
     RejectReason.IMPLAUSIBLE_CONSUMPTION,
 )
 
-_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
+NUMBER_PATTERN = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
+_CAST_SLICE = 1 << 16
+_SUB_MICROSECOND = r"(\.\d{6})\d+"
 _DECIMAL_COMMA = r"^([+-]?\d*),(\d+)$"
 # An offset after a time of day: "-01" alone is the day of "2024-01-01", not an offset.
 _HAS_OFFSET = re.compile(r"[T ]\d\d.*(Z|[+-]\d\d(:?\d\d)?)$", re.IGNORECASE)
@@ -78,6 +82,27 @@ class CustomerCodes:
         return code
 
 
+def _cast_leading(
+    raw: pa.Array, convert: Callable[[pa.Array], npt.NDArray[Any]]
+) -> tuple[list[npt.NDArray[Any]], int]:
+    """Convert ``raw`` with Arrow's all-or-nothing cast, a slice at a time, up to the first
+    slice that fails: the converted slices, and how many values they hold.
+
+    A failed cast costs microseconds for every value that does not parse, far more than a
+    successful one: trying a slice at a time bounds what one failure costs.
+    """
+    converted: list[npt.NDArray[Any]] = []
+    done = 0
+    while done < len(raw):
+        piece = raw.slice(done, _CAST_SLICE)
+        try:
+            converted.append(convert(piece))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            break
+        done += len(piece)
+    return converted, done
+
+
 def parse_instants(raw: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """ISO 8601 dates and date-times as UTC microseconds since the epoch, and which parsed.
 
@@ -85,19 +110,32 @@ def parse_instants(raw: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np
     """
     if len(raw) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.bool_)
-    # Fast path: a file whose timestamps all share one shape is cast by Arrow in one go.
-    # Guess the shape from the first value, since a failed cast is costly.
+    # Fast path: timestamps that all share one shape are cast by Arrow. The shape is
+    # guessed from the first value.
     first = raw[0].as_py().strip()
     target = pa.timestamp("us", tz="UTC") if _HAS_OFFSET.search(first) else pa.timestamp("us")
-    try:
-        instants = pc.cast(raw, target).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        return instants, np.ones(len(raw), dtype=np.bool_)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
+    fast, done = _cast_leading(
+        raw,
+        lambda piece: pc.cast(piece, target).cast(pa.int64()).to_numpy(zero_copy_only=False),
+    )
+    if done == len(raw):
+        return np.concatenate(fast), np.ones(len(raw), dtype=np.bool_)
+    slow, valid = _parse_each_instant(raw.slice(done))
+    return (
+        np.concatenate([*fast, slow]),
+        np.concatenate([np.ones(done, dtype=np.bool_), valid]),
+    )
+
+
+def _parse_each_instant(raw: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     # Mixed shapes, offsets or bad values: pandas parses each value on its own.
     # Upper case: ISO 8601 allows "t" and "z", pandas does not.
-    trimmed = pc.utf8_upper(pc.utf8_trim_whitespace(raw)).to_pandas()
-    parsed = pd.to_datetime(trimmed, format="ISO8601", utc=True, errors="coerce")
+    trimmed = pc.utf8_upper(pc.utf8_trim_whitespace(raw))
+    # Instants are kept to the microsecond. Cut finer fractions first: pandas would parse
+    # the whole array in nanoseconds, whose range (1677 to 2262) turns dates such as
+    # 9999-12-31 into "not a date" instead of "out of range".
+    trimmed = pc.replace_substring_regex(trimmed, _SUB_MICROSECOND, r"\1")
+    parsed = pd.to_datetime(trimmed.to_pandas(), format="ISO8601", utc=True, errors="coerce")
     valid = parsed.notna().to_numpy()
     ticks = parsed.array.asi8
     unit = parsed.dt.unit
@@ -113,16 +151,17 @@ def parse_consumption(raw: pa.Array, decimal_comma: bool) -> npt.NDArray[np.floa
 
     ``decimal_comma`` accepts ``12,5`` for 12.5, as semicolon-separated files often write it.
     """
-    try:
-        return np.asarray(pc.cast(raw, pa.float64()).to_numpy(zero_copy_only=False))
-    except pa.ArrowInvalid:
-        pass
-    trimmed = pc.utf8_trim_whitespace(raw)
+    fast, done = _cast_leading(
+        raw, lambda piece: pc.cast(piece, pa.float64()).to_numpy(zero_copy_only=False)
+    )
+    if done == len(raw):
+        return np.concatenate(fast) if fast else np.zeros(0, dtype=np.float64)
+    trimmed = pc.utf8_trim_whitespace(raw.slice(done))
     if decimal_comma:
         trimmed = pc.replace_substring_regex(trimmed, _DECIMAL_COMMA, r"\1.\2")
-    numeric = pc.match_substring_regex(trimmed, _NUMBER)
+    numeric = pc.match_substring_regex(trimmed, NUMBER_PATTERN)
     values = pc.cast(pc.if_else(numeric, trimmed, pa.scalar("nan")), pa.float64())
-    return np.asarray(values.to_numpy(zero_copy_only=False))
+    return np.concatenate([*fast, values.to_numpy(zero_copy_only=False)])
 
 
 @dataclass(frozen=True)

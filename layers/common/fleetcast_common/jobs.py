@@ -122,7 +122,11 @@ def processing_job_request(
         "StoppingCondition": {"MaxRuntimeInSeconds": settings.max_runtime_seconds},
         # The container reads and writes local folders only; SageMaker moves the data.
         "NetworkConfig": {"EnableNetworkIsolation": True},
-        "Environment": {"FLEETCAST_RUN_ID": run_id, "FLEETCAST_SOURCE_KEY": upload.key[:256]},
+        "Environment": {
+            "FLEETCAST_RUN_ID": run_id,
+            "FLEETCAST_SOURCE_KEY": upload.key[:256],
+            processing.MAX_UPLOAD_BYTES_ENV: str(settings.max_upload_mb * 2**20),
+        },
         "RoleArn": settings.sagemaker_role_arn,
         "Tags": _tags(run_id),
     }

@@ -56,6 +56,8 @@ class ProcessingSettings(PipelineSettings):
     volume_gb: int = Field(alias="PROCESSING_VOLUME_GB", default=30, ge=1)
     frequency: Literal["D", "H"] = Field(alias="MODEL_FREQUENCY", default="D")
     max_runtime_seconds: int = Field(alias="PROCESSING_MAX_RUNTIME_SECONDS", default=3600)
+    # Largest upload a processing job accepts, decompressed (its FLEETCAST_MAX_UPLOAD_BYTES).
+    max_upload_mb: int = Field(alias="PROCESSING_MAX_UPLOAD_MB", default=10240, ge=1)
 
 
 class TrainingSettings(PipelineSettings):

@@ -8,6 +8,7 @@ functions and CLI that read the job's report.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -61,6 +62,45 @@ class ProcessingPaths:
         )
 
 
+# --- The job's settings: environment variables of the processing job (CreateProcessingJob's
+# Environment, which start-processing fills from template.yaml's parameters) ---
+
+MAX_UPLOAD_BYTES_ENV = "FLEETCAST_MAX_UPLOAD_BYTES"
+MAX_PERIOD_TOTAL_ENV = "FLEETCAST_MAX_PERIOD_TOTAL"
+# 10 GiB of CSV takes a few minutes at the usual rate and fits the default 30 GB volume.
+DEFAULT_MAX_UPLOAD_BYTES = 10 * 2**30
+# 1e9 is the largest single reading; a day (or hour) adding up to ten of them is not a meter.
+DEFAULT_MAX_PERIOD_TOTAL = 1e10
+
+
+class JobLimits(BaseModel):
+    """Limits a processing job applies, read from its environment."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_upload_bytes: int = Field(
+        default=DEFAULT_MAX_UPLOAD_BYTES,
+        gt=0,
+        alias="FLEETCAST_MAX_UPLOAD_BYTES",  # MAX_UPLOAD_BYTES_ENV (mypy wants a literal)
+        description="Largest upload, in bytes once decompressed; a larger one fails the job.",
+    )
+    max_period_total: float = Field(
+        default=DEFAULT_MAX_PERIOD_TOTAL,
+        gt=0,
+        allow_inf_nan=False,
+        alias="FLEETCAST_MAX_PERIOD_TOTAL",  # MAX_PERIOD_TOTAL_ENV
+        description=(
+            "Largest plausible total of one customer's readings in one period (a UTC day, "
+            "or an hour for hourly models); the rows of a period above it are rejected."
+        ),
+    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> JobLimits:
+        names = [field.alias for field in cls.model_fields.values() if field.alias]
+        return cls.model_validate({name: environ[name] for name in names if environ.get(name)})
+
+
 # --- What the job writes, read back by the local stack and the pipeline's Lambdas ---
 
 # Per-customer files in train_output and history_output (and history_input): ``ds,y``,
@@ -69,6 +109,11 @@ HISTORY_COLUMNS = ("ds", "y")
 REQUIRED_COLUMNS = ("customer_id", "timestamp", "consumption")
 # rejected.csv: one row per rejected input row, values as they appeared in the upload.
 REJECTED_COLUMNS = ("line", "customer_id", "timestamp", "consumption", "reason", "message")
+# rejected.csv lists at most this many rows per reason (then one row saying how many more),
+# and cuts every value it echoes to VALUE_LIMIT characters: a small file of bad rows must
+# not make a huge report.
+REJECTED_ROWS_PER_REASON = 1000
+REJECTED_VALUE_LIMIT = 200
 FREQUENCIES = ("D", "H")
 
 
@@ -84,6 +129,8 @@ class RejectReason(StrEnum):
     DUPLICATE_ROW = "duplicate_row"
     # A row with more or fewer fields than the header.
     MALFORMED_ROW = "malformed_row"
+    # The customer's readings in one period add up to more than JobLimits.max_period_total.
+    IMPLAUSIBLE_PERIOD_TOTAL = "implausible_period_total"
 
 
 class ProcessingSummary(BaseModel):
@@ -93,10 +140,30 @@ class ProcessingSummary(BaseModel):
 
     source_name: str
     frequency: str
+    lines: int = Field(
+        default=0,
+        description=(
+            "Lines in the upload: header_line + blank_lines + continued_lines + rows_read."
+        ),
+    )
+    header_line: int = Field(default=1, description="The header's line (blank lines before it).")
+    blank_lines: int = Field(
+        default=0, description="Blank lines (or rows of empty fields) after the header."
+    )
+    continued_lines: int = Field(
+        default=0, description="Lines inside a row, after a line break in a quoted value."
+    )
     rows_read: int = Field(description="Data rows in the upload (blank lines not counted).")
     rows_accepted: int
     rows_rejected: int
     rejected_by_reason: dict[str, int]
+    rejected_list_limit: int = Field(
+        default=REJECTED_ROWS_PER_REASON,
+        description=(
+            "rejected.csv lists at most this many rows per reason, then one row per reason "
+            "saying how many more were rejected."
+        ),
+    )
     customers: int = Field(description="Customers with at least one accepted row.")
     new_customers: int = Field(description="Of those, customers with no stored history.")
     days_written: int = Field(description="Rows (days, or hours) written over all train files.")
