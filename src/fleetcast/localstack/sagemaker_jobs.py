@@ -249,6 +249,9 @@ class JobRunner:
         self._jobs: dict[str, RunningJob] = {}
         self._lock = threading.Lock()
         self._originals: dict[str, Any] = {}
+        # Set by shutdown: a job whose instances stop then stays InProgress, to run again
+        # at the next start (see persistence.py), rather than failing for the stack's sake.
+        self._stopping = threading.Event()
 
     # -- moto hooks -------------------------------------------------------------------
 
@@ -305,6 +308,7 @@ class JobRunner:
         self._originals = {}
 
     def shutdown(self) -> None:
+        self._stopping.set()
         with self._lock:
             jobs = list(self._jobs.values())
         for job in jobs:
@@ -314,6 +318,18 @@ class JobRunner:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def submit(self, kind: str, backend: Any, name: str) -> None:
+        earlier = self._workdir / "jobs" / name
+        if earlier.exists():
+            # A job of this name from an earlier, forgotten stack: its logs are kept.
+            earlier.rename(earlier.with_name(f"{name}.earlier-{_now():%Y%m%dT%H%M%S%fZ}"))
+        self._start(kind, backend, name)
+
+    def resume(self, kind: str, backend: Any, name: str) -> None:
+        """Run again a job the stack stopped during (its folder, data and logs kept)."""
+        log.info("running %s job %s again: the local stack stopped while it ran", kind, name)
+        self._start(kind, backend, name)
+
+    def _start(self, kind: str, backend: Any, name: str) -> None:
         job = RunningJob(kind=kind, name=name)
         with self._lock:
             self._jobs[name] = job
@@ -411,6 +427,8 @@ class JobRunner:
                 training_contract.INSTANCE_CPUS_ENV: str(self._cpus),
             }
             returncode = self._run_instances(self._jobs[name], [(command, env, log_file)])[0]
+            if self._stopping.is_set():
+                return
             message = _read_limited(
                 under_root(root, processing_contract.MESSAGE_FILE),
                 processing_contract.MESSAGE_LIMIT,
@@ -493,6 +511,8 @@ class JobRunner:
                 codes = self._run_instances(running, launches)
                 for sync in syncs:
                     sync.stop()
+                if self._stopping.is_set():
+                    return
                 if running.interrupted.is_set():
                     running.interrupted.clear()
                     interruptions += 1

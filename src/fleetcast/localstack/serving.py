@@ -14,7 +14,6 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fleetcast.localstack.api import DEFAULT_PORT as DEFAULT_API_PORT
 from fleetcast.localstack.api import LocalRestApi
 from fleetcast.localstack.endpoint import (
     EndpointRuntime,
@@ -36,8 +35,9 @@ SERVE_COMMAND = "serve"
 
 @dataclass(frozen=True)
 class ServingOptions:
-    """How the local stack serves. ``api_port`` None: 3000, or any free port when the
-    stack's AWS gateway itself is on an ephemeral port (tests, ``fleetcast demo``)."""
+    """How the local stack serves. ``api_port`` None: 3000 (any free port when that is
+    taken), or any free port when the stack's AWS gateway itself is on an ephemeral port
+    (tests, ``fleetcast demo``)."""
 
     api_port: int | None = None
     # The container's FLEETCAST_MEMORY_BUDGET_MB; 256 MiB holds ~10,000 daily models.
@@ -75,6 +75,8 @@ class LocalServing:
                 template, logical_id, stack.functions, apigateway, self._api_port()
             )
             api.start()
+            if api.port_notice:
+                stack.notices.append(api.port_notice)
             self.apis[logical_id] = api
             log.info("API %s on %s", api.name, api.url)
             exported.setdefault("FLEETCAST_API_URL", api.url)
@@ -99,10 +101,10 @@ class LocalServing:
                 return endpoint
         raise KeyError(f"no local endpoint {name!r}")
 
-    def _api_port(self) -> int:
+    def _api_port(self) -> int | None:
         if self.options.api_port is not None:
             return self.options.api_port
-        return 0 if self._stack.requested_port == 0 else DEFAULT_API_PORT
+        return 0 if self._stack.requested_port == 0 else None
 
     def _deploy(self, endpoint_id: str) -> LocalEndpoint:
         """Create the endpoint's resources in moto and start its container."""
