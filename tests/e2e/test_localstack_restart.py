@@ -24,7 +24,8 @@ from fleetcast.localstack.stack import StackInfo
 
 pytestmark = pytest.mark.e2e
 
-START_SECONDS = 240
+# Generous: on a loaded machine a start takes minutes (eight worker processes import pandas).
+START_SECONDS = 600
 JOB_SECONDS = 120
 ROLE = "arn:aws:iam::123456789012:role/fleetcast-local"
 RESOURCES = {

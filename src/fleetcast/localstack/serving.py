@@ -14,6 +14,8 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from moto.backends import get_backend
+
 from fleetcast.localstack.api import LocalRestApi
 from fleetcast.localstack.endpoint import (
     EndpointRuntime,
@@ -193,8 +195,6 @@ def _variant(variant: dict[str, Any]) -> dict[str, Any]:
 def _omit_empty_data_capture(endpoint_name: str) -> None:
     """DescribeEndpoint leaves DataCaptureConfig out when none is configured; moto answers
     ``{}``, which the SageMaker Python SDK rejects. (moto runs in this process.)"""
-    from moto.sagemaker.models import sagemaker_backends
-
-    endpoint = sagemaker_backends[ACCOUNT_ID][REGION].endpoints.get(endpoint_name)
+    endpoint = get_backend("sagemaker")[ACCOUNT_ID][REGION].endpoints.get(endpoint_name)
     if endpoint is not None and not endpoint.data_capture_config:
         endpoint.data_capture_config = None  # type: ignore[assignment]
