@@ -25,7 +25,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -290,7 +290,7 @@ class LocalRestApi:
         cls,
         template: LocalTemplate,
         logical_id: str,
-        functions: dict[str, LocalFunction],
+        functions: Mapping[str, LocalFunction],
         apigateway: Any,
         port: int | None,
     ) -> tuple[LocalRestApi, str]:

@@ -19,6 +19,7 @@ import boto3
 from botocore.config import Config
 
 from fleetcast.localstack import persistence
+from fleetcast.localstack.context import ServiceContext
 from fleetcast.localstack.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.localstack.events import EventDelivery
 from fleetcast.localstack.gateway import Gateway, bind_preferred
@@ -188,9 +189,10 @@ class LocalStack:
             for kind, name in kept.unfinished if kept else ():
                 self.runner.resume(kind, persistence.sagemaker_backend(ACCOUNT_ID, REGION), name)
             self.info = self._describe()
-            self.serving = LocalServing(self, self._serving_options)
+            context = self._service_context()
+            self.serving = LocalServing(context, self._serving_options)
             self.info.extra.update(self.serving.start())
-            self.costs = LocalCosts(self)
+            self.costs = LocalCosts(context)
             self.info.extra.update(self.costs.start())
             self.info.save(self.state_dir / STATE_FILE)
         except BaseException:
@@ -227,6 +229,20 @@ class LocalStack:
         self.gateway = None
         self._clients.clear()
 
+    def _service_context(self) -> ServiceContext:
+        assert self.gateway is not None, "the gateway starts first"
+        return ServiceContext(
+            template=self.template,
+            root=self.root,
+            state_dir=self.state_dir,
+            endpoint_url=self.endpoint_url,
+            client=self.client,
+            add_route=self.gateway.add_route,
+            functions=self.functions,
+            notify=self.notices.append,
+            ephemeral_ports=self._port == 0,
+        )
+
     def _refuse_a_second_stack_here(self) -> None:
         try:
             running = StackInfo.load(self.state_dir)
@@ -254,11 +270,6 @@ class LocalStack:
         return kept
 
     # -- clients ----------------------------------------------------------------------
-
-    @property
-    def requested_port(self) -> int | None:
-        """The gateway port asked for; 0 means any free port, None the default."""
-        return self._port
 
     @property
     def endpoint_url(self) -> str:
