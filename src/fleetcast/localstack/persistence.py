@@ -32,6 +32,10 @@ JOB_COLLECTIONS = {"processing": "processing_jobs", "training": "training_jobs"}
 RUNNING = "InProgress"
 
 
+class SnapshotUnreadableError(Exception):
+    """A snapshot this moto cannot read back (another moto version wrote it, or it was cut)."""
+
+
 @dataclass(frozen=True)
 class KeptState:
     """What a snapshot holds, as the stack reports it at start and stop."""
@@ -100,14 +104,20 @@ def restore(path: Path, account_id: str, region: str) -> KeptState | None:
     The file is the stack's own, written by :func:`save` under the user's state folder."""
     if not path.is_file():
         return None
-    with path.open("rb") as file:
-        snapshot = pickle.load(file)  # noqa: S301 - our own file, see the docstring
+    try:
+        with path.open("rb") as file:
+            snapshot = pickle.load(file)  # noqa: S301 - our own file, see the docstring
+        kept = _describe(snapshot["s3"], snapshot["dynamodb"], snapshot["jobs"])
+    except Exception as error:
+        raise SnapshotUnreadableError(
+            f"cannot read the local stack's state {path}: {error!r}"
+        ) from error
     get_backend("s3")[account_id][S3_REGION] = snapshot["s3"]
     get_backend("dynamodb")[account_id][region] = snapshot["dynamodb"]
     sagemaker = sagemaker_backend(account_id, region)
     for kind, attr in JOB_COLLECTIONS.items():
         getattr(sagemaker, attr).update(snapshot["jobs"][kind])
-    return _describe(snapshot["s3"], snapshot["dynamodb"], snapshot["jobs"])
+    return kept
 
 
 def set_aside(path: Path) -> Path | None:

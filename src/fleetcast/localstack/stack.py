@@ -260,7 +260,12 @@ class LocalStack:
                 "nothing is kept: buckets, tables and jobs end when this stack stops"
             )
             return None
-        kept = persistence.restore(self.snapshot_path, ACCOUNT_ID, REGION)
+        try:
+            kept = persistence.restore(self.snapshot_path, ACCOUNT_ID, REGION)
+        except persistence.SnapshotUnreadableError as error:
+            aside = persistence.set_aside(self.snapshot_path)
+            self.notices.append(f"{error}; starting empty, the file is kept as {aside}")
+            kept = None
         self._state_loaded = True
         self.notices.append(
             f"restored from {self.snapshot_path}: {kept.describe()}"
