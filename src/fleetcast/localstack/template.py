@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cfnlint.decode import decode_str
-
 ACCOUNT_ID = "123456789012"
 REGION = "us-east-1"
 
@@ -51,6 +49,10 @@ def loads_template(text: str, source: str = "template") -> dict[str, Any]:
     in their long form (``!Ref X`` -> ``{"Ref": "X"}``, ``!GetAtt A.B`` ->
     ``{"Fn::GetAtt": ["A", "B"]}``). The one reader of template.yaml, for the local stack
     and the tests alike."""
+    # Imported here: cfn-lint loads all its rules on import (seconds of CPU), and every
+    # function worker the stack spawns imports this module but never reads a template.
+    from cfnlint.decode import decode_str
+
     decoded, problems = decode_str(text)
     if problems:
         raise ValueError(f"{source}: {'; '.join(str(problem) for problem in problems)}")
