@@ -21,6 +21,10 @@ from rich.table import Table
 
 from fleetcast import images
 from fleetcast.cost_cli import add_cost_commands
+from fleetcast.localstack import persistence
+from fleetcast.localstack.api import DEFAULT_PORT as DEFAULT_API_PORT
+from fleetcast.localstack.gateway import PortTakenError
+from fleetcast.localstack.serving import ServingOptions
 from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
@@ -133,8 +137,18 @@ def cmd_up(args: argparse.Namespace) -> int:
             state_dir=args.state_dir,
             port=args.port,
             parameters={"TrainingInstanceCount": str(args.instances)},
+            serving=ServingOptions(api_port=args.api_port),
+            keep_state=True,
         )
-        info = stack.start()
+        if args.fresh:
+            aside = persistence.set_aside(stack.snapshot_path)
+            if aside:
+                console.print(f"starting empty; the last stop's state is in {aside}")
+        try:
+            info = stack.start()
+        except (RuntimeError, PortTakenError) as error:
+            console.print(f"[red]{error}[/]")
+            return 1
     try:
         table = Table(title="fleetcast local stack (127.0.0.1 only)", show_header=False)
         table.add_row("AWS APIs (moto + SageMaker runner)", info.endpoint_url)
@@ -151,6 +165,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         table.add_row("function logs", str(Path(info.state_dir) / "logs"))
         table.add_row("job logs", str(Path(info.state_dir) / "jobs"))
         console.print(table)
+        for notice in stack.notices:
+            console.print(notice)
         console.print(
             'In another shell: [bold]eval "$(fleetcast env)"[/] then use the AWS CLI or boto3. Ctrl-C stops.'
         )
@@ -161,7 +177,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             pass
     finally:
         with console.status("stopping"):
+            stack.notices.clear()
             stack.stop()
+    for notice in stack.notices:
+        console.print(notice)
     console.print("local stack stopped")
     return 0
 
@@ -264,7 +283,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="start the embedded local stack in the foreground")
-    up.add_argument("--port", type=int, default=DEFAULT_PORT)
+    up.add_argument(
+        "--port",
+        type=int,
+        help=f"AWS APIs' port (default {DEFAULT_PORT}, or a free one if taken; 0: any free)",
+    )
+    up.add_argument(
+        "--api-port",
+        type=int,
+        help=f"forecast API's port (default {DEFAULT_API_PORT}, or a free one if taken; 0: any free)",
+    )
+    up.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start empty: set the kept buckets, tables and jobs aside (renamed, not deleted)",
+    )
     up.add_argument("--instances", type=int, default=2, help="training instances per job")
     up.set_defaults(run=cmd_up)
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import boto3
 import pytest
-import yaml
 from function_helpers import load_function
 from moto.backends import get_backend
 from moto.server import ThreadedMotoServer
+from template_helpers import load_template
 
 from fleetcast import billing
 from fleetcast_common.cost.delivery import DeliveryFailed
@@ -90,21 +90,10 @@ def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 
 def _state_table_properties() -> dict[str, Any]:
-    """CostReportStateTable's properties from template.yaml once merged, until then from
-    the snippet in docs/cost-watch.md: the test builds what the template declares."""
-
-    class CloudFormationLoader(yaml.SafeLoader):
-        pass
-
-    CloudFormationLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
-    text = (ROOT / "template.yaml").read_text() if (ROOT / "template.yaml").exists() else ""
-    if "CostReportStateTable:" not in text:
-        doc = (ROOT / "docs/cost-watch.md").read_text()
-        text = doc.split("## Template snippet", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
-        # The snippet borrows template.yaml's anchors (checkov skips).
-        text = re.sub(r"\*\w+", "[]", text)
-    template = yaml.load(text, Loader=CloudFormationLoader)
-    return template["Resources"]["CostReportStateTable"]["Properties"]
+    """CostReportStateTable's properties from template.yaml: the test builds what the
+    template declares."""
+    properties: dict[str, Any] = load_template()["Resources"]["CostReportStateTable"]["Properties"]
+    return properties
 
 
 def _create_state_table(dynamodb: Any) -> None:

@@ -2,9 +2,13 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 
+from fleetcast.localstack import persistence
 from fleetcast.localstack.events import normalise_event
 from fleetcast.localstack.sagemaker_jobs import (
     image_entrypoint,
@@ -13,7 +17,7 @@ from fleetcast.localstack.sagemaker_jobs import (
     split_s3_uri,
     under_root,
 )
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,3 +87,75 @@ def test_template_resolves_names_refs_subs_and_function_environment() -> None:
     assert pattern["detail"]["bucket"]["name"] == [template.physical_name("RawBucket")]
     json.dumps(pattern)  # fully resolved: no intrinsic left
     assert "Fn::" not in json.dumps(pattern) and '"Ref"' not in json.dumps(pattern)
+
+
+# ---------------------------------------------------------------- what a restart keeps
+
+JOB_RESOURCES = {
+    "ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.m5.large", "VolumeSizeInGB": 1}
+}
+
+
+def _clients() -> tuple[Any, Any, Any]:
+    session = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+    )
+    return session.client("s3"), session.client("dynamodb"), session.client("sagemaker")
+
+
+def test_a_snapshot_brings_back_objects_items_and_jobs_and_names_the_unfinished(
+    tmp_path: Path,
+) -> None:
+    # Given moto holding an object, an item, a finished job and one still running
+    snapshot = tmp_path / persistence.SNAPSHOT_FILE
+    with mock_aws():
+        s3, dynamodb, sagemaker = _clients()
+        s3.create_bucket(Bucket="kept-bucket")
+        s3.put_object(Bucket="kept-bucket", Key="incoming/a.csv", Body=b"customer_id,date\n")
+        dynamodb.create_table(
+            TableName="registry",
+            KeySchema=[{"AttributeName": "customer_id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "customer_id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        dynamodb.put_item(TableName="registry", Item={"customer_id": {"S": "42"}})
+        for name in ("finished", "running"):
+            sagemaker.create_processing_job(
+                ProcessingJobName=name,
+                ProcessingResources=JOB_RESOURCES,
+                AppSpecification={"ImageUri": "fleetcast-processing:latest"},
+                RoleArn="arn:aws:iam::123456789012:role/r",
+            )
+        backend = persistence.sagemaker_backend(ACCOUNT_ID, REGION)
+        backend.processing_jobs["running"].processing_job_status = "InProgress"
+        # When it is saved, and moto starts empty again
+        saved = persistence.save(snapshot, ACCOUNT_ID, REGION)
+    with mock_aws():
+        s3, dynamodb, sagemaker = _clients()
+        assert s3.list_buckets()["Buckets"] == []
+        restored = persistence.restore(snapshot, ACCOUNT_ID, REGION)
+        # Then everything is back, and the running job is the one to run again
+        assert restored == saved
+        assert restored.unfinished == (("processing", "running"),)
+        body = s3.get_object(Bucket="kept-bucket", Key="incoming/a.csv")["Body"].read()
+        assert body == b"customer_id,date\n"
+        item = dynamodb.get_item(TableName="registry", Key={"customer_id": {"S": "42"}})
+        assert item["Item"] == {"customer_id": {"S": "42"}}
+        finished = sagemaker.describe_processing_job(ProcessingJobName="finished")
+        assert finished["ProcessingJobStatus"] == "Completed"
+
+
+def test_an_unreadable_snapshot_is_refused_naming_the_file(tmp_path: Path) -> None:
+    snapshot = tmp_path / persistence.SNAPSHOT_FILE
+    snapshot.write_bytes(b"cut short")
+    with pytest.raises(persistence.SnapshotUnreadableError, match=str(snapshot)):
+        persistence.restore(snapshot, ACCOUNT_ID, REGION)
+
+
+def test_setting_a_snapshot_aside_renames_it_and_deletes_nothing(tmp_path: Path) -> None:
+    snapshot = tmp_path / persistence.SNAPSHOT_FILE
+    snapshot.write_bytes(b"state")
+    aside = persistence.set_aside(snapshot)
+    assert aside is not None and aside.read_bytes() == b"state"
+    assert not snapshot.exists()
+    assert persistence.set_aside(snapshot) is None

@@ -25,13 +25,14 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from fleetcast.localstack.gateway import bind_preferred
 from fleetcast.localstack.lambdas import LocalFunction
 from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
 
@@ -191,15 +192,21 @@ class LocalRestApi:
         routes: list[ApiRoute],
         keys: ApiKeys,
         usage_plan: UsagePlan | None,
-        port: int = DEFAULT_PORT,
+        port: int | None = None,
     ) -> None:
+        """``port`` None: 3000, or any free port when another program has it."""
         self.name = name
         self.api_id = api_id
         self.stage = stage
         self.routes = routes
         self.keys = keys
         self.usage_plan = usage_plan
-        self._server = _ApiServer((HOST, port), _handler_for(self))
+        self._server, self.port_notice = bind_preferred(
+            port,
+            DEFAULT_PORT,
+            lambda bound: _ApiServer((HOST, bound), _handler_for(self)),
+            f"the API {name}",
+        )
         self._thread = threading.Thread(
             target=self._server.serve_forever, daemon=True, name=f"api-{name}"
         )
@@ -283,9 +290,9 @@ class LocalRestApi:
         cls,
         template: LocalTemplate,
         logical_id: str,
-        functions: dict[str, LocalFunction],
+        functions: Mapping[str, LocalFunction],
         apigateway: Any,
-        port: int,
+        port: int | None,
     ) -> tuple[LocalRestApi, str]:
         """Create the API, its usage plan and key in moto; return the API and the key value."""
         properties = template.resolve(template.resources[logical_id].get("Properties", {}))

@@ -44,8 +44,8 @@ from fleetcast_common.cost import sources
 from fleetcast_common.cost.settings import CostReportSettings
 
 if TYPE_CHECKING:
+    from fleetcast.localstack.context import ServiceContext
     from fleetcast.localstack.gateway import WsgiApp
-    from fleetcast.localstack.stack import LocalStack
 
 log = logging.getLogger("fleetcast.localstack.costs")
 
@@ -373,21 +373,21 @@ def _time_period(body: bytes) -> tuple[dt.date, dt.date] | None:
 
 
 class LocalCosts:
-    def __init__(self, stack: LocalStack) -> None:
-        self._stack = stack
-        self.outbox = outbox_dir(stack.state_dir)
+    def __init__(self, context: ServiceContext) -> None:
+        self._context = context
+        self.outbox = outbox_dir(context.state_dir)
         self.explorer: CostExplorerHistory | None = None
 
     @property
     def enabled(self) -> bool:
-        return COST_REPORT_FUNCTION in self._stack.template.resources
+        return COST_REPORT_FUNCTION in self._context.template.resources
 
     def environment(self) -> dict[str, str]:
         """The cost report's variables as the local function has them."""
-        function = self._stack.template.function_environment(COST_REPORT_FUNCTION)
+        function = self._context.template.function_environment(COST_REPORT_FUNCTION)
         return {
             **{name: value for name, value in function.items() if name.startswith("COST_")},
-            **local_function_environment(COST_REPORT_FUNCTION, self._stack.state_dir),
+            **local_function_environment(COST_REPORT_FUNCTION, self._context.state_dir),
         }
 
     def start(self) -> dict[str, str]:
@@ -395,20 +395,19 @@ class LocalCosts:
         ``fleetcast env`` variables (the report's own, and ``FLEETCAST_OUTBOX``)."""
         if not self.enabled:
             return {}
-        stack = self._stack
-        assert stack.gateway is not None, "the gateway starts first"
+        context = self._context
         environment = self.environment()
         settings = CostReportSettings.from_env(environment)
-        stack.client("ses").verify_email_identity(EmailAddress=parseaddr(settings.sender)[1])
-        stack.gateway.add_route(
+        context.client("ses").verify_email_identity(EmailAddress=parseaddr(settings.sender)[1])
+        context.add_route(
             ce_operation("GetAnomalies"), AnomalyDetection(settings.anomaly_monitor_arn)
         )
         self.explorer = CostExplorerHistory(
-            stack.endpoint_url,
-            stack.client("ce"),
+            context.endpoint_url,
+            context.client("ce"),
             forward=DomainDispatcherApplication(create_backend_app),
         )
-        stack.gateway.add_route(ce_operation("GetCostAndUsage"), self.explorer)
+        context.add_route(ce_operation("GetCostAndUsage"), self.explorer)
         today = dt.datetime.now(dt.UTC).date()
         self.explorer.fill(today - dt.timedelta(days=settings.lookback_days), today)
         self.outbox.mkdir(parents=True, exist_ok=True)
@@ -418,20 +417,20 @@ class LocalCosts:
         """Invoke the function as its schedule would (``events/schedule.json`` at ``now``);
         its outcome. Raises what the function raises (an unverified sender, say)."""
         now = now or dt.datetime.now(dt.UTC)
-        template = self._stack.template
+        template = self._context.template
         function = template.resources[COST_REPORT_FUNCTION]["Properties"]
         (rule,) = (
             template.resolve(event["Properties"]["Name"])
             for event in function["Events"].values()
             if event["Type"] == "Schedule"
         )
-        event = json.loads((self._stack.root / "events" / "schedule.json").read_text())
+        event = json.loads((self._context.root / "events" / "schedule.json").read_text())
         event.update(
             id=str(uuid.uuid4()),
             time=now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             resources=[f"arn:aws:events:{REGION}:{ACCOUNT_ID}:rule/{rule}"],
         )
-        outcome: dict[str, Any] = self._stack.functions[COST_REPORT_FUNCTION].invoke(event)
+        outcome: dict[str, Any] = self._context.functions[COST_REPORT_FUNCTION].invoke(event)
         return outcome
 
     def stop(self) -> None:

@@ -7,10 +7,12 @@ local stack registers, by a WSGI middleware in front of moto.
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -25,6 +27,31 @@ Route = tuple[Callable[[dict[str, Any]], bool], WsgiApp]
 
 log = logging.getLogger("fleetcast.localstack.gateway")
 
+Server = TypeVar("Server")
+
+
+class PortTakenError(OSError):
+    """A port asked for by number is in use (by another program, or another stack)."""
+
+
+def bind_preferred(
+    port: int | None, default: int, bind: Callable[[int], Server], what: str
+) -> tuple[Server, str | None]:
+    """Bind ``port``; when None, ``default`` or else any free port if ``default`` is taken.
+    Returns the server and, when the default was taken, a notice that says so."""
+    try:
+        return bind(default if port is None else port), None
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        if port is not None:
+            raise PortTakenError(
+                errno.EADDRINUSE,
+                f"port {port} for {what} is taken (another `fleetcast up`?): "
+                "give another port, or 0 for any free one",
+            ) from error
+    return bind(0), f"port {default} was taken: {what} on a free port instead"
+
 
 class _QuietHandler(MotoRequestHandler):
     def log_request(self, code: Any = "-", size: Any = "-") -> None:
@@ -35,9 +62,16 @@ class Gateway:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._moto = DomainDispatcherApplication(create_backend_app)
         self._routes: list[Route] = []
-        self._server: BaseWSGIServer = make_server(
-            host, port, self._app, threaded=True, request_handler=_QuietHandler
-        )
+        # Bound here, not by werkzeug, which exits the process when the port is taken.
+        with socket.create_server((host, port)) as listener:
+            self._server: BaseWSGIServer = make_server(
+                host,
+                port,
+                self._app,
+                threaded=True,
+                request_handler=_QuietHandler,
+                fd=listener.fileno(),
+            )
         self._thread = threading.Thread(
             target=self._server.serve_forever, daemon=True, name="aws-gateway"
         )

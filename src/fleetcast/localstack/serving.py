@@ -14,7 +14,8 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fleetcast.localstack.api import DEFAULT_PORT as DEFAULT_API_PORT
+from moto.backends import get_backend
+
 from fleetcast.localstack.api import LocalRestApi
 from fleetcast.localstack.endpoint import (
     EndpointRuntime,
@@ -26,7 +27,7 @@ from fleetcast.localstack.sagemaker_jobs import image_entrypoint, local_command,
 from fleetcast.localstack.template import ACCOUNT_ID, REGION
 
 if TYPE_CHECKING:
-    from fleetcast.localstack.stack import LocalStack
+    from fleetcast.localstack.context import ServiceContext
 
 log = logging.getLogger("fleetcast.localstack.serving")
 
@@ -36,8 +37,9 @@ SERVE_COMMAND = "serve"
 
 @dataclass(frozen=True)
 class ServingOptions:
-    """How the local stack serves. ``api_port`` None: 3000, or any free port when the
-    stack's AWS gateway itself is on an ephemeral port (tests, ``fleetcast demo``)."""
+    """How the local stack serves. ``api_port`` None: 3000 (any free port when that is
+    taken), or any free port when the stack's AWS gateway itself is on an ephemeral port
+    (tests, ``fleetcast demo``)."""
 
     api_port: int | None = None
     # The container's FLEETCAST_MEMORY_BUDGET_MB; 256 MiB holds ~10,000 daily models.
@@ -48,8 +50,8 @@ class ServingOptions:
 
 
 class LocalServing:
-    def __init__(self, stack: LocalStack, options: ServingOptions | None = None) -> None:
-        self._stack = stack
+    def __init__(self, context: ServiceContext, options: ServingOptions | None = None) -> None:
+        self._context = context
         self.options = options or ServingOptions()
         self.runtime: EndpointRuntime | None = None
         self.endpoints: dict[str, LocalEndpoint] = {}
@@ -57,24 +59,25 @@ class LocalServing:
 
     def start(self) -> dict[str, str]:
         """Start serving; return the extra ``fleetcast env`` variables."""
-        stack = self._stack
-        assert stack.gateway is not None, "start the stack's gateway first"
-        template = stack.template
+        context = self._context
+        template = context.template
         exported: dict[str, str] = {}
-        self.runtime = EndpointRuntime(stack.client("sagemaker"), ACCOUNT_ID, REGION)
+        self.runtime = EndpointRuntime(context.client("sagemaker"), ACCOUNT_ID, REGION)
         for logical_id in template.resources_of_type("AWS::SageMaker::Endpoint"):
             endpoint = self._deploy(logical_id)
             self.endpoints[logical_id] = endpoint
             self.runtime.add(endpoint)
             exported.setdefault("FLEETCAST_ENDPOINT_NAME", endpoint.name)
-        stack.gateway.add_route(self.runtime.matches, self.runtime)
+        context.add_route(self.runtime.matches, self.runtime)
 
-        apigateway = stack.client("apigateway")
+        apigateway = context.client("apigateway")
         for logical_id in template.resources_of_type("AWS::Serverless::Api"):
             api, key = LocalRestApi.from_template(
-                template, logical_id, stack.functions, apigateway, self._api_port()
+                template, logical_id, context.functions, apigateway, self._api_port()
             )
             api.start()
+            if api.port_notice:
+                context.notify(api.port_notice)
             self.apis[logical_id] = api
             log.info("API %s on %s", api.name, api.url)
             exported.setdefault("FLEETCAST_API_URL", api.url)
@@ -99,16 +102,16 @@ class LocalServing:
                 return endpoint
         raise KeyError(f"no local endpoint {name!r}")
 
-    def _api_port(self) -> int:
+    def _api_port(self) -> int | None:
         if self.options.api_port is not None:
             return self.options.api_port
-        return 0 if self._stack.requested_port == 0 else DEFAULT_API_PORT
+        return 0 if self._context.ephemeral_ports else None
 
     def _deploy(self, endpoint_id: str) -> LocalEndpoint:
         """Create the endpoint's resources in moto and start its container."""
-        stack = self._stack
-        template = stack.template
-        sagemaker = stack.client("sagemaker")
+        context = self._context
+        template = context.template
+        sagemaker = context.client("sagemaker")
         endpoint = self._properties(endpoint_id)
         config_id = self._logical_id(
             "AWS::SageMaker::EndpointConfig", endpoint["EndpointConfigName"]
@@ -134,15 +137,15 @@ class LocalServing:
         )
         name = template.physical_name(endpoint_id)
 
-        home = stack.state_dir / "endpoints" / name
+        home = context.state_dir / "endpoints" / name
         shutil.rmtree(home, ignore_errors=True)
         command = local_command(
-            [*image_entrypoint(container["Image"], stack.root / "containers"), SERVE_COMMAND]
+            [*image_entrypoint(container["Image"], context.root / "containers"), SERVE_COMMAND]
         )
         process = InferenceContainer(
             command=command,
             opt_ml=home / "opt_ml",
-            log_path=stack.state_dir / "logs" / f"{endpoint_id}.log",
+            log_path=context.state_dir / "logs" / f"{endpoint_id}.log",
             memory_budget_mb=self.options.memory_budget_mb,
             restart_delay=self.options.restart_delay_seconds,
         )
@@ -150,7 +153,7 @@ class LocalServing:
         cache = ModelDiskCache(
             process.models_root,
             int(self.options.disk_cache_mb * 1024 * 1024),
-            stack.client("s3"),
+            context.client("s3"),
             bucket,
             prefix,
         )
@@ -166,12 +169,12 @@ class LocalServing:
         return local
 
     def _properties(self, logical_id: str) -> dict[str, Any]:
-        template = self._stack.template
+        template = self._context.template
         resolved: dict[str, Any] = template.resolve(template.resources[logical_id]["Properties"])
         return resolved
 
     def _logical_id(self, resource_type: str, physical_name: str) -> str:
-        template = self._stack.template
+        template = self._context.template
         for logical_id in template.resources_of_type(resource_type):
             if template.physical_name(logical_id) == physical_name:
                 return logical_id
@@ -191,8 +194,6 @@ def _variant(variant: dict[str, Any]) -> dict[str, Any]:
 def _omit_empty_data_capture(endpoint_name: str) -> None:
     """DescribeEndpoint leaves DataCaptureConfig out when none is configured; moto answers
     ``{}``, which the SageMaker Python SDK rejects. (moto runs in this process.)"""
-    from moto.sagemaker.models import sagemaker_backends
-
-    endpoint = sagemaker_backends[ACCOUNT_ID][REGION].endpoints.get(endpoint_name)
+    endpoint = get_backend("sagemaker")[ACCOUNT_ID][REGION].endpoints.get(endpoint_name)
     if endpoint is not None and not endpoint.data_capture_config:
         endpoint.data_capture_config = None  # type: ignore[assignment]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,9 +18,11 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from fleetcast.localstack import persistence
+from fleetcast.localstack.context import ServiceContext
 from fleetcast.localstack.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.localstack.events import EventDelivery
-from fleetcast.localstack.gateway import Gateway
+from fleetcast.localstack.gateway import Gateway, bind_preferred
 from fleetcast.localstack.lambdas import LocalFunction
 from fleetcast.localstack.sagemaker_jobs import JobRunner
 from fleetcast.localstack.serving import LocalServing, ServingOptions
@@ -110,15 +111,20 @@ def _alive(pid: int) -> bool:
 
 
 class LocalStack:
+    """``port`` None: 4599, or any free port when another program has it; 0: any free port.
+    ``keep_state``: restore the buckets, tables and jobs of the last stop from the state
+    folder, and save them at stop (:mod:`fleetcast.localstack.persistence`)."""
+
     def __init__(
         self,
         state_dir: Path | None = None,
-        port: int = DEFAULT_PORT,
+        port: int | None = None,
         stack_name: str = "fleetcast",
         parameters: dict[str, str] | None = None,
         root: Path | None = None,
         function_concurrency: int = 1,
         serving: ServingOptions | None = None,
+        keep_state: bool = False,
     ) -> None:
         self.root = root or repo_root()
         self.state_dir = state_dir or default_state_dir()
@@ -130,6 +136,11 @@ class LocalStack:
         self._port = port
         self._function_concurrency = function_concurrency
         self._serving_options = serving
+        self._keep_state = keep_state
+        # True once moto holds this stack's state (restored or new): only then is it saved.
+        self._state_loaded = False
+        # What a user should be told at start: ports that were taken, what was restored.
+        self.notices: list[str] = []
         self.gateway: Gateway | None = None
         self.runner: JobRunner | None = None
         self.delivery: EventDelivery | None = None
@@ -149,12 +160,19 @@ class LocalStack:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
+    @property
+    def snapshot_path(self) -> Path:
+        return self.state_dir / persistence.SNAPSHOT_FILE
+
     def start(self) -> StackInfo:
-        if self.state_dir.exists():
-            shutil.rmtree(self.state_dir / "jobs", ignore_errors=True)
+        self._refuse_a_second_stack_here()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.gateway = Gateway(port=self._port)
-        self.gateway.start()
+        gateway, notice = bind_preferred(
+            self._port, DEFAULT_PORT, lambda port: Gateway(port=port), "the AWS APIs"
+        )
+        self.notices += [notice] if notice else []
+        self.gateway = gateway
+        gateway.start()
         try:
             self.runner = JobRunner(
                 s3=self.client("s3"),
@@ -163,14 +181,18 @@ class LocalStack:
                 containers_dir=self.root / "containers",
             )
             self.runner.install()
+            kept = self._restore_state()
             self._create_resources()
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
             self._create_functions()
             self.delivery.start()
+            for kind, name in kept.unfinished if kept else ():
+                self.runner.resume(kind, persistence.sagemaker_backend(ACCOUNT_ID, REGION), name)
             self.info = self._describe()
-            self.serving = LocalServing(self, self._serving_options)
+            context = self._service_context()
+            self.serving = LocalServing(context, self._serving_options)
             self.info.extra.update(self.serving.start())
-            self.costs = LocalCosts(self)
+            self.costs = LocalCosts(context)
             self.info.extra.update(self.costs.start())
             self.info.save(self.state_dir / STATE_FILE)
         except BaseException:
@@ -190,6 +212,11 @@ class LocalStack:
         if self.runner:
             self.runner.shutdown()
             self.runner.uninstall()
+        if self._keep_state and self._state_loaded:
+            kept = persistence.save(self.snapshot_path, ACCOUNT_ID, REGION)
+            log.info("kept in %s: %s", self.snapshot_path, kept.describe())
+            self.notices.append(f"kept in {self.snapshot_path}: {kept.describe()}")
+            self._state_loaded = False
         if self.gateway:
             self.gateway.stop()
         state = self.state_dir / STATE_FILE
@@ -202,12 +229,52 @@ class LocalStack:
         self.gateway = None
         self._clients.clear()
 
-    # -- clients ----------------------------------------------------------------------
+    def _service_context(self) -> ServiceContext:
+        assert self.gateway is not None, "the gateway starts first"
+        return ServiceContext(
+            template=self.template,
+            root=self.root,
+            state_dir=self.state_dir,
+            endpoint_url=self.endpoint_url,
+            client=self.client,
+            add_route=self.gateway.add_route,
+            functions=self.functions,
+            notify=self.notices.append,
+            ephemeral_ports=self._port == 0,
+        )
 
-    @property
-    def requested_port(self) -> int:
-        """The gateway port asked for; 0 means any free port."""
-        return self._port
+    def _refuse_a_second_stack_here(self) -> None:
+        try:
+            running = StackInfo.load(self.state_dir)
+        except FileNotFoundError:
+            return
+        if running.pid != os.getpid():
+            raise RuntimeError(
+                f"a local stack (pid {running.pid}) already runs from {self.state_dir}: "
+                "stop it, or give this one a folder of its own (--state-dir)"
+            )
+
+    def _restore_state(self) -> persistence.KeptState | None:
+        if not self._keep_state:
+            self.notices.append(
+                "nothing is kept: buckets, tables and jobs end when this stack stops"
+            )
+            return None
+        try:
+            kept = persistence.restore(self.snapshot_path, ACCOUNT_ID, REGION)
+        except persistence.SnapshotUnreadableError as error:
+            aside = persistence.set_aside(self.snapshot_path)
+            self.notices.append(f"{error}; starting empty, the file is kept as {aside}")
+            kept = None
+        self._state_loaded = True
+        self.notices.append(
+            f"restored from {self.snapshot_path}: {kept.describe()}"
+            if kept
+            else f"a new stack; its buckets, tables and jobs are kept in {self.snapshot_path} at stop"
+        )
+        return kept
+
+    # -- clients ----------------------------------------------------------------------
 
     @property
     def endpoint_url(self) -> str:
@@ -263,11 +330,18 @@ class LocalStack:
             )
         for logical_id in self.template.resources_of_type("AWS::SQS::Queue"):
             sqs.create_queue(QueueName=self.template.physical_name(logical_id))
+        # Buckets and tables restored from the last stop are there already.
+        buckets = {bucket["Name"] for bucket in s3.list_buckets()["Buckets"]}
+        tables = set(dynamodb.list_tables()["TableNames"])
         for logical_id in self.template.resources_of_type("AWS::S3::Bucket"):
+            if self.template.physical_name(logical_id) in buckets:
+                continue
             self._create_bucket(
                 s3, self.template.physical_name(logical_id), self._properties(logical_id)
             )
         for logical_id in self.template.resources_of_type("AWS::DynamoDB::Table"):
+            if self.template.physical_name(logical_id) in tables:
+                continue
             properties = self._properties(logical_id)
             request: dict[str, Any] = {
                 "TableName": self.template.physical_name(logical_id),

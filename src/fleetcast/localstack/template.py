@@ -12,60 +12,73 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ACCOUNT_ID = "123456789012"
 REGION = "us-east-1"
 
-_SHORT_TAGS = {
-    "Ref": "Ref",
-    "Sub": "Fn::Sub",
-    "GetAtt": "Fn::GetAtt",
-    "Join": "Fn::Join",
-    "If": "Fn::If",
-    "Equals": "Fn::Equals",
-    "Not": "Fn::Not",
-    "And": "Fn::And",
-    "Or": "Fn::Or",
-    "Select": "Fn::Select",
-    "Split": "Fn::Split",
-    "Condition": "Condition",
-    "GetAZs": "Fn::GetAZs",
-    "ImportValue": "Fn::ImportValue",
-    "Base64": "Fn::Base64",
-    "FindInMap": "Fn::FindInMap",
-}
+# The intrinsic functions CloudFormation has (the short tags' long forms).
+INTRINSIC_FUNCTIONS = frozenset(
+    {"Ref", "Condition"}
+    | {
+        f"Fn::{name}"
+        for name in [
+            "And",
+            "Base64",
+            "Cidr",
+            "Equals",
+            "FindInMap",
+            "GetAZs",
+            "GetAtt",
+            "If",
+            "ImportValue",
+            "Join",
+            "Length",
+            "Not",
+            "Or",
+            "Select",
+            "Split",
+            "Sub",
+            "ToJsonString",
+            "Transform",
+        ]
+    }
+)
 
 
-class _TemplateLoader(yaml.SafeLoader):
-    """SafeLoader that reads ``!Ref X`` as ``{"Ref": "X"}`` and so on."""
+def loads_template(text: str, source: str = "template") -> dict[str, Any]:
+    """A CloudFormation/SAM template as plain data, read by cfn-lint's decoder: short tags
+    in their long form (``!Ref X`` -> ``{"Ref": "X"}``, ``!GetAtt A.B`` ->
+    ``{"Fn::GetAtt": ["A", "B"]}``). The one reader of template.yaml, for the local stack
+    and the tests alike."""
+    # Imported here: cfn-lint loads all its rules on import (seconds of CPU), and every
+    # function worker the stack spawns imports this module but never reads a template.
+    from cfnlint.decode import decode_str
 
-
-def _construct(tag: str, full_name: str) -> Any:
-    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
-        value: Any
-        if isinstance(node, yaml.ScalarNode):
-            value = loader.construct_scalar(node)
-            if tag == "GetAtt":
-                value = str(value).split(".", 1)
-        elif isinstance(node, yaml.SequenceNode):
-            value = loader.construct_sequence(node, deep=True)
-        else:
-            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-        return {full_name: value}
-
-    return construct
-
-
-for _tag, _name in _SHORT_TAGS.items():
-    _TemplateLoader.add_constructor(f"!{_tag}", _construct(_tag, _name))
+    decoded, problems = decode_str(text)
+    if problems:
+        raise ValueError(f"{source}: {'; '.join(str(problem) for problem in problems)}")
+    if not isinstance(decoded, dict):
+        raise ValueError(f"{source}: a template is a mapping at the top level")
+    plain: dict[str, Any] = _plain(decoded, source)
+    return plain
 
 
 def load_template(path: Path) -> dict[str, Any]:
-    with path.open() as stream:
-        loaded = yaml.load(stream, Loader=_TemplateLoader)  # noqa: S506 - SafeLoader subclass
-    assert isinstance(loaded, dict), f"{path} is not a template"
-    return loaded
+    return loads_template(path.read_text(), str(path))
+
+
+def _plain(value: Any, source: str) -> Any:
+    """cfn-lint's nodes (which carry line marks) as plain dicts, lists and scalars; a tag
+    CloudFormation does not have is refused, not read as a function."""
+    if isinstance(value, dict):
+        for key in value:
+            if str(key).startswith("Fn::") and key not in INTRINSIC_FUNCTIONS:
+                raise ValueError(f"{source}: unknown CloudFormation tag !{key[4:]}")
+        return {str(key): _plain(item, source) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item, source) for item in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
 
 
 def _physical_name(stack: str, logical_id: str, resource_type: str) -> str:

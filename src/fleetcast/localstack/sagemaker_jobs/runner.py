@@ -11,29 +11,35 @@ as DescribeProcessingJob/DescribeTrainingJob report it, and publishes the docume
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import posixpath
-import re
-import shutil
-import signal
 import subprocess
-import sys
-import tarfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from moto.sagemaker import models as sagemaker_models
 from moto.sagemaker.exceptions import ResourceInUseException
 
+from fleetcast.localstack.sagemaker_jobs import training
+from fleetcast.localstack.sagemaker_jobs.checkpoints import CheckpointSync, checkpoint_dir
+from fleetcast.localstack.sagemaker_jobs.containers import (
+    FAILURE_REASON_LIMIT,
+    image_entrypoint,
+    kill_instance,
+    killed_reason,
+    local_command,
+    log_tail,
+    read_limited,
+)
+from fleetcast.localstack.sagemaker_jobs.training import now
+from fleetcast.localstack.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
 from fleetcast_common.contracts import opt_ml
 from fleetcast_common.contracts import processing as processing_contract
 from fleetcast_common.contracts import training as training_contract
@@ -42,58 +48,6 @@ log = logging.getLogger("fleetcast.localstack.jobs")
 
 # Both containers read their /opt/ml root from the same variable.
 OPT_ML_ENV = opt_ml.OPT_ML_ENV
-# What SageMaker keeps of a FailureReason.
-FAILURE_REASON_LIMIT = 1024
-CHECKPOINT_SYNC_SECONDS = 1.0
-SMALL_OBJECT_BYTES = 8 * 1024 * 1024
-_ENTRYPOINT = re.compile(r"^\s*ENTRYPOINT\s+(\[.*\])\s*$", re.MULTILINE)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    if not uri.startswith("s3://"):
-        raise ValueError(f"not an S3 URI: {uri}")
-    bucket, _, key = uri[5:].partition("/")
-    return bucket, key
-
-
-def under_root(root: Path, container_path: str) -> Path:
-    """Map a container path (``/opt/ml/...``) into an instance's local root; both
-    containers' contracts lay out the same ``/opt/ml`` tree."""
-    return opt_ml.resolve(container_path, root)
-
-
-def shard(keys: list[str], hosts: int, index: int) -> list[str]:
-    """ShardedByS3Key: each instance gets about 1/n of the objects. AWS does not document
-    the assignment; round-robin over sorted keys keeps shards within one object of even."""
-    return sorted(keys)[index::hosts]
-
-
-def image_entrypoint(image_uri: str, containers_dir: Path) -> list[str]:
-    """The ENTRYPOINT of the Dockerfile that builds ``image_uri`` (``…/fleetcast-training:tag``
-    is built from ``containers/training/Dockerfile``), so the local stack runs what ships."""
-    repository = image_uri.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
-    family = repository.removeprefix("fleetcast-")
-    dockerfile = containers_dir / family / "Dockerfile"
-    if not dockerfile.is_file():
-        raise LookupError(
-            f"the local stack has no container for image {image_uri!r} (looked for {dockerfile})"
-        )
-    found = _ENTRYPOINT.findall(dockerfile.read_text())
-    if not found:
-        raise LookupError(f"{dockerfile} has no exec-form ENTRYPOINT")
-    command: list[str] = json.loads(found[-1])
-    return command
-
-
-def local_command(command: list[str]) -> list[str]:
-    """Run a container's ``python3 …`` command with this environment's interpreter."""
-    if command and Path(command[0]).name in ("python", "python3"):
-        return [sys.executable, *command[1:]]
-    return command
 
 
 def _epoch_ms(value: Any) -> Any:
@@ -109,116 +63,6 @@ def _jsonable(value: Any, as_string: bool) -> Any:
     if isinstance(value, list):
         return [_jsonable(v, as_string) for v in value]
     return value
-
-
-@dataclass
-class S3Transfer:
-    """Bulk S3 copies between the local moto server and a folder, a few requests at a time.
-
-    Small objects (per-customer files, model archives) go as single requests: the managed
-    transfer of ``upload_file`` costs more than the object itself at that size.
-    """
-
-    s3: Any
-    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(16))
-
-    def keys(self, bucket: str, prefix: str) -> list[str]:
-        keys: list[str] = []
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            keys.extend(entry["Key"] for entry in page.get("Contents", []))
-        return keys
-
-    def download(self, bucket: str, prefix: str, keys: list[str], target: Path) -> int:
-        """Download ``keys`` (found under the S3Prefix ``prefix``) into ``target``, each at its
-        path below the prefix's folder: ``incoming/a.csv`` matches ``a.csv`` and
-        ``a.csv.gz``, which arrive as two files of those names."""
-        folder = prefix if prefix.endswith("/") else posixpath.dirname(prefix)
-        base = f"{folder}/" if folder and not folder.endswith("/") else folder
-
-        def fetch(key: str) -> None:
-            path = target / key[len(base) :]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            response = self.s3.get_object(Bucket=bucket, Key=key)
-            if response["ContentLength"] > SMALL_OBJECT_BYTES:
-                self.s3.download_file(bucket, key, str(path))
-            else:
-                path.write_bytes(response["Body"].read())
-
-        list(self.pool.map(fetch, keys))
-        return len(keys)
-
-    def upload(self, path: Path, bucket: str, key: str) -> None:
-        if path.stat().st_size > SMALL_OBJECT_BYTES:
-            self.s3.upload_file(str(path), bucket, key)
-        else:
-            self.s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
-
-    def upload_tree(self, source: Path, bucket: str, prefix: str) -> int:
-        files = [p for p in sorted(source.rglob("*")) if p.is_file()]
-        base = prefix if not prefix or prefix.endswith("/") else prefix + "/"
-        list(
-            self.pool.map(
-                lambda p: self.upload(p, bucket, base + p.relative_to(source).as_posix()), files
-            )
-        )
-        return len(files)
-
-
-class CheckpointSync:
-    """SageMaker copies new checkpoint files to S3 while the job runs; so does this, every
-    second, skipping files still being written (``*.partial``)."""
-
-    def __init__(self, transfer: S3Transfer, local: Path, s3_uri: str) -> None:
-        self._transfer = transfer
-        self._local = local
-        self._bucket, self._prefix = split_s3_uri(s3_uri)
-        if self._prefix and not self._prefix.endswith("/"):
-            self._prefix += "/"
-        self._seen: dict[Path, tuple[float, int]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._loop, daemon=True, name=f"checkpoint-sync {local}"
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sync()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(CHECKPOINT_SYNC_SECONDS):
-            try:
-                self.sync()
-            except Exception:  # the next round, or the final sync, retries
-                log.exception("checkpoint sync of %s failed", self._local)
-
-    def sync(self) -> int:
-        changed = []
-        for path in self._local.rglob("*"):
-            if not path.is_file() or path.name.endswith(".partial"):
-                continue
-            try:
-                stat = path.stat()
-            except FileNotFoundError:
-                continue
-            signature = (stat.st_mtime, stat.st_size)
-            if self._seen.get(path) != signature:
-                changed.append((path, signature))
-        list(
-            self._transfer.pool.map(
-                lambda item: self._transfer.upload(
-                    item[0],
-                    self._bucket,
-                    self._prefix + item[0].relative_to(self._local).as_posix(),
-                ),
-                changed,
-            )
-        )
-        self._seen.update(changed)
-        return len(changed)
 
 
 @dataclass
@@ -250,6 +94,9 @@ class JobRunner:
         self._jobs: dict[str, RunningJob] = {}
         self._lock = threading.Lock()
         self._originals: dict[str, Any] = {}
+        # Set by shutdown: a job whose instances stop then stays InProgress, to run again
+        # at the next start (see persistence.py), rather than failing for the stack's sake.
+        self._stopping = threading.Event()
 
     # -- moto hooks -------------------------------------------------------------------
 
@@ -306,15 +153,28 @@ class JobRunner:
         self._originals = {}
 
     def shutdown(self) -> None:
+        self._stopping.set()
         with self._lock:
             jobs = list(self._jobs.values())
         for job in jobs:
             for process in job.processes:
                 if process.poll() is None:
-                    _kill_instance(process)
+                    kill_instance(process)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def submit(self, kind: str, backend: Any, name: str) -> None:
+        earlier = self._workdir / "jobs" / name
+        if earlier.exists():
+            # A job of this name from an earlier, forgotten stack: its logs are kept.
+            earlier.rename(earlier.with_name(f"{name}.earlier-{now():%Y%m%dT%H%M%S%fZ}"))
+        self._start(kind, backend, name)
+
+    def resume(self, kind: str, backend: Any, name: str) -> None:
+        """Run again a job the stack stopped during (its folder, data and logs kept)."""
+        log.info("running %s job %s again: the local stack stopped while it ran", kind, name)
+        self._start(kind, backend, name)
+
+    def _start(self, kind: str, backend: Any, name: str) -> None:
         job = RunningJob(kind=kind, name=name)
         with self._lock:
             self._jobs[name] = job
@@ -330,7 +190,7 @@ class JobRunner:
         job.interrupted.set()
         for process in job.processes:
             if process.poll() is None:
-                _kill_instance(process)
+                kill_instance(process)
         return True
 
     def crash(self, name: str) -> bool:
@@ -339,7 +199,7 @@ class JobRunner:
         job = self._running_training(name)
         if job is None or not job.processes or job.processes[0].poll() is not None:
             return False
-        _kill_instance(job.processes[0])
+        kill_instance(job.processes[0])
         return True
 
     def _running_training(self, name: str) -> RunningJob | None:
@@ -375,8 +235,8 @@ class JobRunner:
 
     def _run_processing(self, backend: Any, name: str) -> None:
         job = backend.processing_jobs[name]
-        job.processing_start_time = _now()
-        job.last_modified_time = _now()
+        job.processing_start_time = now()
+        job.last_modified_time = now()
         self._publish_processing(job)
         root = self._workdir / "jobs" / name / "algo-1"
         log_file = self._workdir / "jobs" / name / "algo-1.log"
@@ -412,7 +272,9 @@ class JobRunner:
                 training_contract.INSTANCE_CPUS_ENV: str(self._cpus),
             }
             returncode = self._run_instances(self._jobs[name], [(command, env, log_file)])[0]
-            message = _read_limited(
+            if self._stopping.is_set():
+                return
+            message = read_limited(
                 under_root(root, processing_contract.MESSAGE_FILE),
                 processing_contract.MESSAGE_LIMIT,
             )
@@ -426,7 +288,7 @@ class JobRunner:
             else:
                 exit_message = message
                 failure = (
-                    f"AlgorithmError: {message or _tail(log_file) or f'exit code {returncode}'}"
+                    f"AlgorithmError: {message or log_tail(log_file) or f'exit code {returncode}'}"
                 )
         except Exception as error:
             failure = f"ClientError: {error}"
@@ -434,8 +296,8 @@ class JobRunner:
         job.processing_job_status = status
         job.exit_message = exit_message
         job.failure_reason = failure[:FAILURE_REASON_LIMIT] if failure else None
-        job.processing_end_time = _now()
-        job.last_modified_time = _now()
+        job.processing_end_time = now()
+        job.last_modified_time = now()
         self._publish_processing(job)
 
     def _publish_processing(self, job: Any) -> None:
@@ -444,23 +306,13 @@ class JobRunner:
 
     # -- training ---------------------------------------------------------------------
 
-    def _transition(self, job: Any, status: str, message: str) -> None:
-        now = _now()
-        if job.secondary_status_transitions:
-            job.secondary_status_transitions[-1].setdefault("EndTime", now)
-        job.secondary_status_transitions.append(
-            {"Status": status, "StartTime": now, "StatusMessage": message}
-        )
-        job.secondary_status = status
-        job.last_modified_time = now
-
     def _run_training(self, backend: Any, name: str) -> None:
         job = backend.training_jobs[name]
         running = self._jobs[name]
         instance_count = int(job.resource_config.get("InstanceCount", 1))
         hosts = [f"algo-{i + 1}" for i in range(instance_count)]
         job_dir = self._workdir / "jobs" / name
-        self._transition(job, "Starting", "Preparing the instances for training")
+        training.transition(job, "Starting", "Preparing the instances for training")
         self._publish_training(job)
         started = time.monotonic()
         interruptions = 0
@@ -471,10 +323,13 @@ class JobRunner:
             )
             command.append("train")
             while True:
-                self._transition(job, "Downloading", "Downloading input data")
-                job.training_start_time = job.training_start_time or _now()
-                roots = [self._prepare_instance(job, job_dir / host, host, hosts) for host in hosts]
-                self._transition(
+                training.transition(job, "Downloading", "Downloading input data")
+                job.training_start_time = job.training_start_time or now()
+                roots = [
+                    training.prepare_instance(self._transfer, job, job_dir / host, host, hosts)
+                    for host in hosts
+                ]
+                training.transition(
                     job, "Training", "Training image download completed. Training in progress."
                 )
                 syncs = self._start_checkpoint_syncs(job, roots)
@@ -494,39 +349,41 @@ class JobRunner:
                 codes = self._run_instances(running, launches)
                 for sync in syncs:
                     sync.stop()
+                if self._stopping.is_set():
+                    return
                 if running.interrupted.is_set():
                     running.interrupted.clear()
                     interruptions += 1
-                    self._transition(
+                    training.transition(
                         job, "Interrupted", "Training job interrupted (spot capacity reclaimed)"
                     )
-                    self._transition(job, "Restarting", "Restarting from the last checkpoint")
+                    training.transition(job, "Restarting", "Restarting from the last checkpoint")
                     continue
                 break
             failed = [(host, code) for host, code in zip(hosts, codes, strict=True) if code != 0]
             if failed:
                 host, code = failed[0]
                 reason = (
-                    _killed(code)
-                    or _read_limited(
+                    killed_reason(code)
+                    or read_limited(
                         job_dir / host / training_contract.FAILURE_FILE,
                         training_contract.FAILURE_LIMIT,
                     )
-                    or _tail(job_dir / f"{host}.log")
+                    or log_tail(job_dir / f"{host}.log")
                 )
                 failure = f"AlgorithmError: {reason or f'exit code {code}'} (host {host})"
             else:
-                self._transition(job, "Uploading", "Uploading generated training model")
-                self._upload_model(job, job_dir / hosts[0])
+                training.transition(job, "Uploading", "Uploading generated training model")
+                training.upload_model(self._transfer, job, job_dir / hosts[0])
         except Exception as error:
             log.exception("training job %s failed in the local stack", name)
             failure = f"ClientError: {error}"
         elapsed = max(1, round(time.monotonic() - started))
-        job.training_end_time = _now()
+        job.training_end_time = now()
         job.training_time_in_seconds = elapsed
         # AWS reports wall-clock time here; the bill is this times the instance count.
         job.billable_time_in_seconds = elapsed
-        job.final_metric_data_list = self._scrape_metrics(
+        job.final_metric_data_list = training.scrape_metrics(
             job, [job_dir / f"{h}.log" for h in hosts]
         )
         if interruptions:
@@ -534,66 +391,19 @@ class JobRunner:
         if failure:
             job.training_job_status = "Failed"
             job.failure_reason = failure[:FAILURE_REASON_LIMIT]
-            self._transition(job, "Failed", "Training job failed")
+            training.transition(job, "Failed", "Training job failed")
         else:
             job.training_job_status = "Completed"
-            self._transition(job, "Completed", "Training job completed")
+            training.transition(job, "Completed", "Training job completed")
         job.secondary_status_transitions[-1]["EndTime"] = job.training_end_time
         self._publish_training(job)
-
-    def _prepare_instance(self, job: Any, root: Path, host: str, hosts: list[str]) -> Path:
-        (root / training_contract.HYPERPARAMETERS).parent.mkdir(parents=True, exist_ok=True)
-        (root / training_contract.HYPERPARAMETERS).write_text(
-            json.dumps(job.hyper_parameters or {})
-        )
-        (root / training_contract.RESOURCE_CONFIG).write_text(
-            json.dumps({"current_host": host, "hosts": hosts, "network_interface_name": "eth0"})
-        )
-        channels: dict[str, Any] = {}
-        index = hosts.index(host)
-        for channel in job.input_data_config or []:
-            source = channel["DataSource"]["S3DataSource"]
-            distribution = source.get("S3DataDistributionType", "FullyReplicated")
-            channels[channel["ChannelName"]] = {
-                "ContentType": channel.get("ContentType", ""),
-                "TrainingInputMode": job.algorithm_specification.get("TrainingInputMode", "File"),
-                "S3DistributionType": distribution,
-                "RecordWrapperType": channel.get("RecordWrapperType", "None"),
-            }
-            target = root / training_contract.DATA_DIR / channel["ChannelName"]
-            if target.exists():
-                continue  # a restart after interruption keeps the data it downloaded
-            target.mkdir(parents=True)
-            bucket, prefix = split_s3_uri(source["S3Uri"])
-            keys = self._transfer.keys(bucket, prefix)
-            if distribution == "ShardedByS3Key":
-                keys = shard(keys, len(hosts), index)
-            self._transfer.download(bucket, prefix, keys, target)
-        (root / training_contract.INPUT_DATA_CONFIG).write_text(json.dumps(channels))
-        for folder in (
-            training_contract.MODEL_DIR,
-            training_contract.OUTPUT_DATA_DIR,
-            training_contract.CHECKPOINT_DIR,
-        ):
-            (root / folder).mkdir(parents=True, exist_ok=True)
-        checkpoint = job.checkpoint_config
-        if checkpoint:
-            # Restored from S3 at every start, as SageMaker does after a spot interruption.
-            local = _checkpoint_dir(root, checkpoint)
-            # A restarted instance has a fresh disk: only what reached S3 comes back.
-            shutil.rmtree(local, ignore_errors=True)
-            local.mkdir(parents=True)
-            bucket, prefix = split_s3_uri(checkpoint["S3Uri"])
-            prefix = prefix if prefix.endswith("/") else prefix + "/"
-            self._transfer.download(bucket, prefix, self._transfer.keys(bucket, prefix), local)
-        return root
 
     def _start_checkpoint_syncs(self, job: Any, roots: list[Path]) -> list[CheckpointSync]:
         checkpoint = job.checkpoint_config
         if not checkpoint:
             return []
         syncs = [
-            CheckpointSync(self._transfer, _checkpoint_dir(root, checkpoint), checkpoint["S3Uri"])
+            CheckpointSync(self._transfer, checkpoint_dir(root, checkpoint), checkpoint["S3Uri"])
             for root in roots
         ]
         for sync in syncs:
@@ -626,63 +436,6 @@ class JobRunner:
             for handle in handles:
                 handle.close()
 
-    def _upload_model(self, job: Any, root: Path) -> None:
-        output = job.output_data_config["S3OutputPath"].rstrip("/")
-        bucket, prefix = split_s3_uri(f"{output}/{job.training_job_name}/output/model.tar.gz")
-        archive = root / "model.tar.gz"
-        model_dir = root / training_contract.MODEL_DIR
-        with tarfile.open(archive, "w:gz") as tar:
-            for path in sorted(model_dir.rglob("*")):
-                tar.add(path, arcname=path.relative_to(model_dir).as_posix(), recursive=False)
-        self._transfer.upload(archive, bucket, prefix)
-        job.model_artifacts = {"S3ModelArtifacts": f"s3://{bucket}/{prefix}"}
-
-    def _scrape_metrics(self, job: Any, logs: list[Path]) -> list[dict[str, Any]]:
-        definitions = job.algorithm_specification.get("MetricDefinitions") or []
-        found: dict[str, float] = {}
-        for log_path in logs:
-            text = log_path.read_text(errors="replace") if log_path.exists() else ""
-            for definition in definitions:
-                for match in re.finditer(definition["Regex"], text):
-                    try:
-                        found[definition["Name"]] = float(match.group(1))
-                    except (IndexError, ValueError):
-                        continue
-        return [{"MetricName": k, "Value": v, "Timestamp": _now()} for k, v in found.items()]
-
     def _publish_training(self, job: Any) -> None:
         detail = _jsonable(job.response_object, as_string=True)
         self._publish("SageMaker Training Job State Change", job.arn, detail)
-
-
-def _kill_instance(process: subprocess.Popen[bytes]) -> None:
-    """Stop an emulated instance at once, as losing a spot instance does."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def _killed(returncode: int) -> str | None:
-    """What a container killed by a signal leaves SageMaker to say (no failure file)."""
-    if returncode >= 0:
-        return None
-    name = signal.Signals(-returncode).name
-    cause = ", as when the instance runs out of memory" if name == "SIGKILL" else ""
-    return f"the training container was killed by {name} (exit code {128 - returncode}){cause}"
-
-
-def _checkpoint_dir(root: Path, checkpoint: dict[str, Any]) -> Path:
-    return under_root(root, checkpoint.get("LocalPath", training_contract.CHECKPOINT_LOCAL_PATH))
-
-
-def _read_limited(path: Path, limit: int) -> str | None:
-    """The first ``limit`` characters of a contract's message file, as SageMaker keeps them."""
-    if not path.is_file():
-        return None
-    return path.read_text(errors="replace")[:limit].strip() or None
-
-
-def _tail(path: Path, lines: int = 3) -> str | None:
-    if not path.is_file():
-        return None
-    content = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    return " | ".join(content[-lines:])[:FAILURE_REASON_LIMIT] or None

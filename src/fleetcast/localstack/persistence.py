@@ -1,0 +1,129 @@
+"""What the local stack keeps across restarts: one snapshot file in its state folder.
+
+moto 5.2.5 has no snapshot of its own. Its recorder logs every request for a replay, but a
+replay would start every SageMaker job again and cannot restore what the job runner sets
+on a job (status, metrics, model artifacts), so the stack pickles moto's models instead,
+as moto's S3 objects are made to be (``FakeKey.__getstate__``): the S3 buckets with their
+objects, the DynamoDB tables with their items (the model registry, the upload queue) and
+the SageMaker processing and training jobs.
+
+The snapshot is written when the stack stops. A job that had finished keeps its outcome
+and does not run again; a job still running is run again at the next start (a training
+job from its checkpoints, as after a spot interruption). Not kept: events still being
+delivered, the API's key (a new one at every start), the endpoint's loaded models (it
+loads them from S3 again) and the cost data (made anew at every start).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from moto.backends import get_backend
+
+SNAPSHOT_FILE = "aws-state.pickle"
+# moto's S3 backend is one per partition, the others one per region.
+S3_REGION = "aws"
+# Job kind -> the SageMaker backend's collection of that kind.
+JOB_COLLECTIONS = {"processing": "processing_jobs", "training": "training_jobs"}
+RUNNING = "InProgress"
+
+
+class SnapshotUnreadableError(Exception):
+    """A snapshot this moto cannot read back (another moto version wrote it, or it was cut)."""
+
+
+@dataclass(frozen=True)
+class KeptState:
+    """What a snapshot holds, as the stack reports it at start and stop."""
+
+    buckets: int
+    objects: int
+    tables: int
+    items: int
+    jobs: int
+    # (kind, name) of the jobs that had not finished.
+    unfinished: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        text = (
+            f"{self.objects} objects in {self.buckets} buckets, {self.items} items in "
+            f"{self.tables} tables, {self.jobs} SageMaker jobs"
+        )
+        if self.unfinished:
+            text += f" ({len(self.unfinished)} unfinished: run again at the next start)"
+        return text
+
+
+def _s3(account_id: str) -> Any:
+    return get_backend("s3")[account_id][S3_REGION]
+
+
+def _dynamodb(account_id: str, region: str) -> Any:
+    return get_backend("dynamodb")[account_id][region]
+
+
+def sagemaker_backend(account_id: str, region: str) -> Any:
+    return get_backend("sagemaker")[account_id][region]
+
+
+def _describe(s3: Any, dynamodb: Any, jobs: dict[str, dict[str, Any]]) -> KeptState:
+    return KeptState(
+        buckets=len(s3.buckets),
+        objects=sum(len(bucket.keys) for bucket in s3.buckets.values()),
+        tables=len(dynamodb.tables),
+        items=sum(len(table) for table in dynamodb.tables.values()),
+        jobs=sum(len(collection) for collection in jobs.values()),
+        unfinished=tuple(
+            (kind, name)
+            for kind, collection in sorted(jobs.items())
+            for name, job in collection.items()
+            if getattr(job, f"{kind}_job_status") == RUNNING
+        ),
+    )
+
+
+def save(path: Path, account_id: str, region: str) -> KeptState:
+    """Write the snapshot (whole or not at all: a new file renamed over the old one)."""
+    s3, dynamodb = _s3(account_id), _dynamodb(account_id, region)
+    sagemaker = sagemaker_backend(account_id, region)
+    jobs = {kind: dict(getattr(sagemaker, attr)) for kind, attr in JOB_COLLECTIONS.items()}
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("wb") as file:
+        pickle.dump({"s3": s3, "dynamodb": dynamodb, "jobs": jobs}, file)
+    partial.replace(path)
+    return _describe(s3, dynamodb, jobs)
+
+
+def restore(path: Path, account_id: str, region: str) -> KeptState | None:
+    """Put a snapshot's buckets, tables and jobs into moto; None when there is none.
+
+    The file is the stack's own, written by :func:`save` under the user's state folder."""
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as file:
+            snapshot = pickle.load(file)  # noqa: S301 - our own file, see the docstring
+        kept = _describe(snapshot["s3"], snapshot["dynamodb"], snapshot["jobs"])
+    except Exception as error:
+        raise SnapshotUnreadableError(
+            f"cannot read the local stack's state {path}: {error!r}"
+        ) from error
+    get_backend("s3")[account_id][S3_REGION] = snapshot["s3"]
+    get_backend("dynamodb")[account_id][region] = snapshot["dynamodb"]
+    sagemaker = sagemaker_backend(account_id, region)
+    for kind, attr in JOB_COLLECTIONS.items():
+        getattr(sagemaker, attr).update(snapshot["jobs"][kind])
+    return kept
+
+
+def set_aside(path: Path) -> Path | None:
+    """Move a snapshot out of the way (``fleetcast up --fresh``) without deleting it."""
+    if not path.is_file():
+        return None
+    kept = path.with_name(f"{path.name}.{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
+    path.replace(kept)
+    return kept

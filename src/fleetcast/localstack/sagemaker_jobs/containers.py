@@ -1,0 +1,70 @@
+"""A job's container as a local process: its command from the Dockerfile that builds the
+image, how a killed instance is told, what its message and log files say."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+# What SageMaker keeps of a FailureReason.
+FAILURE_REASON_LIMIT = 1024
+_ENTRYPOINT = re.compile(r"^\s*ENTRYPOINT\s+(\[.*\])\s*$", re.MULTILINE)
+
+
+def image_entrypoint(image_uri: str, containers_dir: Path) -> list[str]:
+    """The ENTRYPOINT of the Dockerfile that builds ``image_uri`` (``…/fleetcast-training:tag``
+    is built from ``containers/training/Dockerfile``), so the local stack runs what ships."""
+    repository = image_uri.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+    family = repository.removeprefix("fleetcast-")
+    dockerfile = containers_dir / family / "Dockerfile"
+    if not dockerfile.is_file():
+        raise LookupError(
+            f"the local stack has no container for image {image_uri!r} (looked for {dockerfile})"
+        )
+    found = _ENTRYPOINT.findall(dockerfile.read_text())
+    if not found:
+        raise LookupError(f"{dockerfile} has no exec-form ENTRYPOINT")
+    command: list[str] = json.loads(found[-1])
+    return command
+
+
+def local_command(command: list[str]) -> list[str]:
+    """Run a container's ``python3 …`` command with this environment's interpreter."""
+    if command and Path(command[0]).name in ("python", "python3"):
+        return [sys.executable, *command[1:]]
+    return command
+
+
+def kill_instance(process: subprocess.Popen[bytes]) -> None:
+    """Stop an emulated instance at once, as losing a spot instance does."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def killed_reason(returncode: int) -> str | None:
+    """What a container killed by a signal leaves SageMaker to say (no failure file)."""
+    if returncode >= 0:
+        return None
+    name = signal.Signals(-returncode).name
+    cause = ", as when the instance runs out of memory" if name == "SIGKILL" else ""
+    return f"the training container was killed by {name} (exit code {128 - returncode}){cause}"
+
+
+def read_limited(path: Path, limit: int) -> str | None:
+    """The first ``limit`` characters of a contract's message file, as SageMaker keeps them."""
+    if not path.is_file():
+        return None
+    return path.read_text(errors="replace")[:limit].strip() or None
+
+
+def log_tail(path: Path, lines: int = 3) -> str | None:
+    if not path.is_file():
+        return None
+    content = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return " | ".join(content[-lines:])[:FAILURE_REASON_LIMIT] or None

@@ -1,0 +1,236 @@
+"""`fleetcast up` as a user runs it, stopped and started again: what it keeps, the logs it
+leaves alone, and a second stack beside the first.
+
+Each stack is its own `fleetcast up` process (moto's state lives in its process), stopped
+with Ctrl-C as a reader stops it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from template_helpers import REPO_ROOT
+
+from fleetcast.localstack.stack import StackInfo
+
+pytestmark = pytest.mark.e2e
+
+# Generous: on a loaded machine a start takes minutes (eight worker processes import pandas).
+START_SECONDS = 600
+JOB_SECONDS = 120
+ROLE = "arn:aws:iam::123456789012:role/fleetcast-local"
+RESOURCES = {
+    "ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.m5.large", "VolumeSizeInGB": 1}
+}
+
+
+@dataclass
+class Up:
+    """A running `fleetcast up` and what it has printed so far."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    state_dir: Path
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def info(self) -> StackInfo:
+        return StackInfo.load(self.state_dir)
+
+    def client(self, service: str) -> Any:
+        info = self.info()
+        return boto3.client(
+            service,
+            endpoint_url=info.endpoint_url,
+            region_name=info.region,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def stop(self) -> str:
+        """Ctrl-C, as a reader stops it; what it printed, all of it."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        return self.output()
+
+
+def start_up(state_dir: Path, log: Path, *options: str, wait: bool = True) -> Up:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FLEETCAST_"))}
+    environment.update(COLUMNS="200", AWS_CONFIG_FILE=os.devnull)
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "fleetcast"),
+                "--state-dir",
+                str(state_dir),
+                "up",
+                *options,
+            ],
+            cwd=REPO_ROOT,
+            env=environment,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    up = Up(process, log, state_dir)
+    deadline = time.monotonic() + START_SECONDS
+    while wait and "Ctrl-C" not in up.output():
+        assert process.poll() is None, f"fleetcast up exited:\n{up.output()}"
+        assert time.monotonic() < deadline, f"no stack after {START_SECONDS} s:\n{up.output()}"
+        time.sleep(0.5)
+    return up
+
+
+@pytest.fixture
+def ups() -> Iterator[list[Up]]:
+    """The stacks a test starts, stopped at its end whatever happened."""
+    started: list[Up] = []
+    yield started
+    for up in started:
+        up.stop()
+
+
+def wait_for_status(sagemaker: Any, name: str, wanted: str) -> dict[str, Any]:
+    deadline = time.monotonic() + JOB_SECONDS
+    while True:
+        job: dict[str, Any] = sagemaker.describe_processing_job(ProcessingJobName=name)
+        if job["ProcessingJobStatus"] == wanted:
+            return job
+        assert time.monotonic() < deadline, f"{name} is still {job['ProcessingJobStatus']}"
+        time.sleep(0.5)
+
+
+def test_a_restarted_stack_keeps_objects_items_and_finished_jobs_and_the_logs(
+    tmp_path: Path, ups: list[Up]
+) -> None:
+    # Given a stack with an object, a registry record and a job that finished (failed:
+    # its input prefix is empty), and a job log a user may still want
+    state_dir = tmp_path / "state"
+    first = start_up(state_dir, tmp_path / "first.log", "--port", "0")
+    ups.append(first)
+    assert "a new stack" in first.output()
+    info = first.info()
+    first.client("s3").put_object(Bucket=info.raw_bucket, Key="kept/note.txt", Body=b"kept")
+    registry = first.client("dynamodb")
+    keys = registry.describe_table(TableName=info.registry_table)["Table"]["KeySchema"]
+    record = {key["AttributeName"]: {"S": "restart-check"} for key in keys}
+    registry.put_item(TableName=info.registry_table, Item=record)
+    sagemaker = first.client("sagemaker")
+    sagemaker.create_processing_job(
+        ProcessingJobName="restart-finished",
+        ProcessingResources=RESOURCES,
+        AppSpecification={"ImageUri": "fleetcast-processing:latest"},
+        RoleArn=ROLE,
+        ProcessingInputs=[
+            {
+                "InputName": "raw",
+                "S3Input": {
+                    "S3Uri": f"s3://{info.raw_bucket}/nothing-here/",
+                    "LocalPath": "/opt/ml/processing/input",
+                    "S3DataType": "S3Prefix",
+                    "S3InputMode": "File",
+                },
+            }
+        ],
+    )
+    finished = wait_for_status(sagemaker, "restart-finished", "Failed")
+    earlier_log = state_dir / "jobs" / "an-earlier-job" / "algo-1.log"
+    earlier_log.parent.mkdir(parents=True)
+    earlier_log.write_text("what the user still wants to read\n")
+
+    # When it is stopped and started again
+    stopped = first.stop()
+    assert "kept in" in stopped and "1 SageMaker jobs" in stopped, stopped
+    second = start_up(state_dir, tmp_path / "second.log", "--port", "0")
+    ups.append(second)
+
+    # Then it says what it restored, and everything is there as it was
+    assert "restored from" in second.output(), second.output()
+    info = second.info()
+    body = second.client("s3").get_object(Bucket=info.raw_bucket, Key="kept/note.txt")["Body"]
+    assert body.read() == b"kept"
+    found = second.client("dynamodb").get_item(TableName=info.registry_table, Key=record)
+    assert found.get("Item") == record
+    again = second.client("sagemaker").describe_processing_job(ProcessingJobName="restart-finished")
+    # the finished job did not run again: the same outcome, at the same moment
+    assert again["ProcessingJobStatus"] == "Failed"
+    assert again["FailureReason"] == finished["FailureReason"]
+    assert again["LastModifiedTime"] == finished["LastModifiedTime"]
+    assert earlier_log.read_text() == "what the user still wants to read\n"
+
+
+def test_a_job_running_when_the_stack_stops_runs_again_at_the_next_start(
+    tmp_path: Path, ups: list[Up]
+) -> None:
+    # Given a processing job whose container says it started, then waits (its second
+    # run, seeing the first one's mark, finishes at once)
+    state_dir = tmp_path / "state"
+    mark = tmp_path / "started-once"
+    script = (
+        "import pathlib, sys, time\n"
+        f"mark = pathlib.Path({str(mark)!r})\n"
+        "if mark.exists(): sys.exit(0)\n"
+        "mark.write_text('started')\n"
+        "time.sleep(3600)\n"
+    )
+    first = start_up(state_dir, tmp_path / "first.log", "--port", "0")
+    ups.append(first)
+    first.client("sagemaker").create_processing_job(
+        ProcessingJobName="restart-running",
+        ProcessingResources=RESOURCES,
+        AppSpecification={
+            "ImageUri": "fleetcast-processing:latest",
+            "ContainerEntrypoint": ["python3", "-c", script],
+        },
+        RoleArn=ROLE,
+    )
+    deadline = time.monotonic() + JOB_SECONDS
+    while not mark.exists():
+        assert time.monotonic() < deadline, "the job's container never started"
+        time.sleep(0.2)
+
+    # When the stack stops while it runs, and starts again
+    stopped = first.stop()
+    assert "1 unfinished" in stopped, stopped
+    second = start_up(state_dir, tmp_path / "second.log", "--port", "0")
+    ups.append(second)
+
+    # Then the job runs again and completes, its first run's log kept beside the second
+    wait_for_status(second.client("sagemaker"), "restart-running", "Completed")
+    assert (state_dir / "jobs" / "restart-running" / "algo-1.log").is_file()
+
+
+def test_a_second_stack_on_the_same_machine_takes_free_ports_and_says_so(
+    tmp_path: Path, ups: list[Up]
+) -> None:
+    # Given a stack on the default ports (or, if another program has them, on free ones)
+    first = start_up(tmp_path / "first", tmp_path / "first.log")
+    ups.append(first)
+    # When a second one starts with the same defaults, from a folder of its own
+    second = start_up(tmp_path / "second", tmp_path / "second.log")
+    ups.append(second)
+    # Then both run, on different ports, and the second says which default was taken
+    one, two = first.info(), second.info()
+    assert one.endpoint_url != two.endpoint_url
+    assert one.extra["FLEETCAST_API_URL"] != two.extra["FLEETCAST_API_URL"]
+    assert "port 4599 was taken" in second.output(), second.output()
+    assert "port 3000 was taken" in second.output(), second.output()
+    # and a third from the first one's folder is refused, saying why
+    third = start_up(tmp_path / "first", tmp_path / "third.log", wait=False)
+    assert third.process.wait(timeout=START_SECONDS) == 1
+    assert "already runs from" in third.output(), third.output()
