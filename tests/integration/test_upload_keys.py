@@ -8,7 +8,8 @@ from typing import Any
 
 import boto3
 import pytest
-from test_pipeline_observability import _Context, _event, _handler, world
+from function_helpers import load_function
+from test_pipeline_observability import _Context, _event, world
 
 from fleetcast.localstack.sagemaker_jobs import split_s3_uri
 
@@ -40,7 +41,7 @@ def test_the_job_reads_exactly_the_uploaded_object_under_a_short_safe_name(
     # And a newer version of the same key written since (the job must read the queued one)
     s3.put_object(Bucket=bucket, Key=key, Body=b"customer_id,timestamp,consumption\n")
     # When start-processing handles the event
-    started = _handler("start_processing").lambda_handler(event, _Context())
+    started = load_function("start_processing").lambda_handler(event, _Context())
     # Then it started a job whose raw input is a copy of that version's bytes
     assert started["outcome"] == "started", started
     job = boto3.client("sagemaker").describe_processing_job(ProcessingJobName=started["job_name"])
