@@ -59,3 +59,38 @@ def test_a_different_seasonality_gets_its_own_matrix() -> None:
         .fit(frame)
         .train_component_cols.columns
     )
+
+
+@pytest.mark.parametrize("unit", ["ns", "us", "s"])
+@pytest.mark.parametrize("frequency", ["D", "h"])
+def test_seasonal_features_of_customers_with_different_gaps_are_prophets_own(
+    unit: str, frequency: str
+) -> None:
+    # Given customers in turn whose days (or hours) have different gaps, some reaching
+    # times no earlier customer had
+    rng = np.random.default_rng(7)
+    grid = pd.date_range("2023-03-01", periods=900, freq=frequency).as_unit(unit)
+    for start in (0, 100, 0, 300, 50):
+        rows = np.sort(rng.choice(np.arange(start, start + 600), rng.integers(30, 600), False))
+        dates = pd.Series(grid[rows], name="ds")
+        # When fleetcast's model and Prophet's make each seasonality's Fourier terms
+        for period, order, name in ((365.25, 10, "yearly"), (7, 3, "weekly"), (1, 4, "daily")):
+            ours = FleetcastProphet.make_seasonality_features(dates, period, order, name)
+            stock = Prophet.make_seasonality_features(dates, period, order, name)
+            # Then they are the same numbers, bit for bit, in the same frame
+            pd.testing.assert_frame_equal(ours, stock, check_exact=True)
+
+
+def test_models_of_customers_with_different_gaps_are_prophets_own() -> None:
+    # Given customers fitted in turn, each missing different days
+    silence_stan_logging()
+    settings = {"yearly_seasonality": 10, "weekly_seasonality": 3, "daily_seasonality": False}
+    rng = np.random.default_rng(11)
+    for seed in (4, 5, 6):
+        frame = history(seed, periods=500)
+        frame = frame.drop(index=rng.choice(500, 40, replace=False)).reset_index(drop=True)
+        # When fleetcast's model and Prophet's own fit them
+        ours = FleetcastProphet(uncertainty_samples=0, **settings).fit(frame)  # type: ignore[arg-type]
+        stock = Prophet(uncertainty_samples=0, **settings).fit(frame)  # type: ignore[arg-type]
+        # Then the serialised models are identical
+        assert model_to_json(ours) == model_to_json(stock)
