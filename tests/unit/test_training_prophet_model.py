@@ -94,3 +94,53 @@ def test_models_of_customers_with_different_gaps_are_prophets_own() -> None:
         stock = Prophet(uncertainty_samples=0, **settings).fit(frame)  # type: ignore[arg-type]
         # Then the serialised models are identical
         assert model_to_json(ours) == model_to_json(stock)
+
+
+def shaped_history(shape: str) -> pd.DataFrame:
+    rng = np.random.default_rng(len(shape))
+    if shape == "hourly":
+        ds = pd.date_range("2024-02-01", periods=24 * 20, freq="h")
+    elif shape == "short":
+        ds = pd.date_range("2024-02-01", periods=9, freq="D")
+    else:
+        ds = pd.date_range("2023-02-01", periods=400, freq="D")
+    y = 50 + 10 * np.sin(np.arange(ds.size) / 3) + rng.normal(0, 2, ds.size)
+    frame = pd.DataFrame({"ds": ds, "y": y})
+    if shape == "gaps, unsorted, negative":
+        frame = frame.drop(index=rng.choice(ds.size, 60, replace=False))
+        frame = frame.sample(frac=1.0, random_state=3)
+        frame["y"] -= 80
+    if shape == "constant":
+        frame["y"] = 7.25
+    if shape == "microseconds":
+        frame["ds"] = frame["ds"].dt.as_unit("us") + pd.Timedelta(microseconds=3)
+    return frame
+
+
+@pytest.mark.parametrize(
+    "shape", ["daily", "hourly", "short", "gaps, unsorted, negative", "constant", "microseconds"]
+)
+def test_a_plain_history_is_set_up_as_prophet_sets_it_up(shape: str) -> None:
+    # Given a history of ds and y only
+    silence_stan_logging()
+    frame = shaped_history(shape)
+    settings = {"uncertainty_samples": 0, "daily_seasonality": shape == "hourly"}
+    ours = FleetcastProphet(**settings)  # type: ignore[arg-type]
+    assert ours._plain_history(frame)
+    stock = Prophet(**settings)  # type: ignore[arg-type]
+    # When each fits it
+    ours.fit(frame.copy())
+    stock.fit(frame.copy())
+    # Then the prepared history, its scales and the serialised models are Prophet's
+    pd.testing.assert_frame_equal(ours.history, stock.history, check_exact=True)
+    assert (ours.start, ours.t_scale, ours.y_scale) == (stock.start, stock.t_scale, stock.y_scale)
+    assert model_to_json(ours) == model_to_json(stock)
+    future = pd.DataFrame({"ds": frame["ds"].sort_values().iloc[-5:].to_numpy()})
+    pd.testing.assert_frame_equal(ours.predict(future), stock.predict(future))
+
+
+def test_a_history_with_more_than_ds_and_y_or_a_timezone_is_set_up_by_prophet() -> None:
+    frame = shaped_history("daily")
+    assert FleetcastProphet()._plain_history(frame)
+    assert not FleetcastProphet()._plain_history(frame.assign(note="x"))
+    assert not FleetcastProphet()._plain_history(frame.assign(ds=frame["ds"].dt.tz_localize("UTC")))

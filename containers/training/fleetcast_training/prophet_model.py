@@ -9,6 +9,9 @@
   ``fourier_series`` is elementwise), so one table over every time the worker has seen
   serves every customer: customers whose days have different gaps take their rows from
   it, and only times new to the worker are computed (by Prophet, on the table's times).
+- ``setup_dataframe`` (sort, scale y, the time index t) runs a dozen pandas column
+  operations; for a plain history (``ds`` and ``y``, linear or flat growth, 'absmax'
+  scaling, no extra regressors or conditions) the same frame is built from numpy arrays.
 
 :class:`FleetcastProphet` keeps each answer and hands out copies. Each depends only on
 the inputs in its cache key, so fits, fitted parameters and the serialised model are
@@ -65,6 +68,48 @@ class FleetcastProphet(Prophet):
         features = table.iloc[rows]
         features.index = dates.index
         return features
+
+    def setup_dataframe(self, df: pd.DataFrame, initialize_scales: bool = False) -> pd.DataFrame:
+        if not self._plain_history(df):
+            return super().setup_dataframe(df, initialize_scales)
+        stamps = df["ds"].to_numpy()
+        values = df["y"].to_numpy()
+        order = np.argsort(stamps, kind="mergesort")
+        stamps, values = stamps[order], values[order]
+        if initialize_scales:
+            self.y_min = 0.0
+            self.y_scale = float(np.abs(values).max()) or 1.0
+            self.start = pd.Timestamp(stamps[0])
+            self.t_scale = pd.Timedelta(stamps[-1] - stamps[0])
+        start = np.datetime64(self.start.as_unit(np.datetime_data(stamps.dtype)[0]))
+        span = np.timedelta64(self.t_scale.as_unit(np.datetime_data(stamps.dtype)[0]))
+        return pd.DataFrame(
+            {
+                "ds": stamps,
+                "y": values,
+                "floor": 0.0,
+                "t": (stamps - start) / span,
+                "y_scaled": values / self.y_scale,
+            }
+        )
+
+    def _plain_history(self, df: pd.DataFrame) -> bool:
+        """A frame of ``ds`` (naive datetimes, none missing) and finite float ``y``, for a
+        model whose ``setup_dataframe`` does nothing but sort, scale and index time."""
+        return (
+            list(df.columns) == ["ds", "y"]
+            and self.growth in ("linear", "flat")
+            and self.scaling == "absmax"
+            and not self.logistic_floor
+            and not self.extra_regressors
+            and all(props["condition_name"] is None for props in self.seasonalities.values())
+            and isinstance(df["ds"].dtype, np.dtype)  # not a timezone-aware dtype
+            and df["ds"].dtype.kind == "M"
+            and df["y"].dtype == np.float64
+            and not df["ds"].isna().any()
+            and bool(np.isfinite(df["y"].to_numpy()).all())
+            and len(df) > 0
+        )
 
     def regressor_column_matrix(
         self, seasonal_features: pd.DataFrame, modes: dict[Any, list[str]]
