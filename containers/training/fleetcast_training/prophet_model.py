@@ -70,7 +70,7 @@ class FleetcastProphet(Prophet):
         return features
 
     def setup_dataframe(self, df: pd.DataFrame, initialize_scales: bool = False) -> pd.DataFrame:
-        if not self._plain_history(df):
+        if not self._plain_history(df) or not (initialize_scales or self.start is not None):
             return super().setup_dataframe(df, initialize_scales)
         stamps = df["ds"].to_numpy()
         values = df["y"].to_numpy()
@@ -81,8 +81,10 @@ class FleetcastProphet(Prophet):
             self.y_scale = float(np.abs(values).max()) or 1.0
             self.start = pd.Timestamp(stamps[0])
             self.t_scale = pd.Timedelta(stamps[-1] - stamps[0])
-        start = np.datetime64(self.start.as_unit(np.datetime_data(stamps.dtype)[0]))
-        span = np.timedelta64(self.t_scale.as_unit(np.datetime_data(stamps.dtype)[0]))
+        assert self.start is not None and self.t_scale is not None
+        unit = np.datetime_data(stamps.dtype)[0]
+        start = np.datetime64(self.start.as_unit(unit))
+        span = np.timedelta64(self.t_scale.as_unit(unit))
         return pd.DataFrame(
             {
                 "ds": stamps,
