@@ -172,6 +172,10 @@ def main() -> int:
                 customer_files = customer_files_for_training(scratch, sizes.processing)
                 rows, _ = training_rows(customer_files, scratch / "training", sizes.training)
             print_table(rows, machine, console)
+            for row in rows:
+                console.print(
+                    f"- {row.name}: {row.detail}" + (f" Check: {row.check}" if row.check else "")
+                )
             return 0
         with console.status("row 1: processing"):
             processing, customer_files = processing_rows(scratch / "processing", sizes.processing)
