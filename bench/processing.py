@@ -137,6 +137,13 @@ def run_both(
     )
 
 
+def customer_files_for_training(folder: Path, sizes: ProcessingSizes) -> Path:
+    """The folder of customer files row 2 trains on, without measuring row 1."""
+    daily = folder / "readings-daily.csv"
+    write_readings(daily, customers=sizes.customers, days=sizes.days)
+    return fleetcast_processing(daily, folder / "fleetcast")
+
+
 def processing_rows(folder: Path, sizes: ProcessingSizes) -> tuple[list[Row], Path]:
     """Row 1, and the folder of customer files (daily upload) that training then uses."""
     daily, large = write_uploads(folder / "uploads", sizes)

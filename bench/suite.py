@@ -33,7 +33,11 @@ from rich.console import Console
 
 from bench.measure import Machine, Row
 from bench.pipeline import PipelineSizes, pipeline_rows
-from bench.processing import ProcessingSizes, processing_rows
+from bench.processing import (
+    ProcessingSizes,
+    customer_files_for_training,
+    processing_rows,
+)
 from bench.report import (
     draw_chart,
     print_table,
@@ -145,6 +149,11 @@ def main() -> int:
     parser.add_argument("--chart", type=Path, help="where to draw the PNG chart")
     parser.add_argument("--readme", type=Path, help="README whose Measured section to replace")
     parser.add_argument("--skip-stack", action="store_true", help="leave out rows 4 and 5")
+    parser.add_argument(
+        "--training-only",
+        action="store_true",
+        help="row 2 alone, on customer files the processing job writes unmeasured",
+    )
     options = parser.parse_args()
     sizes = SMOKE if options.smoke else FULL
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -158,6 +167,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fleetcast-bench-") as folder:
         scratch = Path(folder)
         started = time.perf_counter()
+        if options.training_only:
+            with console.status("row 2: training"):
+                customer_files = customer_files_for_training(scratch, sizes.processing)
+                rows, _ = training_rows(customer_files, scratch / "training", sizes.training)
+            print_table(rows, machine, console)
+            for row in rows:
+                console.print(
+                    f"- {row.name}: {row.detail}" + (f" Check: {row.check}" if row.check else "")
+                )
+            return 0
         with console.status("row 1: processing"):
             processing, customer_files = processing_rows(scratch / "processing", sizes.processing)
         rows += processing

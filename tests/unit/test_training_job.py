@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from prophet.serialize import model_from_json
+from threadpoolctl import ThreadpoolController
 
 from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
 from fleetcast_common.contracts.training import (
@@ -27,7 +28,9 @@ from fleetcast_common.contracts.training import (
 from fleetcast_common.model_archive import read_archive, write_archive
 from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
 from fleetcast_training import __main__ as entry_point
+from fleetcast_training import job
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
+from fleetcast_training.hyperparameters import Hyperparameters
 
 DATA = Path(__file__).parent.parent / "data" / "training"
 HYPERPARAMETERS = json.loads((DATA / "hyperparameters.json").read_text())
@@ -434,3 +437,14 @@ def test_a_customer_that_kills_its_worker_fails_alone(tmp_path: Path):
     assert CustomerOutcome.FAILED not in outcomes.values()
     reason = {r.customer_id: r.reason for r in instance.manifest().customers}["boom"]
     assert reason is not None and "worker process died" in reason
+
+
+def test_a_worker_runs_its_matrix_products_on_one_blas_thread(tmp_path: Path):
+    # Given a process whose BLAS may use several threads (the default outside the image)
+    controller = ThreadpoolController()
+    with controller.limit(limits=2, user_api="blas"):
+        assert max(pool["num_threads"] for pool in controller.info()) == 2
+        # When it starts as a training worker
+        job._start_worker(Hyperparameters.parse({"run_id": RUN_ID}), tmp_path, tmp_path)
+        # Then every BLAS and OpenMP pool it has runs one thread
+        assert {pool["num_threads"] for pool in controller.info()} == {1}

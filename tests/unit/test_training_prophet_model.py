@@ -59,3 +59,88 @@ def test_a_different_seasonality_gets_its_own_matrix() -> None:
         .fit(frame)
         .train_component_cols.columns
     )
+
+
+@pytest.mark.parametrize("unit", ["ns", "us", "s"])
+@pytest.mark.parametrize("frequency", ["D", "h"])
+def test_seasonal_features_of_customers_with_different_gaps_are_prophets_own(
+    unit: str, frequency: str
+) -> None:
+    # Given customers in turn whose days (or hours) have different gaps, some reaching
+    # times no earlier customer had
+    rng = np.random.default_rng(7)
+    grid = pd.date_range("2023-03-01", periods=900, freq=frequency).as_unit(unit)
+    for start in (0, 100, 0, 300, 50):
+        rows = np.sort(rng.choice(np.arange(start, start + 600), rng.integers(30, 600), False))
+        dates = pd.Series(grid[rows], name="ds")
+        # When fleetcast's model and Prophet's make each seasonality's Fourier terms
+        for period, order, name in ((365.25, 10, "yearly"), (7, 3, "weekly"), (1, 4, "daily")):
+            ours = FleetcastProphet.make_seasonality_features(dates, period, order, name)
+            stock = Prophet.make_seasonality_features(dates, period, order, name)
+            # Then they are the same numbers, bit for bit, in the same frame
+            pd.testing.assert_frame_equal(ours, stock, check_exact=True)
+
+
+def test_models_of_customers_with_different_gaps_are_prophets_own() -> None:
+    # Given customers fitted in turn, each missing different days
+    silence_stan_logging()
+    settings = {"yearly_seasonality": 10, "weekly_seasonality": 3, "daily_seasonality": False}
+    rng = np.random.default_rng(11)
+    for seed in (4, 5, 6):
+        frame = history(seed, periods=500)
+        frame = frame.drop(index=rng.choice(500, 40, replace=False)).reset_index(drop=True)
+        # When fleetcast's model and Prophet's own fit them
+        ours = FleetcastProphet(uncertainty_samples=0, **settings).fit(frame)  # type: ignore[arg-type]
+        stock = Prophet(uncertainty_samples=0, **settings).fit(frame)  # type: ignore[arg-type]
+        # Then the serialised models are identical
+        assert model_to_json(ours) == model_to_json(stock)
+
+
+def shaped_history(shape: str) -> pd.DataFrame:
+    rng = np.random.default_rng(len(shape))
+    if shape == "hourly":
+        ds = pd.date_range("2024-02-01", periods=24 * 20, freq="h")
+    elif shape == "short":
+        ds = pd.date_range("2024-02-01", periods=9, freq="D")
+    else:
+        ds = pd.date_range("2023-02-01", periods=400, freq="D")
+    y = 50 + 10 * np.sin(np.arange(ds.size) / 3) + rng.normal(0, 2, ds.size)
+    frame = pd.DataFrame({"ds": ds, "y": y})
+    if shape == "gaps, unsorted, negative":
+        frame = frame.drop(index=rng.choice(ds.size, 60, replace=False))
+        frame = frame.sample(frac=1.0, random_state=3)
+        frame["y"] -= 80
+    if shape == "constant":
+        frame["y"] = 7.25
+    if shape == "microseconds":
+        frame["ds"] = frame["ds"].dt.as_unit("us") + pd.Timedelta(microseconds=3)
+    return frame
+
+
+@pytest.mark.parametrize(
+    "shape", ["daily", "hourly", "short", "gaps, unsorted, negative", "constant", "microseconds"]
+)
+def test_a_plain_history_is_set_up_as_prophet_sets_it_up(shape: str) -> None:
+    # Given a history of ds and y only
+    silence_stan_logging()
+    frame = shaped_history(shape)
+    settings = {"uncertainty_samples": 0, "daily_seasonality": shape == "hourly"}
+    ours = FleetcastProphet(**settings)  # type: ignore[arg-type]
+    assert ours._plain_history(frame)
+    stock = Prophet(**settings)  # type: ignore[arg-type]
+    # When each fits it
+    ours.fit(frame.copy())
+    stock.fit(frame.copy())
+    # Then the prepared history, its scales and the serialised models are Prophet's
+    pd.testing.assert_frame_equal(ours.history, stock.history, check_exact=True)
+    assert (ours.start, ours.t_scale, ours.y_scale) == (stock.start, stock.t_scale, stock.y_scale)
+    assert model_to_json(ours) == model_to_json(stock)
+    future = pd.DataFrame({"ds": frame["ds"].sort_values().iloc[-5:].to_numpy()})
+    pd.testing.assert_frame_equal(ours.predict(future), stock.predict(future))
+
+
+def test_a_history_with_more_than_ds_and_y_or_a_timezone_is_set_up_by_prophet() -> None:
+    frame = shaped_history("daily")
+    assert FleetcastProphet()._plain_history(frame)
+    assert not FleetcastProphet()._plain_history(frame.assign(note="x"))
+    assert not FleetcastProphet()._plain_history(frame.assign(ds=frame["ds"].dt.tz_localize("UTC")))

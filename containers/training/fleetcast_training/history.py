@@ -6,10 +6,21 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 
 from fleetcast_training.failures import CustomerFailure, FailureKind
 
 COLUMNS = ["ds", "y"]
+# What processing writes (ISO dates or times without a zone, plain decimals) parses
+# straight into these; anything else takes the pandas path, which says what is wrong.
+_ARROW_CONVERSION = pa_csv.ConvertOptions(
+    column_types={"ds": pa.timestamp("us"), "y": pa.float64()},
+    null_values=[""],
+    strings_can_be_null=False,
+    quoted_strings_can_be_null=True,
+)
 
 
 def read_history(path: Path) -> pd.DataFrame:
@@ -18,6 +29,40 @@ def read_history(path: Path) -> pd.DataFrame:
     Rows without a value are dropped, as Prophet would drop them. Anything else that is
     not a clean series raises :class:`CustomerFailure`: training does not guess.
     """
+    history = _read_plain(path)
+    if history is None:
+        history = _read_checked(path)
+    history = history.dropna().sort_values("ds", kind="stable", ignore_index=True)
+    duplicated = history["ds"].duplicated()
+    if duplicated.any():
+        first = history.loc[duplicated.idxmax(), "ds"]
+        raise CustomerFailure(FailureKind.UNREADABLE, f"timestamp {first} appears more than once")
+    return history
+
+
+def _read_plain(path: Path) -> pd.DataFrame | None:
+    """``ds`` and ``y`` parsed by Arrow, a sixth of pandas' CPU; None for a file Arrow
+    does not read exactly as :func:`_read_checked` would (a zone offset, nanoseconds,
+    a value that is not a finite number, another header...)."""
+    try:
+        table = pa_csv.read_csv(path, convert_options=_ARROW_CONVERSION)
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError):
+        return None
+    if table.column_names != COLUMNS:
+        return None
+    y = table.column("y")
+    # Arrow reads "inf" and "nan" as numbers, which the checked path rejects.
+    if pc.any(pc.invert(pc.is_finite(y))).as_py():
+        return None
+    return pd.DataFrame(
+        {
+            "ds": table.column("ds").to_numpy(zero_copy_only=False),
+            "y": y.to_numpy(zero_copy_only=False),
+        }
+    )
+
+
+def _read_checked(path: Path) -> pd.DataFrame:
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
@@ -34,13 +79,7 @@ def read_history(path: Path) -> pd.DataFrame:
     _reject_first(raw, y.isna() & raw["y"].notna(), "y", "is not a number")
     _reject_first(raw, np.isinf(y), "y", "is not finite")
 
-    history = pd.DataFrame({"ds": ds.dt.tz_localize(None), "y": y.astype(np.float64)})
-    history = history.dropna().sort_values("ds", kind="stable", ignore_index=True)
-    duplicated = history["ds"].duplicated()
-    if duplicated.any():
-        first = history.loc[duplicated.idxmax(), "ds"]
-        raise CustomerFailure(FailureKind.UNREADABLE, f"timestamp {first} appears more than once")
-    return history
+    return pd.DataFrame({"ds": ds.dt.tz_localize(None), "y": y.astype(np.float64)})
 
 
 def _reject_first(raw: pd.DataFrame, bad: pd.Series, column: str, problem: str) -> None:

@@ -4,8 +4,14 @@
   to which seasonality, and to the additive or multiplicative total) with a pandas
   cross-tabulation: about 7 ms, the same answer for every customer with the same
   seasonalities.
-- Every fit computes the Fourier terms of each seasonality for its dates: the same for
-  every customer on the same date grid, the largest part of Prophet's preprocessing.
+- Every fit computes the Fourier terms of each seasonality for its dates, the largest part
+  of Prophet's preprocessing. Each row's terms depend on that row's time alone (Prophet's
+  ``fourier_series`` is elementwise), so one table over every time the worker has seen
+  serves every customer: customers whose days have different gaps take their rows from
+  it, and only times new to the worker are computed (by Prophet, on the table's times).
+- ``setup_dataframe`` (sort, scale y, the time index t) runs a dozen pandas column
+  operations; for a plain history (``ds`` and ``y``, linear or flat growth, 'absmax'
+  scaling, no extra regressors or conditions) the same frame is built from numpy arrays.
 
 :class:`FleetcastProphet` keeps each answer and hands out copies. Each depends only on
 the inputs in its cache key, so fits, fitted parameters and the serialised model are
@@ -23,8 +29,14 @@ from prophet import Prophet
 
 _ComponentKey = tuple[Any, ...]
 _components: dict[_ComponentKey, tuple[pd.DataFrame, dict[Any, list[str]]]] = {}
-_FEATURE_CACHE_SIZE = 32  # a few date grids (history, holdout window) x seasonalities
-_features: OrderedDict[tuple[bytes, float, int, str], pd.DataFrame] = OrderedDict()
+# A few seasonalities (period, order, name) x time resolutions; each table holds the
+# times seen so far, sorted, and their Fourier terms.
+_FEATURE_TABLES_MAX = 32
+# Beyond this many times (20 years hourly) a table restarts from the customer at hand.
+_FEATURE_TABLE_TIMES = 175_000
+_feature_tables: OrderedDict[tuple[str, float, int, str], tuple[np.ndarray, pd.DataFrame]] = (
+    OrderedDict()
+)
 
 
 class FleetcastProphet(Prophet):
@@ -32,23 +44,74 @@ class FleetcastProphet(Prophet):
     def make_seasonality_features(
         cls, dates: pd.Series, period: float, series_order: int, prefix: str
     ) -> pd.DataFrame:
-        if dates.dt.tz is not None:
+        if dates.dt.tz is not None or dates.isna().any():
             return super().make_seasonality_features(dates, period, series_order, prefix)
-        key = (
-            dates.to_numpy(dtype="datetime64[ns]").view(np.int64).tobytes(),
-            float(period),
-            int(series_order),
-            prefix,
+        key = (str(dates.dtype), float(period), int(series_order), prefix)
+        stamps = dates.to_numpy()
+        times = stamps.view(np.int64)
+        known, table = _feature_tables.get(key, (np.empty(0, dtype=np.int64), None))
+        rows = np.searchsorted(known, times)
+        if table is None or not (
+            np.all(rows < known.size)
+            and np.array_equal(known[np.minimum(rows, known.size - 1)], times)
+        ):
+            known = np.union1d(known, times)
+            if known.size > _FEATURE_TABLE_TIMES:
+                known = np.unique(times)
+            seen = pd.Series(known.view(stamps.dtype))
+            table = super().make_seasonality_features(seen, period, series_order, prefix)
+            _feature_tables[key] = (known, table)
+            if len(_feature_tables) > _FEATURE_TABLES_MAX:
+                _feature_tables.popitem(last=False)
+            rows = np.searchsorted(known, times)
+        _feature_tables.move_to_end(key)
+        features = table.iloc[rows]
+        features.index = dates.index
+        return features
+
+    def setup_dataframe(self, df: pd.DataFrame, initialize_scales: bool = False) -> pd.DataFrame:
+        if not self._plain_history(df) or not (initialize_scales or self.start is not None):
+            return super().setup_dataframe(df, initialize_scales)
+        stamps = df["ds"].to_numpy()
+        values = df["y"].to_numpy()
+        order = np.argsort(stamps, kind="mergesort")
+        stamps, values = stamps[order], values[order]
+        if initialize_scales:
+            self.y_min = 0.0
+            self.y_scale = float(np.abs(values).max()) or 1.0
+            self.start = pd.Timestamp(stamps[0])
+            self.t_scale = pd.Timedelta(stamps[-1] - stamps[0])
+        assert self.start is not None and self.t_scale is not None
+        unit = np.datetime_data(stamps.dtype)[0]
+        start = np.datetime64(self.start.as_unit(unit))
+        span = np.timedelta64(self.t_scale.as_unit(unit))
+        return pd.DataFrame(
+            {
+                "ds": stamps,
+                "y": values,
+                "floor": 0.0,
+                "t": (stamps - start) / span,
+                "y_scaled": values / self.y_scale,
+            }
         )
-        cached = _features.get(key)
-        if cached is None:
-            cached = super().make_seasonality_features(dates, period, series_order, prefix)
-            _features[key] = cached
-            if len(_features) > _FEATURE_CACHE_SIZE:
-                _features.popitem(last=False)
-        else:
-            _features.move_to_end(key)
-        return cached.copy()
+
+    def _plain_history(self, df: pd.DataFrame) -> bool:
+        """A frame of ``ds`` (naive datetimes, none missing) and finite float ``y``, for a
+        model whose ``setup_dataframe`` does nothing but sort, scale and index time."""
+        return (
+            list(df.columns) == ["ds", "y"]
+            and self.growth in ("linear", "flat")
+            and self.scaling == "absmax"
+            and not self.logistic_floor
+            and not self.extra_regressors
+            and all(props["condition_name"] is None for props in self.seasonalities.values())
+            and isinstance(df["ds"].dtype, np.dtype)  # not a timezone-aware dtype
+            and df["ds"].dtype.kind == "M"
+            and df["y"].dtype == np.float64
+            and not df["ds"].isna().any()
+            and bool(np.isfinite(df["y"].to_numpy()).all())
+            and len(df) > 0
+        )
 
     def regressor_column_matrix(
         self, seasonal_features: pd.DataFrame, modes: dict[Any, list[str]]
