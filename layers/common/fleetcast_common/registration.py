@@ -102,8 +102,12 @@ class RegistrationPlan(BaseModel):
     run_id: str
     training_job: str
     hosts_reporting: int
-    chunks: int
-    chunk_size: int
+    # Defaults: a record written before registration fanned out has neither.
+    chunks: int = 0
+    chunk_size: int = 0
+    customers_to_register: int = Field(
+        default=0, description="trained customers in the manifests, plus unlisted archives"
+    )
     job_failure: str | None = Field(
         default=None, description="why the training job failed or stopped, if it did"
     )
@@ -245,6 +249,13 @@ def plan_registration(
         hosts_reporting=len(manifests),
         chunks=len(chunks),
         chunk_size=chunk_size,
+        customers_to_register=len(unlisted)
+        + sum(
+            1
+            for m in manifests.values()
+            for r in m.customers
+            if r.outcome is not CustomerOutcome.FAILED
+        ),
         job_failure=job_failure,
         failures=[
             r

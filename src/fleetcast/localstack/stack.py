@@ -23,6 +23,7 @@ from fleetcast.localstack.costs import LOCAL_PARAMETERS, LocalCosts, local_funct
 from fleetcast.localstack.events import EventDelivery
 from fleetcast.localstack.gateway import Gateway
 from fleetcast.localstack.lambdas import LocalFunction
+from fleetcast.localstack.queues import QueueDelivery
 from fleetcast.localstack.sagemaker_jobs import JobRunner
 from fleetcast.localstack.serving import LocalServing, ServingOptions
 from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
@@ -133,6 +134,7 @@ class LocalStack:
         self.gateway: Gateway | None = None
         self.runner: JobRunner | None = None
         self.delivery: EventDelivery | None = None
+        self.queues: QueueDelivery | None = None  # SQS event sources (localstack/queues.py)
         self.functions: dict[str, LocalFunction] = {}
         self.info: StackInfo | None = None
         self.serving: LocalServing | None = None
@@ -167,6 +169,9 @@ class LocalStack:
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
             self._create_functions()
             self.delivery.start()
+            # SQS event sources (localstack/queues.py)
+            self.queues = QueueDelivery(self.client("sqs"), self.template, self.functions)
+            self.queues.start()
             self.info = self._describe()
             self.serving = LocalServing(self, self._serving_options)
             self.info.extra.update(self.serving.start())
@@ -185,6 +190,8 @@ class LocalStack:
             self.serving.stop()
         if self.delivery:
             self.delivery.stop()
+        if self.queues:  # SQS event sources (localstack/queues.py)
+            self.queues.stop()
         for function in self.functions.values():
             function.close()
         if self.runner:
