@@ -16,7 +16,6 @@ from fleetcast_common.aws import error_code
 from fleetcast_common.ids import processing_job_name, run_id_from_job_name, training_job_name
 from fleetcast_common.registration import read_registration_record
 from fleetcast_common.registry import ModelRegistry
-from fleetcast_common.training_manifest import CustomerOutcome
 from fleetcast_common.upload_queue import UploadQueue
 from fleetcast_processing.contract import SUMMARY_FILE, ProcessingSummary
 
