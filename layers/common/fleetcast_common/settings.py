@@ -57,4 +57,4 @@ class RegistrationCoordinatorSettings(PipelineSettings):
 
     chunk_queue_url: str = Field(alias="REGISTRATION_QUEUE_URL", min_length=1)
     # Customers per chunk: one chunk is one register-chunk invocation's work.
-    chunk_size: int = Field(alias="REGISTRATION_CHUNK_SIZE", default=250, ge=1, le=5000)
+    chunk_size: int = Field(alias="REGISTRATION_CHUNK_SIZE", default=250, ge=1, le=2000)
