@@ -275,8 +275,13 @@ def test_repeated_job_events_start_one_training_job_and_register_once(
     assert started["outcome"] == "already_started"
     jobs = stack.client("sagemaker").list_training_jobs(NameContains=run_id)
     assert len(jobs["TrainingJobSummaries"]) == 1
-    assert registered["registered"] == 0
-    assert registered["repeated"] == len(first_run["customers"])
+    progress_before = registry(stack).run(run_id)
+    assert progress_before is not None and progress_before.complete
+    assert (registered["outcome"], registered["chunks"]) == ("queued", progress_before.chunks_total)
+    # And once its chunks are delivered again, every decision and count stays as it was
+    wait_for_chunks(stack)
+    assert registry(stack).run(run_id) == progress_before
+    assert progress_before.registered == len(first_run["customers"])
     assert {c: registry(stack).live(c) for c in first_run["customers"]} == versions_before
 
 
