@@ -754,7 +754,6 @@ DYNAMODB_GRANTS = {
         ("ModelRegistryTable", "dynamodb:UpdateItem"),
         ("ModelRegistryTable", "dynamodb:BatchGetItem"),
         ("ModelRegistryTable", "dynamodb:BatchWriteItem"),
-        ("ModelRegistryTable", "dynamodb:ConditionCheckItem"),
     },
 }
 
