@@ -284,7 +284,7 @@ def test_an_older_run_finishing_late_is_superseded(world: dict[str, Any]) -> Non
     assert superseded is not None and superseded.status is ModelStatus.SUPERSEDED
 
 
-def test_a_promotion_decided_on_a_stale_read_is_refused_whole(world: dict[str, Any]) -> None:
+def test_a_promotion_decided_on_a_stale_read_is_refused(world: dict[str, Any]) -> None:
     # Given run 2 live for a, and run 1's record of a built as if nothing were live
     trained(world["s3"], world["bucket"], RUN_2, {"a": GOOD}, hosts=1)
     register(world, RUN_2)
@@ -299,10 +299,9 @@ def test_a_promotion_decided_on_a_stale_read_is_refused_whole(world: dict[str, A
     assert record is not None
     older = record.model_copy(update={"run_id": RUN_1, "model_version": None})
     # When it is promoted on the stale read (nothing live), or on the right version
-    # Then the conditional transaction refuses both: the LIVE record stays run 2's, and
-    # no MODEL record of run 1 is written half-way
-    assert registry.promote_and_record(older, None) is None
-    assert registry.promote_and_record(older, stale) is None
+    # Then the conditional update refuses both: the LIVE record stays run 2's
+    assert registry.promote_from(older, None) is None
+    assert registry.promote_from(older, stale) is None
     assert registry.model("a", RUN_1) is None
     after = registry.live("a")
     assert after is not None and (after.run_id, after.model_version) == (RUN_2, 1)

@@ -163,7 +163,7 @@ def test_registration_rides_out_faults_and_registers_each_model_once(
     injector: FaultInjector = faulty["injector"]
     injector.inject("s3", faults["s3"], 2)
     injector.inject("dynamodb", faults["dynamodb"], 2)
-    injector.inject("dynamodb", applied(SERVER_ERROR["dynamodb"]), operation="TransactWriteItems")
+    injector.inject("dynamodb", applied(SERVER_ERROR["dynamodb"]), operation="UpdateItem")
     # When the models are registered
     report = register_run(faulty["s3"], faulty["bucket"], faulty["registry"], RUN_ID)
     # Then every fault was met, and every customer has version 1 of this run live

@@ -332,9 +332,9 @@ def _model_record(
 def _decide(
     record: ModelRecord, state: CustomerState, ratio: float, registry: ModelRegistry
 ) -> tuple[CustomerRegistration, ModelRecord | None]:
-    """The customer's registration, and the MODEL record to write when no condition is
-    needed for it (rejected, superseded). A promotion is written here, conditionally;
-    None as the registration's status means it was decided by an earlier delivery."""
+    """The customer's registration, and the MODEL record to write (batched by the caller).
+    A promotion is written here, by the conditional update of the LIVE record; None as the
+    registration's status means it was decided by an earlier delivery."""
     customer_id, run_id, target = record.customer_id, record.run_id, record.target_model
     metrics = record.metrics
     for _ in range(PROMOTION_ATTEMPTS):
@@ -350,7 +350,7 @@ def _decide(
         live = state.live
         if live is not None and live.run_id >= run_id:
             if live.run_id == run_id:
-                # Registered before MODEL records were written with the promotion.
+                # Promoted by an earlier delivery that stopped before its MODEL records.
                 repaired = record.model_copy(update={"model_version": live.model_version})
                 return CustomerRegistration(
                     customer_id=customer_id,
@@ -381,7 +381,7 @@ def _decide(
                     target_model=target,
                     note=gate_note,
                 ), record.model_copy(update={"status": ModelStatus.REJECTED})
-        version = registry.promote_and_record(record, live)
+        version = registry.promote_from(record, live)
         if version is not None:
             return CustomerRegistration(
                 customer_id=customer_id,
@@ -389,7 +389,7 @@ def _decide(
                 model_version=version,
                 target_model=target,
                 note=gate_note and f"first model, live despite the gate: {gate_note}",
-            ), None
+            ), record.model_copy(update={"model_version": version})
         # Another run (or delivery) changed the LIVE record meanwhile: decide again.
         state = CustomerState(
             live=registry.live(customer_id), decided=registry.model(customer_id, run_id)

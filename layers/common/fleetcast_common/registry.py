@@ -185,18 +185,17 @@ class ModelRegistry:
             raise
         return int(response["Attributes"]["model_version"])
 
-    def promote_and_record(self, record: ModelRecord, seen: LiveModel | None) -> int | None:
-        """Make ``record`` live and write its MODEL record (status live, with its version)
-        in one transaction, if the LIVE record is still ``seen`` and older than this run.
+    def promote_from(self, record: ModelRecord, seen: LiveModel | None) -> int | None:
+        """Make ``record`` the customer's live model if the LIVE record is still ``seen``
+        (read just before) and older than this run: one conditional UpdateItem, whose new
+        version is known beforehand so that the MODEL record can be batched.
 
         Returns the new version, or None when the LIVE record changed since it was read
         (another run, or another delivery of this one): read again and decide again.
         """
         version = (seen.model_version if seen else 0) + 1
-        now = datetime.now(UTC).isoformat()
         fields = record.model_dump(mode="json", exclude={"status", "model_version", "customer_id"})
-        fields.update(updated_at=now, model_version=version)
-        names = {f"#{k}": k for k in fields}
+        fields.update(updated_at=datetime.now(UTC).isoformat(), model_version=version)
         values = _to_item({f":{k}": v for k, v in fields.items()})
         condition = "(attribute_not_exists(#run_id) OR #run_id < :run_id) AND " + (
             "attribute_not_exists(#model_version)"
@@ -205,44 +204,23 @@ class ModelRegistry:
         )
         if seen is not None:
             values[":seen_version"] = seen.model_version
-        model_item = {
-            "record": MODEL_PREFIX + record.run_id,
-            **record.model_dump(mode="json"),
-            "status": ModelStatus.LIVE.value,
-            "model_version": version,
-        }
         try:
-            self._table.meta.client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": self._table.name,
-                            "Key": {"customer_id": record.customer_id, "record": LIVE},
-                            "UpdateExpression": "SET " + ", ".join(f"#{k} = :{k}" for k in fields),
-                            "ConditionExpression": condition,
-                            "ExpressionAttributeNames": names,
-                            "ExpressionAttributeValues": values,
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self._table.name,
-                            "Item": _to_item(model_item),
-                            "ConditionExpression": "attribute_not_exists(#r)",
-                            "ExpressionAttributeNames": {"#r": "record"},
-                        }
-                    },
-                ]
+            self._table.update_item(
+                Key={"customer_id": record.customer_id, "record": LIVE},
+                UpdateExpression="SET " + ", ".join(f"#{k} = :{k}" for k in fields),
+                ConditionExpression=condition,
+                ExpressionAttributeNames={f"#{k}": k for k in fields},
+                ExpressionAttributeValues=values,
             )
         except Exception as error:
-            if error_code(error) == "TransactionCanceledException":
+            if error_code(error) == "ConditionalCheckFailedException":
                 return None
             raise
         return version
 
     def record_many(self, records: list[ModelRecord]) -> None:
-        """Write MODEL records whose decision needs no condition (rejected, superseded),
-        25 to a BatchWriteItem request. Idempotent like :meth:`record`."""
+        """Write MODEL records once their decision is made (the promotion's condition was
+        on the LIVE record), 25 to a BatchWriteItem request. Idempotent like :meth:`record`."""
         with self._table.batch_writer() as batch:
             for record in records:
                 item = {"record": MODEL_PREFIX + record.run_id, **record.model_dump(mode="json")}
