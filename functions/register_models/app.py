@@ -1,8 +1,10 @@
-"""SageMaker Training Job State Change (Completed, Failed, Stopped) -> the model registry.
+"""SageMaker Training Job State Change (Completed, Failed, Stopped) -> registration chunks.
 
-A failed or stopped job still registers every model it wrote and that was checked
-(fleetcast_common.registration); the customers it lost are logged with the reason and
-kept in the run's registration record, which ``fleetcast status`` shows.
+The coordinator of a run's registration: it reads the instances' manifests, writes the
+run's registration record (its failures, and for a failed or stopped job the customers it
+lost, with the reason) and queues one message per chunk of at most REGISTRATION_CHUNK_SIZE
+customers for the register-chunk function (fleetcast_common.registration). Its work grows
+with the number of instances, not of customers.
 
 Logs carry the run id (from the job name) as their correlation id, as start-training's
 do; start-processing logs the upload's key with the run id it starts.
@@ -18,16 +20,17 @@ from aws_lambda_powertools.utilities.parser import envelopes, event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client, dynamodb_table
+from fleetcast_common.chunk_queue import enqueue_chunks
 from fleetcast_common.ids import run_id_from_job_name
-from fleetcast_common.registration import register_models, write_registration_record
+from fleetcast_common.registration import plan_registration, start_registration
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.sagemaker_events import TrainingJobStateChange
-from fleetcast_common.settings import RegistrationSettings, read_on_first_use
+from fleetcast_common.settings import RegistrationCoordinatorSettings, read_on_first_use
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-settings = read_on_first_use(RegistrationSettings)
+settings = read_on_first_use(RegistrationCoordinatorSettings)
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -52,34 +55,29 @@ def lambda_handler(event: TrainingJobStateChange, context: LambdaContext) -> dic
         )
         metrics.add_metric(name="TrainingJobsFailed", unit=MetricUnit.Count, value=1)
 
-    registry = ModelRegistry(dynamodb_table(settings().registry_table))
     s3 = client("s3")
-    report = register_models(
-        run_id,
-        job,
-        settings().artifacts_bucket,
-        settings().quality_gate_ratio,
-        s3,
-        registry,
-        job_failure=job_failure,
+    plan, chunks = plan_registration(
+        run_id, job, settings().artifacts_bucket, settings().chunk_size, s3, job_failure=job_failure
     )
-    write_registration_record(s3, settings().artifacts_bucket, report)
-    expected_hosts = event.resources.instance_count if event.resources else report.hosts_reporting
-    if report.hosts_reporting < expected_hosts:
+    registry = ModelRegistry(dynamodb_table(settings().registry_table))
+    nothing_to_register = start_registration(plan, s3, settings().artifacts_bucket, registry)
+    enqueue_chunks(client("sqs"), settings().chunk_queue_url, chunks)
+
+    expected_hosts = event.resources.instance_count if event.resources else plan.hosts_reporting
+    if plan.hosts_reporting < expected_hosts:
         logger.error(
             "some training instances left no manifest",
-            extra={"expected": expected_hosts, "found": report.hosts_reporting},
+            extra={"expected": expected_hosts, "found": plan.hosts_reporting},
         )
-    for failure in report.failures:
-        logger.warning(
-            "customer not trained", extra=failure.model_dump(mode="json", exclude={"metadata"})
-        )
-    for lost in report.lost:
+    for lost in plan.lost:
         logger.error("customer lost with the training job", extra=lost.model_dump(mode="json"))
-    metrics.add_metric(name="ModelsTrained", unit=MetricUnit.Count, value=len(report.customers))
-    metrics.add_metric(name="ModelsRegistered", unit=MetricUnit.Count, value=report.registered)
-    metrics.add_metric(name="ModelsRejected", unit=MetricUnit.Count, value=report.rejected)
-    metrics.add_metric(name="ModelsFailed", unit=MetricUnit.Count, value=report.failed_training)
-    summary = report.model_dump(mode="json", exclude={"customers", "failures", "lost"})
-    logger.info("models registered", extra={**summary, "lost": len(report.lost)})
-    return {"outcome": "registered", "status": status, **summary, "lost": len(report.lost)}
+    metrics.add_metric(name="RegistrationChunksQueued", unit=MetricUnit.Count, value=len(chunks))
+    summary = {
+        "status": status,
+        "chunks": len(chunks),
+        "hosts_reporting": plan.hosts_reporting,
+        "failed_training": len(plan.failures),
+        "lost": len(plan.lost),
+    }
+    logger.info("registration chunks queued", extra=summary)
+    return {"outcome": "registered" if nothing_to_register else "queued", **summary}

@@ -107,7 +107,8 @@ def _status_table(runs: list[RunStatus]) -> Table:
             ),
             str(run.customers_failed if run.customers_failed is not None else "-")
             + (f"\n{run.customers_lost} lost: {run.first_lost}" if run.customers_lost else ""),
-            str(run.customers_registered),
+            str(run.customers_registered)
+            + (f"\n{run.registration}" if run.chunks_total is not None else ""),
         )
     return table
 

@@ -20,8 +20,8 @@ from fleetcast_common.ids import (
     training_job_name,
     upload_sequence,
 )
-from fleetcast_common.registration import read_manifests, read_registration_record
-from fleetcast_common.training_manifest import CustomerOutcome
+from fleetcast_common.registration import read_registration_record
+from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import UploadQueue
 
 POLL_SECONDS = 0.5
@@ -55,6 +55,13 @@ class RunStatus(BaseModel):
     first_lost: str | None = None
     customers_registered: int = 0
     customers_decided: int = 0
+    # The run's registration, fanned out in chunks: how many are done, and whether every
+    # one is (the run is registered). None before its coordinator ran.
+    chunks_done: int | None = None
+    chunks_total: int | None = None
+    registered: bool = False
+    # A run registered before registration fanned out has a record but no chunk count.
+    registered_before_chunks: bool = False
     created_at: datetime | None = None
     processing_started_at: datetime | None = None
     processing_ended_at: datetime | None = None
@@ -72,12 +79,24 @@ class RunStatus(BaseModel):
         """Nothing more will happen to this run."""
         if self.processing_status in ("Failed", "Stopped"):
             return True
-        if self.training_status in ("Failed", "Stopped"):
-            # What the job wrote is still registered; its record comes last.
-            return self.customers_lost is not None
-        if self.training_status == "Completed" and self.customers_trained is not None:
-            return self.customers_decided >= self.customers_trained
-        return False
+        if self.training_status not in ("Completed", "Failed", "Stopped"):
+            return False
+        # A failed or stopped job's models are registered too.
+        if self.registered_before_chunks:
+            return self.training_status != "Completed" or (
+                self.customers_trained is not None
+                and self.customers_decided >= self.customers_trained
+            )
+        return self.registered
+
+    @property
+    def registration(self) -> str:
+        """``chunks 3/8`` while registering, ``registered`` once every chunk is done."""
+        if self.registered:
+            return "registered"
+        if self.chunks_total is None:
+            return "-"
+        return f"chunks {self.chunks_done}/{self.chunks_total}"
 
     @property
     def processing_seconds(self) -> float | None:
@@ -176,22 +195,24 @@ def run_status(
         for entry in page.get("Contents", [])
         if entry["Key"].endswith(layout.MODEL_ARCHIVE_SUFFIX)
     )
-    if status.training_status == "Completed":
-        manifests = read_manifests(s3, bucket, run_id)
-        results = [r for m in manifests for r in m.customers]
-        status.customers_trained = sum(
-            1 for r in results if r.outcome is not CustomerOutcome.FAILED
-        )
-        status.customers_failed = sum(1 for r in results if r.outcome is CustomerOutcome.FAILED)
     if status.training_status in ("Completed", "Failed", "Stopped"):
-        record = read_registration_record(s3, bucket, run_id)
-        if record is not None:
-            status.customers_lost = len(record.lost)
-            if record.lost:
-                status.first_lost = f"{record.lost[0].customer_id}: {record.lost[0].reason}"
-            if status.training_status != "Completed":
-                status.customers_trained = len(record.customers)
-                status.customers_failed = record.failed_training
+        plan = read_registration_record(s3, bucket, run_id)
+        progress = ModelRegistry(table).run(run_id)
+        if plan is not None:
+            status.customers_trained = plan.customers_to_register
+            status.customers_failed = len(plan.failures)
+            status.customers_lost = len(plan.lost)
+            if plan.lost:
+                status.first_lost = f"{plan.lost[0].customer_id}: {plan.lost[0].reason}"
+            status.registered_before_chunks = progress is None and plan.chunks == 0
+        if progress is not None:
+            status.chunks_done, status.chunks_total = progress.chunks_done, progress.chunks_total
+            status.registered = progress.complete
+            if progress.complete:
+                # Exact once every chunk is counted: unusable archives are lost, not trained.
+                status.customers_trained = progress.trained
+                status.customers_failed = progress.failed_training
+                status.customers_lost = progress.lost
         counts = (decisions if decisions is not None else decisions_per_run(table, run_id)).get(
             run_id, {}
         )

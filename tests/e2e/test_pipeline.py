@@ -92,6 +92,22 @@ def manifests(stack: LocalStack, run_id: str) -> list[TrainingManifest]:
     ]
 
 
+def wait_for_chunks(stack: LocalStack) -> None:
+    """Until the registration chunks queue has nothing queued or in flight."""
+    sqs = stack.client("sqs")
+    url = sqs.get_queue_url(QueueName=stack.template.physical_name("RegistrationChunksQueue"))[
+        "QueueUrl"
+    ]
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    deadline = time.monotonic() + TIMEOUT
+    while any(
+        int(v)
+        for v in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"].values()
+    ):
+        assert time.monotonic() < deadline, "registration chunks were never all delivered"
+        time.sleep(0.2)
+
+
 def registry(stack: LocalStack) -> ModelRegistry:
     assert stack.info is not None
     return ModelRegistry(stack.resource("dynamodb").Table(stack.info.registry_table))
@@ -117,14 +133,19 @@ def test_every_customer_gets_a_live_loadable_model(
     assert status.training_status == "Completed", status.training_failure
     assert status.customers_processed == 30 and status.customers_trained == 30
     assert status.customers_registered == 30
+    # Registered through chunks, every one of them counted
+    assert status.registered and status.chunks_done == status.chunks_total
+    assert status.chunks_total is not None and status.chunks_total >= 2  # two instances
     assert stack.info is not None
     s3 = stack.client("s3")
     for customer_id in first_run["customers"]:
         live = registry(stack).live(customer_id)
         assert live is not None and live.model_version == 1 and live.run_id == first_run["run_id"]
         assert live.rows == DAYS
-        # The model served is a real, loadable Prophet model, at a path of its own
+        # The model served is a real, loadable Prophet model, at a path of its own: the
+        # key the training job wrote it to (registration copies nothing)
         key = layout.MODELS_PREFIX + live.target_model
+        assert key == layout.checkpoint_prefix(first_run["run_id"]) + f"{customer_id}.tar.gz"
         model_json, metadata = read_archive(
             s3.get_object(Bucket=stack.info.artifacts_bucket, Key=key)["Body"].read()
         )
@@ -254,8 +275,13 @@ def test_repeated_job_events_start_one_training_job_and_register_once(
     assert started["outcome"] == "already_started"
     jobs = stack.client("sagemaker").list_training_jobs(NameContains=run_id)
     assert len(jobs["TrainingJobSummaries"]) == 1
-    assert registered["registered"] == 0
-    assert registered["repeated"] == len(first_run["customers"])
+    progress_before = registry(stack).run(run_id)
+    assert progress_before is not None and progress_before.complete
+    assert (registered["outcome"], registered["chunks"]) == ("queued", progress_before.chunks_total)
+    # And once its chunks are delivered again, every decision and count stays as it was
+    wait_for_chunks(stack)
+    assert registry(stack).run(run_id) == progress_before
+    assert progress_before.registered == len(first_run["customers"])
     assert {c: registry(stack).live(c) for c in first_run["customers"]} == versions_before
 
 

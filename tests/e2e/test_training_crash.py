@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_pipeline import finished, readings, registry, to_csv, upload
+from test_pipeline import finished, readings, registry, to_csv, upload, wait_for_chunks
 from test_serving import get
 from test_spot_interruption import wait_for_checkpoints
 
@@ -79,8 +79,12 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
     # And the other instance's models and the killed one's checked archives are live
     record = read_registration_record(s3, bucket, run_id)
     assert record is not None and record.job_failure == status.training_failure
-    registered = {c.customer_id for c in record.customers}
-    assert record.hosts_reporting == 1 and record.failed_training == 0
+    progress = registry(stack).run(run_id)
+    assert progress is not None and progress.complete
+    assert status.registration == "registered"
+    registered = {c for c in CUSTOMERS if registry(stack).model(c, run_id) is not None}
+    assert record.hosts_reporting == 1 and progress.failed_training == 0
+    assert progress.trained == progress.registered == len(registered)
     archived = {
         o["Key"].rsplit("/", 1)[1].removesuffix(layout.MODEL_ARCHIVE_SUFFIX)
         for o in s3.list_objects_v2(Bucket=bucket, Prefix=layout.checkpoint_prefix(run_id))[
@@ -89,13 +93,15 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
         if o["Key"].endswith(layout.MODEL_ARCHIVE_SUFFIX)
     }
     assert registered == archived
-    assert record.recovered == sum(1 for c in record.customers if c.recovered)
+    # (the killed instance's archives are the recovered ones: no manifest listed them)
+    assert 0 < progress.recovered < len(registered)
     for customer_id in registered:
         live = registry(stack).live(customer_id)
         assert live is not None and live.run_id == run_id
         s3.head_object(Bucket=bucket, Key=layout.model_key(customer_id, run_id))
     # And every other customer is lost with the job's reason: none disappears unsaid
     lost = {c.customer_id: c.reason for c in record.lost}
+    assert progress.lost == len(lost)
     assert registered.isdisjoint(lost) and registered | lost.keys() == set(CUSTOMERS)
     assert all(reason.endswith(status.training_failure) for reason in lost.values())
     assert status.customers_lost == len(lost)
@@ -107,8 +113,13 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
     event = json.loads((ROOT / "events" / "training_job_failed.json").read_text())
     event["detail"].update(TrainingJobName=job, FailureReason=status.training_failure)
     again = stack.functions["RegisterModelsFunction"].invoke(event)
-    assert (again["registered"], again["repeated"], again["lost"]) == (
-        0,
-        len(registered),
+    assert (again["outcome"], again["chunks"], again["lost"]) == (
+        "queued",
+        progress.chunks_total,
         len(lost),
     )
+    wait_for_chunks(stack)
+    assert registry(stack).run(run_id) == progress
+    for customer_id in registered:
+        live = registry(stack).live(customer_id)
+        assert live is not None and (live.run_id, live.model_version) == (run_id, 1)

@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from function_helpers import load_function
 from test_registration import trained
 
+from fleetcast.localstack.queues import sqs_event
 from fleetcast.localstack.template import LocalTemplate
 from fleetcast_common import layout
 from fleetcast_common.ids import run_id_for_upload
@@ -67,13 +68,21 @@ def world(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, A
     bucket = f"artifacts-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=bucket)
-    for function in ("StartProcessingFunction", "StartTrainingFunction", "RegisterModelsFunction"):
+    for function in (
+        "StartProcessingFunction",
+        "StartTrainingFunction",
+        "RegisterModelsFunction",
+        "RegisterChunkFunction",
+    ):
         for name, value in template.function_environment(function).items():
             monkeypatch.setenv(name, value)
     monkeypatch.setenv("ARTIFACTS_BUCKET", bucket)
+    sqs = boto3.client("sqs")
+    chunks = sqs.create_queue(QueueName=f"chunks-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    monkeypatch.setenv("REGISTRATION_QUEUE_URL", chunks)
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "INFO")
-    yield {"s3": s3, "bucket": bucket}
+    yield {"s3": s3, "bucket": bucket, "sqs": sqs, "chunks": chunks}
     for table in tables:
         dynamodb.delete_table(TableName=table)
 
@@ -95,6 +104,12 @@ def _invoke(
     logs = [line for line in lines if "_aws" not in line]
     assert logs, "the handler logged nothing"
     return logs, emf
+
+
+def _chunks_event(world: dict[str, Any]) -> dict[str, Any]:
+    """The registration chunks the coordinator queued, as one SQS event."""
+    messages = world["sqs"].receive_message(QueueUrl=world["chunks"], MaxNumberOfMessages=10)
+    return sqs_event(messages.get("Messages", []), "arn:aws:sqs:us-east-1:123456789012:chunks")
 
 
 def _metric_values(emf: dict[str, Any]) -> dict[str, Any]:
@@ -150,11 +165,13 @@ def test_register_models_logs_the_run_id_and_counts_models(
     trained(world["s3"], world["bucket"], RUN_ID, {"3": None, "7": GOOD, "42": GOOD}, hosts=1)
     event = _event("training_job_completed.json")
     event["detail"]["ResourceConfig"]["InstanceCount"] = 1
-    # When its completion event arrives
+    # When its completion event arrives, and the chunk it queued is registered
     logs, emf = _invoke("register_models", event, capsys)
+    assert _metric_values(emf) == {"RegistrationChunksQueued": [1.0]}
+    chunk_logs, emf = _invoke("register_chunk", _chunks_event(world), capsys)
     # Then the logs are the run's, and the metrics count what the manifest says
-    assert {line["correlation_id"] for line in logs} == {RUN_ID}
-    assert {line["training_job"] for line in logs} == {f"fleetcast-t-{RUN_ID}"}
+    assert {line["correlation_id"] for line in logs + chunk_logs} == {RUN_ID}
+    assert {line["training_job"] for line in logs + chunk_logs} == {f"fleetcast-t-{RUN_ID}"}
     assert _metric_values(emf) == {
         "ModelsTrained": [2.0],
         "ModelsRegistered": [2.0],
@@ -180,9 +197,10 @@ def test_a_failed_training_job_registers_what_it_wrote_and_logs_what_it_lost(
     assert errors[0]["failure_reason"] == event["detail"]["FailureReason"]
     (lost,) = [line for line in errors if line.get("customer_id") == "7"]
     assert lost["reason"].endswith(event["detail"]["FailureReason"])
-    # And the model it wrote is registered and counted
+    assert _metric_values(emf) == {"TrainingJobsFailed": [1.0], "RegistrationChunksQueued": [1.0]}
+    # And the model it wrote is registered and counted by its chunk
+    _, emf = _invoke("register_chunk", _chunks_event(world), capsys)
     assert _metric_values(emf) == {
-        "TrainingJobsFailed": [1.0],
         "ModelsTrained": [1.0],
         "ModelsRegistered": [1.0],
         "ModelsRejected": [0.0],

@@ -1,21 +1,35 @@
-"""Registering a training job's models: S3 and DynamoDB on a moto server."""
+"""Registering a training job's models, chunk by chunk: S3, DynamoDB and SQS on a moto
+server. The coordinator's plan and each chunk run in this process; the SQS tests deliver
+the chunks as Lambda's event source mapping would (fleetcast.localstack.queues)."""
 
+import importlib.util
+import json
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from fleetcast.localstack.queues import event_source_mappings, failed_message_ids, sqs_event
+from fleetcast.localstack.template import LocalTemplate
 from fleetcast_common import layout
 from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_common.registration import (
+    ChunkReport,
+    CustomerRegistration,
+    LostCustomer,
+    RegistrationPlan,
+    plan_registration,
     read_registration_record,
-    register_models,
-    write_registration_record,
+    register_chunk,
+    start_registration,
 )
-from fleetcast_common.registry import ModelRegistry, ModelStatus
+from fleetcast_common.registry import ModelRegistry, ModelStatus, RunRegistration
 from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,35 +98,128 @@ def trained(
         )
 
 
-def register(world: dict[str, Any], run_id: str) -> Any:
-    return register_models(
-        run_id, f"fleetcast-t-{run_id}", world["bucket"], 1.5, world["s3"], world["registry"]
-    )
+@dataclass
+class Registered:
+    """A run registered in this process: what the coordinator planned, what each chunk
+    did, and the run's progress record."""
+
+    plan: RegistrationPlan
+    reports: list[ChunkReport]
+    run: RunRegistration
+
+    @property
+    def customers(self) -> list[CustomerRegistration]:
+        return [c for report in self.reports for c in report.customers]
+
+    @property
+    def lost(self) -> list[LostCustomer]:
+        return sorted(
+            self.plan.lost + [c for r in self.reports for c in r.lost], key=lambda c: c.customer_id
+        )
+
+    def count(self, field: str) -> int:
+        """This delivery's count (the run record counts each chunk's first delivery)."""
+        return sum(getattr(report.counts, field) for report in self.reports)
 
 
-def test_trained_customers_go_live_at_paths_of_their_own_and_failures_are_reported(
+def register_run(
+    s3: Any,
+    bucket: str,
+    registry: ModelRegistry,
+    run_id: str,
+    job_failure: str | None = None,
+    chunk_size: int = 2,
+) -> Registered:
+    """What the coordinator and then every chunk's function do for one event."""
+    job = f"fleetcast-t-{run_id}"
+    plan, chunks = plan_registration(run_id, job, bucket, chunk_size, s3, job_failure)
+    start_registration(plan, s3, bucket, registry)
+    reports = [register_chunk(chunk, bucket, 1.5, s3, registry) for chunk in chunks]
+    run = registry.run(run_id)
+    assert run is not None
+    return Registered(plan, reports, run)
+
+
+def register(world: dict[str, Any], run_id: str, job_failure: str | None = None) -> Registered:
+    return register_run(world["s3"], world["bucket"], world["registry"], run_id, job_failure)
+
+
+def _keys(world: dict[str, Any], prefix: str) -> list[str]:
+    listed = world["s3"].list_objects_v2(Bucket=world["bucket"], Prefix=prefix)
+    return sorted(o["Key"] for o in listed.get("Contents", []))
+
+
+def test_trained_customers_go_live_where_training_wrote_them_and_nothing_is_copied(
     world: dict[str, Any],
 ) -> None:
+    # Given a finished job: two customers trained, one failed
     trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": GOOD, "short": None})
+    written = _keys(world, "")
+    # When it is registered
     report = register(world, RUN_1)
-    assert (report.registered, report.failed_training, report.hosts_reporting) == (2, 1, 2)
-    assert [f.customer_id for f in report.failures] == ["short"]
+    # Then both go live, at the keys the training job wrote, and the failure is reported
+    assert (report.count("registered"), report.count("failed_training")) == (2, 1)
+    assert report.plan.hosts_reporting == 2
+    assert [f.customer_id for f in report.plan.failures] == ["short"]
     for customer_id in ("a", "b"):
-        world["s3"].head_object(Bucket=world["bucket"], Key=f"models/{customer_id}/{RUN_1}.tar.gz")
         live = world["registry"].live(customer_id)
-        assert (
-            live is not None
-            and live.model_version == 1
-            and live.target_model == f"{customer_id}/{RUN_1}.tar.gz"
-        )
+        assert live is not None and live.model_version == 1
+        assert live.target_model == f"{RUN_1}/{customer_id}.tar.gz"
+        assert layout.MODELS_PREFIX + live.target_model in written
     assert world["registry"].live("short") is None
+    # And registration wrote no object but the run's record
+    assert _keys(world, "") == sorted([*written, f"runs/{RUN_1}/registration.json"])
+
+
+def test_the_run_is_registered_once_its_last_chunk_is_counted(world: dict[str, Any]) -> None:
+    # Given a job of 7 customers on 2 instances, planned in chunks of at most 2
+    customers = {f"c{i}": GOOD for i in range(7)}
+    trained(world["s3"], world["bucket"], RUN_1, customers)
+    plan, chunks = plan_registration(RUN_1, f"fleetcast-t-{RUN_1}", world["bucket"], 2, world["s3"])
+    assert [c.size for c in chunks] == [2, 2, 2, 1]
+    assert (plan.chunks, plan.customers_to_register) == (4, 7)
+    assert not start_registration(plan, world["s3"], world["bucket"], world["registry"])
+    # When every chunk but the last is registered, the run is not registered yet
+    for chunk in chunks[:-1]:
+        assert not register_chunk(
+            chunk, world["bucket"], 1.5, world["s3"], world["registry"]
+        ).run_registered
+    run = world["registry"].run(RUN_1)
+    assert run is not None and (run.chunks_done, run.chunks_total, run.complete) == (3, 4, False)
+    # Then the last chunk marks it registered, with every customer counted once
+    last = register_chunk(chunks[-1], world["bucket"], 1.5, world["s3"], world["registry"])
+    assert last.run_registered
+    run = world["registry"].run(RUN_1)
+    assert run is not None and run.complete and (run.chunks_done, run.registered) == (4, 7)
+    assert all(world["registry"].live(c) is not None for c in customers)
+
+
+def test_a_redelivered_chunk_changes_nothing_and_is_counted_once(world: dict[str, Any]) -> None:
+    # Given a run registered chunk by chunk
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": GOOD, "c": GOOD})
+    plan, chunks = plan_registration(RUN_1, f"fleetcast-t-{RUN_1}", world["bucket"], 2, world["s3"])
+    start_registration(plan, world["s3"], world["bucket"], world["registry"])
+    first = [
+        register_chunk(c, world["bucket"], 1.5, world["s3"], world["registry"]) for c in chunks
+    ]
+    # When SQS delivers one of its chunks again
+    again = register_chunk(chunks[0], world["bucket"], 1.5, world["s3"], world["registry"])
+    # Then its customers are repeats, the chunk is not counted twice and no version moved
+    assert all(r.first_delivery for r in first) and not again.first_delivery
+    assert again.counts.repeated == chunks[0].size and again.counts.registered == 0
+    run = world["registry"].run(RUN_1)
+    assert run is not None and (run.chunks_done, run.registered, run.repeated) == (2, 3, 0)
+    for customer_id in ("a", "b", "c"):
+        live = world["registry"].live(customer_id)
+        assert live is not None and live.model_version == 1
 
 
 def test_a_repeated_event_registers_once(world: dict[str, Any]) -> None:
     trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD})
     register(world, RUN_1)
     again = register(world, RUN_1)
-    assert (again.registered, again.repeated) == (0, 1)
+    assert (again.count("registered"), again.count("repeated")) == (0, 1)
+    assert (again.run.chunks_done, again.run.chunks_total, again.run.registered) == (1, 1, 1)
     live = world["registry"].live("a")
     assert live is not None and live.model_version == 1
 
@@ -129,7 +236,8 @@ def test_a_repeated_event_after_a_newer_run_went_live_changes_no_record(
     # When run 1's event is delivered again
     again = register(world, RUN_1)
     # Then it is a repeat: run 1 stays recorded as the version that went live
-    assert (again.registered, again.rejected, again.superseded, again.repeated) == (0, 0, 0, 2)
+    counts = tuple(again.count(f) for f in ("registered", "rejected", "superseded", "repeated"))
+    assert counts == (0, 0, 0, 2)
     for customer_id in ("a", "b"):
         first = world["registry"].model(customer_id, RUN_1)
         assert first is not None
@@ -148,7 +256,8 @@ def test_a_clearly_worse_model_is_recorded_but_does_not_replace_the_live_one(
     trained(world["s3"], world["bucket"], RUN_2, {"a": BAD, "b": GOOD})
     report = register(world, RUN_2)
     # Then a keeps version 1 (the worse model is recorded as rejected) and b moves to 2
-    assert (report.registered, report.rejected) == (1, 1)
+    assert (report.count("registered"), report.count("rejected")) == (1, 1)
+    assert (report.run.registered, report.run.rejected) == (1, 1)
     live_a, live_b = world["registry"].live("a"), world["registry"].live("b")
     assert live_a is not None and (live_a.model_version, live_a.run_id) == (1, RUN_1)
     assert live_b is not None and (live_b.model_version, live_b.run_id) == (2, RUN_2)
@@ -159,7 +268,7 @@ def test_a_clearly_worse_model_is_recorded_but_does_not_replace_the_live_one(
 def test_a_new_customers_first_model_goes_live_even_below_the_gate(world: dict[str, Any]) -> None:
     trained(world["s3"], world["bucket"], RUN_1, {"new": BAD})
     report = register(world, RUN_1)
-    assert report.registered == 1
+    assert report.count("registered") == 1
     assert "despite the gate" in (report.customers[0].note or "")
 
 
@@ -168,9 +277,37 @@ def test_an_older_run_finishing_late_is_superseded(world: dict[str, Any]) -> Non
     register(world, RUN_1)
     trained(world["s3"], world["bucket"], RUN_0, {"a": GOOD})
     report = register(world, RUN_0)
-    assert report.superseded == 1
+    assert report.count("superseded") == 1
     live = world["registry"].live("a")
     assert live is not None and live.run_id == RUN_1 and live.model_version == 1
+    superseded = world["registry"].model("a", RUN_0)
+    assert superseded is not None and superseded.status is ModelStatus.SUPERSEDED
+
+
+def test_a_promotion_decided_on_a_stale_read_is_refused(world: dict[str, Any]) -> None:
+    # Given run 2 live for a, and run 1's record of a built as if nothing were live
+    trained(world["s3"], world["bucket"], RUN_2, {"a": GOOD}, hosts=1)
+    register(world, RUN_2)
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD}, hosts=1)
+    registry: ModelRegistry = world["registry"]
+    plan, (chunk,) = plan_registration(RUN_1, "job", world["bucket"], 5, world["s3"])
+    start_registration(plan, world["s3"], world["bucket"], registry)
+    live = registry.live("a")
+    assert live is not None
+    stale = live.model_copy(update={"run_id": RUN_0, "customer_id": "a"})
+    record = registry.model("a", RUN_2)
+    assert record is not None
+    older = record.model_copy(update={"run_id": RUN_1, "model_version": None})
+    # When it is promoted on the stale read (nothing live), or on the right version
+    # Then the conditional update refuses both: the LIVE record stays run 2's
+    assert registry.promote_from(older, None) is None
+    assert registry.promote_from(older, stale) is None
+    assert registry.model("a", RUN_1) is None
+    after = registry.live("a")
+    assert after is not None and (after.run_id, after.model_version) == (RUN_2, 1)
+    # And registering the chunk properly decides superseded
+    report = register_chunk(chunk, world["bucket"], 1.5, world["s3"], registry)
+    assert [c.status for c in report.customers] == [ModelStatus.SUPERSEDED]
 
 
 def _archive(tmp_path: Path, customer_id: str, run_id: str) -> bytes:
@@ -213,69 +350,49 @@ def test_a_failed_job_registers_every_checked_model_and_names_the_customers_it_l
     world: dict[str, Any], failed_job: str
 ) -> None:
     # When the failed job's event is registered
-    report = register_models(
-        RUN_1,
-        f"fleetcast-t-{RUN_1}",
-        world["bucket"],
-        1.5,
-        world["s3"],
-        world["registry"],
-        job_failure=failed_job,
-    )
+    report = register(world, RUN_1, job_failure=failed_job)
     # Then the finished instance's model and the checked archive of the killed one go live
-    assert (report.registered, report.recovered, report.job_failure) == (2, 1, failed_job)
+    assert (report.count("registered"), report.count("recovered")) == (2, 1)
+    assert report.plan.job_failure == failed_job
     assert {c.customer_id: c.recovered for c in report.customers} == {"a": False, "b": True}
     for customer_id in ("a", "b"):
         live = world["registry"].live(customer_id)
         assert live is not None and (live.run_id, live.model_version) == (RUN_1, 1)
-        world["s3"].head_object(Bucket=world["bucket"], Key=layout.model_key(customer_id, RUN_1))
     # And the short customer failed with its reason, as before
-    assert [f.customer_id for f in report.failures] == ["short"]
+    assert [f.customer_id for f in report.plan.failures] == ["short"]
     # And every other customer sent to the job is lost, with why
     lost = {c.customer_id: c.reason for c in report.lost}
     assert lost.keys() == {"c", "d", "e"}
     assert lost["c"].startswith("its checkpointed archive is unusable: ")
     assert lost["d"] == f"its checkpointed archive is customer 'd''s model from run {RUN_0}"
     assert lost["e"] == f"the training job failed before its model was written: {failed_job}"
-    # And nothing unchecked reached the registry or the endpoint's prefix
+    assert report.run.complete and report.run.lost == 3
+    # And nothing unchecked reached the registry
     for customer_id in ("c", "d", "e", "short"):
         assert world["registry"].live(customer_id) is None
         assert world["registry"].models(customer_id) == []
-    listed = world["s3"].list_objects_v2(Bucket=world["bucket"], Prefix=layout.MODELS_PREFIX)
-    assert sorted(o["Key"] for o in listed["Contents"]) == [
-        layout.model_key("a", RUN_1),
-        layout.model_key("b", RUN_1),
-    ]
 
 
 def test_a_repeated_failed_job_event_registers_once_and_keeps_its_record(
     world: dict[str, Any], failed_job: str
 ) -> None:
     # Given a failed job registered once, its record kept
-    def deliver() -> Any:
-        report = register_models(
-            RUN_1,
-            f"fleetcast-t-{RUN_1}",
-            world["bucket"],
-            1.5,
-            world["s3"],
-            world["registry"],
-            job_failure=failed_job,
-        )
-        write_registration_record(world["s3"], world["bucket"], report)
-        return report
-
-    first = deliver()
+    first = register(world, RUN_1, job_failure=failed_job)
     # When the event is delivered again
-    again = deliver()
+    again = register(world, RUN_1, job_failure=failed_job)
     # Then nothing is registered twice and the versions stay
-    assert (again.registered, again.repeated, again.recovered) == (0, 2, 1)
+    assert (again.count("registered"), again.count("repeated"), again.count("recovered")) == (
+        0,
+        2,
+        1,
+    )
+    assert again.run == first.run
     for customer_id in ("a", "b"):
         live = world["registry"].live(customer_id)
         assert live is not None and live.model_version == 1
     # And the run's record still names the same lost customers
     record = read_registration_record(world["s3"], world["bucket"], RUN_1)
-    assert record is not None and record.lost == first.lost
+    assert record is not None and record.lost == first.plan.lost
     assert read_registration_record(world["s3"], world["bucket"], RUN_2) is None
 
 
@@ -286,16 +403,157 @@ def test_a_failed_job_does_not_replace_a_newer_live_model(
     trained(world["s3"], world["bucket"], RUN_2, {"b": GOOD}, hosts=1)
     register(world, RUN_2)
     # When the failed job's checked archive of b is registered
-    report = register_models(
-        RUN_1,
-        f"fleetcast-t-{RUN_1}",
-        world["bucket"],
-        1.5,
-        world["s3"],
-        world["registry"],
-        job_failure=failed_job,
-    )
+    report = register(world, RUN_1, job_failure=failed_job)
     # Then it is superseded, and run 2 stays live
     assert {c.customer_id: c.status for c in report.customers}["b"] is ModelStatus.SUPERSEDED
     live = world["registry"].live("b")
     assert live is not None and live.run_id == RUN_2
+
+
+def test_a_job_that_wrote_nothing_is_registered_at_once_with_its_customers_lost(
+    world: dict[str, Any],
+) -> None:
+    # Given a job that failed before any instance wrote a model or a manifest
+    s3, bucket = world["s3"], world["bucket"]
+    s3.put_object(Bucket=bucket, Key=layout.train_prefix(RUN_1) + "e.csv", Body=b"ds,y\n")
+    # When it is registered
+    report = register(world, RUN_1, job_failure="CapacityError: no spot capacity")
+    # Then there is no chunk to wait for: the run is registered, its customer lost
+    assert report.plan.chunks == 0 and report.run.complete
+    assert [c.customer_id for c in report.lost] == ["e"]
+    assert report.run.lost == 1
+
+
+# ---------------------------------------------------------------- through SQS
+
+
+class _Context(LambdaContext):
+    _function_name = "register-chunk"
+    _memory_limit_in_mb = 512
+    _invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:register-chunk"
+    _aws_request_id = "11111111-2222-3333-4444-555555555555"
+
+
+def _handler(function_dir: str) -> ModuleType:
+    """functions/<dir>/app.py imported afresh: it reads its settings at import."""
+    spec = importlib.util.spec_from_file_location(
+        f"{function_dir}_app_{uuid.uuid4().hex[:6]}", ROOT / "functions" / function_dir / "app.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def queues(
+    world: dict[str, Any], registry_table: Any, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """The chunks queue and its DLQ as template.yaml makes them (fresh names), and both
+    registration functions' environment pointed at them."""
+    template = LocalTemplate(ROOT / "template.yaml")
+    sqs = boto3.client("sqs")
+    suffix = uuid.uuid4().hex[:8]
+    dlq = sqs.create_queue(QueueName=f"chunks-dlq-{suffix}")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    properties = template.resolve(template.resources["RegistrationChunksQueue"]["Properties"])
+    redrive = {**properties["RedrivePolicy"], "deadLetterTargetArn": dlq_arn}
+    queue = sqs.create_queue(
+        QueueName=f"chunks-{suffix}",
+        Attributes={
+            "VisibilityTimeout": str(properties["VisibilityTimeout"]),
+            "RedrivePolicy": json.dumps(redrive),
+        },
+    )["QueueUrl"]
+    for function in ("RegisterModelsFunction", "RegisterChunkFunction"):
+        for name, value in template.function_environment(function).items():
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ARTIFACTS_BUCKET", world["bucket"])
+    monkeypatch.setenv("REGISTRY_TABLE", registry_table.name)
+    monkeypatch.setenv("REGISTRATION_QUEUE_URL", queue)
+    monkeypatch.setenv("REGISTRATION_CHUNK_SIZE", "2")
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    (mapping,) = event_source_mappings(template)
+    return {"sqs": sqs, "queue": queue, "dlq": dlq, "mapping": mapping}
+
+
+def _training_event(run_id: str, status: str = "Completed") -> dict[str, Any]:
+    event: dict[str, Any] = json.loads(
+        (ROOT / "events" / "training_job_completed.json").read_text()
+    )
+    event["detail"]["TrainingJobName"] = f"fleetcast-t-{run_id}"
+    event["detail"]["TrainingJobStatus"] = status
+    return event
+
+
+def _deliver_all(queues: dict[str, Any], worker: ModuleType) -> int:
+    """Receive and hand batches to the worker until the queue is empty, as the event
+    source mapping does (a failed message is visible again at once); the receives."""
+    sqs, queue, mapping = queues["sqs"], queues["queue"], queues["mapping"]
+    for receives in range(100):
+        messages = sqs.receive_message(
+            QueueUrl=queue, MaxNumberOfMessages=mapping.batch_size, AttributeNames=["All"]
+        ).get("Messages", [])
+        if not messages:
+            return receives
+        try:
+            answer = worker.lambda_handler(sqs_event(messages, "arn:chunks"), _Context())
+            failed = failed_message_ids(answer, messages, mapping.report_batch_item_failures)
+        except Exception:
+            # Lambda: an invocation that raises fails its whole batch.
+            failed = {m["MessageId"] for m in messages}
+        for message in messages:
+            if message["MessageId"] in failed:
+                sqs.change_message_visibility(
+                    QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+                )
+            else:
+                sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
+    raise AssertionError("the chunks queue did not empty in 100 receives")
+
+
+def test_the_coordinator_queues_chunks_and_the_worker_registers_them(
+    world: dict[str, Any], queues: dict[str, Any]
+) -> None:
+    # Given a finished job of 5 customers on 2 instances
+    customers = [f"c{i}" for i in range(5)]
+    trained(world["s3"], world["bucket"], RUN_1, dict.fromkeys(customers, GOOD))
+    # When its event reaches the coordinator
+    answer = _handler("register_models").lambda_handler(_training_event(RUN_1), _Context())
+    # Then it queues chunks of at most 2 customers (3 from one manifest's 3, 2 from 2)
+    assert answer["outcome"] == "queued" and answer["chunks"] == 3
+    # And once they are delivered, every customer is live and the run is registered
+    _deliver_all(queues, _handler("register_chunk"))
+    run = world["registry"].run(RUN_1)
+    assert run is not None and run.complete and (run.chunks_done, run.registered) == (3, 5)
+    for customer_id in customers:
+        live = world["registry"].live(customer_id)
+        assert live is not None and live.run_id == RUN_1
+
+
+def test_a_poisoned_chunk_is_retried_then_dead_lettered_while_the_others_finish(
+    world: dict[str, Any], queues: dict[str, Any]
+) -> None:
+    # Given a finished job whose first manifest becomes unreadable after the plan
+    trained(world["s3"], world["bucket"], RUN_1, {f"c{i}": GOOD for i in range(4)})
+    _handler("register_models").lambda_handler(_training_event(RUN_1), _Context())
+    poisoned = layout.manifest_prefix(RUN_1) + "algo-1.json"
+    world["s3"].put_object(Bucket=world["bucket"], Key=poisoned, Body=b"{not json")
+    # When the chunks are delivered
+    _deliver_all(queues, _handler("register_chunk"))
+    # Then algo-1's chunk went to the DLQ after the queue's maxReceiveCount receives
+    dead = (
+        queues["sqs"]
+        .receive_message(QueueUrl=queues["dlq"], MaxNumberOfMessages=10, AttributeNames=["All"])
+        .get("Messages", [])
+    )
+    assert [json.loads(m["Body"])["manifest_key"] for m in dead] == [poisoned]
+    (receives,) = {m["Attributes"]["ApproximateReceiveCount"] for m in dead}
+    assert int(receives) >= 3
+    # And algo-2's customers are live, while the run waits for the dead-lettered chunk
+    assert world["registry"].live("c1") is not None and world["registry"].live("c3") is not None
+    assert world["registry"].live("c0") is None
+    run = world["registry"].run(RUN_1)
+    assert run is not None and (run.chunks_done, run.chunks_total, run.complete) == (1, 2, False)

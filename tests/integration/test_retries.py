@@ -16,7 +16,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from forecast_api_helpers import api_event, call, load_forecast_api
-from test_registration import trained
+from test_registration import register_run, trained
 from test_upload_queue import forget_processing_jobs, processing_settings, upload
 
 from fleetcast.localstack.faults import SERVER_ERROR, THROTTLED, FaultInjector, applied
@@ -27,7 +27,6 @@ from fleetcast_common.forecasting import LiveModelCache
 from fleetcast_common.jobs import Upload
 from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.pipeline import Outcome, start_processing
-from fleetcast_common.registration import register_models
 from fleetcast_common.registry import ModelRegistry, ModelStatus
 from fleetcast_common.upload_queue import UploadQueue
 
@@ -167,12 +166,11 @@ def test_registration_rides_out_faults_and_registers_each_model_once(
     injector.inject("dynamodb", faults["dynamodb"], 2)
     injector.inject("dynamodb", applied(SERVER_ERROR["dynamodb"]), operation="UpdateItem")
     # When the models are registered
-    report = register_models(
-        RUN_ID, f"fleetcast-t-{RUN_ID}", faulty["bucket"], 1.5, faulty["s3"], faulty["registry"]
-    )
+    report = register_run(faulty["s3"], faulty["bucket"], faulty["registry"], RUN_ID)
     # Then every fault was met, and every customer has version 1 of this run live
     assert injector.pending("s3") == injector.pending("dynamodb") == 0
-    assert report.registered + report.repeated == len(customers)
+    assert report.count("registered") + report.count("repeated") == len(customers)
+    assert report.run.complete
     registry: ModelRegistry = faulty["registry"]
     for customer_id in customers:
         live = registry.live(customer_id)

@@ -74,7 +74,14 @@ def test_invalid_customer_ids_are_refused_with_a_message(customer_id: object) ->
 def test_layout_refuses_an_invalid_customer_id_before_it_becomes_a_key() -> None:
     with pytest.raises(InvalidCustomerIdError):
         layout.model_key("../x", "20261129t120000-0123456789")
-    assert layout.model_key("42", "r") == "models/42/r.tar.gz"
+    # The key the training job's checkpoint sync writes, and the TargetModel under models/
+    assert layout.model_key("42", "r") == "models/r/42.tar.gz"
+    assert layout.model_key("42", "r") == layout.checkpoint_prefix("r") + "42.tar.gz"
+    # Records registered before training wrote models in place keep their TargetModel
+    assert layout.is_target_model_of("42/r.tar.gz", "42", "r")
+    assert layout.is_target_model_of("r/42.tar.gz", "42", "r")
+    assert not layout.is_target_model_of("r/43.tar.gz", "42", "r")
+    assert not layout.is_target_model_of("r/manifest-algo-1.json", "42", "r")
 
 
 def test_run_ids_sort_by_the_queue_number_whatever_the_event_time() -> None:
@@ -187,7 +194,11 @@ def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
         request["StoppingCondition"]["MaxWaitTimeInSeconds"]
         >= request["StoppingCondition"]["MaxRuntimeInSeconds"]
     )
-    assert request["CheckpointConfig"]["S3Uri"].endswith("/checkpoints/")
+    # Checkpoints sync to the run's own folder of the endpoint's prefix: each archive is
+    # written once, under the key the registry records (nothing is copied later)
+    assert request["CheckpointConfig"]["S3Uri"] == (
+        "s3://artifacts/models/20261129t120000-0123456789/"
+    )
     assert request["EnableNetworkIsolation"] is True
     assert request["ResourceConfig"]["InstanceCount"] == 4
     assert all(isinstance(v, str) for v in request["HyperParameters"].values())

@@ -29,7 +29,12 @@ from fleetcast_common.cost.models import Anomaly
 from fleetcast_common.cost.settings import CostReportSettings
 from fleetcast_common.forecasting import ForecastApiSettings
 from fleetcast_common.ids import is_valid_run_id, processing_job_name, training_job_name
-from fleetcast_common.settings import ProcessingSettings, RegistrationSettings, TrainingSettings
+from fleetcast_common.settings import (
+    ProcessingSettings,
+    RegistrationCoordinatorSettings,
+    RegistrationSettings,
+    TrainingSettings,
+)
 
 TEMPLATE = load_template()
 RESOURCES: dict[str, dict[str, Any]] = TEMPLATE["Resources"]
@@ -80,13 +85,18 @@ FUNCTION_ENVIRONMENT = {
         "HOLDOUT_DAYS": {"Ref": "HoldoutDays"},
     },
     "RegisterModelsFunction": {
+        "REGISTRATION_QUEUE_URL": {"Ref": "RegistrationChunksQueue"},
+        "REGISTRATION_CHUNK_SIZE": {"Ref": "RegistrationChunkSize"},
+    },
+    "RegisterChunkFunction": {
         "QUALITY_GATE_RATIO": {"Ref": "QualityGateRatio"},
     },
 }
 FUNCTION_SETTINGS: dict[str, type[BaseModel]] = {
     "StartProcessingFunction": ProcessingSettings,
     "StartTrainingFunction": TrainingSettings,
-    "RegisterModelsFunction": RegistrationSettings,
+    "RegisterModelsFunction": RegistrationCoordinatorSettings,
+    "RegisterChunkFunction": RegistrationSettings,
 }
 PARAMETER_DEFAULTS = {
     "JobNamePrefix": "fleetcast",
@@ -105,6 +115,7 @@ PARAMETER_DEFAULTS = {
     "ModelFrequency": "D",
     "HoldoutDays": 7,
     "QualityGateRatio": 1.5,
+    "RegistrationChunkSize": 250,
     "LogLevel": "INFO",
     "InferenceInstanceType": "ml.c5.xlarge",
     "InferenceInstanceCount": 1,
@@ -674,6 +685,10 @@ S3_OBJECT_GRANTS = {
         ("s3:PutObject", "ArtifactsBucket", "runs/*"),
         ("s3:AbortMultipartUpload", "ArtifactsBucket", "history/*"),
         ("s3:AbortMultipartUpload", "ArtifactsBucket", "runs/*"),
+        # Training syncs its checkpoints, the model archives, under their final keys.
+        ("s3:GetObject", "ArtifactsBucket", "models/*"),
+        ("s3:PutObject", "ArtifactsBucket", "models/*"),
+        ("s3:AbortMultipartUpload", "ArtifactsBucket", "models/*"),
     },
     # A key SageMaker cannot take as it is goes to the job as a copy under a short name.
     "StartProcessingFunction": {
@@ -684,11 +699,12 @@ S3_OBJECT_GRANTS = {
     },
     "StartTrainingFunction": {("s3:GetObject", "ArtifactsBucket", "runs/*/report/*")},
     "RegisterModelsFunction": {
-        ("s3:GetObject", "ArtifactsBucket", "runs/*"),
-        ("s3:PutObject", "ArtifactsBucket", "models/*"),
-        # The run's registration record: what was registered and which customers were lost.
+        ("s3:GetObject", "ArtifactsBucket", "models/*/manifest-*"),
+        # The run's registration record: its failures and which customers were lost.
         ("s3:PutObject", "ArtifactsBucket", "runs/*/registration.json"),
     },
+    # Reads manifests and checks a failed job's archives; copies and writes nothing.
+    "RegisterChunkFunction": {("s3:GetObject", "ArtifactsBucket", "models/*")},
 }
 
 
@@ -714,6 +730,7 @@ SAGEMAKER_GRANTS = {
     },
     # Registration reads the training job's event and its manifests in S3, never the job.
     "RegisterModelsFunction": set(),
+    "RegisterChunkFunction": set(),
 }
 
 
@@ -740,11 +757,14 @@ DYNAMODB_GRANTS = {
         ("UploadQueueTable", "dynamodb:Query"),
     },
     "StartTrainingFunction": set(),
-    "RegisterModelsFunction": {
+    # The run's progress record only (its LeadingKeys condition is checked below).
+    "RegisterModelsFunction": {("ModelRegistryTable", "dynamodb:UpdateItem")},
+    "RegisterChunkFunction": {
         ("ModelRegistryTable", "dynamodb:GetItem"),
         ("ModelRegistryTable", "dynamodb:PutItem"),
         ("ModelRegistryTable", "dynamodb:UpdateItem"),
-        ("ModelRegistryTable", "dynamodb:Query"),
+        ("ModelRegistryTable", "dynamodb:BatchGetItem"),
+        ("ModelRegistryTable", "dynamodb:BatchWriteItem"),
     },
 }
 
@@ -758,6 +778,38 @@ def test_only_the_register_function_touches_the_registry(function: str) -> None:
         if action.startswith("dynamodb:")
     }
     assert grants == DYNAMODB_GRANTS[function]
+
+
+def test_registration_chunks_reach_their_function_like_an_event_source_mapping() -> None:
+    # Given the chunks queue and the function it feeds
+    queue = RESOURCES["RegistrationChunksQueue"]["Properties"]
+    function = RESOURCES["RegisterChunkFunction"]["Properties"]
+    (event,) = function["Events"].values()
+    # Then the function takes small batches and reports its failures one by one
+    assert event["Type"] == "SQS"
+    assert event["Properties"]["Queue"] == {"Fn::GetAtt": ["RegistrationChunksQueue", "Arn"]}
+    assert event["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert 1 <= event["Properties"]["BatchSize"] <= 10
+    # And a message is hidden longer than an invocation can run (Lambda advises 6x)
+    assert queue["VisibilityTimeout"] >= 6 * function["Timeout"]
+    # And a chunk that keeps failing is dead-lettered after a few receives, and alarmed on
+    redrive = queue["RedrivePolicy"]
+    assert redrive["deadLetterTargetArn"] == {
+        "Fn::GetAtt": ["RegistrationChunksDeadLetterQueue", "Arn"]
+    }
+    assert 2 <= redrive["maxReceiveCount"] <= 5
+    alarm = RESOURCES["RegistrationChunksDeadLetterAlarm"]["Properties"]
+    (dimension,) = alarm["Dimensions"]
+    assert resolve(dimension["Value"]) == _ref("RegistrationChunksDeadLetterQueue")
+    # And the coordinator may send to the queue, and write only runs' progress records
+    statements = function_statements("RegisterModelsFunction")
+    assert any(
+        s["Action"] == "sqs:SendMessage"
+        and s["Resource"] == {"Fn::GetAtt": ["RegistrationChunksQueue", "Arn"]}
+        for s in statements
+    )
+    (dynamodb,) = (s for s in statements if str(s["Action"]).startswith("dynamodb:"))
+    assert dynamodb["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["RUN#*"]}}
 
 
 # ---------------------------------------------------------------- serving
@@ -1245,6 +1297,7 @@ WATCHED = {
     "ApiServerErrorsAlarm": {("AWS/ApiGateway", "5XXError")},
     "EndpointErrorsAlarm": {("AWS/SageMaker", "Invocation5XXErrors")},
     "CostReportFailedAlarm": {("AWS/Lambda", "Errors")},
+    "RegistrationChunksDeadLetterAlarm": {("AWS/SQS", "ApproximateNumberOfMessagesVisible")},
 }
 
 
@@ -1409,7 +1462,12 @@ def test_the_dashboard_shows_every_alarm_and_every_metric_the_functions_publish(
     }
     assert {(m[2], m[3]) for m in ours} == {("service", PREFIX)}
     # Every other metric names this stack's queue, API, endpoint or rules.
-    names = {_ref("EventsDeadLetterQueue"), _ref("ForecastEndpoint"), *map(_ref, FAILURE_RULES)}
+    names = {
+        _ref("EventsDeadLetterQueue"),
+        _ref("RegistrationChunksDeadLetterQueue"),
+        _ref("ForecastEndpoint"),
+        *map(_ref, FAILURE_RULES),
+    }
     names.add(resolve(RESOURCES["ForecastApi"]["Properties"]["Name"]))
     for metric in shown:
         if metric[0] != "Fleetcast":

@@ -180,7 +180,9 @@ def training_job_request(settings: TrainingSettings, run_id: str, customers: int
         },
         "StoppingCondition": stopping,
         "EnableManagedSpotTraining": settings.use_spot,
-        # Each model is checkpointed as it is made, so a spot interruption loses none.
+        # Each model is checkpointed as it is made, so a spot interruption loses none, and
+        # is synced to its final key under models/ (layout.checkpoint_prefix): registration
+        # copies nothing.
         "CheckpointConfig": {
             "S3Uri": artifacts + layout.checkpoint_prefix(run_id),
             "LocalPath": training.CHECKPOINT_LOCAL_PATH,

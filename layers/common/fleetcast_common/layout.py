@@ -6,6 +6,7 @@ One object per customer under a run's ``train/`` prefix is what lets SageMaker's
 
 from __future__ import annotations
 
+from fleetcast_common.contracts.training import MANIFEST_PREFIX
 from fleetcast_common.ids import is_valid_customer_id, validate_customer_id
 
 INCOMING_PREFIX = "incoming/"
@@ -42,8 +43,20 @@ def staged_upload_key(run_id: str, file_name: str) -> str:
 
 
 def checkpoint_prefix(run_id: str) -> str:
-    """Training checkpoints: one ``{customer_id}.tar.gz`` per trained customer plus manifests."""
-    return f"{run_prefix(run_id)}checkpoints/"
+    """Where the training job's checkpoint directory is synced: ``models/{run_id}/``.
+
+    Each ``{customer_id}.tar.gz`` the job writes lands under its final key, the one the
+    registry records and the endpoint loads, so registration copies nothing. A run id is
+    never reused, so nothing here is overwritten by another run; a spot restart restores
+    the same prefix. The instances' ``manifest-{host}.json`` files sit beside the archives:
+    no TargetModel names them (every TargetModel ends in ``.tar.gz``).
+    """
+    return f"{MODELS_PREFIX}{run_id}/"
+
+
+def manifest_prefix(run_id: str) -> str:
+    """The instances' manifests, listed without listing every archive of the run."""
+    return f"{checkpoint_prefix(run_id)}{MANIFEST_PREFIX}"
 
 
 def output_prefix(run_id: str) -> str:
@@ -52,8 +65,20 @@ def output_prefix(run_id: str) -> str:
 
 def target_model(customer_id: str, run_id: str) -> str:
     """The multi-model endpoint's TargetModel: a new name for every version, never reused,
-    because an endpoint does not notice an artifact overwritten in place."""
+    because an endpoint does not notice an artifact overwritten in place. It is the key the
+    training job's checkpoint sync writes (:func:`checkpoint_prefix`), under ``models/``."""
+    return f"{run_id}/{validate_customer_id(customer_id)}{MODEL_ARCHIVE_SUFFIX}"
+
+
+def legacy_target_model(customer_id: str, run_id: str) -> str:
+    """The TargetModel of models registered before training wrote them in place
+    (registration copied them to ``models/{customer_id}/{run_id}.tar.gz``)."""
     return f"{validate_customer_id(customer_id)}/{run_id}{MODEL_ARCHIVE_SUFFIX}"
+
+
+def is_target_model_of(target: str, customer_id: str, run_id: str) -> bool:
+    """Whether ``target`` names this customer's model from this run, in either layout."""
+    return target in (target_model(customer_id, run_id), legacy_target_model(customer_id, run_id))
 
 
 def model_key(customer_id: str, run_id: str) -> str:

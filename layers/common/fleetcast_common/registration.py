@@ -1,15 +1,24 @@
-"""Registering a finished training job's models: what the register-models function does.
+"""Registering a finished training job's models, fanned out in bounded chunks.
 
-For each customer the training job trained: copy its archive to a path of its own under
-the multi-model endpoint's prefix (never overwritten), record it, and promote it to live
-unless it is clearly worse than seasonal-naive or a newer run is live already.
+The training job writes each model archive once, under its final key (see
+``layout.checkpoint_prefix``): registration copies nothing. When the job ends, the
+register-models function (the coordinator) reads the instances' manifests and splits
+them into chunks of at most ``chunk_size`` customers (:func:`plan_registration`); each
+chunk is an SQS message, and the register-chunk function registers one
+(:func:`register_chunk`): for each customer it records the model and promotes it to live
+unless it is clearly worse than seasonal-naive or a newer run is live already. The
+conditional write on the customer's LIVE record still decides promotion.
 
 A job that failed (a crashed or killed instance, a spot interruption, a timeout) is
 registered too: its finished instances' manifests say what they trained, and an archive
 of an instance that left no manifest is used only once it has been re-read and checked
-(it is this customer's and this run's). Every customer that was sent to the job and got
-neither is *lost*, with the reason; the report, with the lost customers, is kept as the
-run's registration record (:func:`registration_key`).
+(it is this customer's and this run's): such archives make chunks of their own. Every
+customer that was sent to the job and got neither is *lost*, with the reason, in the
+run's registration record (:func:`registration_key`), written by the coordinator.
+
+The run's progress (chunks done of total, and what they did) is a record in the
+registry table, counted once per chunk whatever the redeliveries; the run is registered
+when the last chunk is counted.
 """
 
 from __future__ import annotations
@@ -26,16 +35,24 @@ from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.training import is_manifest_name
 from fleetcast_common.ids import validate_customer_id
 from fleetcast_common.model_archive import HoldoutMetrics, read_archive
-from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
+from fleetcast_common.registry import (
+    ChunkCounts,
+    CustomerState,
+    ModelRecord,
+    ModelRegistry,
+    ModelStatus,
+)
 from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
 
-# Registration is I/O bound: a copy and three small writes per customer.
+# Registration is I/O bound: a few small requests per customer.
 PARALLEL_REQUESTS = 16
 REGISTRATION_FILE = "registration.json"
+# A decision lost to a concurrent one is read again and retried this often.
+PROMOTION_ATTEMPTS = 4
 
 
 def registration_key(run_id: str) -> str:
-    """The run's registration record: the last :class:`RegistrationReport` written."""
+    """The run's registration record: the :class:`RegistrationPlan` its coordinator wrote."""
     return layout.run_prefix(run_id) + REGISTRATION_FILE
 
 
@@ -60,24 +77,96 @@ class LostCustomer(BaseModel):
     reason: str
 
 
-class RegistrationReport(BaseModel):
+class RegistrationChunk(BaseModel):
+    """One bounded piece of a run's registration: an SQS message's body.
+
+    Either a slice ``[start, stop)`` of one instance's manifest, or (for a failed job)
+    customers whose archives no manifest listed.
+    """
+
+    run_id: str
+    training_job: str
+    chunk_id: str
+    manifest_key: str | None = None
+    start: int = 0
+    stop: int = 0
+    unlisted: list[str] = Field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.unlisted) if self.manifest_key is None else self.stop - self.start
+
+
+class RegistrationPlan(BaseModel):
+    """The run's registration record, written by the coordinator before any chunk runs."""
+
     run_id: str
     training_job: str
     hosts_reporting: int
-    registered: int = Field(description="customers whose new model went live")
-    rejected: int
-    superseded: int
-    repeated: int = Field(description="already registered by an earlier delivery of this event")
-    failed_training: int
-    recovered: int = Field(
-        default=0, description="models taken from archives no manifest listed (a failed job)"
+    # Defaults: a record written before registration fanned out has neither.
+    chunks: int = 0
+    chunk_size: int = 0
+    customers_to_register: int = Field(
+        default=0, description="trained customers in the manifests, plus unlisted archives"
     )
     job_failure: str | None = Field(
         default=None, description="why the training job failed or stopped, if it did"
     )
-    failures: list[CustomerResult]
+    failures: list[CustomerResult] = Field(description="customers the manifests say failed")
     lost: list[LostCustomer] = Field(default_factory=list)
+
+
+class ChunkReport(BaseModel):
+    """What one chunk did."""
+
+    chunk_id: str
+    counts: ChunkCounts
+    first_delivery: bool = Field(description="False when an earlier delivery counted it")
+    run_registered: bool = Field(description="this chunk was the run's last")
+    failures: list[CustomerResult]
+    lost: list[LostCustomer]
     customers: list[CustomerRegistration]
+
+
+def chunk_slices(total: int, size: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` slices of at most ``size`` covering ``range(total)``; none for 0."""
+    if size < 1:
+        raise ValueError(f"chunk size must be at least 1, got {size}")
+    return [(start, min(start + size, total)) for start in range(0, total, size)]
+
+
+def plan_chunks(
+    run_id: str,
+    training_job: str,
+    manifest_sizes: dict[str, int],
+    unlisted: list[str],
+    size: int,
+) -> list[RegistrationChunk]:
+    """Chunks of at most ``size`` customers: slices of each manifest (by key), then the
+    unlisted archives. Chunk ids are deterministic, so a repeated event plans the same."""
+    chunks = [
+        RegistrationChunk(
+            run_id=run_id,
+            training_job=training_job,
+            chunk_id=f"{posixpath.basename(key)}:{start}-{stop}",
+            manifest_key=key,
+            start=start,
+            stop=stop,
+        )
+        for key, total in sorted(manifest_sizes.items())
+        for start, stop in chunk_slices(total, size)
+    ]
+    ordered = sorted(unlisted)
+    chunks += [
+        RegistrationChunk(
+            run_id=run_id,
+            training_job=training_job,
+            chunk_id=f"unlisted:{start}-{stop}",
+            unlisted=ordered[start:stop],
+        )
+        for start, stop in chunk_slices(len(ordered), size)
+    ]
+    return chunks
 
 
 def passes_quality_gate(metrics: HoldoutMetrics, ratio: float) -> bool:
@@ -88,20 +177,20 @@ def passes_quality_gate(metrics: HoldoutMetrics, ratio: float) -> bool:
 
 
 def read_manifests(s3: Any, bucket: str, run_id: str) -> list[TrainingManifest]:
-    return _read_manifests(
-        s3, bucket, list(storage.keys_under(s3, bucket, layout.checkpoint_prefix(run_id)))
-    )
+    return [_read_manifest(s3, bucket, key) for key in _manifest_keys(s3, bucket, run_id)]
 
 
-def _read_manifests(s3: Any, bucket: str, keys: list[str]) -> list[TrainingManifest]:
-    manifests = []
-    for key in keys:
-        name = posixpath.basename(key)
-        if is_manifest_name(name):
-            manifests.append(
-                TrainingManifest.model_validate_json(storage.read_text(s3, bucket, key))
-            )
-    return manifests
+def _manifest_keys(s3: Any, bucket: str, run_id: str) -> list[str]:
+    """One listing of the manifests' own prefix: the run's archives are not listed."""
+    return [
+        key
+        for key in storage.keys_under(s3, bucket, layout.manifest_prefix(run_id))
+        if is_manifest_name(posixpath.basename(key))
+    ]
+
+
+def _read_manifest(s3: Any, bucket: str, key: str) -> TrainingManifest:
+    return TrainingManifest.model_validate_json(storage.read_text(s3, bucket, key))
 
 
 def _customers_in(keys: list[str], suffix: str) -> dict[str, str]:
@@ -112,6 +201,82 @@ def _customers_in(keys: list[str], suffix: str) -> dict[str, str]:
         if customer_id is not None:
             found[customer_id] = key
     return found
+
+
+def plan_registration(
+    run_id: str,
+    training_job: str,
+    bucket: str,
+    chunk_size: int,
+    s3: Any,
+    job_failure: str | None = None,
+) -> tuple[RegistrationPlan, list[RegistrationChunk]]:
+    """The coordinator's work: the run's chunks, and its record (failures, lost customers).
+
+    A completed job's plan reads the manifests only. A failed job's also lists the run's
+    archives and training files (keys only, 1000 a request) to find the archives no
+    manifest listed and the customers nothing was written for; ``job_failure`` is why it
+    failed and becomes their reason.
+    """
+    manifests = {key: _read_manifest(s3, bucket, key) for key in _manifest_keys(s3, bucket, run_id)}
+    reported = {r.customer_id for m in manifests.values() for r in m.customers}
+    unlisted: list[str] = []
+    lost: list[LostCustomer] = []
+    if job_failure is not None:
+        archives = _customers_in(
+            list(storage.keys_under(s3, bucket, layout.checkpoint_prefix(run_id))),
+            layout.MODEL_ARCHIVE_SUFFIX,
+        )
+        unlisted = sorted(archives.keys() - reported)
+        sent = _customers_in(
+            list(storage.keys_under(s3, bucket, layout.train_prefix(run_id))),
+            layout.CUSTOMER_FILE_SUFFIX,
+        )
+        why = f"the training job failed before its model was written: {job_failure}"
+        lost = [
+            LostCustomer(customer_id=customer_id, reason=why)
+            for customer_id in sorted(sent.keys() - reported - archives.keys())
+        ]
+    chunks = plan_chunks(
+        run_id,
+        training_job,
+        {key: len(m.customers) for key, m in manifests.items()},
+        unlisted,
+        chunk_size,
+    )
+    plan = RegistrationPlan(
+        run_id=run_id,
+        training_job=training_job,
+        hosts_reporting=len(manifests),
+        chunks=len(chunks),
+        chunk_size=chunk_size,
+        customers_to_register=len(unlisted)
+        + sum(
+            1
+            for m in manifests.values()
+            for r in m.customers
+            if r.outcome is not CustomerOutcome.FAILED
+        ),
+        job_failure=job_failure,
+        failures=[
+            r
+            for m in manifests.values()
+            for r in m.customers
+            if r.outcome is CustomerOutcome.FAILED
+        ],
+        lost=lost,
+    )
+    return plan, chunks
+
+
+def start_registration(
+    plan: RegistrationPlan, s3: Any, bucket: str, registry: ModelRegistry
+) -> bool:
+    """Keep the plan and open the run's progress record before any chunk is sent. True
+    when there is nothing to register, and the run is marked registered now."""
+    write_registration_record(s3, bucket, plan)
+    registry.start_run(plan.run_id, plan.training_job, plan.chunks, len(plan.lost))
+    return plan.chunks == 0 and registry.mark_registered_if_complete(plan.run_id)
 
 
 def _checked_archive(
@@ -144,35 +309,18 @@ def _checked_archive(
     )
 
 
-def _register_one(
-    result: CustomerResult,
-    run_id: str,
-    training_job: str,
-    bucket: str,
-    ratio: float,
-    s3: Any,
-    registry: ModelRegistry,
-) -> CustomerRegistration:
+def _model_record(
+    result: CustomerResult, run_id: str, training_job: str, bucket: str
+) -> ModelRecord:
     customer_id = validate_customer_id(result.customer_id)
     metadata = result.metadata
-    if metadata is None:
-        return CustomerRegistration(
-            customer_id=customer_id, status=None, note="manifest has no metadata"
-        )
-    target = layout.target_model(customer_id, run_id)
-    model_key = layout.model_key(customer_id, run_id)
-    storage.copy(
-        s3,
-        bucket,
-        layout.checkpoint_prefix(run_id) + f"{customer_id}{layout.MODEL_ARCHIVE_SUFFIX}",
-        model_key,
-    )
-    record = ModelRecord(
+    assert metadata is not None
+    return ModelRecord(
         customer_id=customer_id,
         run_id=run_id,
         status=ModelStatus.LIVE,
-        target_model=target,
-        model_s3_uri=f"s3://{bucket}/{model_key}",
+        target_model=layout.target_model(customer_id, run_id),
+        model_s3_uri=f"s3://{bucket}/{layout.model_key(customer_id, run_id)}",
         training_job=training_job,
         trained_at=metadata.trained_at,
         data_start=metadata.data_start,
@@ -180,167 +328,195 @@ def _register_one(
         rows=metadata.rows,
         metrics=metadata.metrics,
     )
-    gate_note = None
-    if not passes_quality_gate(metadata.metrics, ratio):
-        gate_note = (
-            f"holdout sMAPE {metadata.metrics.smape:.4f} is over {ratio} x seasonal-naive's "
-            f"{metadata.metrics.naive_smape:.4f}"
-        )
-        # The gate keeps a worse model from replacing a live one; a customer without a
-        # live model is better served by this one than by none.
-        if registry.live(customer_id) is not None:
-            if repeated := _decided_before(registry, customer_id, run_id, target):
-                return repeated
-            registry.record(record.model_copy(update={"status": ModelStatus.REJECTED}))
+
+
+def _decide(
+    record: ModelRecord, state: CustomerState, ratio: float, registry: ModelRegistry
+) -> tuple[CustomerRegistration, ModelRecord | None]:
+    """The customer's registration, and the MODEL record to write (batched by the caller).
+    A promotion is written here, by the conditional update of the LIVE record; None as the
+    registration's status means it was decided by an earlier delivery."""
+    customer_id, run_id, target = record.customer_id, record.run_id, record.target_model
+    metrics = record.metrics
+    for _ in range(PROMOTION_ATTEMPTS):
+        if state.decided is not None:
             return CustomerRegistration(
                 customer_id=customer_id,
-                status=ModelStatus.REJECTED,
+                status=None,
+                model_version=state.decided.model_version,
                 target_model=target,
-                note=gate_note,
+                repeated=True,
+                note=f"already registered by an earlier delivery ({state.decided.status})",
+            ), None
+        live = state.live
+        if live is not None and live.run_id >= run_id:
+            if live.run_id == run_id:
+                # Promoted by an earlier delivery that stopped before its MODEL records.
+                repaired = record.model_copy(update={"model_version": live.model_version})
+                return CustomerRegistration(
+                    customer_id=customer_id,
+                    status=None,
+                    model_version=live.model_version,
+                    target_model=target,
+                    repeated=True,
+                    note="already registered by an earlier delivery",
+                ), repaired
+            return CustomerRegistration(
+                customer_id=customer_id,
+                status=ModelStatus.SUPERSEDED,
+                target_model=target,
+                note=f"run {live.run_id} is newer and live",
+            ), record.model_copy(update={"status": ModelStatus.SUPERSEDED})
+        gate_note = None
+        if not passes_quality_gate(metrics, ratio):
+            gate_note = (
+                f"holdout sMAPE {metrics.smape:.4f} is over {ratio} x seasonal-naive's "
+                f"{metrics.naive_smape:.4f}"
             )
-    version = registry.promote(record)
-    if version is not None:
-        registry.record(record.model_copy(update={"model_version": version}))
-        return CustomerRegistration(
-            customer_id=customer_id,
-            status=ModelStatus.LIVE,
-            model_version=version,
-            target_model=target,
-            note=gate_note and f"first model, live despite the gate: {gate_note}",
+            # The gate keeps a worse model from replacing a live one; a customer without a
+            # live model is better served by this one than by none.
+            if live is not None:
+                return CustomerRegistration(
+                    customer_id=customer_id,
+                    status=ModelStatus.REJECTED,
+                    target_model=target,
+                    note=gate_note,
+                ), record.model_copy(update={"status": ModelStatus.REJECTED})
+        version = registry.promote_from(record, live)
+        if version is not None:
+            return CustomerRegistration(
+                customer_id=customer_id,
+                status=ModelStatus.LIVE,
+                model_version=version,
+                target_model=target,
+                note=gate_note and f"first model, live despite the gate: {gate_note}",
+            ), record.model_copy(update={"model_version": version})
+        # Another run (or delivery) changed the LIVE record meanwhile: decide again.
+        state = CustomerState(
+            live=registry.live(customer_id), decided=registry.model(customer_id, run_id)
         )
-    live = registry.live(customer_id)
-    if live is not None and live.run_id == run_id:
-        # A repeated event: this run went live before. Write its record again in case the
-        # earlier delivery stopped between the two writes.
-        registry.record(record.model_copy(update={"model_version": live.model_version}))
-        return CustomerRegistration(
-            customer_id=customer_id,
-            status=None,
-            model_version=live.model_version,
-            target_model=target,
-            repeated=True,
-            note="already registered by an earlier delivery",
-        )
-    if repeated := _decided_before(registry, customer_id, run_id, target):
-        return repeated
-    registry.record(record.model_copy(update={"status": ModelStatus.SUPERSEDED}))
-    return CustomerRegistration(
-        customer_id=customer_id,
-        status=ModelStatus.SUPERSEDED,
-        target_model=target,
-        note=f"run {live.run_id if live else '?'} is newer and live",
+    raise RuntimeError(
+        f"customer {customer_id}: the live model kept changing during {PROMOTION_ATTEMPTS} "
+        f"attempts to register run {run_id}"
     )
 
 
-def _decided_before(
-    registry: ModelRegistry, customer_id: str, run_id: str, target: str
-) -> CustomerRegistration | None:
-    """A repeated event, once a newer run went live: the run's record (written last, so
-    present only once its decision was made) stands as it was decided the first time."""
-    earlier = registry.model(customer_id, run_id)
-    if earlier is None:
-        return None
-    return CustomerRegistration(
-        customer_id=customer_id,
-        status=None,
-        model_version=earlier.model_version,
-        target_model=target,
-        repeated=True,
-        note=f"already registered by an earlier delivery ({earlier.status})",
-    )
-
-
-def register_models(
-    run_id: str,
-    training_job: str,
-    bucket: str,
-    quality_gate_ratio: float,
-    s3: Any,
-    registry: ModelRegistry,
-    job_failure: str | None = None,
-) -> RegistrationReport:
-    """Register what the job trained; ``job_failure`` is why it failed or stopped (None
-    when it completed) and becomes the reason of the customers it lost."""
-    checkpoint_keys = list(storage.keys_under(s3, bucket, layout.checkpoint_prefix(run_id)))
-    manifests = _read_manifests(s3, bucket, checkpoint_keys)
-    results = [r for m in manifests for r in m.customers]
-    reported = {r.customer_id for r in results}
-    unlisted = {
-        customer_id: key
-        for customer_id, key in _customers_in(checkpoint_keys, layout.MODEL_ARCHIVE_SUFFIX).items()
-        if customer_id not in reported
-    }
+def _chunk_results(
+    chunk: RegistrationChunk, bucket: str, s3: Any
+) -> tuple[list[CustomerResult], list[LostCustomer], set[str]]:
+    """The chunk's customers as results (trained, failed, or recovered from a checked
+    archive), the customers it found lost, and which results were recovered."""
+    if chunk.manifest_key is not None:
+        manifest = _read_manifest(s3, bucket, chunk.manifest_key)
+        if manifest.run_id != chunk.run_id:
+            raise ValueError(
+                f"{chunk.manifest_key} is run {manifest.run_id}'s manifest, not {chunk.run_id}'s"
+            )
+        return manifest.customers[chunk.start : chunk.stop], [], set()
+    prefix = layout.checkpoint_prefix(chunk.run_id)
     with ThreadPoolExecutor(PARALLEL_REQUESTS) as pool:
         checked = list(
             pool.map(
-                lambda item: _checked_archive(s3, bucket, item[1], item[0], run_id),
-                sorted(unlisted.items()),
+                lambda customer_id: _checked_archive(
+                    s3,
+                    bucket,
+                    prefix + f"{customer_id}{layout.MODEL_ARCHIVE_SUFFIX}",
+                    customer_id,
+                    chunk.run_id,
+                ),
+                chunk.unlisted,
             )
         )
     recovered = [c for c in checked if isinstance(c, CustomerResult)]
     lost = [c for c in checked if isinstance(c, LostCustomer)]
-    sent = _customers_in(
-        list(storage.keys_under(s3, bucket, layout.train_prefix(run_id))),
-        layout.CUSTOMER_FILE_SUFFIX,
-    )
-    why = (
-        f"the training job failed before its model was written: {job_failure}"
-        if job_failure
-        else "its training instance left no manifest"
-    )
-    lost += [
-        LostCustomer(customer_id=customer_id, reason=why)
-        for customer_id in sorted(sent.keys() - reported - unlisted.keys())
-    ]
+    return recovered, lost, {r.customer_id for r in recovered}
 
-    trained = [
-        r for r in results if r.outcome in (CustomerOutcome.TRAINED, CustomerOutcome.RESUMED)
-    ]
+
+def register_chunk(
+    chunk: RegistrationChunk,
+    bucket: str,
+    quality_gate_ratio: float,
+    s3: Any,
+    registry: ModelRegistry,
+) -> ChunkReport:
+    """Register one chunk: idempotent under redelivery (decisions already made stand, and
+    the chunk is counted in its run once), bounded by the chunk's size."""
+    results, lost, recovered = _chunk_results(chunk, bucket, s3)
     failures = [r for r in results if r.outcome is CustomerOutcome.FAILED]
-    recovered_ids = {r.customer_id for r in recovered}
-    with ThreadPoolExecutor(PARALLEL_REQUESTS) as pool:
-        outcomes = [
-            o.model_copy(update={"recovered": o.customer_id in recovered_ids})
-            for o in pool.map(
-                lambda r: _register_one(
-                    r, run_id, training_job, bucket, quality_gate_ratio, s3, registry
-                ),
-                trained + recovered,
+    outcomes: list[CustomerRegistration] = []
+    records: list[ModelRecord] = []
+    trained = [r for r in results if r.outcome is not CustomerOutcome.FAILED]
+    for result in trained:
+        if result.metadata is None:
+            outcomes.append(
+                CustomerRegistration(
+                    customer_id=result.customer_id, status=None, note="manifest has no metadata"
+                )
             )
-        ]
+    decidable = [
+        _model_record(r, chunk.run_id, chunk.training_job, bucket)
+        for r in trained
+        if r.metadata is not None
+    ]
+    states = registry.states([r.customer_id for r in decidable], chunk.run_id)
+    with ThreadPoolExecutor(PARALLEL_REQUESTS) as pool:
+        decided = list(
+            pool.map(
+                lambda record: _decide(
+                    record, states[record.customer_id], quality_gate_ratio, registry
+                ),
+                decidable,
+            )
+        )
+    for registration, unconditional in decided:
+        outcomes.append(
+            registration.model_copy(update={"recovered": registration.customer_id in recovered})
+        )
+        if unconditional is not None:
+            records.append(unconditional)
+    registry.record_many(records)
 
     def count(status: ModelStatus) -> int:
         return sum(1 for o in outcomes if o.status is status)
 
-    return RegistrationReport(
-        run_id=run_id,
-        training_job=training_job,
-        hosts_reporting=len(manifests),
+    counts = ChunkCounts(
+        trained=len(trained),
         registered=count(ModelStatus.LIVE),
         rejected=count(ModelStatus.REJECTED),
         superseded=count(ModelStatus.SUPERSEDED),
         repeated=sum(1 for o in outcomes if o.repeated),
         failed_training=len(failures),
         recovered=len(recovered),
-        job_failure=job_failure,
+        lost=len(lost),
+    )
+    first = registry.finish_chunk(
+        chunk.run_id,
+        chunk.chunk_id,
+        counts,
+        {"lost": [c.model_dump() for c in lost]} if lost else {},
+    )
+    return ChunkReport(
+        chunk_id=chunk.chunk_id,
+        counts=counts,
+        first_delivery=first,
+        # Tried on every delivery: a delivery that stopped between the two still ends it.
+        run_registered=registry.mark_registered_if_complete(chunk.run_id),
         failures=failures,
-        lost=sorted(lost, key=lambda c: c.customer_id),
+        lost=lost,
         customers=outcomes,
     )
 
 
-def write_registration_record(s3: Any, bucket: str, report: RegistrationReport) -> None:
-    """Kept for ``fleetcast status``: a repeated event rewrites it with the same decisions."""
-    storage.write_text(
-        s3, bucket, registration_key(report.run_id), report.model_dump_json(indent=1)
-    )
+def write_registration_record(s3: Any, bucket: str, plan: RegistrationPlan) -> None:
+    """Kept for ``fleetcast status``: a repeated event rewrites it with the same plan."""
+    storage.write_text(s3, bucket, registration_key(plan.run_id), plan.model_dump_json(indent=1))
 
 
-def read_registration_record(s3: Any, bucket: str, run_id: str) -> RegistrationReport | None:
+def read_registration_record(s3: Any, bucket: str, run_id: str) -> RegistrationPlan | None:
     try:
         text = storage.read_text(s3, bucket, registration_key(run_id))
     except Exception as error:
         if error_code(error) in ("NoSuchKey", "404"):
             return None
         raise
-    return RegistrationReport.model_validate_json(text)
+    return RegistrationPlan.model_validate_json(text)

@@ -5,6 +5,10 @@ Per customer (partition key ``customer_id``) the sort key ``record`` holds:
 - ``LIVE``: the version the API serves;
 - ``MODEL#{run_id}``: every model ever trained for the customer, live or not.
 
+Registration's progress per run lives in the same table under the partition
+``RUN#{run_id}`` (no customer id contains ``#``): ``REGISTRATION`` counts the run's chunks
+done of total and their outcomes, ``CHUNK#{chunk_id}`` marks each chunk counted once.
+
 Versions are numbered per customer by the LIVE record's conditional update, which only
 moves forward in run order (run ids sort in the order uploads reached the upload queue):
 an older or repeated training event can never replace a newer model.
@@ -26,6 +30,11 @@ from fleetcast_common.model_archive import HoldoutMetrics
 
 LIVE = "LIVE"
 MODEL_PREFIX = "MODEL#"
+RUN_PARTITION_PREFIX = "RUN#"
+RUN_RECORD = "REGISTRATION"
+CHUNK_PREFIX = "CHUNK#"
+# BatchGetItem reads at most 100 keys a request; two per customer (LIVE and MODEL#run).
+_CUSTOMERS_PER_BATCH_GET = 50
 
 
 class ModelStatus(StrEnum):
@@ -84,6 +93,42 @@ def _from_item(item: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
+class CustomerState(BaseModel):
+    """What registration needs to know of a customer before deciding: its live model and
+    this run's record, if an earlier delivery already decided."""
+
+    live: LiveModel | None = None
+    decided: ModelRecord | None = None
+
+
+class ChunkCounts(BaseModel):
+    """What one registration chunk did, added to its run's record once."""
+
+    trained: int = 0
+    registered: int = 0
+    rejected: int = 0
+    superseded: int = 0
+    repeated: int = 0
+    failed_training: int = 0
+    recovered: int = 0
+    lost: int = 0
+
+
+class RunRegistration(ChunkCounts):
+    """``RUN#{run_id}`` / ``REGISTRATION``: a run's registration, chunk by chunk."""
+
+    run_id: str
+    training_job: str
+    chunks_total: int
+    chunks_done: int = 0
+    started_at: datetime
+    registered_at: datetime | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.registered_at is not None
+
+
 class RegistryUnavailableError(Exception):
     """The registry cannot be read just now (throttled, failing or unreachable, after
     botocore's retries): worth asking again shortly."""
@@ -139,6 +184,173 @@ class ModelRegistry:
                 return None
             raise
         return int(response["Attributes"]["model_version"])
+
+    def promote_from(self, record: ModelRecord, seen: LiveModel | None) -> int | None:
+        """Make ``record`` the customer's live model if the LIVE record is still ``seen``
+        (read just before) and older than this run: one conditional UpdateItem, whose new
+        version is known beforehand so that the MODEL record can be batched.
+
+        Returns the new version, or None when the LIVE record changed since it was read
+        (another run, or another delivery of this one): read again and decide again.
+        """
+        version = (seen.model_version if seen else 0) + 1
+        fields = record.model_dump(mode="json", exclude={"status", "model_version", "customer_id"})
+        fields.update(updated_at=datetime.now(UTC).isoformat(), model_version=version)
+        values = _to_item({f":{k}": v for k, v in fields.items()})
+        condition = "(attribute_not_exists(#run_id) OR #run_id < :run_id) AND " + (
+            "attribute_not_exists(#model_version)"
+            if seen is None
+            else "#model_version = :seen_version"
+        )
+        if seen is not None:
+            values[":seen_version"] = seen.model_version
+        try:
+            self._table.update_item(
+                Key={"customer_id": record.customer_id, "record": LIVE},
+                UpdateExpression="SET " + ", ".join(f"#{k} = :{k}" for k in fields),
+                ConditionExpression=condition,
+                ExpressionAttributeNames={f"#{k}": k for k in fields},
+                ExpressionAttributeValues=values,
+            )
+        except Exception as error:
+            if error_code(error) == "ConditionalCheckFailedException":
+                return None
+            raise
+        return version
+
+    def record_many(self, records: list[ModelRecord]) -> None:
+        """Write MODEL records once their decision is made (the promotion's condition was
+        on the LIVE record), 25 to a BatchWriteItem request. Idempotent like :meth:`record`."""
+        with self._table.batch_writer() as batch:
+            for record in records:
+                item = {"record": MODEL_PREFIX + record.run_id, **record.model_dump(mode="json")}
+                batch.put_item(Item=_to_item(item))
+
+    def states(self, customer_ids: list[str], run_id: str) -> dict[str, CustomerState]:
+        """Each customer's LIVE record and this run's MODEL record, by BatchGetItem."""
+        states = {customer_id: CustomerState() for customer_id in customer_ids}
+        client = self._table.meta.client
+        for start in range(0, len(customer_ids), _CUSTOMERS_PER_BATCH_GET):
+            keys = [
+                {"customer_id": customer_id, "record": record}
+                for customer_id in customer_ids[start : start + _CUSTOMERS_PER_BATCH_GET]
+                for record in (LIVE, MODEL_PREFIX + run_id)
+            ]
+            request: dict[str, Any] = {self._table.name: {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                answer = client.batch_get_item(RequestItems=request)
+                for item in answer.get("Responses", {}).get(self._table.name, []):
+                    state = states[str(item["customer_id"])]
+                    values = _from_item(item)
+                    if item["record"] == LIVE:
+                        state.live = LiveModel.model_validate(values)
+                    else:
+                        state.decided = ModelRecord.model_validate(values)
+                request = answer.get("UnprocessedKeys") or {}
+        return states
+
+    # -- registration progress per run ---------------------------------------------------
+
+    @staticmethod
+    def _run_key(run_id: str, record: str) -> dict[str, str]:
+        return {"customer_id": RUN_PARTITION_PREFIX + run_id, "record": record}
+
+    def start_run(self, run_id: str, training_job: str, chunks_total: int, lost: int) -> None:
+        """Create (or, for a repeated event, keep) the run's record with its chunk count.
+        Counters already added by chunks are kept."""
+        self._table.update_item(
+            Key=self._run_key(run_id, RUN_RECORD),
+            UpdateExpression=(
+                "SET run_id = :run_id, training_job = :job, chunks_total = :total, "
+                "started_at = if_not_exists(started_at, :now), "
+                "chunks_done = if_not_exists(chunks_done, :zero), #lost_at_start = :lost"
+            ),
+            ExpressionAttributeNames={"#lost_at_start": "lost_at_start"},
+            ExpressionAttributeValues={
+                ":run_id": run_id,
+                ":job": training_job,
+                ":total": chunks_total,
+                ":now": datetime.now(UTC).isoformat(),
+                ":zero": 0,
+                ":lost": lost,
+            },
+        )
+
+    def finish_chunk(self, run_id: str, chunk_id: str, counts: ChunkCounts, notes: Any) -> bool:
+        """Count a chunk done, with its outcomes, exactly once: the chunk's marker and the
+        run's counters are written in one transaction. False when it was counted before."""
+        added = counts.model_dump()
+        names = {f"#{k}": k for k in added}
+        values: dict[str, Any] = {f":{k}": v for k, v in added.items()}
+        values[":one"] = 1
+        assignments = ", ".join(f"#{k} :{k}" for k in added)
+        try:
+            self._table.meta.client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self._table.name,
+                            "Item": _to_item(
+                                {
+                                    **self._run_key(run_id, CHUNK_PREFIX + chunk_id),
+                                    "counts": added,
+                                    "notes": notes,
+                                    "finished_at": datetime.now(UTC).isoformat(),
+                                }
+                            ),
+                            "ConditionExpression": "attribute_not_exists(#r)",
+                            "ExpressionAttributeNames": {"#r": "record"},
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._table.name,
+                            "Key": self._run_key(run_id, RUN_RECORD),
+                            "UpdateExpression": f"ADD chunks_done :one, {assignments}",
+                            "ConditionExpression": "attribute_exists(chunks_total)",
+                            "ExpressionAttributeNames": names,
+                            "ExpressionAttributeValues": values,
+                        }
+                    },
+                ]
+            )
+        except Exception as error:
+            if error_code(error) == "TransactionCanceledException" and self.chunk_counted(
+                run_id, chunk_id
+            ):
+                return False
+            raise
+        return True
+
+    def chunk_counted(self, run_id: str, chunk_id: str) -> bool:
+        key = self._run_key(run_id, CHUNK_PREFIX + chunk_id)
+        return "Item" in self._table.get_item(Key=key, ConsistentRead=True)
+
+    def mark_registered_if_complete(self, run_id: str) -> bool:
+        """Set the run's ``registered_at`` once every chunk is counted; True for the one
+        call that set it."""
+        try:
+            self._table.update_item(
+                Key=self._run_key(run_id, RUN_RECORD),
+                UpdateExpression="SET registered_at = :now",
+                ConditionExpression=(
+                    "chunks_done >= chunks_total AND attribute_not_exists(registered_at)"
+                ),
+                ExpressionAttributeValues={":now": datetime.now(UTC).isoformat()},
+            )
+        except Exception as error:
+            if error_code(error) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def run(self, run_id: str) -> RunRegistration | None:
+        item = self._table.get_item(Key=self._run_key(run_id, RUN_RECORD)).get("Item")
+        if not item:
+            return None
+        values = _from_item(item)
+        values["lost"] = values.get("lost", 0) + values.pop("lost_at_start", 0)
+        return RunRegistration.model_validate(values)
 
     def live(self, customer_id: str) -> LiveModel | None:
         try:

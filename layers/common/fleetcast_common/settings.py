@@ -76,3 +76,11 @@ class RegistrationSettings(PipelineSettings):
     # A model whose holdout sMAPE exceeds this multiple of seasonal-naive's is recorded
     # but does not go live.
     quality_gate_ratio: float = Field(alias="QUALITY_GATE_RATIO", default=1.5, gt=0)
+
+
+class RegistrationCoordinatorSettings(PipelineSettings):
+    """The register-models function: it plans a run's chunks and queues them."""
+
+    chunk_queue_url: str = Field(alias="REGISTRATION_QUEUE_URL", min_length=1)
+    # Customers per chunk: one chunk is one register-chunk invocation's work.
+    chunk_size: int = Field(alias="REGISTRATION_CHUNK_SIZE", default=250, ge=1, le=2000)

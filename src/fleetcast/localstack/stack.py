@@ -24,6 +24,7 @@ from fleetcast.localstack.costs import LOCAL_PARAMETERS, LocalCosts, local_funct
 from fleetcast.localstack.events import EventDelivery
 from fleetcast.localstack.gateway import Gateway, bind_preferred
 from fleetcast.localstack.lambdas import LocalFunction
+from fleetcast.localstack.queues import QueueDelivery
 from fleetcast.localstack.sagemaker_jobs import JobRunner
 from fleetcast.localstack.serving import LocalServing, ServingOptions
 from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
@@ -144,6 +145,7 @@ class LocalStack:
         self.gateway: Gateway | None = None
         self.runner: JobRunner | None = None
         self.delivery: EventDelivery | None = None
+        self.queues: QueueDelivery | None = None  # SQS event sources (localstack/queues.py)
         self.functions: dict[str, LocalFunction] = {}
         self.info: StackInfo | None = None
         self.serving: LocalServing | None = None
@@ -186,6 +188,9 @@ class LocalStack:
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
             self._create_functions()
             self.delivery.start()
+            # SQS event sources (localstack/queues.py)
+            self.queues = QueueDelivery(self.client("sqs"), self.template, self.functions)
+            self.queues.start()
             for kind, name in kept.unfinished if kept else ():
                 self.runner.resume(kind, persistence.sagemaker_backend(ACCOUNT_ID, REGION), name)
             self.info = self._describe()
@@ -207,6 +212,8 @@ class LocalStack:
             self.serving.stop()
         if self.delivery:
             self.delivery.stop()
+        if self.queues:  # SQS event sources (localstack/queues.py)
+            self.queues.stop()
         for function in self.functions.values():
             function.close()
         if self.runner:
