@@ -1,5 +1,6 @@
 """The local stack's pure parts: template resolution, sharding, entrypoints, event fixes."""
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from moto import mock_aws
 from fleetcast.localstack import persistence
 from fleetcast.localstack.events import normalise_event
 from fleetcast.localstack.sagemaker_jobs import (
+    JobRunner,
     image_entrypoint,
     local_command,
     shard,
@@ -159,3 +161,40 @@ def test_setting_a_snapshot_aside_renames_it_and_deletes_nothing(tmp_path: Path)
     assert aside is not None and aside.read_bytes() == b"state"
     assert not snapshot.exists()
     assert persistence.set_aside(snapshot) is None
+
+
+def test_a_processing_jobs_environment_reaches_its_container_though_moto_drops_it(
+    tmp_path: Path,
+) -> None:
+    # Given the job runner's wrapper around moto's application
+    runner = JobRunner(s3=None, events=None, workdir=tmp_path, containers_dir=tmp_path)
+    seen: list[bytes] = []
+
+    def moto_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        seen.append(environ["wsgi.input"].read())
+        return [b"{}"]
+
+    app = runner.keep_processing_environments(moto_app)
+    request = {
+        "ProcessingJobName": "fc-p-q0000000001-20261201t000000",
+        "Environment": {"FLEETCAST_MAX_UPLOAD_BYTES": "1048576"},
+    }
+    body = json.dumps(request).encode()
+
+    # When CreateProcessingJob passes through it, and another call too
+    app(
+        {
+            "HTTP_X_AMZ_TARGET": "SageMaker.CreateProcessingJob",
+            "CONTENT_LENGTH": str(len(body)),
+            "wsgi.input": io.BytesIO(body),
+        },
+        lambda *_: None,
+    )
+    app({"HTTP_X_AMZ_TARGET": "SageMaker.ListProcessingJobs", "wsgi.input": io.BytesIO(b"x")}, None)
+
+    # Then moto got the request unchanged, and the job's container will get the Environment
+    assert seen == [body, b"x"]
+    assert runner.processing_environment("fc-p-q0000000001-20261201t000000") == {
+        "FLEETCAST_MAX_UPLOAD_BYTES": "1048576"
+    }
+    assert runner.processing_environment("another-job") == {}

@@ -60,7 +60,7 @@ class _QuietHandler(MotoRequestHandler):
 
 class Gateway:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._moto = DomainDispatcherApplication(create_backend_app)
+        self._moto: WsgiApp = DomainDispatcherApplication(create_backend_app)
         self._routes: list[Route] = []
         # Bound here, not by werkzeug, which exits the process when the port is taken.
         with socket.create_server((host, port)) as listener:
@@ -84,6 +84,10 @@ class Gateway:
     def aws_app(self) -> WsgiApp:
         """moto's application, which answers every AWS API request no route takes."""
         return self._moto
+
+    def wrap_aws_app(self, wrap: Callable[[WsgiApp], WsgiApp]) -> None:
+        """Put ``wrap(moto)`` where moto was: it sees every request no route takes."""
+        self._moto = wrap(self._moto)
 
     def add_route(self, matches: Callable[[dict[str, Any]], bool], app: WsgiApp) -> None:
         self._routes.append((matches, app))

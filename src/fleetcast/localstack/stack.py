@@ -183,6 +183,7 @@ class LocalStack:
                 containers_dir=self.root / "containers",
             )
             self.runner.install()
+            self.gateway.wrap_aws_app(self.runner.keep_processing_environments)
             kept = self._restore_state()
             self._create_resources()
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))

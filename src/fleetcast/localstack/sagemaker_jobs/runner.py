@@ -11,6 +11,7 @@ as DescribeProcessingJob/DescribeTrainingJob report it, and publishes the docume
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -97,6 +98,8 @@ class JobRunner:
         # Set by shutdown: a job whose instances stop then stays InProgress, to run again
         # at the next start (see persistence.py), rather than failing for the stack's sake.
         self._stopping = threading.Event()
+        # CreateProcessingJob's Environment by job name: moto's FakeProcessingJob keeps none.
+        self._processing_environments: dict[str, dict[str, str]] = {}
 
     # -- moto hooks -------------------------------------------------------------------
 
@@ -145,6 +148,38 @@ class JobRunner:
 
         setattr(backend_class, "create_processing_job", create_processing_job)  # noqa: B010 - patching moto
         setattr(backend_class, "create_training_job", create_training_job)  # noqa: B010
+
+    def keep_processing_environments(self, aws_app: Any) -> Any:
+        """``aws_app`` (moto), reading CreateProcessingJob's ``Environment`` on the way in:
+        moto drops it, and the job's container must get the variables SageMaker would set
+        (the processing limits, the run id)."""
+
+        def app(environ: dict[str, Any], start_response: Any) -> Any:
+            if str(environ.get("HTTP_X_AMZ_TARGET", "")).endswith(".CreateProcessingJob"):
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                body = environ["wsgi.input"].read(length)
+                environ["wsgi.input"] = io.BytesIO(body)
+                self._remember_environment(body)
+            return aws_app(environ, start_response)
+
+        return app
+
+    def _remember_environment(self, body: bytes) -> None:
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            return
+        name, variables = request.get("ProcessingJobName"), request.get("Environment")
+        if isinstance(name, str) and isinstance(variables, dict):
+            with self._lock:
+                self._processing_environments[name] = {
+                    str(key): str(value) for key, value in variables.items()
+                }
+
+    def processing_environment(self, name: str) -> dict[str, str]:
+        """The Environment a processing job was created with (empty if none)."""
+        with self._lock:
+            return dict(self._processing_environments.get(name, {}))
 
     def uninstall(self) -> None:
         backend_class = sagemaker_models.SageMakerModelBackend
@@ -268,6 +303,7 @@ class JobRunner:
             command = local_command(command) + list(app.get("ContainerArguments") or [])
             env = {
                 **os.environ,
+                **self.processing_environment(name),
                 OPT_ML_ENV: str(root),
                 training_contract.INSTANCE_CPUS_ENV: str(self._cpus),
             }
