@@ -25,6 +25,8 @@ SAM = REPO_ROOT / ".venv-sam" / "bin" / "sam"
 SAM_PYTHON = REPO_ROOT / ".venv-sam" / "bin" / "python"
 CHECKOV = REPO_ROOT / ".venv-checkov" / "bin" / "checkov"
 FUNCTIONS = ("StartProcessingFunction", "StartTrainingFunction", "RegisterModelsFunction")
+# Registration chunks arrive from an SQS queue rather than an EventBridge rule.
+CHUNK_FUNCTION = "RegisterChunkFunction"
 # Functions behind the API rather than EventBridge rules.
 API_FUNCTIONS = ("ForecastApiFunction",)
 # The scheduled cost report, and the reads it needs that IAM cannot scope to a resource.
@@ -44,10 +46,12 @@ EXPECTED_CHECKOV_SKIPS = {
     ("CKV_AWS_119", "AWS::DynamoDB::Table.UploadQueueTable"),
     ("CKV_AWS_111", "AWS::IAM::Role.SageMakerExecutionRole"),
     ("CKV_AWS_27", "AWS::SQS::Queue.EventsDeadLetterQueue"),
+    ("CKV_AWS_27", "AWS::SQS::Queue.RegistrationChunksQueue"),
+    ("CKV_AWS_27", "AWS::SQS::Queue.RegistrationChunksDeadLetterQueue"),
     ("CKV_AWS_26", "AWS::SNS::Topic.AlarmTopic"),
     *(
         (check, f"AWS::Serverless::Function.{function}")
-        for function in (*FUNCTIONS, *API_FUNCTIONS, COST_FUNCTION)
+        for function in (*FUNCTIONS, *API_FUNCTIONS, COST_FUNCTION, CHUNK_FUNCTION)
         for check in ("CKV_AWS_115", "CKV_AWS_117", "CKV_AWS_173")
     ),
     ("CKV_AWS_119", "AWS::DynamoDB::Table.CostReportStateTable"),
@@ -58,7 +62,12 @@ EXPECTED_CHECKOV_SKIPS = {
     ("CKV_AWS_158", "AWS::Logs::LogGroup.ForecastApiLogGroup"),
     *(
         ("CKV_AWS_158", f"AWS::Logs::LogGroup.{group}")
-        for group in ("StartProcessingLogGroup", "StartTrainingLogGroup", "RegisterModelsLogGroup")
+        for group in (
+            "StartProcessingLogGroup",
+            "StartTrainingLogGroup",
+            "RegisterModelsLogGroup",
+            "RegisterChunkLogGroup",
+        )
     ),
 }
 
@@ -209,7 +218,7 @@ def test_sam_transform_gives_function_roles_only_scoped_statements(
     transformed: dict[str, Any],
 ) -> None:
     resources = transformed["Resources"]
-    for function in FUNCTIONS + API_FUNCTIONS:
+    for function in (*FUNCTIONS, *API_FUNCTIONS, CHUNK_FUNCTION):
         role = resources[resources[function]["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]
         assert set(role["ManagedPolicyArns"]) == SAM_MANAGED_POLICIES
         granted = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
@@ -371,7 +380,7 @@ def test_sam_build_builds_every_function_and_the_layer(repo_copy: Path, tmp_path
         cwd=repo_copy,
     )
     assert result.returncode == 0, output_of(result)
-    for function in (*FUNCTIONS, *API_FUNCTIONS, COST_FUNCTION):
+    for function in (*FUNCTIONS, *API_FUNCTIONS, COST_FUNCTION, CHUNK_FUNCTION):
         assert (build / function / "app.py").is_file(), output_of(result)
     # The cost report's chart library, built for Lambda's x86_64 Python 3.11
     assert list((build / COST_FUNCTION / "matplotlib").glob("*.cpython-311-x86_64-linux-gnu.so"))
@@ -385,7 +394,7 @@ def test_sam_build_builds_every_function_and_the_layer(repo_copy: Path, tmp_path
     # Lambda puts on sys.path), with the environment the template gives it, and its
     # handler resolves to a function.
     template = LocalTemplate(TEMPLATE, parameter_overrides=LOCAL_PARAMETERS)
-    for function in (*FUNCTIONS, *API_FUNCTIONS, COST_FUNCTION):
+    for function in (*FUNCTIONS, *API_FUNCTIONS, COST_FUNCTION, CHUNK_FUNCTION):
         handler = load_template(TEMPLATE)["Resources"][function]["Properties"]["Handler"]
         result = subprocess.run(
             [sys.executable, "-S", "-c", _IMPORT_HANDLER, build / function, layer, handler],

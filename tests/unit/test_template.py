@@ -784,12 +784,24 @@ def test_registration_chunks_reach_their_function_like_an_event_source_mapping()
     # Given the chunks queue and the function it feeds
     queue = RESOURCES["RegistrationChunksQueue"]["Properties"]
     function = RESOURCES["RegisterChunkFunction"]["Properties"]
-    (event,) = function["Events"].values()
-    # Then the function takes small batches and reports its failures one by one
-    assert event["Type"] == "SQS"
-    assert event["Properties"]["Queue"] == {"Fn::GetAtt": ["RegistrationChunksQueue", "Arn"]}
-    assert event["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert 1 <= event["Properties"]["BatchSize"] <= 10
+    (mapping,) = [
+        r["Properties"]
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+    ]
+    # Then the function takes small batches from it and reports its failures one by one
+    assert mapping["FunctionName"] == {"Ref": "RegisterChunkFunction"}
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": ["RegistrationChunksQueue", "Arn"]}
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert 1 <= mapping["BatchSize"] <= 10
+    # And it may read and delete that queue's messages only (no SAM policy on "*")
+    assert "Events" not in function
+    assert any(
+        "sqs:ReceiveMessage" in s["Action"]
+        and "sqs:DeleteMessage" in s["Action"]
+        and s["Resource"] == {"Fn::GetAtt": ["RegistrationChunksQueue", "Arn"]}
+        for s in function_statements("RegisterChunkFunction")
+    )
     # And a message is hidden longer than an invocation can run (Lambda advises 6x)
     assert queue["VisibilityTimeout"] >= 6 * function["Timeout"]
     # And a chunk that keeps failing is dead-lettered after a few receives, and alarmed on

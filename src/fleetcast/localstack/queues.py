@@ -1,5 +1,5 @@
-"""SQS event sources, locally: what Lambda's event source mapping does for a function
-whose template events include ``Type: SQS``.
+"""SQS event sources, locally: what Lambda's event source mapping does for each
+``AWS::Lambda::EventSourceMapping`` from an SQS queue in template.yaml.
 
 moto keeps the queues (with the template's visibility timeout and redrive policy, which
 moves a message to the dead-letter queue once it has been received ``maxReceiveCount``
@@ -43,27 +43,33 @@ class EventSourceMapping:
 
 
 def event_source_mappings(template: LocalTemplate) -> list[EventSourceMapping]:
+    """The template's SQS event source mappings (``AWS::Lambda::EventSourceMapping`` with
+    ``FunctionName: !Ref <function>`` and ``EventSourceArn: !GetAtt <queue>.Arn``)."""
     mappings = []
-    for logical_id, resource in template.resources_of_type("AWS::Serverless::Function").items():
-        for event in resource["Properties"].get("Events", {}).values():
-            if event.get("Type") != "SQS":
-                continue
-            properties = event["Properties"]
-            queue = properties["Queue"]
-            if not (isinstance(queue, dict) and "Fn::GetAtt" in queue):
-                raise ValueError(
-                    f"{logical_id}: the local stack needs an SQS event's Queue as "
-                    f"!GetAtt <queue>.Arn, not {queue!r}"
-                )
-            mappings.append(
-                EventSourceMapping(
-                    function_logical_id=logical_id,
-                    queue_logical_id=queue["Fn::GetAtt"][0],
-                    batch_size=int(properties.get("BatchSize", DEFAULT_BATCH_SIZE)),
-                    report_batch_item_failures="ReportBatchItemFailures"
-                    in properties.get("FunctionResponseTypes", []),
-                )
+    for logical_id, resource in template.resources_of_type(
+        "AWS::Lambda::EventSourceMapping"
+    ).items():
+        properties = resource["Properties"]
+        function, queue = properties.get("FunctionName"), properties.get("EventSourceArn")
+        if not (
+            isinstance(function, dict)
+            and "Ref" in function
+            and isinstance(queue, dict)
+            and "Fn::GetAtt" in queue
+        ):
+            raise ValueError(
+                f"{logical_id}: the local stack needs FunctionName as !Ref <function> and "
+                f"EventSourceArn as !GetAtt <queue>.Arn, not {function!r} and {queue!r}"
             )
+        mappings.append(
+            EventSourceMapping(
+                function_logical_id=function["Ref"],
+                queue_logical_id=queue["Fn::GetAtt"][0],
+                batch_size=int(properties.get("BatchSize", DEFAULT_BATCH_SIZE)),
+                report_batch_item_failures="ReportBatchItemFailures"
+                in properties.get("FunctionResponseTypes", []),
+            )
+        )
     return mappings
 
 
