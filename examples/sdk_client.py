@@ -5,10 +5,11 @@ The SDK is large and pins versions of its own, so it has its own virtual environ
 
     make install                                  # creates .venv-sdk from requirements/sdk.lock.txt
     eval "$(.venv/bin/fleetcast env)"             # the local stack; on AWS, your usual credentials
-    .venv-sdk/bin/python examples/sdk_client.py 42/20261129t120000-0123456789.tar.gz --period 14
+    .venv-sdk/bin/python examples/sdk_client.py q0000000042-20261129t120000/42.tar.gz --period 14
 
 The TargetModel is a customer's live model archive under the endpoint's model prefix,
-``<customer>/<run>.tar.gz``: ``fleetcast forecast`` and ``GET /customers/{id}/model``
+``<run>/<customer>.tar.gz`` (``<customer>/<run>.tar.gz`` for models registered before
+registration became copy-free): ``fleetcast forecast`` and ``GET /customers/{id}/model``
 (``target_model``) show it. The standard variables decide where the calls go:
 ``AWS_ENDPOINT_URL`` (set by ``fleetcast env``) for the local stack, nothing for AWS.
 """
@@ -44,7 +45,7 @@ def forecast(endpoint_name: str, target_model: str, period: int) -> dict[str, ob
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("target_model", help="<customer>/<run>.tar.gz")
+    parser.add_argument("target_model", help="<run>/<customer>.tar.gz")
     parser.add_argument("--period", type=int, default=7, help="days to forecast (1 to 365)")
     parser.add_argument(
         "--endpoint",

@@ -43,7 +43,7 @@ VARIABLES = (
     "PATH",
 )
 CUSTOMERS = 20
-RUN_ID = r"\d{8}t\d{6}-[0-9a-f]{10}"
+RUN_ID = r"q\d{10}-\d{8}t\d{6}"
 TOUR_SECONDS = 900
 START_SECONDS = 240
 
@@ -97,7 +97,7 @@ EXPECTED: list[tuple[str, str | Callable[[Step], bool]]] = [
     (r'curl -s -H "x-api-key: \$FLEETCAST_API_KEY" "\S+/forecast\?period=7"', _forecast_json(7)),
     (
         r'curl -s -H "x-api-key: \$FLEETCAST_API_KEY" "\S+/model"',
-        rf'"target_model":"7/{RUN_ID}\.tar\.gz"',
+        rf'"target_model":"{RUN_ID}/7\.tar\.gz"',
     ),
     (
         r"\.venv/bin/fleetcast forecast 7 ",
@@ -109,7 +109,7 @@ EXPECTED: list[tuple[str, str | Callable[[Step], bool]]] = [
     (
         r"TARGET_MODEL=\$\(aws dynamodb get-item ",
         lambda step: (
-            re.fullmatch(rf"7/{RUN_ID}\.tar\.gz", step.variables["TARGET_MODEL"]) is not None
+            re.fullmatch(rf"{RUN_ID}/7\.tar\.gz", step.variables["TARGET_MODEL"]) is not None
         ),
     ),
     (

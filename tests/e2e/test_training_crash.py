@@ -24,7 +24,9 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*"),
 ]
 ROOT = Path(__file__).resolve().parents[2]
-CUSTOMERS = [f"crash-{i}" for i in range(40)]
+# Enough that the killed instance is still training when its first archives reach S3: the
+# in-process fits finish 20 customers between two checkpoint syncs.
+CUSTOMERS = [f"crash-{i}" for i in range(400)]
 # ShardedByS3Key over sorted keys on 2 instances: the first gets lone-a and lone-c (one
 # reading each), the second lone-b (120 good days).
 SHORT, HEALTHY = ["lone-a", "lone-c"], "lone-b"
