@@ -19,6 +19,7 @@ from prophet.models import CmdStanPyBackend
 from prophet.serialize import model_to_json
 
 from fleetcast_common.contracts.training import MODEL_ARCHIVE_SUFFIX
+from fleetcast_common.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
 from fleetcast_common.model_archive import (
     HoldoutMetrics,
     ModelMetadata,
@@ -26,6 +27,7 @@ from fleetcast_common.model_archive import (
     write_archive,
 )
 from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
+from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.evaluation import mae, seasonal_naive, smape
 from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.failures import CustomerFailure, FailureKind
@@ -85,11 +87,38 @@ def library_versions() -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class _Holidays:
+    """A customer's calendar, added to each of its models the way
+    :mod:`fleetcast_common.holiday_calendar` says serving expects: Prophet's
+    ``add_country_holidays`` for a country, a ``holidays=`` frame over
+    :func:`calendar_years` of the whole history for a subdivision (the scored model gets
+    the same frame, so its holiday columns are the served model's)."""
+
+    calendar: HolidayCalendar | None
+    frame: pd.DataFrame | None
+
+    def __init__(self, calendar: HolidayCalendar | None, history: pd.DataFrame) -> None:
+        frame = None
+        if calendar is not None and calendar.subdivision is not None:
+            years = calendar_years(history["ds"].iloc[0].date(), history["ds"].iloc[-1].date())
+            frame = holidays_frame(calendar, years)
+        object.__setattr__(self, "calendar", calendar)
+        object.__setattr__(self, "frame", frame)
+
+
 class CustomerTrainer:
     """Trains customers one after another; each worker process holds one."""
 
-    def __init__(self, hyperparameters: Hyperparameters, checkpoint_dir: Path, scratch: Path):
+    def __init__(
+        self,
+        hyperparameters: Hyperparameters,
+        checkpoint_dir: Path,
+        scratch: Path,
+        calendars: CustomerCalendars | None = None,
+    ):
         self._hyperparameters = hyperparameters
+        self._calendars = calendars or CustomerCalendars()
         self._checkpoint_dir = checkpoint_dir
         self._backend = FleetcastStanBackend(scratch)
         self._versions = library_versions()
@@ -146,15 +175,17 @@ class CustomerTrainer:
                 f"has {rows} rows, needs at least {settings.required_rows}",
             )
         orders = self._seasonality_orders(history)
+        calendar = self._calendars.of(customer_id)
+        holidays = _Holidays(calendar, history)
         fitted = history.iloc[: -settings.holdout_rows]
         holdout = history.iloc[-settings.holdout_rows :]
         if settings.refit_full_history:
             # A constant history never reaches the backend: no Stan data from another customer.
             self._backend.last_stan_data = None
-            served = self._new_model(orders).fit(history)
-            forecast = self._holdout_forecast(history, orders)
+            served = self._new_model(orders, holidays).fit(history)
+            forecast = self._holdout_forecast(history, orders, holidays)
         else:
-            served = self._new_model(orders).fit(fitted)
+            served = self._new_model(orders, holidays).fit(fitted)
             forecast = self._point_forecast(served, holdout["ds"])
         actual = holdout["y"].to_numpy(dtype=np.float64)
         naive = seasonal_naive(fitted, holdout["ds"], settings.season)
@@ -176,6 +207,7 @@ class CustomerTrainer:
             rows=rows,
             metrics=metrics,
             library_versions=self._versions,
+            holiday_calendar=calendar,
         )
         write_archive(
             archive_path(self._checkpoint_dir, customer_id), model_to_json(served), metadata
@@ -190,7 +222,9 @@ class CustomerTrainer:
             metadata=metadata,
         )
 
-    def _new_model(self, orders: dict[str, int] | None = None) -> Prophet:
+    def _new_model(
+        self, orders: dict[str, int] | None = None, holidays: _Holidays | None = None
+    ) -> Prophet:
         settings = self._hyperparameters
         seasonality: dict[str, Any] = {
             f"{name}_seasonality": getattr(settings, f"{name}_seasonality")
@@ -198,12 +232,17 @@ class CustomerTrainer:
         }
         if orders is not None:
             seasonality = {f"{name}_seasonality": orders[name] or False for name in SEASONALITIES}
+        calendar = holidays.calendar if holidays is not None else None
+        frame = holidays.frame if holidays is not None else None
         model = FleetcastProphet(
             seasonality_mode=settings.seasonality_mode,
             uncertainty_samples=settings.uncertainty_samples,
+            holidays=None if frame is None else frame.copy(),
             **seasonality,
         )
         model.stan_backend = self._backend
+        if calendar is not None and frame is None:
+            model.add_country_holidays(country_name=calendar.country)
         return model
 
     def _seasonality_orders(self, history: pd.DataFrame) -> dict[str, int]:
@@ -236,7 +275,9 @@ class CustomerTrainer:
             orders["yearly"] = orders["yearly"] or YEARLY_FOURIER_ORDER
         return orders
 
-    def _holdout_forecast(self, history: pd.DataFrame, orders: dict[str, int]) -> np.ndarray:
+    def _holdout_forecast(
+        self, history: pd.DataFrame, orders: dict[str, int], holidays: _Holidays
+    ) -> np.ndarray:
         """The forecast of the holdout by a model fitted on the rows before it, built from
         the full-history fit just made (:mod:`fleetcast_training.holdout`); through Prophet
         itself when the in-process solver does not solve the model."""
@@ -255,7 +296,7 @@ class CustomerTrainer:
             else:
                 self._backend.fit_methods[IN_PROCESS] += 1
                 return forecast
-        scored = self._new_model(orders).fit(history.iloc[:-rows])
+        scored = self._new_model(orders, holidays).fit(history.iloc[:-rows])
         return self._point_forecast(scored, history["ds"].iloc[-rows:])
 
     @staticmethod

@@ -5,13 +5,22 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from fleetcast_common.contracts.training import (
     HYPERPARAMETER_DEFAULTS,
     REQUIRED_HYPERPARAMETERS,
     SAGEMAKER_HYPERPARAMETER_PREFIX,
 )
+from fleetcast_common.holiday_calendar import check_calendar
 from fleetcast_common.ids import is_valid_run_id
 
 DAILY = "D"
@@ -63,12 +72,22 @@ class Hyperparameters(BaseModel):
     refit_full_history: bool
     # 0 means one worker process per CPU of the instance.
     workers: int = Field(ge=0, le=1024)
+    # Customers without metadata get this country's holidays; "" for none.
+    default_holiday_country: str = ""
 
     @model_validator(mode="after")
     def _known_run(self) -> Hyperparameters:
         if not is_valid_run_id(self.run_id):
             raise ValueError(f"run_id {self.run_id!r} is not a fleetcast run id")
         return self
+
+    @field_validator("default_holiday_country")
+    @classmethod
+    def _known_country(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            check_calendar(value)
+        return value
 
     @property
     def required_rows(self) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from threadpoolctl import threadpool_limits
 
 from fleetcast_common.contracts.training import (
+    CALENDARS_CHANNEL,
     METRIC_FITS_CMDSTAN,
     METRIC_FITS_IN_PROCESS,
     METRIC_MEDIAN_MAE,
@@ -39,6 +40,7 @@ from fleetcast_common.contracts.training import (
 )
 from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
@@ -124,6 +126,9 @@ def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) 
     started = time.perf_counter()
     host = environment.current_host
     customers, reports = plan_shard(environment.channel_dir(TRAIN_CHANNEL), len(environment.hosts))
+    calendars = CustomerCalendars.load(
+        environment.channel_dir(CALENDARS_CHANNEL), hyperparameters.default_holiday_country
+    )
     checkpoint_dir = environment.checkpoint_dir
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     _remove_partial_files(checkpoint_dir)
@@ -145,7 +150,9 @@ def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) 
         )
     progress = Progress(host, total=len(customers) + len(reports))
     progress.advance(len(reports))
-    reports += train_customers(customers, hyperparameters, checkpoint_dir, workers, progress)
+    reports += train_customers(
+        customers, hyperparameters, checkpoint_dir, workers, progress, calendars
+    )
 
     manifest = TrainingManifest(
         run_id=hyperparameters.run_id,
@@ -216,6 +223,7 @@ def train_customers(
     checkpoint_dir: Path,
     workers: int,
     progress: Progress,
+    calendars: CustomerCalendars | None = None,
 ) -> list[CustomerReport]:
     """Train every customer; never lets one customer stop the others.
 
@@ -226,7 +234,7 @@ def train_customers(
     """
     if not customers:
         return []
-    pool = _Pool(hyperparameters, checkpoint_dir, scratch_parent(workers))
+    pool = _Pool(hyperparameters, checkpoint_dir, scratch_parent(workers), calendars)
     try:
         reports: dict[str, CustomerReport] = {}
         queue = sorted(customers, key=lambda c: (-c.size, c.customer_id))
@@ -272,8 +280,15 @@ class _Pool:
     """Worker processes for one ``run`` at a time, each with a scratch directory where it
     notes the customer it is training, so a crash can be traced to its customer."""
 
-    def __init__(self, hyperparameters: Hyperparameters, checkpoint_dir: Path, parent: Path | None):
+    def __init__(
+        self,
+        hyperparameters: Hyperparameters,
+        checkpoint_dir: Path,
+        parent: Path | None,
+        calendars: CustomerCalendars | None = None,
+    ):
         self._hyperparameters = hyperparameters
+        self._calendars = calendars
         self._checkpoint_dir = checkpoint_dir
         self._root = Path(tempfile.mkdtemp(prefix="fleetcast-training-", dir=parent))
 
@@ -296,7 +311,7 @@ class _Pool:
             max_workers=min(workers, len(batches)),
             mp_context=multiprocessing.get_context("fork"),
             initializer=_start_worker,
-            initargs=(self._hyperparameters, self._checkpoint_dir, scratch),
+            initargs=(self._hyperparameters, self._checkpoint_dir, scratch, self._calendars),
         ) as executor:
             futures: list[Future[list[CustomerReport]]] = [
                 executor.submit(_train_batch, [(c.customer_id, c.path) for c in batch])
@@ -324,7 +339,12 @@ _trainer: CustomerTrainer | None = None
 _marker: Path | None = None
 
 
-def _start_worker(hyperparameters: Hyperparameters, checkpoint_dir: Path, pool_dir: Path) -> None:
+def _start_worker(
+    hyperparameters: Hyperparameters,
+    checkpoint_dir: Path,
+    pool_dir: Path,
+    calendars: CustomerCalendars | None = None,
+) -> None:
     global _trainer, _marker
     silence_stan_logging()
     # One BLAS thread per worker: the job already runs a worker per CPU, and the fits'
@@ -334,7 +354,7 @@ def _start_worker(hyperparameters: Hyperparameters, checkpoint_dir: Path, pool_d
     threadpool_limits(limits=1)
     scratch = Path(tempfile.mkdtemp(prefix="worker-", dir=pool_dir))
     _marker = scratch / _TRAINING_MARKER
-    _trainer = CustomerTrainer(hyperparameters, checkpoint_dir, scratch)
+    _trainer = CustomerTrainer(hyperparameters, checkpoint_dir, scratch, calendars)
 
 
 def _train_batch(batch: list[tuple[str, Path]]) -> list[CustomerReport]:

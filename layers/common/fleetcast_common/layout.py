@@ -13,6 +13,11 @@ INCOMING_PREFIX = "incoming/"
 HISTORY_PREFIX = "history/"
 RUNS_PREFIX = "runs/"
 MODELS_PREFIX = "models/"
+# Customer metadata files are uploaded under this part of ``incoming/``; the merged store
+# of every customer's metadata lives under METADATA_PREFIX of the artifacts bucket.
+INCOMING_METADATA_PREFIX = f"{INCOMING_PREFIX}metadata/"
+METADATA_PREFIX = "metadata/"
+METADATA_STORE_FILE = "customers.parquet"
 
 CUSTOMER_FILE_SUFFIX = ".csv"
 MODEL_ARCHIVE_SUFFIX = ".tar.gz"
@@ -29,6 +34,16 @@ def run_prefix(run_id: str) -> str:
 def train_prefix(run_id: str) -> str:
     """Per-customer training files written by processing: ``{customer_id}.csv``."""
     return f"{run_prefix(run_id)}train/"
+
+
+def calendars_prefix(run_id: str) -> str:
+    """The run's ``calendars.csv``: the training job's ``calendars`` channel."""
+    return f"{run_prefix(run_id)}calendars/"
+
+
+def is_metadata_upload(key: str) -> bool:
+    """Whether an upload under ``incoming/`` is a customer metadata file, not readings."""
+    return key.startswith(INCOMING_METADATA_PREFIX)
 
 
 def report_prefix(run_id: str) -> str:

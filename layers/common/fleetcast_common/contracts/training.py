@@ -13,6 +13,13 @@ from __future__ import annotations
 INSTANCE_CPUS_ENV = "FLEETCAST_INSTANCE_CPUS"
 
 TRAIN_CHANNEL = "train"
+# One small file for every instance (FullyReplicated), written by processing beside the
+# run's train files: each customer's holiday calendar from the metadata store. A channel
+# of its own keeps ``train`` sharded by customer and costs one S3 object per instance.
+CALENDARS_CHANNEL = "calendars"
+CALENDARS_FILE = "calendars.csv"
+# customer_id, country (ISO code of the holidays package), subdivision (may be empty).
+CALENDAR_COLUMNS = ("customer_id", "country", "subdivision")
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 
 HYPERPARAMETERS = "input/config/hyperparameters.json"
@@ -56,6 +63,9 @@ HYPERPARAMETER_DEFAULTS: dict[str, str] = {
     "uncertainty_samples": "1000",
     "refit_full_history": "true",
     "workers": "0",
+    # The holidays of customers without metadata: a country code of the holidays package
+    # (e.g. US), or empty for none.
+    "default_holiday_country": "",
 }
 REQUIRED_HYPERPARAMETERS = ("run_id",)
 # Hyperparameters the SageMaker SDK adds on its own; the container ignores them.
