@@ -8,6 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fleetcast_common.holiday_calendar import (
+    HolidayCalendar,
+    calendar_years,
+    holiday_dates,
+    holidays_frame,
+)
 from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.holdout import holdout_forecast
 from fleetcast_training.prophet_model import FleetcastProphet
@@ -28,15 +34,34 @@ def history(days: int, freq: str = "D", seed: int = 0, gaps: bool = False) -> pd
 
 
 def prophets_holdout(
-    frame: pd.DataFrame, rows: int, backend: FleetcastStanBackend, **orders: int
+    frame: pd.DataFrame,
+    rows: int,
+    backend: FleetcastStanBackend,
+    calendar: HolidayCalendar | None = None,
+    **orders: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(Prophet's forecast of the last ``rows`` from a fit on the rest, ours)."""
-    scored = FleetcastProphet(uncertainty_samples=0, **orders)  # type: ignore[arg-type]
-    scored.stan_backend = backend
+    """(Prophet's forecast of the last ``rows`` from a fit on the rest, ours); with
+    ``calendar``, both models get its holidays as training adds them."""
+
+    def model() -> FleetcastProphet:
+        frame_of_holidays = None
+        if calendar is not None and calendar.subdivision is not None:
+            years = calendar_years(frame["ds"].iloc[0].date(), frame["ds"].iloc[-1].date())
+            frame_of_holidays = holidays_frame(calendar, years)
+        built = FleetcastProphet(
+            uncertainty_samples=0,
+            holidays=frame_of_holidays,
+            **orders,  # type: ignore[arg-type]
+        )
+        if calendar is not None and calendar.subdivision is None:
+            built.add_country_holidays(country_name=calendar.country)
+        built.stan_backend = backend
+        return built
+
+    scored = model()
     scored.fit(frame.iloc[:-rows])
     expected = scored.predict(frame[["ds"]].iloc[-rows:])["yhat"].to_numpy()
-    served = FleetcastProphet(uncertainty_samples=0, **orders)  # type: ignore[arg-type]
-    served.stan_backend = backend
+    served = model()
     served.fit(frame)
     assert backend.last_stan_data is not None
     ours = holdout_forecast(
@@ -69,6 +94,47 @@ def test_the_numpy_holdout_forecast_is_prophets(
     # Then the numpy window fit forecasts what Prophet's fit and predict do
     np.testing.assert_allclose(ours, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
     assert backend.fit_methods == {IN_PROCESS: 2}
+
+
+def holiday_history(start: str, end: str, calendar: HolidayCalendar, seed: int) -> pd.DataFrame:
+    """Daily use with a weekly cycle that drops by a third on the calendar's holidays."""
+    rng = np.random.default_rng(seed)
+    ds = pd.date_range(start, end, freq="D")
+    day = np.asarray((ds - ds[0]) / pd.Timedelta(days=1))
+    y = 300 + 30 * np.sin(2 * np.pi * day / 7) + rng.normal(0, 4, ds.size)
+    years = range(ds[0].year, ds[-1].year + 1)
+    dates = {day for day, _ in holiday_dates(calendar.country, calendar.subdivision, years)}
+    y[np.array([stamp.date() in dates for stamp in ds])] *= 2 / 3
+    return pd.DataFrame({"ds": ds, "y": y})
+
+
+@pytest.mark.parametrize(
+    ("calendar", "start", "end", "learnt"),
+    [
+        (HolidayCalendar.of("US"), "2023-03-01", "2024-12-28", True),
+        (HolidayCalendar.of("US"), "2023-03-01", "2025-01-03", True),
+        (HolidayCalendar.of("DE", "BY"), "2023-06-01", "2025-01-08", True),
+        # Christmas first appears in the held-out week: the window fit has not seen it.
+        (HolidayCalendar.of("DE", "BY"), "2024-10-01", "2024-12-29", False),
+    ],
+    ids=["US Christmas held out", "US across New Year", "DE-BY Epiphany held out", "DE-BY short"],
+)
+def test_the_numpy_holdout_forecast_is_prophets_with_holidays(
+    tmp_path: Path, calendar: HolidayCalendar, start: str, end: str, learnt: bool
+):
+    # Given a history with holiday dips, whose last week holds a holiday, and Prophet with
+    # the calendar's holidays fitted on all but that week, then on all of it
+    silence_stan_logging()
+    backend = FleetcastStanBackend(tmp_path)
+    frame = holiday_history(start, end, calendar, seed=7)
+    orders = {"weekly_seasonality": 3, "yearly_seasonality": False}
+    expected, ours = prophets_holdout(frame, 7, backend, calendar, **orders)
+    # Then the numpy window fit (holiday columns of the full fit's X rows) forecasts what
+    # Prophet's fit and predict do: a dip on a holiday the window has seen, none on one
+    # it has not
+    np.testing.assert_allclose(ours, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+    assert backend.fit_methods == {IN_PROCESS: 2}
+    assert bool(expected.min() < 0.8 * np.median(expected)) is learnt
 
 
 def test_a_constant_window_forecasts_its_value(tmp_path: Path):
