@@ -101,7 +101,7 @@ def test_no_calendar_and_no_default_trains_without_holidays(tmp_path: Path):
 
 
 def test_an_unknown_default_country_fails_the_job_naming_it():
-    with pytest.raises(InvalidHyperparametersError, match="default_holiday_country='XX'.*'XX'"):
+    with pytest.raises(InvalidHyperparametersError, match=r"default_holiday_country='XX'.*'XX'"):
         Hyperparameters.parse({"run_id": RUN_ID, "default_holiday_country": "XX"})
     parsed = Hyperparameters.parse({"run_id": RUN_ID, "default_holiday_country": "DE"})
     assert parsed.default_holiday_country == "DE"
