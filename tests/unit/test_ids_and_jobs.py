@@ -3,6 +3,7 @@
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 
 from fleetcast_common import layout
 from fleetcast_common.ids import (
@@ -170,6 +171,8 @@ def test_processing_request_names_the_file_and_adds_history_only_when_some_exist
     assert without["AppSpecification"]["ContainerArguments"] == [
         "--frequency",
         "D",
+        "--input-kind",
+        "readings",
         "--source-name",
         "a.csv",
     ]
@@ -180,6 +183,32 @@ def test_processing_request_names_the_file_and_adds_history_only_when_some_exist
     assert outputs["train"] == f"s3://artifacts/runs/{run_id}/train/"
     # Neither container needs the network: SageMaker moves their data.
     assert without["NetworkConfig"] == {"EnableNetworkIsolation": True}
+
+
+def test_a_metadata_upload_is_processed_as_metadata_with_the_store() -> None:
+    # Given an upload under incoming/metadata/, and a metadata store that exists
+    settings = ProcessingSettings.from_env(
+        {**BASE_ENV, "PROCESSING_IMAGE_URI": "img", "UPLOAD_QUEUE_TABLE": "queue"}
+    )
+    run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
+    upload = UPLOAD.model_copy(update={"key": "incoming/metadata/customers.csv"})
+    request = processing_job_request(settings, run_id, upload, True, with_metadata=True)
+    # Then the job is told it is metadata, reads the store and history, writes the store
+    arguments = request["AppSpecification"]["ContainerArguments"]
+    assert arguments[arguments.index("--input-kind") + 1] == "metadata"
+    assert [i["InputName"] for i in request["ProcessingInputs"]] == ["raw", "history", "metadata"]
+    outputs = {
+        o["OutputName"]: o["S3Output"]["S3Uri"]
+        for o in request["ProcessingOutputConfig"]["Outputs"]
+    }
+    assert outputs["metadata"] == "s3://artifacts/metadata/"
+    assert outputs["calendars"] == f"s3://artifacts/runs/{run_id}/calendars/"
+    # And a readings job reads the store (for calendars) but never writes it
+    readings = processing_job_request(settings, run_id, UPLOAD, True, with_metadata=True)
+    assert "metadata" not in {
+        o["OutputName"] for o in readings["ProcessingOutputConfig"]["Outputs"]
+    }
+    assert "calendars" in {o["OutputName"] for o in readings["ProcessingOutputConfig"]["Outputs"]}
 
 
 def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
@@ -202,6 +231,30 @@ def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
     assert request["EnableNetworkIsolation"] is True
     assert request["ResourceConfig"]["InstanceCount"] == 4
     assert all(isinstance(v, str) for v in request["HyperParameters"].values())
+
+
+def test_training_gets_every_calendar_on_every_instance_and_the_default_country() -> None:
+    # Given a stack whose default holiday country is DE
+    settings = TrainingSettings.from_env(
+        {**BASE_ENV, "TRAINING_IMAGE_URI": "img", "DEFAULT_HOLIDAY_COUNTRY": "DE"}
+    )
+    request = training_job_request(settings, "20261129t120000-0123456789", customers=30)
+    # Then the calendars channel is one prefix replicated to every instance
+    channels = {
+        c["ChannelName"]: c["DataSource"]["S3DataSource"] for c in request["InputDataConfig"]
+    }
+    assert channels["calendars"] == {
+        "S3DataType": "S3Prefix",
+        "S3Uri": "s3://artifacts/runs/20261129t120000-0123456789/calendars/",
+        "S3DataDistributionType": "FullyReplicated",
+    }
+    assert channels["train"]["S3DataDistributionType"] == "ShardedByS3Key"
+    assert request["HyperParameters"]["default_holiday_country"] == "DE"
+    # And a country code that is not one is refused when the function starts
+    with pytest.raises(ValidationError, match="DEFAULT_HOLIDAY_COUNTRY"):
+        TrainingSettings.from_env(
+            {**BASE_ENV, "TRAINING_IMAGE_URI": "img", "DEFAULT_HOLIDAY_COUNTRY": "germany"}
+        )
 
 
 def test_never_more_training_instances_than_customer_files() -> None:

@@ -519,6 +519,7 @@ def test_path_traversal_ids_never_create_files_outside_the_outputs(
         "opt_ml/processing/output/history/ok.csv",
         "opt_ml/processing/output/report/rejected.csv",
         "opt_ml/processing/output/report/summary.json",
+        "opt_ml/processing/output/calendars/calendars.csv",
         "opt_ml/output/message",
     }
 
@@ -614,6 +615,7 @@ def test_summary_json_has_the_documented_keys(job: Job) -> None:
         "days_uploaded",
         "days_replaced",
         "customers_list",
+        "metadata",
     }
 
 

@@ -1,4 +1,5 @@
-"""``python -m fleetcast_processing [--frequency D|H] [--source-name NAME]``: the container's entrypoint.
+"""``python -m fleetcast_processing [--frequency D|H] [--source-name NAME]
+[--input-kind readings|metadata]``: the container's entrypoint.
 
 Exit code 0 when the upload was processed, 1 when it was not; either way a one-paragraph
 message for people goes to the message file (SageMaker shows its first 1 KB as the job's
@@ -19,13 +20,18 @@ from pydantic import ValidationError
 
 from fleetcast_common.contracts.processing import (
     FREQUENCIES,
+    INPUT_KIND_ARGUMENT,
+    INPUT_KINDS,
     MESSAGE_LIMIT,
+    METADATA,
+    READINGS,
     JobLimits,
     ProcessingPaths,
 )
 from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.job import JobSettings, find_upload, run
+from fleetcast_processing.metadata import MetadataPaths, run_metadata
 from fleetcast_processing.report import success_message
 from fleetcast_processing.source import DEFAULT_BLOCK_SIZE
 
@@ -56,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         help="name of the upload in the report and messages (default: the input file's name)",
     )
     parser.add_argument(
+        INPUT_KIND_ARGUMENT,
+        choices=INPUT_KINDS,
+        default=READINGS,
+        help="what the upload is: meter readings (default) or customer metadata",
+    )
+    parser.add_argument(
         "--block-size",
         type=int,
         default=DEFAULT_BLOCK_SIZE,
@@ -76,6 +88,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         source_name = args.source_name or source_name
         upload = find_upload(paths.raw_input, args.source_name)
         source_name = args.source_name or upload.name
+        if args.input_kind == METADATA:
+            summary = run_metadata(
+                upload,
+                MetadataPaths(
+                    metadata_input=paths.metadata_input,
+                    metadata_output=paths.metadata_output,
+                    history_input=paths.history_input,
+                    train_output=paths.train_output,
+                    calendars_output=paths.calendars_output,
+                    report_output=paths.report_output,
+                ),
+                source_name,
+                os.environ.get("FLEETCAST_RUN_ID", ""),
+                args.frequency,
+            )
+            _write_message(paths.message_file, success_message(summary))
+            logger.info("%s", success_message(summary))
+            return 0
         settings = JobSettings(
             paths=paths,
             frequency=Frequency(args.frequency),

@@ -32,6 +32,7 @@ from fleetcast_processing.duplicates import (
 )
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.history import load_history, merge
+from fleetcast_processing.metadata_store import load_store, write_calendars
 from fleetcast_processing.report import RejectedRows, write_summary
 from fleetcast_processing.source import (
     DEFAULT_BLOCK_SIZE,
@@ -170,6 +171,8 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         paths.train_output,
         same_in=[paths.history_output],
     )
+    # The holidays training adds to each customer it trains (metadata/ holds the store).
+    write_calendars(paths.calendars_output, touched.values(), load_store(paths.metadata_input))
     stored_customers = len(np.unique(stored.codes))
     summary = ProcessingSummary(
         source_name=source_name,

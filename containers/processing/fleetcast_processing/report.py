@@ -320,6 +320,17 @@ def success_message(summary: ProcessingSummary) -> str:
             f"{reason} {count:,}" for reason, count in sorted(summary.rejected_by_reason.items())
         )
         rejected = f" ({reasons}; see rejected.csv)"
+    if summary.metadata is not None:
+        metadata = summary.metadata
+        return (
+            f"Processed customer metadata {summary.source_name}: {summary.rows_read:,} rows "
+            f"read, {summary.rows_accepted:,} accepted, {summary.rows_rejected:,} rejected"
+            f"{rejected}. Customers: {summary.customers:,} ({summary.new_customers:,} new, "
+            f"{metadata.customers_in_store:,} in the store); holiday calendar changed for "
+            f"{len(metadata.calendar_changed):,}, of which {len(metadata.retrained):,} are "
+            f"retrained on their history and {len(metadata.waiting_for_readings):,} have no "
+            "readings yet."
+        )
     return (
         f"Processed {summary.source_name}: {summary.rows_read:,} rows read, "
         f"{summary.rows_accepted:,} accepted, {summary.rows_rejected:,} rejected{rejected}. "

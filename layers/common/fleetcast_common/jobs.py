@@ -43,9 +43,12 @@ def processing_job_request(
     upload: Upload,
     with_history: bool,
     staged_key: str | None = None,
+    with_metadata: bool = False,
 ) -> dict[str, Any]:
     """``staged_key``: the upload's copy in the artifacts bucket, when its own key cannot be
-    handed to SageMaker (:func:`fleetcast_common.ids.staged_file_name`)."""
+    handed to SageMaker (:func:`fleetcast_common.ids.staged_file_name`); ``with_metadata``:
+    the metadata store exists (an input prefix must hold an object)."""
+    is_metadata = layout.is_metadata_upload(upload.key)
     artifacts = f"s3://{settings.artifacts_bucket}/"
     raw_uri = artifacts + staged_key if staged_key else f"s3://{upload.bucket}/{upload.key}"
     inputs: list[dict[str, Any]] = [
@@ -69,6 +72,20 @@ def processing_job_request(
                 "S3Input": {
                     "S3Uri": artifacts + layout.HISTORY_PREFIX,
                     "LocalPath": processing.HISTORY_INPUT,
+                    "S3DataType": "S3Prefix",
+                    "S3InputMode": "File",
+                    "S3DataDistributionType": "FullyReplicated",
+                },
+            }
+        )
+
+    if with_metadata:
+        inputs.append(
+            {
+                "InputName": processing.INPUT_METADATA,
+                "S3Input": {
+                    "S3Uri": artifacts + layout.METADATA_PREFIX,
+                    "LocalPath": processing.METADATA_INPUT,
                     "S3DataType": "S3Prefix",
                     "S3InputMode": "File",
                     "S3DataDistributionType": "FullyReplicated",
@@ -103,6 +120,8 @@ def processing_job_request(
                 settings.frequency,
                 # The raw input is an S3 prefix; naming the file keeps 'a.csv' from also
                 # reading 'a.csv.gz'.
+                processing.INPUT_KIND_ARGUMENT,
+                processing.METADATA if is_metadata else processing.READINGS,
                 "--source-name",
                 posixpath.basename(staged_key or upload.key),
             ],
@@ -117,7 +136,23 @@ def processing_job_request(
                 output(
                     processing.OUTPUT_REPORT, processing.REPORT_OUTPUT, layout.report_prefix(run_id)
                 ),
+                output(
+                    processing.OUTPUT_CALENDARS,
+                    processing.CALENDARS_OUTPUT,
+                    layout.calendars_prefix(run_id),
+                ),
             ]
+            + (
+                [
+                    output(
+                        processing.OUTPUT_METADATA,
+                        processing.METADATA_OUTPUT,
+                        layout.METADATA_PREFIX,
+                    )
+                ]
+                if is_metadata
+                else []
+            )
         },
         "StoppingCondition": {"MaxRuntimeInSeconds": settings.max_runtime_seconds},
         # The container reads and writes local folders only; SageMaker moves the data.
@@ -157,6 +192,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, customers: int
             "run_id": run_id,
             "frequency": settings.frequency,
             "holdout_days": str(settings.holdout_days),
+            "default_holiday_country": settings.default_holiday_country,
         },
         "InputDataConfig": [
             {
@@ -170,7 +206,19 @@ def training_job_request(settings: TrainingSettings, run_id: str, customers: int
                         "S3DataDistributionType": "ShardedByS3Key",
                     }
                 },
-            }
+            },
+            {
+                # Each customer's holidays: one small file, the same for every instance.
+                "ChannelName": training.CALENDARS_CHANNEL,
+                "ContentType": "text/csv",
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": artifacts + layout.calendars_prefix(run_id),
+                        "S3DataDistributionType": "FullyReplicated",
+                    }
+                },
+            },
         ],
         "OutputDataConfig": {"S3OutputPath": artifacts + layout.output_prefix(run_id)},
         "ResourceConfig": {

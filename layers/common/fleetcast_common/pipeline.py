@@ -149,9 +149,12 @@ def dispatch_uploads(
         with_history = storage.any_object_under(
             s3, settings.artifacts_bucket, layout.HISTORY_PREFIX
         )
+        with_metadata = storage.any_object_under(
+            s3, settings.artifacts_bucket, layout.METADATA_PREFIX
+        )
         staged_key = _stage_upload(s3, settings, waiting)
         request = processing_job_request(
-            settings, waiting.run_id, waiting.upload, with_history, staged_key
+            settings, waiting.run_id, waiting.upload, with_history, staged_key, with_metadata
         )
         try:
             started = _create_once(

@@ -70,6 +70,10 @@ class TrainingSettings(PipelineSettings):
     max_wait_seconds: int = Field(alias="TRAINING_MAX_WAIT_SECONDS", default=7200, ge=60)
     frequency: Literal["D", "H"] = Field(alias="MODEL_FREQUENCY", default="D")
     holdout_days: int = Field(alias="HOLDOUT_DAYS", default=7, ge=1, le=90)
+    # Holidays of customers without metadata (docs/holidays.md); "" for none.
+    default_holiday_country: str = Field(
+        alias="DEFAULT_HOLIDAY_COUNTRY", default="", pattern=r"^([A-Z]{2,3})?$"
+    )
 
 
 class RegistrationSettings(PipelineSettings):

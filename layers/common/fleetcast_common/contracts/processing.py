@@ -27,12 +27,23 @@ HISTORY_INPUT = "/opt/ml/processing/input/history"
 TRAIN_OUTPUT = "/opt/ml/processing/output/train"
 HISTORY_OUTPUT = "/opt/ml/processing/output/history"
 REPORT_OUTPUT = "/opt/ml/processing/output/report"
+METADATA_INPUT = "/opt/ml/processing/input/metadata"
+METADATA_OUTPUT = "/opt/ml/processing/output/metadata"
+CALENDARS_OUTPUT = "/opt/ml/processing/output/calendars"
 
 INPUT_RAW = "raw"
 INPUT_HISTORY = "history"
 OUTPUT_TRAIN = "train"
 OUTPUT_HISTORY = "history"
 OUTPUT_REPORT = "report"
+INPUT_METADATA = "metadata"
+OUTPUT_METADATA = "metadata"
+OUTPUT_CALENDARS = "calendars"
+# The container argument that says what the upload is (start-processing decides from its key).
+INPUT_KIND_ARGUMENT = "--input-kind"
+READINGS = "readings"
+METADATA = "metadata"
+INPUT_KINDS = (READINGS, METADATA)
 
 SUMMARY_FILE = "summary.json"
 REJECTED_FILE = "rejected.csv"
@@ -49,6 +60,9 @@ class ProcessingPaths:
     history_output: Path
     report_output: Path
     message_file: Path
+    metadata_input: Path
+    metadata_output: Path
+    calendars_output: Path
 
     @classmethod
     def under(cls, root: Path | None = None) -> ProcessingPaths:
@@ -59,6 +73,9 @@ class ProcessingPaths:
             history_output=resolve(HISTORY_OUTPUT, root),
             report_output=resolve(REPORT_OUTPUT, root),
             message_file=resolve(MESSAGE_FILE, root),
+            metadata_input=resolve(METADATA_INPUT, root),
+            metadata_output=resolve(METADATA_OUTPUT, root),
+            calendars_output=resolve(CALENDARS_OUTPUT, root),
         )
 
 
@@ -133,6 +150,52 @@ class RejectReason(StrEnum):
     IMPLAUSIBLE_PERIOD_TOTAL = "implausible_period_total"
 
 
+# --- Customer metadata files (``incoming/metadata/``): customer_id, country, optional
+# subdivision, optional free attributes ---
+
+METADATA_REQUIRED_COLUMNS = ("customer_id", "country")
+SUBDIVISION_COLUMN = "subdivision"
+# Free attribute columns kept per customer, and the longest value or column name: a
+# metadata file describes customers, it is not a place for documents.
+MAX_ATTRIBUTE_COLUMNS = 20
+MAX_VALUE_CHARS = 256
+MAX_COLUMN_NAME_CHARS = 64
+# A metadata file larger than this (decompressed) is not a metadata file.
+MAX_METADATA_BYTES = 64 * 2**20
+METADATA_REJECTED_COLUMNS = ("line", "customer_id", "country", "subdivision", "reason", "message")
+
+
+class MetadataRejectReason(StrEnum):
+    """The ``reason`` column of a metadata upload's rejected.csv."""
+
+    INVALID_CUSTOMER_ID = "invalid_customer_id"
+    MISSING_COUNTRY = "missing_country"
+    UNKNOWN_COUNTRY = "unknown_country"
+    UNKNOWN_SUBDIVISION = "unknown_subdivision"
+    VALUE_TOO_LONG = "value_too_long"
+    MALFORMED_ROW = "malformed_row"
+    # An earlier row for a customer that a later row of the same file replaces.
+    DUPLICATE_CUSTOMER = "duplicate_customer"
+
+
+class MetadataSummary(BaseModel):
+    """What a metadata upload changed, in ``summary.json`` beside the usual counts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attribute_columns: list[str]
+    customers_in_store: int = Field(description="Customers in the merged store after this file.")
+    calendar_changed: list[str] = Field(
+        description="Customers whose holiday calendar this file set or changed."
+    )
+    retrained: list[str] = Field(
+        description="Of those, customers with history: their history goes to training again."
+    )
+    waiting_for_readings: list[str] = Field(
+        description="Customers of this file without readings yet: kept for when they arrive."
+    )
+
+
 class ProcessingSummary(BaseModel):
     """``summary.json``: what one processing job did with one upload."""
 
@@ -170,3 +233,6 @@ class ProcessingSummary(BaseModel):
     days_uploaded: int = Field(description="(customer, period) totals built from the upload.")
     days_replaced: int = Field(description="Stored history periods replaced by uploaded ones.")
     customers_list: list[str]
+    metadata: MetadataSummary | None = Field(
+        default=None, description="Set for a customer metadata upload."
+    )
