@@ -83,6 +83,7 @@ FUNCTION_ENVIRONMENT = {
         "TRAINING_MAX_WAIT_SECONDS": {"Ref": "TrainingMaxWaitSeconds"},
         "MODEL_FREQUENCY": {"Ref": "ModelFrequency"},
         "HOLDOUT_DAYS": {"Ref": "HoldoutDays"},
+        "DEFAULT_HOLIDAY_COUNTRY": {"Ref": "DefaultHolidayCountry"},
     },
     "RegisterModelsFunction": {
         "REGISTRATION_QUEUE_URL": {"Ref": "RegistrationChunksQueue"},
@@ -114,6 +115,7 @@ PARAMETER_DEFAULTS = {
     "TrainingMaxWaitSeconds": 7200,
     "ModelFrequency": "D",
     "HoldoutDays": 7,
+    "DefaultHolidayCountry": "",
     "QualityGateRatio": 1.5,
     "RegistrationChunkSize": 250,
     "LogLevel": "INFO",
@@ -438,6 +440,10 @@ def test_parameters_are_the_contracted_names_and_defaults() -> None:
     assert PARAMETERS["UseSpotTraining"]["AllowedValues"] == ["true", "false"]
     assert PARAMETERS["ModelFrequency"]["AllowedValues"] == ["D", "H"]
     assert PARAMETERS["JobNamePrefix"]["AllowedPattern"] == "^[a-z][a-z0-9-]{1,20}$"
+    # The same pattern as the start-training function's settings, checked at deploy time
+    holiday_pattern = PARAMETERS["DefaultHolidayCountry"]["AllowedPattern"]
+    assert all(re.fullmatch(holiday_pattern, code) for code in ("", "US", "DE", "GBR"))
+    assert not any(re.fullmatch(holiday_pattern, code) for code in ("us", "Germany", "D"))
 
 
 def test_globals_trace_and_share_the_layer_runtime_and_dead_letter_queue() -> None:
@@ -689,6 +695,10 @@ S3_OBJECT_GRANTS = {
         ("s3:GetObject", "ArtifactsBucket", "models/*"),
         ("s3:PutObject", "ArtifactsBucket", "models/*"),
         ("s3:AbortMultipartUpload", "ArtifactsBucket", "models/*"),
+        # Processing reads and rewrites the customer metadata store.
+        ("s3:GetObject", "ArtifactsBucket", "metadata/*"),
+        ("s3:PutObject", "ArtifactsBucket", "metadata/*"),
+        ("s3:AbortMultipartUpload", "ArtifactsBucket", "metadata/*"),
     },
     # A key SageMaker cannot take as it is goes to the job as a copy under a short name.
     "StartProcessingFunction": {
