@@ -1,0 +1,122 @@
+"""Holidays end to end on a local stack whose default holiday country is FR: a metadata
+upload gives one customer US holidays and another Bavaria's, a third has none and gets
+the default; after their readings are trained, the live models' archives record those
+calendars and the API's forecast dips on each calendar's holidays."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_pipeline import finished, registry, to_csv
+from test_serving import get
+
+from fleetcast.localstack.stack import LocalStack
+from fleetcast.status import run_ids, wait_for_new_run
+from fleetcast_common import layout
+from fleetcast_common.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_common.model_archive import read_archive
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*"),
+]
+CALENDARS = {
+    "hol-us": HolidayCalendar.of("US"),
+    "hol-by": HolidayCalendar.of("DE", "BY"),
+    "hol-default": HolidayCalendar.of("FR"),  # no metadata: the stack's default
+}
+START, END = "2023-01-01", "2024-12-10"
+
+
+@pytest.fixture(scope="module")
+def holiday_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    state_dir: Path = tmp_path_factory.mktemp("fleetcast-holidays")
+    local = LocalStack(
+        state_dir=state_dir,
+        port=0,
+        parameters={"TrainingInstanceCount": "1", "DefaultHolidayCountry": "FR"},
+    )
+    local.start()
+    yield local
+    local.stop()
+
+
+def readings() -> pd.DataFrame:
+    """Two years of daily use, 40% lower on each customer's own holidays."""
+    dates = pd.date_range(START, END, freq="D")
+    rng = np.random.default_rng(5)
+    frames = []
+    for customer_id, calendar in CALENDARS.items():
+        days = {d for d, _ in holiday_dates(calendar.country, calendar.subdivision, (2023, 2024))}
+        holiday = np.array([stamp.date() in days for stamp in dates])
+        use = 500 * (1 - 0.15 * (dates.day_of_week >= 5)) + rng.normal(0, 8, dates.size)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "customer_id": customer_id,
+                    "timestamp": dates.strftime("%Y-%m-%dT08:00:00Z"),
+                    "consumption": np.where(holiday, 0.6 * use, use).round(3),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def put(stack: LocalStack, key: str, body: bytes) -> str:
+    assert stack.info is not None
+    sagemaker = stack.client("sagemaker")
+    known = run_ids(stack.info.job_name_prefix, sagemaker)
+    stack.client("s3").put_object(Bucket=stack.info.raw_bucket, Key=key, Body=body)
+    return wait_for_new_run(stack.info.job_name_prefix, sagemaker, known)
+
+
+def processed(stack: LocalStack, run_id: str) -> str:
+    assert stack.info is not None
+    name = f"{stack.info.job_name_prefix}-p-{run_id}"
+    deadline = time.monotonic() + 120
+    while True:
+        job = stack.client("sagemaker").describe_processing_job(ProcessingJobName=name)
+        if job["ProcessingJobStatus"] in ("Completed", "Failed", "Stopped"):
+            return str(job["ProcessingJobStatus"])
+        assert time.monotonic() < deadline, f"{name} did not finish"
+        time.sleep(0.2)
+
+
+def test_customers_are_forecast_with_their_own_holidays(holiday_stack: LocalStack) -> None:
+    stack = holiday_stack
+    assert stack.info is not None
+    # Given customer metadata uploaded before any readings (kept until they arrive)
+    metadata = b"customer_id,country,subdivision,tariff\nhol-us,US,,flat\nhol-by,DE,BY,night\n"
+    metadata_run = put(stack, "incoming/metadata/customers.csv", metadata)
+    assert processed(stack, metadata_run) == "Completed"
+    # When the customers' readings are uploaded and trained
+    run_id = put(stack, "incoming/holidays.csv", to_csv(readings()))
+    status = finished(stack, run_id)
+    assert status.customers_registered == len(CALENDARS), status
+
+    models = registry(stack)
+    s3 = stack.client("s3")
+    env = stack.info.environment()
+    for customer_id, calendar in CALENDARS.items():
+        # Then each live model's archive records its calendar (the default for the third)
+        live = models.live(customer_id)
+        assert live is not None and live.run_id == run_id
+        archive = s3.get_object(
+            Bucket=stack.info.artifacts_bucket, Key=layout.model_key(customer_id, run_id)
+        )
+        _, recorded = read_archive(archive["Body"].read())
+        assert recorded.holiday_calendar == calendar, customer_id
+        # And the API's forecast over Christmas dips on Christmas Day
+        code, _, body = get(env, f"/customers/{customer_id}/forecast?period=21")
+        assert code == 200, body
+        yhat = {date.fromisoformat(p["ds"][:10]): p["yhat"] for p in body["forecast"]}
+        ordinary = np.median(list(yhat.values()))
+        assert yhat[date(2024, 12, 25)] < 0.8 * ordinary, (customer_id, yhat)
+        # And on 26 December only where that is a holiday (Bavaria's Second Day of Christmas)
+        assert bool(yhat[date(2024, 12, 26)] < 0.8 * ordinary) is (customer_id == "hol-by")
