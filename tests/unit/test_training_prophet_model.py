@@ -8,6 +8,7 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_to_json
 
+from fleetcast_common.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
 from fleetcast_training.prophet_model import FleetcastProphet
 from fleetcast_training.stan_backend import silence_stan_logging
 
@@ -144,3 +145,38 @@ def test_a_history_with_more_than_ds_and_y_or_a_timezone_is_set_up_by_prophet() 
     assert FleetcastProphet()._plain_history(frame)
     assert not FleetcastProphet()._plain_history(frame.assign(note="x"))
     assert not FleetcastProphet()._plain_history(frame.assign(ds=frame["ds"].dt.tz_localize("UTC")))
+
+
+@pytest.mark.parametrize(("country", "subdivision"), [("US", None), ("DE", "BY")])
+def test_holiday_models_are_prophets_own(country: str, subdivision: str | None) -> None:
+    # Given customers with one calendar fitted in turn (the later ones reuse the holiday
+    # names, frames and features of the first), one on other dates
+    silence_stan_logging()
+    calendar = HolidayCalendar.of(country, subdivision)
+    for seed, periods in ((1, 420), (2, 420), (3, 400)):
+        frame = history(seed, periods)
+        future = pd.DataFrame({"ds": pd.date_range(frame["ds"].iloc[-1], periods=120)})
+
+        def model(cls: type[Prophet], frame: pd.DataFrame = frame) -> Prophet:
+            holidays = None
+            if subdivision is not None:
+                years = calendar_years(frame["ds"].iloc[0].date(), frame["ds"].iloc[-1].date())
+                holidays = holidays_frame(calendar, years)
+            built = cls(uncertainty_samples=0, holidays=holidays)
+            if subdivision is None:
+                built.add_country_holidays(country_name=country)
+            return built.fit(frame)
+
+        # When fleetcast's model and Prophet's own fit and predict the same data
+        ours, stock = model(FleetcastProphet), model(Prophet)
+        # Then the serialised models and the forecasts (holidays included) are identical
+        assert model_to_json(ours) == model_to_json(stock)
+        pd.testing.assert_frame_equal(ours.predict(future), stock.predict(future))
+        assert (ours.predict(future)["holidays"] != 0).any()
+
+
+def test_country_holidays_cannot_be_added_after_fitting() -> None:
+    silence_stan_logging()
+    model = FleetcastProphet(uncertainty_samples=0).fit(history(4, 60))
+    with pytest.raises(Exception, match="prior to model fitting"):
+        model.add_country_holidays(country_name="US")

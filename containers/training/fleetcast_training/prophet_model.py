@@ -12,6 +12,11 @@
 - ``setup_dataframe`` (sort, scale y, the time index t) runs a dozen pandas column
   operations; for a plain history (``ds`` and ``y``, linear or flat growth, 'absmax'
   scaling, no extra regressors or conditions) the same frame is built from numpy arrays.
+- Holidays: ``add_country_holidays`` lists every name the country has over 50 years to
+  validate them (~110 ms), each fit builds the country's holidays for its years with the
+  ``holidays`` package (~55 ms) and then their indicator columns row by row (~75 ms): four
+  times the rest of a fit, and the same answers for every customer with the same calendar
+  and dates.
 
 :class:`FleetcastProphet` keeps each answer and hands out copies. Each depends only on
 the inputs in its cache key, so fits, fitted parameters and the serialised model are
@@ -20,12 +25,14 @@ those of ``Prophet`` itself.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pandas as pd
 from prophet import Prophet
+from prophet.make_holidays import get_holiday_names
 
 _ComponentKey = tuple[Any, ...]
 _components: dict[_ComponentKey, tuple[pd.DataFrame, dict[Any, list[str]]]] = {}
@@ -38,8 +45,81 @@ _feature_tables: OrderedDict[tuple[str, float, int, str], tuple[np.ndarray, pd.D
     OrderedDict()
 )
 
+_HOLIDAY_CACHE_SIZE = 32
+_holiday_frames: OrderedDict[tuple[Any, ...], pd.DataFrame] = OrderedDict()
+_holiday_features: OrderedDict[tuple[Any, ...], tuple[pd.DataFrame, list[float], list[str]]] = (
+    OrderedDict()
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _country_holiday_names(country: str) -> tuple[str, ...]:
+    return tuple(get_holiday_names(country))
+
+
+def _frame_key(frame: pd.DataFrame | None) -> tuple[Any, ...] | None:
+    if frame is None:
+        return None
+    # A few dozen rows: their values are a cheaper key than a hash of the frame.
+    return (tuple(frame.columns), tuple(frame.itertuples(index=False, name=None)))
+
+
+def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    cache[key] = value
+    if len(cache) > _HOLIDAY_CACHE_SIZE:
+        cache.popitem(last=False)
+
 
 class FleetcastProphet(Prophet):
+    def add_country_holidays(self, country_name: str) -> Self:
+        if self.history is not None or self.country_holidays is not None:
+            return super().add_country_holidays(country_name)  # raises, or warns
+        for name in _country_holiday_names(country_name):
+            self.validate_column_name(name, check_holidays=False)
+        self.country_holidays = country_name
+        return self
+
+    def construct_holiday_dataframe(self, dates: pd.Series) -> pd.DataFrame:
+        """Prophet's, which depends on the years of ``dates`` only, kept per calendar."""
+        names = self.train_holiday_names
+        key = (
+            self.country_holidays,
+            tuple(sorted({int(year) for year in dates.dt.year.unique()})),
+            _frame_key(self.holidays),
+            None if names is None else tuple(names),
+        )
+        cached = _holiday_frames.get(key)
+        if cached is None:
+            cached = super().construct_holiday_dataframe(dates)
+            _remember(_holiday_frames, key, cached.copy())
+        else:
+            _holiday_frames.move_to_end(key)
+        return cached.copy()
+
+    def make_holiday_features(
+        self, dates: pd.Series, holidays: pd.DataFrame
+    ) -> tuple[pd.DataFrame, list[float], list[str]]:
+        """Prophet's, kept per (dates, holidays frame, prior scale); like Prophet's it
+        records the holiday names of the first call as ``train_holiday_names``."""
+        if dates.dt.tz is not None or dates.isna().any():
+            return super().make_holiday_features(dates, holidays)
+        key = (
+            str(dates.dtype),
+            dates.to_numpy().view(np.int64).tobytes(),
+            _frame_key(holidays),
+            float(self.holidays_prior_scale),
+        )
+        cached = _holiday_features.get(key)
+        if cached is None:
+            features, scales, names = super().make_holiday_features(dates, holidays)
+            _remember(_holiday_features, key, (features.copy(), list(scales), list(names)))
+            return features, scales, names
+        _holiday_features.move_to_end(key)
+        features, scales, names = cached
+        if self.train_holiday_names is None:
+            self.train_holiday_names = pd.Series(names)
+        return features.copy(), list(scales), list(names)
+
     @classmethod
     def make_seasonality_features(
         cls, dates: pd.Series, period: float, series_order: int, prefix: str
