@@ -130,3 +130,80 @@ def test_hadolint_passes() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _imported_top_modules(package: Path, common: Path) -> set[str]:
+    """Top-level modules imported anywhere (lazily too) by ``package`` and by the
+    fleetcast_common modules it reaches."""
+    import ast
+
+    seen: set[Path] = set()
+    pending = sorted(package.glob("*.py"))
+    modules: set[str] = set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            for name in names:
+                modules.add(name.split(".")[0])
+                if name.startswith("fleetcast_common."):
+                    target = common.parent / (name.replace(".", "/"))
+                    pending += [p for p in (target.with_suffix(".py"), target / "__init__.py")]
+        pending = [p for p in pending if p.is_file()]
+    return modules
+
+
+def _with_dependencies(names: set[str]) -> set[str]:
+    """The distributions and everything they require (extras aside), as installed here."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    found: set[str] = set()
+    pending = [name.lower() for name in names]
+    while pending:
+        name = pending.pop()
+        if name in found:
+            continue
+        found.add(name)
+        try:
+            requirements = requires(name) or []
+        except PackageNotFoundError:
+            continue
+        for requirement in requirements:
+            if "extra ==" in requirement:
+                continue
+            pending.append(re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0].lower())
+    return {name.replace("_", "-") for name in found}
+
+
+def test_the_processing_image_installs_every_library_its_code_imports() -> None:
+    # (holidays checks the countries of customer metadata files: a missing install would
+    # only show when the first metadata file reached SageMaker)
+    from importlib.metadata import packages_distributions
+
+    modules = _imported_top_modules(
+        CONTAINERS / "processing" / "fleetcast_processing",
+        REPO_ROOT / "layers" / "common" / "fleetcast_common",
+    )
+    third_party = {
+        module
+        for module in modules
+        if module not in sys.stdlib_module_names and not module.startswith("fleetcast")
+    }
+    installs = " ".join(r for r in only("processing", "RUN") if "pip install" in r)
+    installed = _with_dependencies(set(re.findall(r"\s([A-Za-z0-9_.-]+)==", installs)))
+    distributions = packages_distributions()
+    missing = {
+        module
+        for module in third_party
+        if not {d.lower().replace("_", "-") for d in distributions.get(module, [module])}
+        & installed
+    }
+    assert "holidays" in third_party
+    assert missing == set()
