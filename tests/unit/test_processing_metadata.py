@@ -16,7 +16,7 @@ from fleetcast_common.contracts.processing import (
 )
 from fleetcast_common.contracts.training import CALENDARS_FILE
 from fleetcast_processing.errors import UnusableInputError
-from fleetcast_processing.metadata import MetadataPaths, run_metadata
+from fleetcast_processing.metadata import MetadataPaths, read_text, run_metadata
 from fleetcast_processing.metadata_store import CustomerMetadata, load_store, write_store
 
 LONG = "x" * (MAX_VALUE_CHARS + 1)
@@ -150,6 +150,14 @@ def test_a_gzipped_metadata_file_is_read(paths: MetadataPaths):
     summary = run_metadata(upload, paths, "meta.csv.gz", "run", "D")
     assert summary.rows_accepted == 1
     assert load_store(paths.metadata_output)["a1"].calendar == ("FR", None)
+
+
+def test_a_file_over_the_metadata_limit_fails_saying_so(tmp_path: Path):
+    upload = tmp_path / "big.csv"
+    upload.write_text("customer_id,country\n" + "a,US\n" * 1000)
+    with pytest.raises(UnusableInputError, match="at most 100 bytes"):
+        read_text(upload, max_bytes=100)
+    assert read_text(upload).count("\n") == 1001
 
 
 @pytest.mark.parametrize(

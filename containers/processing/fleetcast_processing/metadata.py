@@ -92,10 +92,16 @@ class CheckedFile:
 
 def read_text(path: Path, max_bytes: int = MAX_METADATA_BYTES) -> str:
     """The upload as text (gzip or plain; other formats and non-UTF-8 refused by name)."""
-    with UploadReader.open(path, max_bytes) as upload:
-        chunks = []
+    with UploadReader.open(path) as upload:
+        chunks, size = [], 0
         while chunk := upload.read(1 << 20):
             chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:
+                raise UnusableInputError(
+                    f"a metadata file is at most {max_bytes:,} bytes (decompressed); split "
+                    "it into smaller files and upload those one after the other."
+                )
     data = b"".join(chunks)
     data = data.removeprefix(UTF8_BOM)
     try:
