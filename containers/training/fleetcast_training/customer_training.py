@@ -96,15 +96,14 @@ class _Holidays:
     the same frame, so its holiday columns are the served model's)."""
 
     calendar: HolidayCalendar | None
-    frame: pd.DataFrame | None
+    frame: pd.DataFrame | None = None
 
-    def __init__(self, calendar: HolidayCalendar | None, history: pd.DataFrame) -> None:
-        frame = None
-        if calendar is not None and calendar.subdivision is not None:
-            years = calendar_years(history["ds"].iloc[0].date(), history["ds"].iloc[-1].date())
-            frame = holidays_frame(calendar, years)
-        object.__setattr__(self, "calendar", calendar)
-        object.__setattr__(self, "frame", frame)
+    @classmethod
+    def of(cls, calendar: HolidayCalendar | None, history: pd.DataFrame) -> _Holidays:
+        if calendar is None or calendar.subdivision is None:
+            return cls(calendar)
+        years = calendar_years(history["ds"].iloc[0].date(), history["ds"].iloc[-1].date())
+        return cls(calendar, holidays_frame(calendar, years))
 
 
 class CustomerTrainer:
@@ -176,7 +175,7 @@ class CustomerTrainer:
             )
         orders = self._seasonality_orders(history)
         calendar = self._calendars.of(customer_id)
-        holidays = _Holidays(calendar, history)
+        holidays = _Holidays.of(calendar, history)
         fitted = history.iloc[: -settings.holdout_rows]
         holdout = history.iloc[-settings.holdout_rows :]
         if settings.refit_full_history:
