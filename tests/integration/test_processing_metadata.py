@@ -28,7 +28,10 @@ __all__ = ["world"]
 
 
 def upload(world: dict[str, Any], key: str, body: str, time: str) -> dict[str, Any]:
-    """Put ``body`` under ``key`` in the raw bucket; the S3 event EventBridge would send."""
+    """Put ``body`` under ``key`` in the raw bucket; the S3 event EventBridge would send.
+
+    ``time`` decides the run id, and so the job name, on the moto server the session's
+    tests share: no other test's upload may have it."""
     event = _event("s3_object_created.json")
     bucket = event["detail"]["bucket"]["name"]
     s3 = world["s3"]
@@ -89,7 +92,7 @@ def test_metadata_uploads_merge_into_the_store_and_retrain_changed_calendars(
         world,
         "incoming/metadata/customers-1.csv",
         "customer_id,country,subdivision,segment\na1,US,,retail\nb2,DE,BY,\nc3,XX,,\n",
-        "2026-11-29T12:00:00Z",
+        "2026-11-21T07:00:00Z",
     )
     start_processing = load_function("start_processing").lambda_handler
     start_training = load_function("start_training").lambda_handler
@@ -136,7 +139,7 @@ def test_metadata_uploads_merge_into_the_store_and_retrain_changed_calendars(
         world,
         "incoming/metadata/customers-2.csv",
         "customer_id,country,subdivision\na1,US,\nb2,DE,BE\n",
-        "2026-11-29T13:00:00Z",
+        "2026-11-21T08:00:00Z",
     )
     # When start-processing handles it (moto reports the first job ended) and it runs
     started = start_processing(second, _Context())
