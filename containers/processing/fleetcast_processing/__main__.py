@@ -56,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
         help="name of the upload in the report and messages (default: the input file's name)",
     )
     parser.add_argument(
+        "--training-instances",
+        type=int,
+        default=1,
+        help="instances of the run's training job: its input is written in a multiple of "
+        "this many parts (default 1)",
+    )
+    parser.add_argument(
         "--block-size",
         type=int,
         default=DEFAULT_BLOCK_SIZE,
@@ -81,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             frequency=Frequency(args.frequency),
             source_name=source_name,
             block_size=max(args.block_size, 1024),
+            training_instances=max(args.training_instances, 1),
             limits=limits,
         )
         summary = run(upload, settings)
