@@ -19,9 +19,7 @@ from fleetcast_common.contracts.shards import (
 def _same_shard_as(customer_id: str, prefix: str) -> str:
     """Another id in ``customer_id``'s history shard."""
     wanted = history_shard_of(customer_id)
-    return next(
-        f"{prefix}{n}" for n in range(10_000) if history_shard_of(f"{prefix}{n}") == wanted
-    )
+    return next(f"{prefix}{n}" for n in range(10_000) if history_shard_of(f"{prefix}{n}") == wanted)
 
 
 def _other_shard_than(customer_id: str, prefix: str) -> str:

@@ -101,12 +101,12 @@ def processing_job_request(
             "ContainerArguments": [
                 "--frequency",
                 settings.frequency,
+                "--training-instances",
+                str(settings.training_instance_count),
                 # The raw input is an S3 prefix; naming the file keeps 'a.csv' from also
                 # reading 'a.csv.gz'.
                 "--source-name",
                 posixpath.basename(staged_key or upload.key),
-                "--training-instances",
-                str(settings.training_instance_count),
             ],
         },
         "ProcessingInputs": inputs,
