@@ -339,10 +339,15 @@ def failed_job(world: dict[str, Any], tmp_path: Path) -> str:
     whole = _archive(tmp_path, "c", RUN_1)
     s3.put_object(Bucket=bucket, Key=checkpoints + "c.tar.gz", Body=whole[: len(whole) // 2])
     s3.put_object(Bucket=bucket, Key=checkpoints + "d.tar.gz", Body=_archive(tmp_path, "d", RUN_0))
-    for customer_id in ("a", "short", "b", "c", "d", "e"):
-        s3.put_object(
-            Bucket=bucket, Key=layout.train_prefix(RUN_1) + f"{customer_id}.csv", Body=b"ds,y\n"
-        )
+    # Processing's summary names the customers it sent to training.
+    sent = {
+        "rows_read": 6,
+        "rows_rejected": 0,
+        "customers_list": ["a", "short", "b", "c", "d", "e"],
+    }
+    s3.put_object(
+        Bucket=bucket, Key=layout.report_prefix(RUN_1) + "summary.json", Body=json.dumps(sent)
+    )
     return "AlgorithmError: killed by SIGKILL (host algo-2)"
 
 

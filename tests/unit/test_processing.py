@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from shard_helpers import parts_in, read_rows
 
 from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
 from fleetcast_common.contracts.processing import (
@@ -28,7 +29,6 @@ from fleetcast_common.contracts.shards import history_shard_name, history_shard_
 from fleetcast_common.jobs import Upload, processing_job_request
 from fleetcast_common.settings import ProcessingSettings
 from fleetcast_processing import __main__ as entrypoint
-from shard_helpers import parts_in, read_rows
 
 DATA = Path(__file__).parent.parent / "data" / "processing"
 HEADER = "customer_id,timestamp,consumption\n"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from shard_helpers import parts_in, read_rows, write_history
-from test_processing import HEADER, Job, job  # noqa: F401  (the fixture)
+from test_processing import HEADER, Job
+from test_processing import job as job  # the fixture
 
 from fleetcast_common.contracts.shards import (
     HISTORY_SHARDS,
