@@ -420,7 +420,10 @@ def test_a_job_that_wrote_nothing_is_registered_at_once_with_its_customers_lost(
 ) -> None:
     # Given a job that failed before any instance wrote a model or a manifest
     s3, bucket = world["s3"], world["bucket"]
-    s3.put_object(Bucket=bucket, Key=layout.train_prefix(RUN_1) + "e.csv", Body=b"ds,y\n")
+    sent = {"rows_read": 1, "rows_rejected": 0, "customers_list": ["e"]}
+    s3.put_object(
+        Bucket=bucket, Key=layout.report_prefix(RUN_1) + "summary.json", Body=json.dumps(sent)
+    )
     # When it is registered
     report = register(world, RUN_1, job_failure="CapacityError: no spot capacity")
     # Then there is no chunk to wait for: the run is registered, its customer lost
