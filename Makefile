@@ -17,7 +17,7 @@ LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lo
          requirements/sdk.lock.txt requirements/awscli.lock.txt
 
 .PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck \
-        bench load clean openapi email-preview images
+        bench load scale clean openapi email-preview images
 
 help:  ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -96,6 +96,9 @@ bench: $(STAMP)  ## Benchmark suite vs the public AWS sample (~8 min): bench/res
 
 bench-smoke: $(STAMP)  ## The benchmark suite at tiny sizes: checks its answers, not its speed
 	$(BIN)/python -m bench --smoke
+
+scale: $(STAMP)  ## 100,000 customers x 730 days end to end on the local stack, then a 1% incremental run (long: see docs/scale.md)
+	$(BIN)/python -m bench.scale --customers 100000 --results bench/scale-results.json
 
 load: $(STAMP)  ## Load test on the local stack: 1000 customers, 50 clients for 60 s, a third of the models fit
 	$(BIN)/python bench/load.py --customers 1000 --clients 50 --seconds 60

@@ -1,9 +1,11 @@
-"""Row 1: processing an upload into per-customer files, fleetcast vs the pandas group-by.
+"""Row 1: processing an upload into each customer's training input, fleetcast vs the pandas
+group-by.
 
-Both read the same uncompressed CSV and write the same ``{customer_id}.csv`` files (daily
-totals, ``ds,y``), which are compared file by file. fleetcast also validates every row,
-checks duplicates, writes the rejected-rows report and a second (history) copy of each
-file; the baseline does none of that. Every run is a fresh interpreter, as a processing
+Both read the same uncompressed CSV. The baseline writes a ``{customer_id}.csv`` per
+customer (daily totals, ``ds,y``); fleetcast writes its training parts and history shards
+(``fleetcast_common.contracts.shards``); every customer's days and totals are compared.
+fleetcast also validates every row, checks duplicates and writes the rejected-rows
+report; the baseline does none of that. Every run is a fresh interpreter, as a processing
 container is, started by this process; the two sides take turns on the same file.
 """
 
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from bench.baselines import pandas_split
 from bench.measure import (
@@ -85,21 +88,43 @@ def baseline_processing(upload: Path, folder: Path) -> Path:
 
 
 def check_same_files(ours: Path, theirs: Path) -> str:
-    """Every customer file holds the same days and the same totals (to float rounding)."""
-    names = sorted(path.name for path in ours.glob("*.csv"))
+    """Every customer of our training parts has the baseline file's days and totals (to
+    float rounding), and no customer is missing on either side."""
+    parts = customer_frames(ours)
+    names = sorted(f"{customer_id}.csv" for customer_id in parts)
     if names != sorted(path.name for path in theirs.glob("*.csv")):
-        raise AssertionError(f"different customer files in {ours} and {theirs}")
+        raise AssertionError(f"different customers in {ours} and {theirs}")
     worst = 0.0
     for name in names:
-        mine, other = pd.read_csv(ours / name), pd.read_csv(theirs / name)
-        if list(mine.columns) != ["ds", "y"] or not mine["ds"].equals(other["ds"]):
-            raise AssertionError(f"{name}: different days or columns")
+        mine, other = parts[name.removesuffix(".csv")], pd.read_csv(theirs / name)
+        if not mine["ds"].dt.strftime("%Y-%m-%d").reset_index(drop=True).equals(other["ds"]):
+            raise AssertionError(f"{name}: different days")
         difference = np.abs(mine["y"].to_numpy() - other["y"].to_numpy())
         scale = np.maximum(np.abs(other["y"].to_numpy()), 1.0)
         worst = max(worst, float((difference / scale).max(initial=0.0)))
     if worst > 1e-9:
         raise AssertionError(f"daily totals differ by up to {worst:.2g} (relative)")
-    return f"{len(names)} customer files, same days, totals equal (max rel. diff {worst:.1g})"
+    return f"{len(names)} customers, same days, totals equal (max rel. diff {worst:.1g})"
+
+
+def customer_frames(train_output: Path) -> dict[str, pd.DataFrame]:
+    """Each customer's ``ds``, ``y`` in the training parts of ``train_output``."""
+    table = pq.read_table(sorted(train_output.glob("*.parquet")))
+    frame = table.to_pandas()
+    return {
+        str(customer_id): rows[["ds", "y"]].reset_index(drop=True)
+        for customer_id, rows in frame.groupby("customer_id", sort=True)
+    }
+
+
+def customer_files(train_output: Path, folder: Path) -> Path:
+    """The training parts as one ``{customer_id}.csv`` per customer in ``folder``: what the
+    sequential baseline of row 2 reads."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for customer_id, frame in customer_frames(train_output).items():
+        frame.to_csv(folder / f"{customer_id}.csv", index=False, date_format="%Y-%m-%d")
+    return folder
 
 
 @dataclass(frozen=True)
@@ -141,7 +166,7 @@ def customer_files_for_training(folder: Path, sizes: ProcessingSizes) -> Path:
     """The folder of customer files row 2 trains on, without measuring row 1."""
     daily = folder / "readings-daily.csv"
     write_readings(daily, customers=sizes.customers, days=sizes.days)
-    return fleetcast_processing(daily, folder / "fleetcast")
+    return customer_files(fleetcast_processing(daily, folder / "fleetcast"), folder / "customers")
 
 
 def processing_rows(folder: Path, sizes: ProcessingSizes) -> tuple[list[Row], Path]:
@@ -194,5 +219,5 @@ def processing_rows(folder: Path, sizes: ProcessingSizes) -> tuple[list[Row], Pa
             },
         )
     )
-    fleetcast_processing(daily.path, ours_root)
-    return rows, ours_root / "processing/output/train"
+    train_output = fleetcast_processing(daily.path, ours_root)
+    return rows, customer_files(train_output, folder / "customers")

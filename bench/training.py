@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from prophet.serialize import model_from_json
 
 from bench.baselines import (
@@ -41,6 +43,7 @@ from bench.measure import (
     ratio_at_least,
     timed,
 )
+from fleetcast_common.contracts.shards import TRAIN_PARTS_PER_INSTANCE, train_part_name
 from fleetcast_common.model_archive import read_archive
 from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_training import exact_map
@@ -88,12 +91,32 @@ def pick_customers(train_folder: Path, count: int) -> list[Path]:
     return [files[int(index)] for index in np.linspace(0, len(files) - 1, count).round()]
 
 
+def write_parts(customer_files: list[Path], channel: Path) -> None:
+    """The customers' files as training parts (contracts.shards), round-robin over as many
+    parts as a 2-instance job's instance gets."""
+    tables: list[list[pa.Table]] = [[] for _ in range(TRAIN_PARTS_PER_INSTANCE)]
+    for index, path in enumerate(customer_files):
+        frame = pd.read_csv(path, parse_dates=["ds"])
+        tables[index % TRAIN_PARTS_PER_INSTANCE].append(
+            pa.table(
+                {
+                    "customer_id": pa.array([path.stem] * len(frame), pa.string()),
+                    "ds": pa.array(frame["ds"].to_numpy("datetime64[us]")),
+                    "y": pa.array(frame["y"].to_numpy(np.float64)),
+                }
+            )
+        )
+    for index, part in enumerate(tables):
+        if part:
+            pq.write_table(pa.concat_tables(part), channel / train_part_name(index))
+
+
 def fleetcast_training(customer_files: list[Path], root: Path) -> FleetcastRun:
-    """The training container's job with ``root`` as /opt/ml and these files as its shard."""
+    """The training container's job with ``root`` as /opt/ml and these customers in its
+    training parts, as processing writes them."""
     channel = root / "input/data/train"
     channel.mkdir(parents=True)
-    for path in customer_files:
-        (channel / path.name).symlink_to(path)
+    write_parts(customer_files, channel)
     config = root / "input/config"
     config.mkdir(parents=True)
     (config / "hyperparameters.json").write_text(json.dumps({"run_id": RUN_ID}))

@@ -30,7 +30,7 @@ from fleetcast_common.forecasting import (
     InvalidRequestError,
     parse_quantiles,
 )
-from fleetcast_common.layout import history_key
+from fleetcast_common.layout import history_shard_key, legacy_history_key
 from fleetcast_common.quantiles import quantile_key
 
 API_URL_ENV = "FLEETCAST_API_URL"
@@ -151,16 +151,30 @@ def _number(value: float | None) -> str:
 
 
 def read_history(s3: Any, bucket: str, customer_id: str) -> Any:
-    """The customer's stored daily history (``ds,y``), or None when there is none."""
+    """The customer's stored history (``ds``, ``y``), or None when there is none: its rows
+    of its history shard, else its file from before history shards."""
     import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
+    body = _object_or_none(s3, bucket, history_shard_key(customer_id))
+    if body is not None:
+        shard = pq.read_table(pa.BufferReader(body), columns=["customer_id", "ds", "y"])
+        rows = shard.filter(pc.equal(shard.column("customer_id"), customer_id))
+        if rows.num_rows:
+            return rows.select(["ds", "y"]).to_pandas()
+    body = _object_or_none(s3, bucket, legacy_history_key(customer_id))
+    return None if body is None else pd.read_csv(io.BytesIO(body), parse_dates=["ds"])
+
+
+def _object_or_none(s3: Any, bucket: str, key: str) -> bytes | None:
     try:
-        body = s3.get_object(Bucket=bucket, Key=history_key(customer_id))["Body"].read()
+        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     except Exception as error:
         if error_code(error) in ("NoSuchKey", "404"):
             return None
         raise
-    return pd.read_csv(io.BytesIO(body), parse_dates=["ds"])
 
 
 def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:

@@ -2,18 +2,16 @@
 reached the upload queue, so each merges into the history the one before wrote; every
 customer ends at the newer model."""
 
-import io
 import itertools
 import time
 from datetime import date, timedelta
 
-import pandas as pd
 import pytest
 from test_pipeline import finished, readings, registry, to_csv
 
 from fleetcast.localstack.stack import LocalStack
+from fleetcast.serving_cli import read_history
 from fleetcast.status import WAITING, RunStatus, pipeline_status, run_ids, wait_for_new_run
-from fleetcast_common import layout
 from fleetcast_common.upload_queue import UploadQueue
 
 pytestmark = pytest.mark.e2e
@@ -166,13 +164,7 @@ def test_twelve_uploads_in_one_second_are_processed_and_promoted_in_arrival_orde
     run_of = {statuses[r].source: r for r in in_order}
     models = registry(stack)
     for customer in PAIRS:
-        stored = pd.read_csv(
-            io.BytesIO(
-                s3.get_object(Bucket=info.artifacts_bucket, Key=layout.history_key(customer))[
-                    "Body"
-                ].read()
-            )
-        )
+        stored = read_history(s3, info.artifacts_bucket, customer)
         assert stored["y"].to_numpy() == pytest.approx(second[customer]["consumption"].to_numpy())
         live = models.live(customer)
         assert live is not None and live.run_id == run_of[f"{customer}-second.csv"], customer

@@ -25,6 +25,7 @@ from test_registration import trained
 from fleetcast.localstack.queues import sqs_event
 from fleetcast.localstack.template import LocalTemplate
 from fleetcast_common import layout
+from fleetcast_common.contracts.shards import train_part_name
 from fleetcast_common.ids import run_id_for_upload
 from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.registration import read_registration_record
@@ -140,10 +141,12 @@ def test_start_processing_logs_the_upload_key_and_its_run_id(
 def test_start_training_logs_the_run_id_and_counts_rejected_rows(
     world: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Given a processing run that wrote two customer files and rejected 3 rows
+    # Given a processing run that wrote two training parts and rejected 3 rows
     s3, bucket = world["s3"], world["bucket"]
-    for customer in ("7", "42"):
-        s3.put_object(Bucket=bucket, Key=f"{layout.train_prefix(RUN_ID)}{customer}.csv", Body=b"")
+    for part in (0, 1):
+        s3.put_object(
+            Bucket=bucket, Key=layout.train_prefix(RUN_ID) + train_part_name(part), Body=b""
+        )
     summary = {"rows_read": 10, "rows_rejected": 3}
     s3.put_object(
         Bucket=bucket, Key=f"{layout.report_prefix(RUN_ID)}summary.json", Body=json.dumps(summary)
@@ -186,8 +189,10 @@ def test_a_failed_training_job_registers_what_it_wrote_and_logs_what_it_lost(
     # Given a failed job whose one finished instance trained 42, while 7 was never reached
     s3, bucket = world["s3"], world["bucket"]
     trained(s3, bucket, RUN_ID, {"42": GOOD}, hosts=1)
-    for customer in ("7", "42"):
-        s3.put_object(Bucket=bucket, Key=f"{layout.train_prefix(RUN_ID)}{customer}.csv", Body=b"")
+    sent = {"rows_read": 2, "rows_rejected": 0, "customers_list": ["7", "42"]}
+    s3.put_object(
+        Bucket=bucket, Key=f"{layout.report_prefix(RUN_ID)}summary.json", Body=json.dumps(sent)
+    )
     event = _event("training_job_failed.json")
     # When its failure event arrives
     logs, emf = _invoke("register_models", event, capsys)

@@ -87,7 +87,7 @@ def test_metadata_uploads_merge_into_the_store_and_retrain_changed_calendars(
     # readings yet, and a row with a country the holidays package does not know
     s3, bucket = world["s3"], world["bucket"]
     history = "ds,y\n" + "".join(f"2026-10-{day:02d},{100 + day}\n" for day in range(1, 31))
-    s3.put_object(Bucket=bucket, Key=layout.history_key("a1"), Body=history.encode())
+    s3.put_object(Bucket=bucket, Key=layout.legacy_history_key("a1"), Body=history.encode())
     first = upload(
         world,
         "incoming/metadata/customers-1.csv",
@@ -125,7 +125,10 @@ def test_metadata_uploads_merge_into_the_store_and_retrain_changed_calendars(
     assert summary.metadata is not None
     assert summary.metadata.retrained == ["a1"]
     assert summary.metadata.waiting_for_readings == ["b2"]
-    assert read_text(world, layout.train_prefix(run_id) + "a1.csv") == history
+    (part,) = s3.list_objects_v2(Bucket=bucket, Prefix=layout.train_prefix(run_id))["Contents"]
+    sent = pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=part["Key"])["Body"].read()))
+    assert sent.column("customer_id").to_pylist() == ["a1"] * 30
+    assert sent.column("y").to_pylist() == [100.0 + day for day in range(1, 31)]
     calendars = read_text(world, layout.calendars_prefix(run_id) + CALENDARS_FILE)
     assert calendars.splitlines() == ["customer_id,country,subdivision", "a1,US,"]
     training = start_training(completed(started["job_name"]), _Context())

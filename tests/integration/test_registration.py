@@ -339,10 +339,15 @@ def failed_job(world: dict[str, Any], tmp_path: Path) -> str:
     whole = _archive(tmp_path, "c", RUN_1)
     s3.put_object(Bucket=bucket, Key=checkpoints + "c.tar.gz", Body=whole[: len(whole) // 2])
     s3.put_object(Bucket=bucket, Key=checkpoints + "d.tar.gz", Body=_archive(tmp_path, "d", RUN_0))
-    for customer_id in ("a", "short", "b", "c", "d", "e"):
-        s3.put_object(
-            Bucket=bucket, Key=layout.train_prefix(RUN_1) + f"{customer_id}.csv", Body=b"ds,y\n"
-        )
+    # Processing's summary names the customers it sent to training.
+    sent = {
+        "rows_read": 6,
+        "rows_rejected": 0,
+        "customers_list": ["a", "short", "b", "c", "d", "e"],
+    }
+    s3.put_object(
+        Bucket=bucket, Key=layout.report_prefix(RUN_1) + "summary.json", Body=json.dumps(sent)
+    )
     return "AlgorithmError: killed by SIGKILL (host algo-2)"
 
 
@@ -415,7 +420,10 @@ def test_a_job_that_wrote_nothing_is_registered_at_once_with_its_customers_lost(
 ) -> None:
     # Given a job that failed before any instance wrote a model or a manifest
     s3, bucket = world["s3"], world["bucket"]
-    s3.put_object(Bucket=bucket, Key=layout.train_prefix(RUN_1) + "e.csv", Body=b"ds,y\n")
+    sent = {"rows_read": 1, "rows_rejected": 0, "customers_list": ["e"]}
+    s3.put_object(
+        Bucket=bucket, Key=layout.report_prefix(RUN_1) + "summary.json", Body=json.dumps(sent)
+    )
     # When it is registered
     report = register(world, RUN_1, job_failure="CapacityError: no spot capacity")
     # Then there is no chunk to wait for: the run is registered, its customer lost

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fleetcast_common import layout
 from fleetcast_common.ids import CUSTOMER_ID_PATTERN, InvalidCustomerIdError, is_valid_customer_id
-from fleetcast_processing.customer_files import customer_file
+from fleetcast_processing.history import customer_file
 
 RUN_ID = "20261130t100000-0123456789"
 FOLDER = Path("/opt/ml/processing/output/train")
@@ -23,7 +23,7 @@ ALLOWED = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 # Everything that turns a customer id into a name, a key or a path.
 BUILDERS: dict[str, Callable[[str], str]] = {
-    "history key": layout.history_key,
+    "history key": layout.legacy_history_key,
     "TargetModel": lambda customer_id: layout.target_model(customer_id, RUN_ID),
     "model key": lambda customer_id: layout.model_key(customer_id, RUN_ID),
     "processing output file": lambda customer_id: str(customer_file(FOLDER, customer_id)),
@@ -79,3 +79,15 @@ def test_training_reads_only_customer_files_whose_name_passes(name: str) -> None
     assert customer_id is None or (
         ALLOWED.fullmatch(customer_id) and name == customer_id + layout.CUSTOMER_FILE_SUFFIX
     )
+
+
+@given(customer_id=ids)
+def test_the_history_shard_key_refuses_what_the_allow_list_refuses(customer_id: str) -> None:
+    # The id is hashed, not written into the key: the key is one of the shards' names.
+    if ALLOWED.fullmatch(customer_id):
+        assert re.fullmatch(
+            r"history/shard-\d{4}-of-\d{4}\.parquet", layout.history_shard_key(customer_id)
+        )
+    else:
+        with pytest.raises(ValueError):
+            layout.history_shard_key(customer_id)

@@ -171,6 +171,8 @@ def test_processing_request_names_the_file_and_adds_history_only_when_some_exist
     assert without["AppSpecification"]["ContainerArguments"] == [
         "--frequency",
         "D",
+        "--training-instances",
+        "2",
         "--input-kind",
         "readings",
         "--source-name",
@@ -215,7 +217,7 @@ def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
     settings = TrainingSettings.from_env(
         {**BASE_ENV, "TRAINING_IMAGE_URI": "img", "TRAINING_INSTANCE_COUNT": "4"}
     )
-    request = training_job_request(settings, "20261129t120000-0123456789", customers=30)
+    request = training_job_request(settings, "20261129t120000-0123456789", parts=30)
     source = request["InputDataConfig"][0]["DataSource"]["S3DataSource"]
     assert source["S3DataDistributionType"] == "ShardedByS3Key"
     assert request["EnableManagedSpotTraining"] is True
@@ -238,7 +240,7 @@ def test_training_gets_every_calendar_on_every_instance_and_the_default_country(
     settings = TrainingSettings.from_env(
         {**BASE_ENV, "TRAINING_IMAGE_URI": "img", "DEFAULT_HOLIDAY_COUNTRY": "DE"}
     )
-    request = training_job_request(settings, "20261129t120000-0123456789", customers=30)
+    request = training_job_request(settings, "20261129t120000-0123456789", parts=30)
     # Then the calendars channel is one prefix replicated to every instance
     channels = {
         c["ChannelName"]: c["DataSource"]["S3DataSource"] for c in request["InputDataConfig"]
@@ -267,7 +269,7 @@ def test_on_demand_training_has_no_max_wait() -> None:
     settings = TrainingSettings.from_env(
         {**BASE_ENV, "TRAINING_IMAGE_URI": "img", "TRAINING_USE_SPOT": "false"}
     )
-    request = training_job_request(settings, "20261129t120000-0123456789", customers=3)
+    request = training_job_request(settings, "20261129t120000-0123456789", parts=3)
     assert request["EnableManagedSpotTraining"] is False
     assert "MaxWaitTimeInSeconds" not in request["StoppingCondition"]
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from shard_helpers import parts_in, read_rows
 
 from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
 from fleetcast_common.contracts.processing import (
@@ -24,6 +25,7 @@ from fleetcast_common.contracts.processing import (
     ProcessingPaths,
     ProcessingSummary,
 )
+from fleetcast_common.contracts.shards import history_shard_name, history_shard_of
 from fleetcast_common.jobs import Upload, processing_job_request
 from fleetcast_common.settings import ProcessingSettings
 from fleetcast_processing import __main__ as entrypoint
@@ -67,16 +69,13 @@ class Job:
             return list(csv.DictReader(report))
 
     def train(self, customer_id: str) -> list[tuple[str, float]]:
-        return _read_customer_file(self.paths.train_output / f"{customer_id}.csv")
+        return read_rows(parts_in(self.paths.train_output))[customer_id]
 
-    def train_files(self) -> set[str]:
-        return {path.name for path in self.paths.train_output.glob("*")}
+    def train_customers(self) -> set[str]:
+        return set(read_rows(parts_in(self.paths.train_output)))
 
-
-def _read_customer_file(path: Path) -> list[tuple[str, float]]:
-    lines = path.read_text().splitlines()
-    assert lines[0] == "ds,y"
-    return [(ds, float(y)) for ds, y in (line.split(",") for line in lines[1:])]
+    def history(self, customer_id: str) -> list[tuple[str, float]] | None:
+        return read_rows(parts_in(self.paths.history_output)).get(customer_id)
 
 
 @pytest.fixture
@@ -93,13 +92,13 @@ def test_clean_file_gives_one_file_per_customer_with_daily_totals(job: Job) -> N
     # When the job runs
     exit_code = job.run()
 
-    # Then it succeeds with one train and one history file per customer, ids kept as text
+    # Then it succeeds with each customer's rows in the training input and in its history
+    # shard, ids kept as text
     assert exit_code == 0
-    assert job.train_files() == {"007.csv", "8.csv"}
+    assert job.train_customers() == {"007", "8"}
     assert job.train("007") == [("2024-01-01", 1.5), ("2024-01-02", 2.0)]
     assert job.train("8") == [("2024-01-01", 10.0)]
-    history = job.paths.history_output / "007.csv"
-    assert history.read_bytes() == (job.paths.train_output / "007.csv").read_bytes()
+    assert job.history("007") == job.train("007")
     summary = job.summary
     assert (summary.rows_read, summary.rows_accepted, summary.rows_rejected) == (3, 3, 0)
     assert summary.customers_list == ["007", "8"]
@@ -178,7 +177,7 @@ def test_mixed_file_keeps_good_rows_and_reports_every_bad_row(job: Job) -> None:
     assert job.run() == 0
 
     # Then the good rows are totalled per customer and day
-    assert job.train_files() == {"007.csv", "42.csv"}
+    assert job.train_customers() == {"007", "42"}
     assert job.train("007") == [("2024-01-01", 15.5)]
     assert job.train("42") == [("2024-01-02", 7.0), ("2024-01-03", 2.25)]
     # And every bad row is in rejected.csv, in line order, with its line and reason
@@ -267,10 +266,10 @@ def test_history_merge_prefers_new_values_and_leaves_other_customers_alone(job: 
         ("2024-01-03", 30.0),
         ("2024-01-04", 40.0),
     ]
-    assert _read_customer_file(job.paths.history_output / "7.csv") == job.train("7")
-    # And 99, not in the upload, is written nowhere
-    assert job.train_files() == {"7.csv", "8.csv"}
-    assert not (job.paths.history_output / "99.csv").exists()
+    assert job.history("7") == job.train("7")
+    # And 99, not in the upload, is written nowhere (its old file is not in a shard)
+    assert job.train_customers() == {"7", "8"}
+    assert job.history("99") is None
     summary = job.summary
     assert (summary.customers, summary.new_customers) == (2, 1)
     assert (summary.days_uploaded, summary.days_replaced, summary.days_written) == (3, 1, 5)
@@ -297,7 +296,7 @@ def test_unreadable_history_fails_rather_than_losing_the_past(job: Job) -> None:
     # Then it fails and names the customer and the line, writing no train file
     assert job.run() == 1
     assert "customer a" in job.message and "line 3" in job.message
-    assert not job.paths.train_output.exists() or job.train_files() == set()
+    assert not job.paths.train_output.exists() or job.train_customers() == set()
 
 
 WHOLE_FILE_FAILURES: list[tuple[str, bytes, list[str]]] = [
@@ -346,7 +345,7 @@ def test_unusable_files_fail_with_a_message(job: Job, content: bytes, expected: 
     for fragment in expected:
         assert fragment in message
     assert "\n" not in message and len(message.encode()) <= MESSAGE_LIMIT
-    assert not job.paths.train_output.exists() or job.train_files() == set()
+    assert not job.paths.train_output.exists() or job.train_customers() == set()
 
 
 def test_not_utf8_message_says_so(job: Job) -> None:
@@ -394,7 +393,7 @@ def test_source_name_picks_the_file_when_the_prefix_brought_several(job: Job) ->
     assert job.run("--source-name", "a.csv") == 0
 
     # Then only a.csv was read
-    assert job.train_files() == {"a.csv"}
+    assert job.train_customers() == {"a"}
 
 
 def test_gzip_is_detected_by_content_not_name(job: Job) -> None:
@@ -515,8 +514,8 @@ def test_path_traversal_ids_never_create_files_outside_the_outputs(
         if path.is_file()
     }
     assert created == {
-        "opt_ml/processing/output/train/ok.csv",
-        "opt_ml/processing/output/history/ok.csv",
+        "opt_ml/processing/output/train/part-00000.parquet",
+        f"opt_ml/processing/output/history/{history_shard_name(history_shard_of('ok'))}",
         "opt_ml/processing/output/report/rejected.csv",
         "opt_ml/processing/output/report/summary.json",
         "opt_ml/processing/output/calendars/calendars.csv",
@@ -614,6 +613,8 @@ def test_summary_json_has_the_documented_keys(job: Job) -> None:
         "days_written",
         "days_uploaded",
         "days_replaced",
+        "history_shards_written",
+        "train_parts",
         "customers_list",
         "metadata",
     }
@@ -694,7 +695,7 @@ def test_a_period_total_above_the_configured_limit_is_rejected_with_its_rows(
     assert job.run() == 0
 
     # Then that day is not used, its two rows are rejected, and the report names the day
-    assert job.train_files() == {"b.csv"}
+    assert job.train_customers() == {"b"}
     summary = job.summary
     assert (summary.rows_accepted, summary.rows_rejected) == (1, 2)
     assert summary.rejected_by_reason == {"implausible_period_total": 2}

@@ -8,6 +8,7 @@ import gzip
 from pathlib import Path
 
 import pytest
+from shard_helpers import parts_in, read_rows, write_history
 
 from fleetcast_common.contracts.processing import (
     MAX_ATTRIBUTE_COLUMNS,
@@ -111,7 +112,11 @@ def test_accepted_rows_reach_the_store_and_changed_calendars_with_history_are_re
     assert summary.metadata is not None
     assert summary.metadata.retrained == ["a1"]
     assert summary.metadata.waiting_for_readings == ["b2", "d9"]
-    assert (paths.train_output / "a1.csv").read_text().startswith("ds,y\n")
+    # (a1's history is a file from before history shards: still read)
+    assert read_rows(parts_in(paths.train_output)) == {
+        "a1": [("2026-11-01", 1.0), ("2026-11-02", 2.0)]
+    }
+    assert summary.days_written == 2
     assert (paths.calendars_output / CALENDARS_FILE).read_text() == (
         "customer_id,country,subdivision\na1,US,CA\n"
     )
@@ -129,7 +134,7 @@ def test_the_newest_upload_wins_and_an_unchanged_calendar_is_not_retrained(
         },
     )
     for customer_id in ("a1", "b2"):
-        (paths.history_input / f"{customer_id}.csv").write_text("ds,y\n2026-11-01,1\n")
+        write_history(paths.history_input, customer_id, [("2026-11-01", 1.0)])
     # When a file sets a1 to the same calendar with a new segment, and b2 to Bavaria
     summary = process(paths, "customer_id,country,subdivision,segment\na1,US,,new\nb2,DE,BY,\n")
     # Then the store has the new rows, only b2 is retrained, and a customer the file does
@@ -140,7 +145,7 @@ def test_the_newest_upload_wins_and_an_unchanged_calendar_is_not_retrained(
     assert summary.metadata is not None
     assert summary.metadata.calendar_changed == ["b2"]
     assert summary.metadata.retrained == ["b2"]
-    assert sorted(path.name for path in paths.train_output.iterdir()) == ["b2.csv"]
+    assert read_rows(parts_in(paths.train_output)) == {"b2": [("2026-11-01", 1.0)]}
     assert summary.new_customers == 0
 
 

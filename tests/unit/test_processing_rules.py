@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 
 from fleetcast_common.contracts.processing import RejectReason
 from fleetcast_processing.aggregate import Frequency, PeriodTotals, Totals
-from fleetcast_processing.customer_files import customer_file
 from fleetcast_processing.duplicates import SeenReadings, find_duplicates, reading_keys
-from fleetcast_processing.history import merge
+from fleetcast_processing.history import customer_file, merge
 from fleetcast_processing.source import _record_boundary
 from fleetcast_processing.validation import (
     CustomerCodes,

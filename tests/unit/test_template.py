@@ -70,6 +70,7 @@ FUNCTION_ENVIRONMENT = {
         "PROCESSING_INSTANCE_TYPE": {"Ref": "ProcessingInstanceType"},
         "PROCESSING_VOLUME_GB": {"Ref": "ProcessingVolumeSizeGB"},
         "PROCESSING_MAX_UPLOAD_MB": {"Ref": "ProcessingMaxUploadMB"},
+        "TRAINING_INSTANCE_COUNT": {"Ref": "TrainingInstanceCount"},
         "MODEL_FREQUENCY": {"Ref": "ModelFrequency"},
         "UPLOAD_QUEUE_TABLE": {"Ref": "UploadQueueTable"},
     },
@@ -710,6 +711,8 @@ S3_OBJECT_GRANTS = {
     "StartTrainingFunction": {("s3:GetObject", "ArtifactsBucket", "runs/*/report/*")},
     "RegisterModelsFunction": {
         ("s3:GetObject", "ArtifactsBucket", "models/*/manifest-*"),
+        # Which customers a failed job was sent: processing's summary names them.
+        ("s3:GetObject", "ArtifactsBucket", "runs/*/report/summary.json"),
         # The run's registration record: its failures and which customers were lost.
         ("s3:PutObject", "ArtifactsBucket", "runs/*/registration.json"),
     },

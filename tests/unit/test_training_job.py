@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from prophet.serialize import model_from_json
 from threadpoolctl import ThreadpoolController
@@ -76,7 +78,22 @@ class Instance:
         return self.root / "checkpoints"
 
     def add_customer(self, customer_id: str, frame: pd.DataFrame) -> None:
+        """A customer file of its own, as runs processed before training parts have."""
         frame.to_csv(self.channel / f"{customer_id}.csv", index=False)
+
+    def add_part(self, name: str, customers: dict[str, pd.DataFrame]) -> None:
+        """A training part of many customers, as processing writes it (contracts.shards)."""
+        table = pa.concat_tables(
+            pa.table(
+                {
+                    "customer_id": pa.array([customer_id] * len(frame), pa.string()),
+                    "ds": pa.array(pd.to_datetime(frame["ds"]).to_numpy("datetime64[us]")),
+                    "y": pa.array(frame["y"].to_numpy(np.float64)),
+                }
+            )
+            for customer_id, frame in customers.items()
+        )
+        pq.write_table(table, self.channel / name)
 
     def archive(self, customer_id: str) -> Path:
         return self.checkpoints / f"{customer_id}.tar.gz"
@@ -123,12 +140,19 @@ GOOD = ["acme", "globex", "initech"]
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Instance, Run]:
-    # Given a shard with three good customers, one with 3 rows and two bad file names
+    # Given two training parts with three good customers, one with 3 rows and an invalid
+    # id, beside a file that is not a part
     instance = Instance.create(tmp_path_factory.mktemp("opt-ml"))
-    for seed, customer_id in enumerate(GOOD):
-        instance.add_customer(customer_id, weekly_series(seed))
-    instance.add_customer("tiny", weekly_series(9, days=3))
-    instance.add_customer("bad name", weekly_series(10))
+    series = {customer_id: weekly_series(seed) for seed, customer_id in enumerate(GOOD)}
+    instance.add_part("part-00000.parquet", {c: series[c] for c in GOOD[:2]})
+    instance.add_part(
+        "part-00001.parquet",
+        {
+            GOOD[2]: series[GOOD[2]],
+            "tiny": weekly_series(9, days=3),
+            "bad name": weekly_series(10),
+        },
+    )
     (instance.channel / "notes.txt").write_text("not a customer")
     # When SageMaker runs the container
     return instance, run_container(instance)
@@ -174,7 +198,7 @@ def test_invalid_file_names_are_failed_and_never_used(trained: tuple[Instance, R
     instance, _ = trained
     outcomes = instance.outcomes()
     # Then each bad name is reported as failed under its file name
-    assert outcomes["bad name.csv"] is CustomerOutcome.FAILED
+    assert outcomes["bad name"] is CustomerOutcome.FAILED
     assert outcomes["notes.txt"] is CustomerOutcome.FAILED
     # And nothing was written for them
     archives = sorted(p.name for p in instance.checkpoints.glob("*.tar.gz"))
@@ -188,7 +212,7 @@ def test_manifest_lists_every_customer_in_checkpoints_and_model_dir(trained: tup
     assert instance.outcomes() == {
         **dict.fromkeys(GOOD, CustomerOutcome.TRAINED),
         "tiny": CustomerOutcome.FAILED,
-        "bad name.csv": CustomerOutcome.FAILED,
+        "bad name": CustomerOutcome.FAILED,
         "notes.txt": CustomerOutcome.FAILED,
     }
     assert (manifest.run_id, manifest.host, manifest.hosts) == (RUN_ID, "algo-1", ["algo-1"])
@@ -225,7 +249,7 @@ def test_manifest_counts_each_customers_fits_by_method(trained: tuple[Instance, 
     fits = {r.customer_id: r.fit_methods for r in instance.manifest().customers}
     assert fits == {
         **{customer_id: {"in-process": 2} for customer_id in GOOD},
-        **dict.fromkeys(["tiny", "bad name.csv", "notes.txt"], None),
+        **dict.fromkeys(["tiny", "bad name", "notes.txt"], None),
     }
 
 
@@ -239,8 +263,8 @@ def test_parallel_workers_make_the_same_models_as_one(
     parallel, _ = trained
     # Given the same customers on an instance with one worker
     single = Instance.create(tmp_path, workers="1")
-    for customer_id in GOOD:
-        shutil.copy(parallel.channel / f"{customer_id}.csv", single.channel)
+    for part in parallel.channel.glob("*.parquet"):
+        shutil.copy(part, single.channel)
     # When it trains them
     assert run_container(single).exit_code == 0
     # Then the fitted parameters are those of the parallel run
@@ -448,3 +472,38 @@ def test_a_worker_runs_its_matrix_products_on_one_blas_thread(tmp_path: Path):
         job._start_worker(Hyperparameters.parse({"run_id": RUN_ID}), tmp_path, tmp_path)
         # Then every BLAS and OpenMP pool it has runs one thread
         assert {pool["num_threads"] for pool in controller.info()} == {1}
+
+
+def test_customer_files_from_before_parts_still_train_and_a_customer_twice_is_refused(
+    tmp_path: Path,
+):
+    # Given a run processed before training parts (a file per customer), a part, and a
+    # customer found in two parts
+    instance = Instance.create(tmp_path / "opt-ml")
+    instance.add_customer("old", weekly_series(1))
+    instance.add_part("part-00000.parquet", {"new": weekly_series(2), "twice": weekly_series(3)})
+    instance.add_part("part-00001.parquet", {"twice": weekly_series(4)})
+    # When the job runs
+    run = run_container(instance)
+    # Then the file and the part's customer are trained; the doubled one fails, saying why
+    assert run.exit_code == 0
+    outcomes = instance.outcomes()
+    assert outcomes["old"] is CustomerOutcome.TRAINED
+    assert outcomes["new"] is CustomerOutcome.TRAINED
+    assert outcomes["twice"] is CustomerOutcome.FAILED
+    reason = {r.customer_id: r.reason for r in instance.manifest().customers}["twice"]
+    assert reason is not None and "another part" in reason
+    assert not instance.archive("twice").exists()
+
+
+def test_an_unreadable_part_fails_under_its_name(tmp_path: Path):
+    instance = Instance.create(tmp_path / "opt-ml")
+    instance.add_part("part-00000.parquet", {"good": weekly_series(1)})
+    (instance.channel / "part-00001.parquet").write_bytes(b"not parquet")
+    run = run_container(instance)
+    assert run.exit_code == 0
+    outcomes = instance.outcomes()
+    assert outcomes == {
+        "good": CustomerOutcome.TRAINED,
+        "part-00001.parquet": CustomerOutcome.FAILED,
+    }

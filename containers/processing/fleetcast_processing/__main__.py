@@ -68,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
         help="what the upload is: meter readings (default) or customer metadata",
     )
     parser.add_argument(
+        "--training-instances",
+        type=int,
+        default=1,
+        help="instances of the run's training job: its input is written in a multiple of "
+        "this many parts (default 1)",
+    )
+    parser.add_argument(
         "--block-size",
         type=int,
         default=DEFAULT_BLOCK_SIZE,
@@ -102,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 source_name,
                 os.environ.get("FLEETCAST_RUN_ID", ""),
                 args.frequency,
+                max(args.training_instances, 1),
             )
             _write_message(paths.message_file, success_message(summary))
             logger.info("%s", success_message(summary))
@@ -111,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             frequency=Frequency(args.frequency),
             source_name=source_name,
             block_size=max(args.block_size, 1024),
+            training_instances=max(args.training_instances, 1),
             limits=limits,
         )
         summary = run(upload, settings)

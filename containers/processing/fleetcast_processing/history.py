@@ -1,8 +1,9 @@
-"""Each customer's stored history: read for the customers an upload touches, then merged.
+"""Stored history in the per-customer files of releases before history shards, and the merge.
 
-The history files are fleetcast's own output (``ds,y``, one per customer), so anything
-unreadable in them fails the job rather than being dropped: the merged result replaces
-the stored file, and silently losing a customer's past is worse than a failed job.
+Those files (``{customer_id}.csv``, ``ds,y``) are read for the customers an upload
+touches that are not in their shard yet (:mod:`fleetcast_processing.shards`); the merged
+rows then go to the shard. They are fleetcast's own output, so anything unreadable in
+them fails the job rather than being dropped.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from fleetcast_common.contracts.processing import HISTORY_COLUMNS
+from fleetcast_common.ids import validate_customer_id
+from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX
 from fleetcast_processing.aggregate import Frequency, Totals
-from fleetcast_processing.customer_files import customer_file
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.source import UTF8_BOM
 from fleetcast_processing.validation import parse_consumption, parse_instants
@@ -65,6 +67,12 @@ def load_history(folder: Path, customers: Mapping[int, str], frequency: Frequenc
         )
     codes = np.array([stored_file.code for stored_file in stored], dtype=np.int64)[owners]
     return Totals.of(codes[keep], frequency.periods(instants[keep]), values[keep])
+
+
+def customer_file(folder: Path, customer_id: str) -> Path:
+    """``folder/{customer_id}.csv``, refusing any id that is not a valid customer id (so the
+    name never holds a path separator)."""
+    return folder / f"{validate_customer_id(customer_id)}{CUSTOMER_FILE_SUFFIX}"
 
 
 def _read_file(folder: Path, code: int, customer_id: str) -> _StoredFile | None:

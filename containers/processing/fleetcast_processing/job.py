@@ -23,7 +23,6 @@ from fleetcast_common.contracts.processing import (
     RejectReason,
 )
 from fleetcast_processing.aggregate import Frequency, PeriodTotals, Totals
-from fleetcast_processing.customer_files import write_customer_files
 from fleetcast_processing.duplicates import (
     MAX_CUSTOMERS,
     SeenReadings,
@@ -31,9 +30,9 @@ from fleetcast_processing.duplicates import (
     reading_keys,
 )
 from fleetcast_processing.errors import UnusableInputError
-from fleetcast_processing.history import load_history, merge
 from fleetcast_processing.metadata_store import load_store, write_calendars
 from fleetcast_processing.report import RejectedRows, write_summary
+from fleetcast_processing.shards import write_shards
 from fleetcast_processing.source import (
     DEFAULT_BLOCK_SIZE,
     RowBlock,
@@ -61,6 +60,8 @@ class JobSettings:
     frequency: Frequency = field(default_factory=lambda: Frequency("D"))
     source_name: str | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
+    # The training job's instances: the run's training parts are a multiple of them.
+    training_instances: int = 1
     limits: JobLimits = field(default_factory=JobLimits)
     # Readings more than a day after this are rejected as out of range.
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -162,18 +163,17 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
 
     touched = {int(code): customers.ids[int(code)] for code in np.unique(uploaded.codes)}
-    stored = load_history(paths.history_input, touched, settings.frequency)
-    merged, replaced = merge(stored, uploaded)
-    write_customer_files(
-        merged,
+    written = write_shards(
+        uploaded,
         customers.ids,
         settings.frequency,
+        paths.history_input,
+        paths.history_output,
         paths.train_output,
-        same_in=[paths.history_output],
+        settings.training_instances,
     )
     # The holidays training adds to each customer it trains (metadata/ holds the store).
     write_calendars(paths.calendars_output, touched.values(), load_store(paths.metadata_input))
-    stored_customers = len(np.unique(stored.codes))
     summary = ProcessingSummary(
         source_name=source_name,
         frequency=settings.frequency.code,
@@ -187,10 +187,12 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         rejected_by_reason=dict(sorted(rejected.by_reason.items())),
         rejected_list_limit=rejected.per_reason,
         customers=len(touched),
-        new_customers=len(touched) - stored_customers,
-        days_written=len(merged),
+        new_customers=len(touched) - written.customers_with_history,
+        days_written=written.rows_written,
         days_uploaded=len(uploaded),
-        days_replaced=replaced,
+        days_replaced=written.periods_replaced,
+        history_shards_written=written.history_shards,
+        train_parts=written.train_parts,
         customers_list=sorted(touched.values()),
     )
     write_summary(paths.report_output / SUMMARY_FILE, summary)

@@ -15,7 +15,6 @@ import csv
 import io
 import logging
 import re
-import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from fleetcast_common.contracts.processing import (
 )
 from fleetcast_common.holiday_calendar import check_calendar
 from fleetcast_common.ids import is_valid_customer_id
-from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX
+from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.metadata_store import (
     CustomerMetadata,
@@ -46,6 +45,7 @@ from fleetcast_processing.metadata_store import (
     write_store,
 )
 from fleetcast_processing.report import write_summary
+from fleetcast_processing.shards import write_stored_parts
 from fleetcast_processing.source import UTF8_BOM, UploadReader
 
 logger = logging.getLogger(__name__)
@@ -304,7 +304,12 @@ class MetadataPaths:
 
 
 def run_metadata(
-    upload_path: Path, paths: MetadataPaths, source_name: str, run_id: str, frequency: str
+    upload_path: Path,
+    paths: MetadataPaths,
+    source_name: str,
+    run_id: str,
+    frequency: str,
+    training_instances: int = 1,
 ) -> ProcessingSummary:
     """Process one metadata upload; raises :class:`UnusableInputError` when the file
     cannot be used at all (no store change then)."""
@@ -328,17 +333,18 @@ def run_metadata(
         store[customer_id] = record
     write_store(paths.metadata_output, store)
 
-    retrained, waiting, rows_written = [], [], 0
-    for customer_id in sorted(checked.accepted):
-        history = paths.history_input / f"{customer_id}{CUSTOMER_FILE_SUFFIX}"
-        if not history.is_file():
-            waiting.append(customer_id)
-        elif customer_id in changed:
-            paths.train_output.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(history, paths.train_output / history.name)
-            retrained.append(customer_id)
-            with history.open("rb") as lines:
-                rows_written += max(sum(1 for _ in lines) - 1, 0)
+    # Customers with stored history, and the changed ones among them sent to training.
+    stored = write_stored_parts(
+        sorted(checked.accepted),
+        set(changed),
+        Frequency(frequency),
+        paths.history_input,
+        paths.train_output,
+        training_instances,
+    )
+    waiting = sorted(set(checked.accepted) - stored.keys())
+    retrained = sorted(set(changed) & stored.keys())
+    rows_written = sum(stored[customer_id] for customer_id in retrained)
     write_calendars(paths.calendars_output, retrained, store)
 
     rows_rejected = len(checked.rejected)

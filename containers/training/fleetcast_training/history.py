@@ -1,4 +1,6 @@
-"""One customer's history as processing wrote it: ``{customer_id}.csv`` with header ``ds,y``."""
+"""One customer's history: its rows of a training part (``{customer_id}.npy``, unpacked by
+:mod:`fleetcast_training.parts`), or a ``{customer_id}.csv`` with header ``ds,y`` (runs
+processed before parts)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from fleetcast_training.failures import CustomerFailure, FailureKind
+from fleetcast_training.parts import SERIES_SUFFIX
 
 COLUMNS = ["ds", "y"]
 # What processing writes (ISO dates or times without a zone, plain decimals) parses
@@ -29,15 +32,26 @@ def read_history(path: Path) -> pd.DataFrame:
     Rows without a value are dropped, as Prophet would drop them. Anything else that is
     not a clean series raises :class:`CustomerFailure`: training does not guess.
     """
-    history = _read_plain(path)
-    if history is None:
-        history = _read_checked(path)
+    if path.suffix == SERIES_SUFFIX:
+        history = _read_series(path)
+    else:
+        history = _read_plain(path)
+        if history is None:
+            history = _read_checked(path)
     history = history.dropna().sort_values("ds", kind="stable", ignore_index=True)
     duplicated = history["ds"].duplicated()
     if duplicated.any():
         first = history.loc[duplicated.idxmax(), "ds"]
         raise CustomerFailure(FailureKind.UNREADABLE, f"timestamp {first} appears more than once")
     return history
+
+
+def _read_series(path: Path) -> pd.DataFrame:
+    series = np.load(path, allow_pickle=False)
+    y = series["y"]
+    if np.isinf(y).any():
+        raise CustomerFailure(FailureKind.UNREADABLE, "a value is not a finite number")
+    return pd.DataFrame({"ds": series["ds"], "y": y})
 
 
 def _read_plain(path: Path) -> pd.DataFrame | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
+from fleetcast_common.contracts.shards import SHARD_SUFFIX
 from fleetcast_common.contracts.training import (
     CALENDARS_CHANNEL,
     METRIC_FITS_CMDSTAN,
@@ -45,6 +46,7 @@ from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
 from fleetcast_training.hyperparameters import Hyperparameters
+from fleetcast_training.parts import unpack_parts
 from fleetcast_training.stan_backend import IN_PROCESS, scratch_parent, silence_stan_logging
 
 logger = logging.getLogger(__name__)
@@ -124,8 +126,23 @@ def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) 
     for a fault of the instance itself (no training data, say). Customers that fail are
     recorded in the manifest with their reasons, even when all of them fail."""
     started = time.perf_counter()
+    unpacked = Path(tempfile.mkdtemp(prefix="fleetcast-parts-"))
+    try:
+        return _run_job(environment, hyperparameters, started, unpacked)
+    finally:
+        shutil.rmtree(unpacked, ignore_errors=True)
+
+
+def _run_job(
+    environment: TrainingEnvironment,
+    hyperparameters: Hyperparameters,
+    started: float,
+    unpacked: Path,
+) -> JobResult:
     host = environment.current_host
-    customers, reports = plan_shard(environment.channel_dir(TRAIN_CHANNEL), len(environment.hosts))
+    customers, reports = plan_shard(
+        environment.channel_dir(TRAIN_CHANNEL), len(environment.hosts), unpacked
+    )
     calendars = CustomerCalendars.load(
         environment.channel_dir(CALENDARS_CHANNEL), hyperparameters.default_holiday_country
     )
@@ -180,11 +197,15 @@ def describe_fits(manifest: TrainingManifest) -> str:
     return f"Prophet fits: {in_process} {IN_PROCESS}{fallbacks}"
 
 
-def plan_shard(channel_dir: Path, hosts: int) -> tuple[list[CustomerFile], list[CustomerReport]]:
-    """The customer files of this shard, and a FAILED report for every other entry.
+def plan_shard(
+    channel_dir: Path, hosts: int, unpack_to: Path
+) -> tuple[list[CustomerFile], list[CustomerReport]]:
+    """The customers of this instance's training parts, unpacked into ``unpack_to``, and
+    a FAILED report for every entry that cannot be used.
 
-    A file name that is not ``{customer_id}.csv`` with a valid customer id is never used
-    as a path; it is reported under its (shortened) name.
+    Besides parts, a ``{customer_id}.csv`` per customer (runs processed before parts) is
+    still read. Any other name, and any invalid customer id in a part, is never used as a
+    path; it is reported under its (shortened) name.
     """
     if not channel_dir.is_dir():
         raise JobFailure(
@@ -192,9 +213,12 @@ def plan_shard(channel_dir: Path, hosts: int) -> tuple[list[CustomerFile], list[
         )
     customers: list[CustomerFile] = []
     rejected: list[CustomerReport] = []
+    parts: list[Path] = []
     for entry in sorted(channel_dir.iterdir()):
         customer_id = customer_id_from_file_name(entry.name, CUSTOMER_FILE_SUFFIX)
-        if customer_id is not None and entry.is_file():
+        if entry.is_file() and entry.name.endswith(SHARD_SUFFIX):
+            parts.append(entry)
+        elif customer_id is not None and entry.is_file():
             customers.append(CustomerFile(customer_id, entry, entry.stat().st_size))
         else:
             shown = entry.name if len(entry.name) <= 80 else entry.name[:77] + "..."
@@ -202,17 +226,33 @@ def plan_shard(channel_dir: Path, hosts: int) -> tuple[list[CustomerFile], list[
                 CustomerReport.failed(
                     shown,
                     FailureKind.INVALID_FILE_NAME,
-                    f"{shown!r} is not a customer file: expected {{customer_id}}"
-                    f"{CUSTOMER_FILE_SUFFIX} with 1 to 64 letters, digits, '_' or '-'",
+                    f"{shown!r} is not a training part (part-NNNNN{SHARD_SUFFIX}) or a "
+                    f"customer file ({{customer_id}}{CUSTOMER_FILE_SUFFIX} with 1 to 64 "
+                    "letters, digits, '_' or '-')",
                 )
             )
+    unpacked = unpack_parts(parts, unpack_to)
+    known = {c.customer_id for c in customers}
+    for customer_id, (path, rows) in sorted(unpacked.series.items()):
+        if customer_id in known:
+            unpacked.problems.append((customer_id, "has a part's rows and a file of its own"))
+            continue
+        # Rows x 16 bytes: the size of the CSV it replaces orders batches the same way.
+        customers.append(CustomerFile(customer_id, path, rows * 16))
+    twice = {name for name, _ in unpacked.problems} & known
+    customers = [c for c in customers if c.customer_id not in twice]
+    for name, problem in unpacked.problems:
+        kind = (
+            FailureKind.UNREADABLE if name.endswith(SHARD_SUFFIX) else FailureKind.INVALID_FILE_NAME
+        )
+        rejected.append(CustomerReport.failed(name, kind, f"{name!r} {problem}"))
     if not customers and not rejected and hosts == 1:
         raise JobFailure(
             f"no training data: the '{TRAIN_CHANNEL}' channel has no files "
-            f"(expected {{customer_id}}{CUSTOMER_FILE_SUFFIX})"
+            f"(expected part-NNNNN{SHARD_SUFFIX})"
         )
     if not customers and not rejected:
-        # ShardedByS3Key gives an instance nothing when there are more instances than files.
+        # ShardedByS3Key gives an instance nothing when there are more instances than parts.
         logger.warning("this instance's shard is empty: nothing to train")
     return customers, rejected
 

@@ -118,10 +118,12 @@ def processing_job_request(
             "ContainerArguments": [
                 "--frequency",
                 settings.frequency,
-                # The raw input is an S3 prefix; naming the file keeps 'a.csv' from also
-                # reading 'a.csv.gz'.
+                "--training-instances",
+                str(settings.training_instance_count),
                 processing.INPUT_KIND_ARGUMENT,
                 processing.METADATA if is_metadata else processing.READINGS,
+                # The raw input is an S3 prefix; naming the file keeps 'a.csv' from also
+                # reading 'a.csv.gz'.
                 "--source-name",
                 posixpath.basename(staged_key or upload.key),
             ],
@@ -167,13 +169,14 @@ def processing_job_request(
     }
 
 
-def training_instance_count(configured: int, customers: int) -> int:
-    """No more instances than customer files: with ShardedByS3Key an instance without an
+def training_instance_count(configured: int, parts: int) -> int:
+    """No more instances than training parts: with ShardedByS3Key an instance without an
     object would sit idle and still be billed."""
-    return max(1, min(configured, customers))
+    return max(1, min(configured, parts))
 
 
-def training_job_request(settings: TrainingSettings, run_id: str, customers: int) -> dict[str, Any]:
+def training_job_request(settings: TrainingSettings, run_id: str, parts: int) -> dict[str, Any]:
+    """``parts``: the training input objects processing wrote (contracts.shards)."""
     artifacts = f"s3://{settings.artifacts_bucket}/"
     stopping: dict[str, int] = {"MaxRuntimeInSeconds": settings.max_runtime_seconds}
     if settings.use_spot:
@@ -197,12 +200,13 @@ def training_job_request(settings: TrainingSettings, run_id: str, customers: int
         "InputDataConfig": [
             {
                 "ChannelName": training.TRAIN_CHANNEL,
-                "ContentType": "text/csv",
+                "ContentType": "application/x-parquet",
                 "DataSource": {
                     "S3DataSource": {
                         "S3DataType": "S3Prefix",
                         "S3Uri": artifacts + layout.train_prefix(run_id),
-                        # One object per customer: each instance trains its share of them.
+                        # A few parts of many customers per instance (contracts.shards):
+                        # each instance trains the customers of its parts.
                         "S3DataDistributionType": "ShardedByS3Key",
                     }
                 },
@@ -223,7 +227,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, customers: int
         "OutputDataConfig": {"S3OutputPath": artifacts + layout.output_prefix(run_id)},
         "ResourceConfig": {
             "InstanceType": settings.instance_type,
-            "InstanceCount": training_instance_count(settings.instance_count, customers),
+            "InstanceCount": training_instance_count(settings.instance_count, parts),
             "VolumeSizeInGB": settings.volume_gb,
         },
         "StoppingCondition": stopping,

@@ -1,11 +1,17 @@
 """Where everything lives in the artifacts bucket.
 
-One object per customer under a run's ``train/`` prefix is what lets SageMaker's
-``ShardedByS3Key`` distribution shard a training job by customer.
+A run's ``train/`` prefix holds a few parts of many customers per training instance
+(:mod:`fleetcast_common.contracts.shards`), which SageMaker's ``ShardedByS3Key``
+distribution spreads over the instances; ``history/`` holds the history shards.
 """
 
 from __future__ import annotations
 
+from fleetcast_common.contracts.shards import (
+    SHARD_SUFFIX,
+    history_shard_name,
+    history_shard_of,
+)
 from fleetcast_common.contracts.training import MANIFEST_PREFIX
 from fleetcast_common.ids import is_valid_customer_id, validate_customer_id
 
@@ -23,7 +29,15 @@ CUSTOMER_FILE_SUFFIX = ".csv"
 MODEL_ARCHIVE_SUFFIX = ".tar.gz"
 
 
-def history_key(customer_id: str) -> str:
+def history_shard_key(customer_id: str) -> str:
+    """The history shard holding the customer's stored history."""
+    return (
+        f"{HISTORY_PREFIX}{history_shard_name(history_shard_of(validate_customer_id(customer_id)))}"
+    )
+
+
+def legacy_history_key(customer_id: str) -> str:
+    """The customer's own history file, as releases before history shards wrote it."""
     return f"{HISTORY_PREFIX}{validate_customer_id(customer_id)}{CUSTOMER_FILE_SUFFIX}"
 
 
@@ -32,7 +46,7 @@ def run_prefix(run_id: str) -> str:
 
 
 def train_prefix(run_id: str) -> str:
-    """Per-customer training files written by processing: ``{customer_id}.csv``."""
+    """The run's training input written by processing: ``part-00000.parquet``, ..."""
     return f"{run_prefix(run_id)}train/"
 
 
@@ -44,6 +58,13 @@ def calendars_prefix(run_id: str) -> str:
 def is_metadata_upload(key: str) -> bool:
     """Whether an upload under ``incoming/`` is a customer metadata file, not readings."""
     return key.startswith(INCOMING_METADATA_PREFIX)
+
+
+def is_training_input(name: str) -> bool:
+    """A training part, or a customer file of a run processed before parts."""
+    return name.endswith(SHARD_SUFFIX) or (
+        customer_id_from_file_name(name, CUSTOMER_FILE_SUFFIX) is not None
+    )
 
 
 def report_prefix(run_id: str) -> str:

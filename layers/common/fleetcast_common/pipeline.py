@@ -226,14 +226,14 @@ def start_training(
         return JobStart(
             outcome=Outcome.IGNORED, reason=f"{processing_job_name} is not a fleetcast job"
         )
-    customers = sum(
+    parts = sum(
         1
         for key in storage.keys_under(s3, settings.artifacts_bucket, layout.train_prefix(run_id))
-        if layout.customer_id_from_file_name(posixpath.basename(key), layout.CUSTOMER_FILE_SUFFIX)
+        if layout.is_training_input(posixpath.basename(key))
     )
-    if customers == 0:
+    if parts == 0:
         return JobStart(
-            outcome=Outcome.IGNORED, run_id=run_id, reason="processing wrote no customer files"
+            outcome=Outcome.IGNORED, run_id=run_id, reason="processing wrote no training input"
         )
-    request = training_job_request(settings, run_id, customers)
+    request = training_job_request(settings, run_id, parts)
     return _create_once(sagemaker.create_training_job, request, "TrainingJobName", run_id)

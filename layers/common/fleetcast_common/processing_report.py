@@ -10,12 +10,30 @@ from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.processing import SUMMARY_FILE
 
 
-def rows_rejected(s3: Any, bucket: str, run_id: str) -> int | None:
-    """How many upload rows processing rejected in a run; None when it left no summary."""
+def _summary(s3: Any, bucket: str, run_id: str) -> dict[str, Any] | None:
     try:
-        summary = storage.read_json(s3, bucket, layout.report_prefix(run_id) + SUMMARY_FILE)
+        summary: dict[str, Any] = storage.read_json(
+            s3, bucket, layout.report_prefix(run_id) + SUMMARY_FILE
+        )
     except Exception as error:
         if error_code(error) in ("NoSuchKey", "404"):
             return None
         raise
-    return int(summary["rows_rejected"])
+    return summary
+
+
+def rows_rejected(s3: Any, bucket: str, run_id: str) -> int | None:
+    """How many upload rows processing rejected in a run; None when it left no summary."""
+    summary = _summary(s3, bucket, run_id)
+    return None if summary is None else int(summary["rows_rejected"])
+
+
+def customers_sent(s3: Any, bucket: str, run_id: str) -> list[str]:
+    """The customers processing sent to the run's training job (none without a summary)."""
+    summary = _summary(s3, bucket, run_id)
+    if summary is None:
+        return []
+    # A metadata upload sends only the customers whose calendar changed and who have history.
+    metadata = summary.get("metadata")
+    sent = metadata.get("retrained", []) if metadata else summary.get("customers_list", [])
+    return [str(customer_id) for customer_id in sent]

@@ -35,6 +35,7 @@ from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.training import is_manifest_name
 from fleetcast_common.ids import validate_customer_id
 from fleetcast_common.model_archive import HoldoutMetrics, read_archive
+from fleetcast_common.processing_report import customers_sent
 from fleetcast_common.registry import (
     ChunkCounts,
     CustomerState,
@@ -214,7 +215,7 @@ def plan_registration(
     """The coordinator's work: the run's chunks, and its record (failures, lost customers).
 
     A completed job's plan reads the manifests only. A failed job's also lists the run's
-    archives and training files (keys only, 1000 a request) to find the archives no
+    archives (keys only, 1000 a request) and processing's summary to find the archives no
     manifest listed and the customers nothing was written for; ``job_failure`` is why it
     failed and becomes their reason.
     """
@@ -228,14 +229,11 @@ def plan_registration(
             layout.MODEL_ARCHIVE_SUFFIX,
         )
         unlisted = sorted(archives.keys() - reported)
-        sent = _customers_in(
-            list(storage.keys_under(s3, bucket, layout.train_prefix(run_id))),
-            layout.CUSTOMER_FILE_SUFFIX,
-        )
+        sent = set(customers_sent(s3, bucket, run_id))
         why = f"the training job failed before its model was written: {job_failure}"
         lost = [
             LostCustomer(customer_id=customer_id, reason=why)
-            for customer_id in sorted(sent.keys() - reported - archives.keys())
+            for customer_id in sorted(sent - reported - archives.keys())
         ]
     chunks = plan_chunks(
         run_id,

@@ -58,6 +58,8 @@ class ProcessingSettings(PipelineSettings):
     max_runtime_seconds: int = Field(alias="PROCESSING_MAX_RUNTIME_SECONDS", default=3600)
     # Largest upload a processing job accepts, decompressed (its FLEETCAST_MAX_UPLOAD_BYTES).
     max_upload_mb: int = Field(alias="PROCESSING_MAX_UPLOAD_MB", default=10240, ge=1)
+    # The training job's instances: processing writes its input in a multiple of them.
+    training_instance_count: int = Field(alias="TRAINING_INSTANCE_COUNT", default=2, ge=1, le=100)
 
 
 class TrainingSettings(PipelineSettings):

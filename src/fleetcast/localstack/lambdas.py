@@ -13,9 +13,11 @@ import importlib.util
 import multiprocessing
 import os
 import sys
+import threading
+import time
 import uuid
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,38 +49,67 @@ class LambdaContext:
     log_group_name: str = ""
     log_stream_name: str = "local"
 
+    # time.monotonic() when the function's timeout runs out (a minute, unless told).
+    deadline: float = field(default_factory=lambda: time.monotonic() + 60)
+
     def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+        return max(0, int((self.deadline - time.monotonic()) * 1000))
 
 
 _handler: Any = None
 _function_name = ""
 _memory = 512
+_timeout = 60.0
 
 
 def _start_worker(
-    code_dir: str, handler: str, function_name: str, env: dict[str, str], log_path: str, memory: int
+    code_dir: str,
+    handler: str,
+    function_name: str,
+    env: dict[str, str],
+    log_path: str,
+    memory: int,
+    timeout: float,
 ) -> None:
-    global _handler, _function_name, _memory
+    global _handler, _function_name, _memory, _timeout
     os.environ.update(env)
     log = Path(log_path).open("a", buffering=1)  # noqa: SIM115 - lives as long as the worker
     sys.stdout = log
     sys.stderr = log
-    _function_name, _memory = function_name, memory
+    _function_name, _memory, _timeout = function_name, memory, timeout
     _handler = load_handler(
         Path(code_dir), handler, f"fleetcast_lambda_{function_name.replace('-', '_')}"
     )
 
 
-def _invoke(event: dict[str, Any]) -> Any:
+def _invoke(event: dict[str, Any]) -> tuple[float, Any]:
+    """The handler's answer, and how long it took (Lambda's billed Duration)."""
+    started = time.monotonic()
     context = LambdaContext(
         function_name=_function_name,
         memory_limit_in_mb=_memory,
         aws_request_id=str(uuid.uuid4()),
         invoked_function_arn=f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{_function_name}",
         log_group_name=f"/aws/lambda/{_function_name}",
+        deadline=started + _timeout,
     )
-    return _handler(event, context)
+    answer = _handler(event, context)
+    return time.monotonic() - started, answer
+
+
+@dataclass
+class Invocations:
+    """How a function's invocations went: what Lambda's Duration metric would show. The
+    local stack does not stop a function at its timeout; ``longest`` says how close it came."""
+
+    count: int = 0
+    longest: float = 0.0
+    total: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.longest = max(self.longest, seconds)
+        self.total += seconds
 
 
 class LocalFunction:
@@ -93,16 +124,20 @@ class LocalFunction:
         log_path: Path,
         concurrency: int = 1,
         memory: int = 512,
+        timeout: float = 3.0,
     ) -> None:
         self.name = name
         self.concurrency = concurrency
+        self.timeout = timeout
+        self.invocations = Invocations()
+        self._lock = threading.Lock()
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._pool = ProcessPoolExecutor(
             max_workers=concurrency,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_start_worker,
-            initargs=(str(code_dir), handler, name, environment, str(log_path), memory),
+            initargs=(str(code_dir), handler, name, environment, str(log_path), memory, timeout),
         )
 
     def warm_up(self) -> Future[int]:
@@ -113,7 +148,10 @@ class LocalFunction:
         return [self._pool.submit(int) for _ in range(self.concurrency)][-1]
 
     def invoke(self, event: dict[str, Any]) -> Any:
-        return self._pool.submit(_invoke, event).result()
+        seconds, answer = self._pool.submit(_invoke, event).result()
+        with self._lock:
+            self.invocations.add(seconds)
+        return answer
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

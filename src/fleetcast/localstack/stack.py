@@ -436,6 +436,8 @@ class LocalStack:
                     else self._function_concurrency
                 ),
                 memory=int(properties.get("MemorySize", globals_.get("MemorySize", 512))),
+                # Lambda's default when neither the function nor Globals sets one: 3 s.
+                timeout=float(properties.get("Timeout", globals_.get("Timeout", 3))),
             )
             self.functions[logical_id] = function
             for event_name, event in properties.get("Events", {}).items():

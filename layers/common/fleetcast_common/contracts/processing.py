@@ -229,9 +229,18 @@ class ProcessingSummary(BaseModel):
     )
     customers: int = Field(description="Customers with at least one accepted row.")
     new_customers: int = Field(description="Of those, customers with no stored history.")
-    days_written: int = Field(description="Rows (days, or hours) written over all train files.")
+    days_written: int = Field(
+        description="Rows (days, or hours) written over all training parts: the whole "
+        "history of every customer in the upload."
+    )
     days_uploaded: int = Field(description="(customer, period) totals built from the upload.")
     days_replaced: int = Field(description="Stored history periods replaced by uploaded ones.")
+    history_shards_written: int = Field(
+        default=0, description="History shards rewritten: those holding a customer of the upload."
+    )
+    train_parts: int = Field(
+        default=0, description="Training input objects (contracts.shards.train_part_name)."
+    )
     customers_list: list[str]
     metadata: MetadataSummary | None = Field(
         default=None, description="Set for a customer metadata upload."

@@ -1,0 +1,128 @@
+"""History shards and training parts: what an upload reads, rewrites and leaves alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from shard_helpers import parts_in, read_rows, write_history
+from test_processing import HEADER, Job
+from test_processing import job as job  # the fixture
+
+from fleetcast_common.contracts.shards import (
+    HISTORY_SHARDS,
+    history_shard_name,
+    history_shard_of,
+)
+
+
+def _same_shard_as(customer_id: str, prefix: str) -> str:
+    """Another id in ``customer_id``'s history shard."""
+    wanted = history_shard_of(customer_id)
+    return next(f"{prefix}{n}" for n in range(10_000) if history_shard_of(f"{prefix}{n}") == wanted)
+
+
+def _other_shard_than(customer_id: str, prefix: str) -> str:
+    avoid = history_shard_of(customer_id)
+    return next(f"{prefix}{n}" for n in range(100) if history_shard_of(f"{prefix}{n}") != avoid)
+
+
+def test_an_upload_rewrites_only_its_customers_shards_and_keeps_their_other_customers(
+    job: Job,
+) -> None:
+    # Given a stored customer sharing a shard with the uploaded one, and one elsewhere
+    neighbour, elsewhere = _same_shard_as("7", "n"), _other_shard_than("7", "e")
+    write_history(job.paths.history_input, "7", [("2024-01-01", 1.0), ("2024-01-02", 2.0)])
+    write_history(job.paths.history_input, neighbour, [("2024-01-01", 5.0)])
+    write_history(job.paths.history_input, elsewhere, [("2024-01-01", 9.0)])
+    # When an upload for 7 overlapping its history is processed
+    job.upload(HEADER + "7,2024-01-02,20\n7,2024-01-03,30\n")
+    assert job.run() == 0
+    # Then only 7's shard is written: 7 merged (the upload wins), the neighbour unchanged
+    written = {path.name for path in parts_in(job.paths.history_output)}
+    assert written == {history_shard_name(history_shard_of("7"))}
+    stored = read_rows(parts_in(job.paths.history_output))
+    assert stored == {
+        "7": [("2024-01-01", 1.0), ("2024-01-02", 20.0), ("2024-01-03", 30.0)],
+        neighbour: [("2024-01-01", 5.0)],
+    }
+    # And the training input has 7 alone, with its whole history
+    assert job.train_customers() == {"7"}
+    assert job.train("7") == stored["7"]
+    summary = job.summary
+    assert (summary.history_shards_written, summary.train_parts) == (1, 1)
+    assert (summary.new_customers, summary.days_replaced, summary.days_written) == (0, 1, 3)
+
+
+def test_training_parts_are_a_multiple_of_the_instances_and_within_a_customer_of_even(
+    job: Job,
+) -> None:
+    # Given 30 customers
+    job.upload(HEADER + "".join(f"c{i},2024-01-0{d},{i}\n" for i in range(30) for d in (1, 2)))
+    # When processed for a training job of 3 instances
+    assert job.run("--training-instances", "3") == 0
+    # Then there are 4 parts per instance, every customer in exactly one
+    parts = parts_in(job.paths.train_output)
+    assert [p.name for p in parts] == [f"part-{i:05d}.parquet" for i in range(12)]
+    per_part = [set(read_rows([p])) for p in parts]
+    assert sum(len(c) for c in per_part) == 30
+    assert set().union(*per_part) == {f"c{i}" for i in range(30)}
+    assert max(map(len, per_part)) - min(map(len, per_part)) <= 1
+    assert job.summary.train_parts == 12
+
+
+def test_fewer_customers_than_parts_give_one_part_each(job: Job) -> None:
+    job.upload(HEADER + "a,2024-01-01,1\nb,2024-01-01,2\n")
+    assert job.run("--training-instances", "4") == 0
+    assert len(parts_in(job.paths.train_output)) == 2
+
+
+def test_a_customer_in_its_shard_ignores_its_file_from_before_shards(job: Job) -> None:
+    # Given a customer both in its shard and in an old per-customer file
+    write_history(job.paths.history_input, "a", [("2024-01-01", 1.0)])
+    job.store_history("a", "ds,y\n2024-01-01,100\n2023-12-31,100\n")
+    # And another only in an old file
+    job.store_history("b", "ds,y\n2024-01-01,7\n")
+    job.upload(HEADER + "a,2024-01-02,2\nb,2024-01-02,8\n")
+    assert job.run() == 0
+    # Then the shard is a's history; b's old file is read and moved into its shard
+    assert job.train("a") == [("2024-01-01", 1.0), ("2024-01-02", 2.0)]
+    assert job.train("b") == [("2024-01-01", 7.0), ("2024-01-02", 8.0)]
+    assert job.history("b") == job.train("b")
+    assert job.summary.new_customers == 0
+
+
+def test_an_unreadable_shard_fails_the_job_naming_it(job: Job) -> None:
+    name = history_shard_name(history_shard_of("a"))
+    job.paths.history_input.mkdir(parents=True)
+    (job.paths.history_input / name).write_bytes(b"PAR1 not really")
+    job.upload(HEADER + "a,2024-01-01,1\n")
+    assert job.run() == 1
+    assert name in job.message and "not a readable Parquet file" in job.message
+    assert job.train_customers() == set()
+
+
+def test_a_shard_with_other_columns_fails_the_job_naming_it(job: Job) -> None:
+    name = history_shard_name(history_shard_of("a"))
+    job.paths.history_input.mkdir(parents=True)
+    pq.write_table(pa.table({"customer": ["a"], "y": [1.0]}), job.paths.history_input / name)
+    job.upload(HEADER + "a,2024-01-01,1\n")
+    assert job.run() == 1
+    assert name in job.message and "columns" in job.message
+
+
+def test_a_store_in_another_number_of_shards_is_refused(job: Job) -> None:
+    job.paths.history_input.mkdir(parents=True)
+    other = HISTORY_SHARDS * 2
+    (job.paths.history_input / f"shard-0001-of-{other:04d}.parquet").write_bytes(b"")
+    job.upload(HEADER + "a,2024-01-01,1\n")
+    assert job.run() == 1
+    assert f"in {other} shards" in job.message
+
+
+def test_hourly_rows_keep_their_hours_in_parts_and_shards(job: Job, tmp_path: Path) -> None:
+    job.upload(HEADER + "a,2024-01-01T05:10:00Z,1\na,2024-01-01T05:50:00Z,2\n")
+    assert job.run("--frequency", "H") == 0
+    assert job.train("a") == [("2024-01-01T05:00:00", 3.0)]
+    assert job.history("a") == job.train("a")
