@@ -11,8 +11,7 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
-from fleetcast_inference.errors import UnsupportedModelError
-from fleetcast_inference.forecaster import compile_model, forecast_seed
+from fleetcast_common.prophet_forecaster import UnsupportedModelError, compile_model, forecast_seed
 
 HISTORY_DAYS = 120
 

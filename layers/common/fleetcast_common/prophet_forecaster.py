@@ -30,9 +30,14 @@ import numpy.typing as npt
 
 from fleetcast_common.contracts.inference import MAX_PERIOD
 from fleetcast_common.holiday_calendar import holiday_dates
-from fleetcast_inference.errors import UnsupportedModelError
 
 FloatArray = npt.NDArray[np.float64]
+
+
+class UnsupportedModelError(ValueError):
+    """A well-formed Prophet model using a feature a period-only forecast cannot feed
+    (logistic growth needs a cap per date, extra regressors need their future values)."""
+
 
 _NS_PER_SECOND = 1_000_000_000
 _SECONDS_PER_DAY = 24 * 60 * 60
