@@ -26,8 +26,17 @@ from fleetcast_common.model_archive import (
     write_archive,
 )
 from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
-from fleetcast_training.evaluation import mae, seasonal_naive, smape
+from fleetcast_training.evaluation import (
+    in_sample_naive_mae,
+    mae,
+    mase,
+    rmse,
+    seasonal_naive,
+    smape,
+    wape,
+)
 from fleetcast_training.exact_map import NotSolvedExactly
+from fleetcast_training.export import ExportedForecast, forecast_for_export
 from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.history import read_history
 from fleetcast_training.holdout import holdout_forecast
@@ -57,10 +66,13 @@ def _fourier_order(setting: str | bool | int, auto_disabled: bool, name: str) ->
 
 @dataclass(frozen=True)
 class CustomerReport:
-    """What the job learns about one customer; ``failure_kind`` groups failures."""
+    """What the job learns about one customer; ``failure_kind`` groups failures;
+    ``forecast`` is its model's exported forecast (``export_error`` says why there is none)."""
 
     result: CustomerResult
     failure_kind: FailureKind | None = None
+    forecast: ExportedForecast | None = None
+    export_error: str | None = None
 
     @classmethod
     def failed(cls, customer_id: str, kind: FailureKind, reason: str) -> CustomerReport:
@@ -99,9 +111,8 @@ class CustomerTrainer:
         started = time.perf_counter()
         try:
             resumed = self._resume(customer_id)
-            if resumed is not None:
-                return CustomerReport(resumed)
-            return CustomerReport(self._train(customer_id, source, started))
+            result, model_json = resumed or self._train(customer_id, source, started)
+            return self._with_forecast(result, model_json)
         except CustomerFailure as failure:
             return CustomerReport.failed(customer_id, failure.kind, failure.reason)
         except Exception as error:
@@ -109,14 +120,33 @@ class CustomerTrainer:
             reason = f"{type(error).__name__}: {error}"
             return CustomerReport.failed(customer_id, FailureKind.FIT_FAILED, reason)
 
-    def _resume(self, customer_id: str) -> CustomerResult | None:
+    def _with_forecast(self, result: CustomerResult, model_json: str) -> CustomerReport:
+        """The report with the model's forecast for the run's export; a model the forecaster
+        cannot compile keeps its result and says why it has no forecast."""
+        settings = self._hyperparameters
+        if not settings.forecast_export_days:
+            return CustomerReport(result)
+        try:
+            forecast = forecast_for_export(
+                result.customer_id,
+                settings.run_id,
+                model_json,
+                settings.frequency,
+                settings.export_periods,
+            )
+        except ValueError as error:
+            logger.warning("no exported forecast for %s: %s", result.customer_id, error)
+            return CustomerReport(result, export_error=str(error))
+        return CustomerReport(result, forecast=forecast)
+
+    def _resume(self, customer_id: str) -> tuple[CustomerResult, str] | None:
         """The result of an earlier attempt at this job (before a spot interruption), if
         its archive is complete and for this run."""
         path = archive_path(self._checkpoint_dir, customer_id)
         if not path.is_file():
             return None
         try:
-            _, metadata = read_archive(path)
+            model_json, metadata = read_archive(path)
         except ValueError as error:
             logger.warning(
                 "refitting %s: its checkpointed archive is unusable: %s", customer_id, error
@@ -127,15 +157,16 @@ class CustomerTrainer:
                 "refitting %s: its checkpointed archive is from another run", customer_id
             )
             return None
-        return CustomerResult(
+        resumed = CustomerResult(
             customer_id=customer_id,
             outcome=CustomerOutcome.RESUMED,
             rows=metadata.rows,
             metrics=metadata.metrics,
             metadata=metadata,
         )
+        return resumed, model_json
 
-    def _train(self, customer_id: str, source: Path, started: float) -> CustomerResult:
+    def _train(self, customer_id: str, source: Path, started: float) -> tuple[CustomerResult, str]:
         settings = self._hyperparameters
         fits_before = self._backend.fit_methods.copy()
         history = read_history(source)
@@ -158,12 +189,19 @@ class CustomerTrainer:
             forecast = self._point_forecast(served, holdout["ds"])
         actual = holdout["y"].to_numpy(dtype=np.float64)
         naive = seasonal_naive(fitted, holdout["ds"], settings.season)
+        scale = in_sample_naive_mae(fitted, settings.season)
         metrics = HoldoutMetrics(
             holdout_days=settings.holdout_days,
             smape=smape(actual, forecast),
             mae=mae(actual, forecast),
             naive_smape=smape(actual, naive),
             naive_mae=mae(actual, naive),
+            wape=wape(actual, forecast),
+            rmse=rmse(actual, forecast),
+            mase=mase(actual, forecast, scale),
+            naive_wape=wape(actual, naive),
+            naive_rmse=rmse(actual, naive),
+            naive_mase=mase(actual, naive, scale),
         )
 
         metadata = ModelMetadata(
@@ -177,10 +215,9 @@ class CustomerTrainer:
             metrics=metrics,
             library_versions=self._versions,
         )
-        write_archive(
-            archive_path(self._checkpoint_dir, customer_id), model_to_json(served), metadata
-        )
-        return CustomerResult(
+        model_json = model_to_json(served)
+        write_archive(archive_path(self._checkpoint_dir, customer_id), model_json, metadata)
+        trained = CustomerResult(
             customer_id=customer_id,
             outcome=CustomerOutcome.TRAINED,
             rows=rows,
@@ -189,6 +226,7 @@ class CustomerTrainer:
             fit_methods=dict(self._backend.fit_methods - fits_before),
             metadata=metadata,
         )
+        return trained, model_json
 
     def _new_model(self, orders: dict[str, int] | None = None) -> Prophet:
         settings = self._hyperparameters

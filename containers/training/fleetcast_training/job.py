@@ -41,6 +41,11 @@ from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_
 from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
+from fleetcast_training.export import (
+    ExportedCustomer,
+    write_accuracy_part,
+    write_forecast_parts,
+)
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.stan_backend import IN_PROCESS, scratch_parent, silence_stan_logging
@@ -147,6 +152,8 @@ def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) 
     progress.advance(len(reports))
     reports += train_customers(customers, hyperparameters, checkpoint_dir, workers, progress)
 
+    if hyperparameters.forecast_export_days:
+        write_exports(checkpoint_dir, host, hyperparameters.run_id, reports)
     manifest = TrainingManifest(
         run_id=hyperparameters.run_id,
         host=host,
@@ -162,6 +169,25 @@ def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) 
         reports=reports,
         seconds=time.perf_counter() - started,
         required_rows=hyperparameters.required_rows,
+    )
+
+
+def write_exports(
+    checkpoint_dir: Path, host: str, run_id: str, reports: list[CustomerReport]
+) -> None:
+    """The shard's forecast parts and accuracy part, before the manifest: a run whose
+    manifests are all there has all its exports too."""
+    customers = [ExportedCustomer(r.result, r.forecast, r.export_error) for r in reports]
+    parts = write_forecast_parts(checkpoint_dir, host, run_id, customers)
+    write_accuracy_part(checkpoint_dir, host, run_id, customers)
+    exported = sum(1 for c in customers if c.forecast is not None)
+    unexported = [c.result.customer_id for c in customers if c.export_error is not None]
+    logger.info(
+        "%s: exported %d customers' forecasts in %d part(s)%s",
+        host,
+        exported,
+        len(parts),
+        f"; none for {len(unexported)}: {', '.join(unexported[:5])}" if unexported else "",
     )
 
 

@@ -56,6 +56,8 @@ HYPERPARAMETER_DEFAULTS: dict[str, str] = {
     "uncertainty_samples": "1000",
     "refit_full_history": "true",
     "workers": "0",
+    # Days of each trained customer's forecast in the run's export (run_exports); 0: none.
+    "forecast_export_days": "30",
 }
 REQUIRED_HYPERPARAMETERS = ("run_id",)
 # Hyperparameters the SageMaker SDK adds on its own; the container ignores them.
