@@ -83,6 +83,7 @@ FUNCTION_ENVIRONMENT = {
         "TRAINING_MAX_WAIT_SECONDS": {"Ref": "TrainingMaxWaitSeconds"},
         "MODEL_FREQUENCY": {"Ref": "ModelFrequency"},
         "HOLDOUT_DAYS": {"Ref": "HoldoutDays"},
+        "FORECAST_EXPORT_DAYS": {"Ref": "ForecastExportDays"},
     },
     "RegisterModelsFunction": {
         "REGISTRATION_QUEUE_URL": {"Ref": "RegistrationChunksQueue"},
@@ -114,6 +115,7 @@ PARAMETER_DEFAULTS = {
     "TrainingMaxWaitSeconds": 7200,
     "ModelFrequency": "D",
     "HoldoutDays": 7,
+    "ForecastExportDays": 30,
     "QualityGateRatio": 1.5,
     "RegistrationChunkSize": 250,
     "LogLevel": "INFO",
@@ -1201,6 +1203,8 @@ def test_outputs_name_the_resources_scripts_need() -> None:
     assert set(TEMPLATE["Outputs"]) == {
         "RawBucketName",
         "ArtifactsBucketName",
+        # Athena's database of the run exports (docs/export.md).
+        "ExportsDatabaseName",
         "ModelRegistryTableName",
         "UploadQueueTableName",
         "SageMakerExecutionRoleArn",

@@ -157,6 +157,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, customers: int
             "run_id": run_id,
             "frequency": settings.frequency,
             "holdout_days": str(settings.holdout_days),
+            "forecast_export_days": str(settings.forecast_export_days),
         },
         "InputDataConfig": [
             {

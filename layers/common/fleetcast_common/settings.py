@@ -70,6 +70,7 @@ class TrainingSettings(PipelineSettings):
     max_wait_seconds: int = Field(alias="TRAINING_MAX_WAIT_SECONDS", default=7200, ge=60)
     frequency: Literal["D", "H"] = Field(alias="MODEL_FREQUENCY", default="D")
     holdout_days: int = Field(alias="HOLDOUT_DAYS", default=7, ge=1, le=90)
+    forecast_export_days: int = Field(alias="FORECAST_EXPORT_DAYS", default=30, ge=0, le=365)
 
 
 class RegistrationSettings(PipelineSettings):
