@@ -255,6 +255,8 @@ class LocalTemplate:
 
         def replace(match: re.Match[str]) -> str:
             name = match.group(1)
+            if name.startswith("!"):
+                return "${" + name[1:] + "}"  # ${!Literal}: CloudFormation's escape
             if name in resolved:
                 return resolved[name]
             if "." in name:
@@ -262,7 +264,7 @@ class LocalTemplate:
                 return self.get_att(logical_id, attribute)
             return self.ref(name)
 
-        return re.sub(r"\$\{([^!}][^}]*)\}", replace, text)
+        return re.sub(r"\$\{([^}]+)\}", replace, text)
 
     def function_environment(self, logical_id: str) -> dict[str, str]:
         """Globals' environment variables overlaid with the function's own, resolved."""
