@@ -110,7 +110,8 @@ def summary_lines(summary: RunAccuracy) -> list[str]:
         f"  WAPE  median {_percent(wape.median)} (p10 {_percent(wape.p10)}, "
         f"p90 {_percent(wape.p90)}) over {wape.customers} customers",
         f"  {summary.beat_naive} of {summary.scored} beat seasonal-naive (lower sMAPE)",
-        f"  live {summary.live}; not live {summary.not_live}: {summary.rejected} quality gate, "
+        f"  made live {summary.live}; not made live {summary.not_live}: "
+        f"{summary.rejected} quality gate, "
         f"{summary.superseded} superseded, {summary.failed} failed"
         + (f", {summary.undecided} not decided yet" if summary.undecided else ""),
     ]
@@ -202,10 +203,10 @@ def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> st
 <strong>{summary.beat_naive}</strong> beat seasonal-naive (lower sMAPE). Generated {generated}.</p>
 <h2>What became of the models</h2>
 <table id="decisions"><tr><th>outcome</th><th>customers</th></tr>
-<tr><td>live</td><td>{summary.live}</td></tr>
-<tr><td>not live: quality gate</td><td>{summary.rejected}</td></tr>
-<tr><td>not live: superseded by a newer run</td><td>{summary.superseded}</td></tr>
-<tr><td>not live: training failed</td><td>{summary.failed}</td></tr>
+<tr><td>made live</td><td>{summary.live}</td></tr>
+<tr><td>not made live: quality gate</td><td>{summary.rejected}</td></tr>
+<tr><td>not made live: superseded by a newer run</td><td>{summary.superseded}</td></tr>
+<tr><td>not made live: training failed</td><td>{summary.failed}</td></tr>
 <tr><td>not decided yet</td><td>{summary.undecided}</td></tr>
 <tr><td>no exported forecast</td><td>{summary.not_exported}</td></tr>
 </table>
