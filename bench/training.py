@@ -88,23 +88,28 @@ def pick_customers(train_folder: Path, count: int) -> list[Path]:
     return [files[int(index)] for index in np.linspace(0, len(files) - 1, count).round()]
 
 
-def fleetcast_training(customer_files: list[Path], root: Path) -> FleetcastRun:
-    """The training container's job with ``root`` as /opt/ml and these files as its shard."""
+def fleetcast_training(
+    customer_files: list[Path], root: Path, hyperparameters: dict[str, str] | None = None
+) -> FleetcastRun:
+    """The training container's job with ``root`` as /opt/ml and these files as its shard,
+    with its default hyperparameters but for ``hyperparameters``."""
     channel = root / "input/data/train"
     channel.mkdir(parents=True)
     for path in customer_files:
         (channel / path.name).symlink_to(path)
     config = root / "input/config"
     config.mkdir(parents=True)
-    (config / "hyperparameters.json").write_text(json.dumps({"run_id": RUN_ID}))
+    (config / "hyperparameters.json").write_text(
+        json.dumps({"run_id": RUN_ID, **(hyperparameters or {})})
+    )
     environment = TrainingEnvironment.load(root)
-    hyperparameters = Hyperparameters.parse(environment.hyperparameters)
+    parsed = Hyperparameters.parse(environment.hyperparameters)
     cpu = cpu_seconds()
     result = None
 
     def train() -> None:
         nonlocal result
-        result = run_job(environment, hyperparameters)
+        result = run_job(environment, parsed)
 
     seconds = timed(train)
     assert result is not None
@@ -114,7 +119,7 @@ def fleetcast_training(customer_files: list[Path], root: Path) -> FleetcastRun:
     return FleetcastRun(
         seconds=seconds,
         cpu_seconds=cpu_seconds() - cpu,
-        workers=hyperparameters.worker_count(environment.cpus),
+        workers=parsed.worker_count(environment.cpus),
         results=trained,
         archives=sorted(environment.checkpoint_dir.glob("*.tar.gz")),
     )
