@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
 import time
@@ -16,7 +17,7 @@ import pandas as pd
 import prophet
 from prophet import Prophet
 from prophet.models import CmdStanPyBackend
-from prophet.serialize import model_to_json
+from prophet.serialize import model_to_dict
 
 from fleetcast_common.contracts.training import MODEL_ARCHIVE_SUFFIX
 from fleetcast_common.model_archive import (
@@ -111,8 +112,8 @@ class CustomerTrainer:
         started = time.perf_counter()
         try:
             resumed = self._resume(customer_id)
-            result, model_json = resumed or self._train(customer_id, source, started)
-            return self._with_forecast(result, model_json)
+            result, model = resumed or self._train(customer_id, source, started)
+            return self._with_forecast(result, model)
         except CustomerFailure as failure:
             return CustomerReport.failed(customer_id, failure.kind, failure.reason)
         except Exception as error:
@@ -120,7 +121,7 @@ class CustomerTrainer:
             reason = f"{type(error).__name__}: {error}"
             return CustomerReport.failed(customer_id, FailureKind.FIT_FAILED, reason)
 
-    def _with_forecast(self, result: CustomerResult, model_json: str) -> CustomerReport:
+    def _with_forecast(self, result: CustomerResult, model: str | dict[str, Any]) -> CustomerReport:
         """The report with the model's forecast for the run's export; a model the forecaster
         cannot compile keeps its result and says why it has no forecast."""
         settings = self._hyperparameters
@@ -130,7 +131,7 @@ class CustomerTrainer:
             forecast = forecast_for_export(
                 result.customer_id,
                 settings.run_id,
-                model_json,
+                model,
                 settings.frequency,
                 settings.export_periods,
             )
@@ -166,7 +167,9 @@ class CustomerTrainer:
         )
         return resumed, model_json
 
-    def _train(self, customer_id: str, source: Path, started: float) -> tuple[CustomerResult, str]:
+    def _train(
+        self, customer_id: str, source: Path, started: float
+    ) -> tuple[CustomerResult, dict[str, Any]]:
         settings = self._hyperparameters
         fits_before = self._backend.fit_methods.copy()
         history = read_history(source)
@@ -215,8 +218,10 @@ class CustomerTrainer:
             metrics=metrics,
             library_versions=self._versions,
         )
-        model_json = model_to_json(served)
-        write_archive(archive_path(self._checkpoint_dir, customer_id), model_json, metadata)
+        # prophet.serialize.model_to_json is json.dumps of this dict; the export's
+        # forecaster takes the dict as it is rather than parsing the JSON back.
+        model = model_to_dict(served)
+        write_archive(archive_path(self._checkpoint_dir, customer_id), json.dumps(model), metadata)
         trained = CustomerResult(
             customer_id=customer_id,
             outcome=CustomerOutcome.TRAINED,
@@ -226,7 +231,7 @@ class CustomerTrainer:
             fit_methods=dict(self._backend.fit_methods - fits_before),
             metadata=metadata,
         )
-        return trained, model_json
+        return trained, model
 
     def _new_model(self, orders: dict[str, int] | None = None) -> Prophet:
         settings = self._hyperparameters

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -50,12 +51,17 @@ class ExportedForecast:
 
 
 def forecast_for_export(
-    customer_id: str, run_id: str, model_json: str, frequency: str, periods: int
+    customer_id: str,
+    run_id: str,
+    model: str | dict[str, Any],
+    frequency: str,
+    periods: int,
 ) -> ExportedForecast:
-    """What the endpoint serves for ``period=periods`` of this model: the same seed
-    (customer, model version = run, period) and the same floor. ``ValueError`` for a model
-    the forecaster cannot compile."""
-    forecaster = compile_model(model_json, frequency, horizon=periods)
+    """What the endpoint serves for ``period=periods`` of this model (its JSON, or the
+    ``model_to_dict`` that JSON is made from): the same seed (customer, model version =
+    run, period) and the same floor. ``ValueError`` for a model the forecaster cannot
+    compile."""
+    forecaster = compile_model(model, frequency, horizon=periods, one_period=periods == 1)
     seed = forecast_seed(customer_id, run_id, periods)
     forecast, _ = forecaster.forecast(periods, seed).clipped_at(FORECAST_FLOOR)
     return ExportedForecast(forecast.dates, forecast.yhat, forecast.yhat_lower, forecast.yhat_upper)
