@@ -135,9 +135,9 @@ class CustomerTrainer:
                 settings.frequency,
                 settings.export_periods,
             )
-        except ValueError as error:
+        except Exception as error:  # the model is archived: no export error may fail it
             logger.warning("no exported forecast for %s: %s", result.customer_id, error)
-            return CustomerReport(result, export_error=str(error))
+            return CustomerReport(result, export_error=f"{type(error).__name__}: {error}")
         return CustomerReport(result, forecast=forecast)
 
     def _resume(self, customer_id: str) -> tuple[CustomerResult, str] | None:
