@@ -7,7 +7,7 @@ it has just fitted into the serving forecaster, draws the interval as the endpoi
 and the job writes the Parquet parts at its end; the holdout measures (WAPE, RMSE, MASE)
 are computed either way and cost microseconds. Reported: the extra CPU time (user +
 system of the job and its workers, less sensitive to the machine's other load than wall
-time) and the extra wall time, each as a share of the run without the export.
+time) and the wall time, each as a share of the run's without the export.
 """
 
 from __future__ import annotations
@@ -44,14 +44,13 @@ def export_rows(train_folder: Path, scratch: Path, sizes: ExportSizes) -> list[R
                     raise AssertionError(
                         f"the export has {exported} customers of {len(customers)} trained"
                     )
+    # The job's time with the export as a share of its time without: 110% is the budget.
+    # (A share, not a difference: at small sizes noise makes a difference negative.)
     cpu = [
-        100 * (on.cpu_seconds - off.cpu_seconds) / off.cpu_seconds
+        100 * on.cpu_seconds / off.cpu_seconds
         for on, off in zip(runs["on"], runs["off"], strict=True)
     ]
-    wall = [
-        100 * (on.seconds - off.seconds) / off.seconds
-        for on, off in zip(runs["on"], runs["off"], strict=True)
-    ]
+    wall = [100 * on.seconds / off.seconds for on, off in zip(runs["on"], runs["off"], strict=True)]
     seconds = {
         f"{side}_{measure}": statistics.median(getattr(run, attribute) for run in runs[side])
         for side in ("on", "off")
@@ -59,18 +58,18 @@ def export_rows(train_folder: Path, scratch: Path, sizes: ExportSizes) -> list[R
     }
     return [
         single(
-            "training: forecast export + accuracy, extra CPU",
-            "%",
+            "training: CPU with the forecast export + accuracy",
+            "% of without",
             cpu,
             higher_is_better=False,
-            target=at_most(10, "%"),
+            target=at_most(110, "%"),
             detail=f"{len(customers)} customers (2 years daily), one instance, the job with "
             f"a 30-day export against forecast_export_days=0, in turns: CPU "
             f"{seconds['on_cpu_seconds']:.1f} s vs {seconds['off_cpu_seconds']:.1f} s, "
             f"wall {seconds['on_seconds']:.1f} s vs {seconds['off_seconds']:.1f} s "
-            f"(+{statistics.median(wall):.1f}% wall)",
+            f"(wall {statistics.median(wall):.0f}% of without)",
             check=f"every trained customer in the export ({len(customers)}), once",
-            figures={**seconds, "wall_overhead_percent": statistics.median(wall)},
+            figures={**seconds, "wall_percent_of_without": statistics.median(wall)},
         )
     ]
 
