@@ -40,9 +40,9 @@ from bench.measure import (
     timed,
 )
 from fleetcast_common.model_archive import read_archive
+from fleetcast_common.prophet_forecaster import compile_model, forecast_seed
 from fleetcast_inference.app import InferenceApp, build_served_model
 from fleetcast_inference.contract import InferenceSettings
-from fleetcast_inference.forecaster import compile_model, forecast_seed
 from fleetcast_inference.protocol import render_forecast
 from fleetcast_inference.registry import LoadedModels, ServedModel
 from fleetcast_inference.server import InferenceServer

@@ -111,23 +111,28 @@ def write_parts(customer_files: list[Path], channel: Path) -> None:
             pq.write_table(pa.concat_tables(part), channel / train_part_name(index))
 
 
-def fleetcast_training(customer_files: list[Path], root: Path) -> FleetcastRun:
+def fleetcast_training(
+    customer_files: list[Path], root: Path, hyperparameters: dict[str, str] | None = None
+) -> FleetcastRun:
     """The training container's job with ``root`` as /opt/ml and these customers in its
-    training parts, as processing writes them."""
+    training parts (as processing writes them), with its default hyperparameters but for
+    ``hyperparameters``."""
     channel = root / "input/data/train"
     channel.mkdir(parents=True)
     write_parts(customer_files, channel)
     config = root / "input/config"
     config.mkdir(parents=True)
-    (config / "hyperparameters.json").write_text(json.dumps({"run_id": RUN_ID}))
+    (config / "hyperparameters.json").write_text(
+        json.dumps({"run_id": RUN_ID, **(hyperparameters or {})})
+    )
     environment = TrainingEnvironment.load(root)
-    hyperparameters = Hyperparameters.parse(environment.hyperparameters)
+    parsed = Hyperparameters.parse(environment.hyperparameters)
     cpu = cpu_seconds()
     result = None
 
     def train() -> None:
         nonlocal result
-        result = run_job(environment, hyperparameters)
+        result = run_job(environment, parsed)
 
     seconds = timed(train)
     assert result is not None
@@ -137,7 +142,7 @@ def fleetcast_training(customer_files: list[Path], root: Path) -> FleetcastRun:
     return FleetcastRun(
         seconds=seconds,
         cpu_seconds=cpu_seconds() - cpu,
-        workers=hyperparameters.worker_count(environment.cpus),
+        workers=parsed.worker_count(environment.cpus),
         results=trained,
         archives=sorted(environment.checkpoint_dir.glob("*.tar.gz")),
     )

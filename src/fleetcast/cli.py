@@ -15,20 +15,34 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import boto3
 from rich.table import Table
 
 from fleetcast import images
 from fleetcast.cost_cli import add_cost_commands
+from fleetcast.exports import (
+    OUTPUT_FORMATS,
+    SCHEMAS,
+    ExportNotFoundError,
+    latest_registered_run,
+    read_run_table,
+    with_live_column,
+    write_table,
+)
 from fleetcast.localstack import persistence
 from fleetcast.localstack.api import DEFAULT_PORT as DEFAULT_API_PORT
 from fleetcast.localstack.gateway import PortTakenError
 from fleetcast.localstack.serving import ServingOptions
 from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
+from fleetcast.run_report import RunAccuracy, render_html, summarise, summary_lines
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 from fleetcast.terminal import UsageError, console, err
+from fleetcast_common.ids import is_valid_run_id
+from fleetcast_common.registry import ModelRegistry
+from fleetcast_common.run_exports import ACCURACY, FORECASTS
 from fleetcast_common.upload_queue import UploadQueue
 
 # -- shared helpers ----------------------------------------------------------------------
@@ -255,6 +269,78 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print("no uploads yet: `fleetcast upload FILE`")
     else:
         console.print(_status_table(runs))
+        summary = _accuracy_summary(names, None)
+        if summary is not None:
+            for line in summary_lines(summary):
+                console.print(line, highlight=False)
+    return 0
+
+
+def _run_to_read(args: argparse.Namespace, s3: Any, bucket: str, registry: ModelRegistry) -> str:
+    if args.run_id is None:
+        return latest_registered_run(s3, bucket, registry)
+    if not is_valid_run_id(args.run_id):
+        raise UsageError(
+            f"--run {args.run_id!r} is not a fleetcast run id (see `fleetcast status`)"
+        )
+    return str(args.run_id)
+
+
+def _accuracy_summary(names: dict[str, str], run: str | None) -> RunAccuracy | None:
+    """The accuracy of ``run``, else of the latest registered run with an export; None
+    when no run has one yet."""
+    s3 = boto3.client("s3")
+    bucket = names["artifacts_bucket"]
+    registry = ModelRegistry(boto3.resource("dynamodb").Table(names["registry_table"]))
+    try:
+        run_id = run or latest_registered_run(s3, bucket, registry)
+        accuracy = read_run_table(s3, bucket, run_id, ACCURACY)
+    except ExportNotFoundError:
+        if run is None:
+            return None
+        raise
+    return summarise(accuracy, run_id, registry)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    names = _names(args)
+    s3 = boto3.client("s3")
+    bucket = names["artifacts_bucket"]
+    registry = ModelRegistry(boto3.resource("dynamodb").Table(names["registry_table"]))
+    if args.output.suffix not in OUTPUT_FORMATS:
+        raise UsageError(f"-o {args.output}: the file must end in {' or '.join(OUTPUT_FORMATS)}")
+    try:
+        run_id = _run_to_read(args, s3, bucket, registry)
+        table = with_live_column(read_run_table(s3, bucket, run_id, args.table), run_id, registry)
+    except ExportNotFoundError as error:
+        raise UsageError(str(error)) from None
+    write_table(table, args.output)
+    customers = len(set(table.column("customer_id").to_pylist()))
+    live = len(set(table.filter(table.column("live")).column("customer_id").to_pylist()))
+    console.print(
+        f"run {run_id}: {table.num_rows} {args.table} rows of {customers} customers "
+        f"({live} live now) -> {args.output}"
+    )
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    names = _names(args)
+    s3 = boto3.client("s3")
+    bucket = names["artifacts_bucket"]
+    registry = ModelRegistry(boto3.resource("dynamodb").Table(names["registry_table"]))
+    try:
+        run_id = _run_to_read(args, s3, bucket, registry)
+        accuracy = read_run_table(s3, bucket, run_id, ACCURACY)
+    except ExportNotFoundError as error:
+        raise UsageError(str(error)) from None
+    summary = summarise(accuracy, run_id, registry)
+    output = args.output or Path(f"report-{run_id}.html")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(render_html(summary, accuracy))
+    for line in summary_lines(summary):
+        console.print(line, highlight=False)
+    console.print(f"report -> {output}")
     return 0
 
 
@@ -329,6 +415,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="first wait, up to SECONDS, until there is a run and every run has finished",
     )
     status.set_defaults(run=cmd_status)
+
+    export = commands.add_parser(
+        "export",
+        help="fetch a run's forecast export (or accuracy table), with a live column",
+        description="Every trained customer's forecast from one run, as the training job "
+        "exported it, and whether that run's model is the customer's live one now.",
+    )
+    export.add_argument("--run", dest="run_id", help="run id (default: the latest registered run)")
+    export.add_argument(
+        "--table", choices=sorted(SCHEMAS), default=FORECASTS, help="default: forecasts"
+    )
+    export.add_argument(
+        "-o", "--output", type=Path, default=Path("forecasts.parquet"), help="*.parquet or *.csv"
+    )
+    export.set_defaults(run=cmd_export)
+
+    report = commands.add_parser("report", help="write a run's accuracy report as one HTML file")
+    report.add_argument("--run", dest="run_id", help="run id (default: the latest registered run)")
+    report.add_argument("-o", "--output", type=Path, help="default: report-<run>.html")
+    report.set_defaults(run=cmd_report)
 
     demo = commands.add_parser(
         "demo", help="start the stack, generate, upload, follow the chain, stop"

@@ -41,6 +41,9 @@ class RunStatus(BaseModel):
     # for them (the later upload's values are kept).
     days_replaced: int | None = None
     customers_processed: int | None = None
+    # Customers processing sent to training: all of them for readings, those whose holiday
+    # calendar changed (and who have history) for a metadata upload; 0 means no training job.
+    customers_to_train: int | None = None
     training_job: str | None = None
     training_status: str | None = None
     training_secondary_status: str | None = None
@@ -79,6 +82,8 @@ class RunStatus(BaseModel):
         """Nothing more will happen to this run."""
         if self.processing_status in ("Failed", "Stopped"):
             return True
+        if self.processing_status == "Completed" and self.customers_to_train == 0:
+            return True  # a metadata upload that changed nobody's calendar: nothing to train
         if self.training_status not in ("Completed", "Failed", "Stopped"):
             return False
         # A failed or stopped job's models are registered too.
@@ -167,6 +172,10 @@ def run_status(
         status.rows_rejected = summary.rows_rejected
         status.days_replaced = summary.days_replaced
         status.customers_processed = summary.customers
+        if summary.metadata is not None:
+            status.customers_to_train = len(summary.metadata.retrained)
+        else:
+            status.customers_to_train = summary.customers
     except Exception as error:
         if error_code(error) not in ("NoSuchKey", "404"):
             raise

@@ -34,7 +34,7 @@ from fleetcast.localstack.stack import LocalStack
 from fleetcast_common import layout
 from fleetcast_common.forecasting import CustomerModel
 from fleetcast_common.model_archive import read_archive, write_archive
-from fleetcast_inference.forecaster import forecast_seed
+from fleetcast_common.prophet_forecaster import forecast_seed
 
 pytestmark = [
     pytest.mark.e2e,

@@ -33,9 +33,9 @@ from fleetcast_common.holiday_calendar import (
     holidays_frame,
 )
 from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_common.prophet_forecaster import forecast_seed
 from fleetcast_inference import app as app_module
 from fleetcast_inference.contract import InferenceSettings
-from fleetcast_inference.forecaster import forecast_seed
 from fleetcast_inference.registry import ServedModel
 from fleetcast_inference.server import InferenceServer
 

@@ -11,8 +11,7 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
-from fleetcast_inference.errors import UnsupportedModelError
-from fleetcast_inference.forecaster import compile_model, forecast_seed
+from fleetcast_common.prophet_forecaster import UnsupportedModelError, compile_model, forecast_seed
 
 HISTORY_DAYS = 120
 
@@ -356,3 +355,19 @@ def test_clipping_a_positive_forecast_changes_nothing(model_jsons: dict[str, str
     forecast = compile_model(model_jsons["defaults"], "D").forecast(7, 1, (0.5,))
     clipped, count = forecast.clipped_at(0.0)
     assert clipped is forecast and count == 0
+
+
+def test_a_parsed_model_without_one_period_forecasts_the_same_and_refuses_one_period(
+    model_jsons: dict[str, str],
+) -> None:
+    # Given the training export's way: the parsed model, its history left unparsed
+    served = compile_model(model_jsons["defaults"], "D")
+    exported = compile_model(json.loads(model_jsons["defaults"]), "D", 30, one_period=False)
+    seed = forecast_seed("c-1", "20240101t000000-0123456789", 30)
+    # Then its 30-period forecast is the endpoint's, bounds included
+    ours, theirs = exported.forecast(30, seed), served.forecast(30, seed)
+    for name in ("yhat", "yhat_lower", "yhat_upper"):
+        np.testing.assert_allclose(getattr(ours, name), getattr(theirs, name), rtol=1e-12)
+    # And a single period, which needs the history's step, is refused with the reason
+    with pytest.raises(ValueError, match="without one_period"):
+        exported.forecast(1, seed)

@@ -26,8 +26,8 @@ from fleetcast_common.model_archive import (
     read_archive,
     write_archive,
 )
+from fleetcast_common.prophet_forecaster import compile_model
 from fleetcast_inference.app import build_served_model
-from fleetcast_inference.forecaster import compile_model
 
 # Prophet 1.5 still calls pandas APIs that pandas 3 deprecates.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*")

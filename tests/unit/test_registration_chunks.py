@@ -124,3 +124,10 @@ def test_status_shows_chunks_done_of_total_and_is_done_once_the_run_is_registere
     # A run registered before registration fanned out is done as it was then
     legacy = _status(registered_before_chunks=True, customers_decided=10)
     assert legacy.done and not _status(registered_before_chunks=True).done
+
+
+def test_a_run_with_nothing_to_train_is_done_once_processed() -> None:
+    # A metadata upload that changed nobody's calendar starts no training job
+    assert _status(processing_status="Completed", customers_to_train=0).done
+    # A readings upload waits for its training job
+    assert not _status(processing_status="Completed", customers_to_train=3).done

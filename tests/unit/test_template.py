@@ -85,6 +85,7 @@ FUNCTION_ENVIRONMENT = {
         "MODEL_FREQUENCY": {"Ref": "ModelFrequency"},
         "HOLDOUT_DAYS": {"Ref": "HoldoutDays"},
         "DEFAULT_HOLIDAY_COUNTRY": {"Ref": "DefaultHolidayCountry"},
+        "FORECAST_EXPORT_DAYS": {"Ref": "ForecastExportDays"},
     },
     "RegisterModelsFunction": {
         "REGISTRATION_QUEUE_URL": {"Ref": "RegistrationChunksQueue"},
@@ -117,6 +118,7 @@ PARAMETER_DEFAULTS = {
     "ModelFrequency": "D",
     "HoldoutDays": 7,
     "DefaultHolidayCountry": "",
+    "ForecastExportDays": 30,
     "QualityGateRatio": 1.5,
     "RegistrationChunkSize": 250,
     "LogLevel": "INFO",
@@ -1214,6 +1216,8 @@ def test_outputs_name_the_resources_scripts_need() -> None:
     assert set(TEMPLATE["Outputs"]) == {
         "RawBucketName",
         "ArtifactsBucketName",
+        # Athena's database of the run exports (docs/export.md).
+        "ExportsDatabaseName",
         "ModelRegistryTableName",
         "UploadQueueTableName",
         "SageMakerExecutionRoleArn",

@@ -29,9 +29,11 @@ def test_defaults_fill_in_everything_but_the_run_id():
         "refit_full_history": True,
         "workers": 0,
         "default_holiday_country": "",
+        "forecast_export_days": 30,
     }
     assert set(HYPERPARAMETER_DEFAULTS) == set(parsed.model_dump()) - {"run_id"}
     assert (parsed.holdout_rows, parsed.season, parsed.season_rows) == (7, timedelta(days=7), 7)
+    assert parsed.export_periods == 30
 
 
 def test_strings_become_typed_values():

@@ -23,6 +23,8 @@ from fleetcast_common.contracts.inference import (
     TARGET_MODEL_HEADER,
 )
 from fleetcast_common.holiday_calendar import HOLIDAYS_VERSION
+from fleetcast_common.prophet_forecaster import UnsupportedModelError as UnsupportedModel
+from fleetcast_common.prophet_forecaster import compile_model, forecast_seed
 from fleetcast_common.quantiles import FORECAST_FLOOR
 from fleetcast_inference import protocol
 from fleetcast_inference.artifact import read_model_artifact
@@ -34,8 +36,8 @@ from fleetcast_inference.errors import (
     MethodNotAllowedError,
     ModelNotLoadedError,
     RouteNotFoundError,
+    UnsupportedModelError,
 )
-from fleetcast_inference.forecaster import compile_model, forecast_seed
 from fleetcast_inference.memory import retained_bytes
 from fleetcast_inference.registry import MODEL_ENTRY_OVERHEAD_BYTES, LoadedModels, ServedModel
 
@@ -172,6 +174,8 @@ def build_served_model(name: str, url: str, path: Path) -> ServedModel:
     model_json, metadata = read_model_artifact(path)
     try:
         forecaster = compile_model(model_json, metadata.frequency)
+    except UnsupportedModel as error:
+        raise UnsupportedModelError(str(error)) from None
     except ValueError as error:
         raise InvalidArtifactError(str(error)) from None
     calendar = metadata.holiday_calendar

@@ -26,9 +26,9 @@ from fleetcast_common.contracts.inference import (
     MIN_PERIOD,
     error_body,
 )
+from fleetcast_common.prophet_forecaster import Forecast
 from fleetcast_common.quantiles import normalise_quantiles, quantile_key
 from fleetcast_inference.errors import BadRequestError, InferenceError
-from fleetcast_inference.forecaster import Forecast
 from fleetcast_inference.registry import LoadedModelStatus, ServedModel
 
 PERIOD_FIELD = "period"

@@ -23,13 +23,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from fleetcast_common.prophet_forecaster import ProphetForecaster
 from fleetcast_inference.errors import (
     InferenceError,
     InsufficientMemoryError,
     ModelAlreadyLoadedError,
     ModelNotLoadedError,
 )
-from fleetcast_inference.forecaster import ProphetForecaster
 
 # Calibrated with tracemalloc (tests/unit/test_inference_registry.py checks both):
 # a registry entry (usage record, dictionary slots, cached-request set) and a cached

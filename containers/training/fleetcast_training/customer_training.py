@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
 import time
@@ -16,7 +17,7 @@ import pandas as pd
 import prophet
 from prophet import Prophet
 from prophet.models import CmdStanPyBackend
-from prophet.serialize import model_to_json
+from prophet.serialize import model_to_dict
 
 from fleetcast_common.contracts.training import MODEL_ARCHIVE_SUFFIX
 from fleetcast_common.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
@@ -28,8 +29,17 @@ from fleetcast_common.model_archive import (
 )
 from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_training.calendars import CustomerCalendars
-from fleetcast_training.evaluation import mae, seasonal_naive, smape
+from fleetcast_training.evaluation import (
+    in_sample_naive_mae,
+    mae,
+    mase,
+    rmse,
+    seasonal_naive,
+    smape,
+    wape,
+)
 from fleetcast_training.exact_map import NotSolvedExactly
+from fleetcast_training.export import ExportedForecast, forecast_for_export
 from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.history import read_history
 from fleetcast_training.holdout import holdout_forecast
@@ -59,10 +69,13 @@ def _fourier_order(setting: str | bool | int, auto_disabled: bool, name: str) ->
 
 @dataclass(frozen=True)
 class CustomerReport:
-    """What the job learns about one customer; ``failure_kind`` groups failures."""
+    """What the job learns about one customer; ``failure_kind`` groups failures;
+    ``forecast`` is its model's exported forecast (``export_error`` says why there is none)."""
 
     result: CustomerResult
     failure_kind: FailureKind | None = None
+    forecast: ExportedForecast | None = None
+    export_error: str | None = None
 
     @classmethod
     def failed(cls, customer_id: str, kind: FailureKind, reason: str) -> CustomerReport:
@@ -127,9 +140,8 @@ class CustomerTrainer:
         started = time.perf_counter()
         try:
             resumed = self._resume(customer_id)
-            if resumed is not None:
-                return CustomerReport(resumed)
-            return CustomerReport(self._train(customer_id, source, started))
+            result, model = resumed or self._train(customer_id, source, started)
+            return self._with_forecast(result, model)
         except CustomerFailure as failure:
             return CustomerReport.failed(customer_id, failure.kind, failure.reason)
         except Exception as error:
@@ -137,14 +149,33 @@ class CustomerTrainer:
             reason = f"{type(error).__name__}: {error}"
             return CustomerReport.failed(customer_id, FailureKind.FIT_FAILED, reason)
 
-    def _resume(self, customer_id: str) -> CustomerResult | None:
+    def _with_forecast(self, result: CustomerResult, model: str | dict[str, Any]) -> CustomerReport:
+        """The report with the model's forecast for the run's export; a model the forecaster
+        cannot compile keeps its result and says why it has no forecast."""
+        settings = self._hyperparameters
+        if not settings.forecast_export_days:
+            return CustomerReport(result)
+        try:
+            forecast = forecast_for_export(
+                result.customer_id,
+                settings.run_id,
+                model,
+                settings.frequency,
+                settings.export_periods,
+            )
+        except Exception as error:  # the model is archived: no export error may fail it
+            logger.warning("no exported forecast for %s: %s", result.customer_id, error)
+            return CustomerReport(result, export_error=f"{type(error).__name__}: {error}")
+        return CustomerReport(result, forecast=forecast)
+
+    def _resume(self, customer_id: str) -> tuple[CustomerResult, str] | None:
         """The result of an earlier attempt at this job (before a spot interruption), if
         its archive is complete and for this run."""
         path = archive_path(self._checkpoint_dir, customer_id)
         if not path.is_file():
             return None
         try:
-            _, metadata = read_archive(path)
+            model_json, metadata = read_archive(path)
         except ValueError as error:
             logger.warning(
                 "refitting %s: its checkpointed archive is unusable: %s", customer_id, error
@@ -155,15 +186,18 @@ class CustomerTrainer:
                 "refitting %s: its checkpointed archive is from another run", customer_id
             )
             return None
-        return CustomerResult(
+        resumed = CustomerResult(
             customer_id=customer_id,
             outcome=CustomerOutcome.RESUMED,
             rows=metadata.rows,
             metrics=metadata.metrics,
             metadata=metadata,
         )
+        return resumed, model_json
 
-    def _train(self, customer_id: str, source: Path, started: float) -> CustomerResult:
+    def _train(
+        self, customer_id: str, source: Path, started: float
+    ) -> tuple[CustomerResult, dict[str, Any]]:
         settings = self._hyperparameters
         fits_before = self._backend.fit_methods.copy()
         history = read_history(source)
@@ -188,12 +222,19 @@ class CustomerTrainer:
             forecast = self._point_forecast(served, holdout["ds"])
         actual = holdout["y"].to_numpy(dtype=np.float64)
         naive = seasonal_naive(fitted, holdout["ds"], settings.season)
+        scale = in_sample_naive_mae(fitted, settings.season)
         metrics = HoldoutMetrics(
             holdout_days=settings.holdout_days,
             smape=smape(actual, forecast),
             mae=mae(actual, forecast),
             naive_smape=smape(actual, naive),
             naive_mae=mae(actual, naive),
+            wape=wape(actual, forecast),
+            rmse=rmse(actual, forecast),
+            mase=mase(actual, forecast, scale),
+            naive_wape=wape(actual, naive),
+            naive_rmse=rmse(actual, naive),
+            naive_mase=mase(actual, naive, scale),
         )
 
         metadata = ModelMetadata(
@@ -208,10 +249,11 @@ class CustomerTrainer:
             library_versions=self._versions,
             holiday_calendar=calendar,
         )
-        write_archive(
-            archive_path(self._checkpoint_dir, customer_id), model_to_json(served), metadata
-        )
-        return CustomerResult(
+        # prophet.serialize.model_to_json is json.dumps of this dict; the export's
+        # forecaster takes the dict as it is rather than parsing the JSON back.
+        model = model_to_dict(served)
+        write_archive(archive_path(self._checkpoint_dir, customer_id), json.dumps(model), metadata)
+        trained = CustomerResult(
             customer_id=customer_id,
             outcome=CustomerOutcome.TRAINED,
             rows=rows,
@@ -220,6 +262,7 @@ class CustomerTrainer:
             fit_methods=dict(self._backend.fit_methods - fits_before),
             metadata=metadata,
         )
+        return trained, model
 
     def _new_model(
         self, orders: dict[str, int] | None = None, holidays: _Holidays | None = None

@@ -28,6 +28,43 @@ def mae(actual: Values, forecast: Values) -> float:
     return float(np.abs(forecast - actual).mean())
 
 
+def rmse(actual: Values, forecast: Values) -> float:
+    return float(np.sqrt(np.square(forecast - actual).mean()))
+
+
+def wape(actual: Values, forecast: Values) -> float | None:
+    """Weighted absolute percentage error, ``sum|F - A| / sum|A|`` (Amazon Forecast's WAPE);
+    None when every actual value is zero: there is no volume to weigh the errors by."""
+    volume = float(np.abs(actual).sum())
+    if volume == 0:
+        return None
+    return float(np.abs(forecast - actual).sum()) / volume
+
+
+def mase(actual: Values, forecast: Values, scale: float | None) -> float | None:
+    """Mean absolute scaled error: the forecast's MAE over ``scale``, the in-sample MAE of
+    the seasonal-naive forecast (:func:`in_sample_naive_mae`). None when ``scale`` is zero
+    (a history that repeats itself exactly every season, a flat one say) or None: no error
+    can be scaled by it, and an infinite or zero ratio would say something false."""
+    if scale is None or scale == 0:
+        return None
+    return mae(actual, forecast) / scale
+
+
+def in_sample_naive_mae(history: pd.DataFrame, season: timedelta) -> float | None:
+    """MASE's scale: the MAE of forecasting each row of ``history`` at least a season
+    after its first with :func:`seasonal_naive`'s rule (the value one season earlier, the
+    latest before it across a gap); None when ``history`` spans less than a season."""
+    times = history["ds"].to_numpy(dtype="datetime64[ns]")
+    values = history["y"].to_numpy(dtype=np.float64)
+    period = np.timedelta64(pd.Timedelta(season).value, "ns")
+    scored = times >= times[0] + period
+    if not scored.any():
+        return None
+    latest = np.searchsorted(times, times[scored] - period, side="right") - 1
+    return float(np.abs(values[scored] - values[latest]).mean())
+
+
 def seasonal_naive(history: pd.DataFrame, targets: pd.Series, season: timedelta) -> Values:
     """Forecast each target time with the value one season earlier, repeating the last
     season of ``history`` for targets more than a season past its end.

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from fleetcast_common.contracts.inference import MAX_PERIOD
 from fleetcast_common.contracts.training import (
     HYPERPARAMETER_DEFAULTS,
     REQUIRED_HYPERPARAMETERS,
@@ -74,6 +75,8 @@ class Hyperparameters(BaseModel):
     workers: int = Field(ge=0, le=1024)
     # Customers without metadata get this country's holidays; "" for none.
     default_holiday_country: str = ""
+    # Days of forecast each trained customer gets in the run's export; 0: no export.
+    forecast_export_days: int = Field(ge=0, le=MAX_PERIOD)
 
     @model_validator(mode="after")
     def _known_run(self) -> Hyperparameters:
@@ -99,6 +102,11 @@ class Hyperparameters(BaseModel):
     @property
     def holdout_rows(self) -> int:
         return self.holdout_days * _PERIODS_PER_DAY[self.frequency]
+
+    @property
+    def export_periods(self) -> int:
+        """Rows of each customer's exported forecast (24 a day for hourly models)."""
+        return self.forecast_export_days * _PERIODS_PER_DAY[self.frequency]
 
     @property
     def season(self) -> timedelta:

@@ -44,6 +44,11 @@ from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
+from fleetcast_training.export import (
+    ExportedCustomer,
+    write_accuracy_part,
+    write_forecast_parts,
+)
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.parts import unpack_parts
@@ -171,6 +176,8 @@ def _run_job(
         customers, hyperparameters, checkpoint_dir, workers, progress, calendars
     )
 
+    if hyperparameters.forecast_export_days:
+        write_exports(checkpoint_dir, host, hyperparameters.run_id, reports)
     manifest = TrainingManifest(
         run_id=hyperparameters.run_id,
         host=host,
@@ -186,6 +193,25 @@ def _run_job(
         reports=reports,
         seconds=time.perf_counter() - started,
         required_rows=hyperparameters.required_rows,
+    )
+
+
+def write_exports(
+    checkpoint_dir: Path, host: str, run_id: str, reports: list[CustomerReport]
+) -> None:
+    """The shard's forecast parts and accuracy part, before the manifest: a run whose
+    manifests are all there has all its exports too."""
+    customers = [ExportedCustomer(r.result, r.forecast, r.export_error) for r in reports]
+    parts = write_forecast_parts(checkpoint_dir, host, run_id, customers)
+    write_accuracy_part(checkpoint_dir, host, run_id, customers)
+    exported = sum(1 for c in customers if c.forecast is not None)
+    unexported = [c.result.customer_id for c in customers if c.export_error is not None]
+    logger.info(
+        "%s: exported %d customers' forecasts in %d part(s)%s",
+        host,
+        exported,
+        len(parts),
+        f"; none for {len(unexported)}: {', '.join(unexported[:5])}" if unexported else "",
     )
 
 

@@ -34,6 +34,17 @@ class HoldoutMetrics(BaseModel):
     mae: float
     naive_smape: float = Field(description="Symmetric MAPE of the seasonal-naive forecast")
     naive_mae: float
+    # Amazon Forecast's accuracy measures, added after the first archives were written:
+    # None in those, and where a measure is undefined (WAPE of an all-zero holdout, MASE
+    # whose scale, the in-sample seasonal-naive MAE, is zero or has no season to measure).
+    wape: float | None = Field(default=None, description="sum|F - A| / sum|A|")
+    rmse: float | None = None
+    mase: float | None = Field(
+        default=None, description="MAE over the fitted window's in-sample seasonal-naive MAE"
+    )
+    naive_wape: float | None = None
+    naive_rmse: float | None = None
+    naive_mase: float | None = None
 
 
 class ModelMetadata(BaseModel):

@@ -76,6 +76,7 @@ class TrainingSettings(PipelineSettings):
     default_holiday_country: str = Field(
         alias="DEFAULT_HOLIDAY_COUNTRY", default="", pattern=r"^([A-Z]{2,3})?$"
     )
+    forecast_export_days: int = Field(alias="FORECAST_EXPORT_DAYS", default=30, ge=0, le=365)
 
 
 class RegistrationSettings(PipelineSettings):

@@ -360,6 +360,23 @@ class LocalStack:
             if "GlobalSecondaryIndexes" in properties:
                 request["GlobalSecondaryIndexes"] = properties["GlobalSecondaryIndexes"]
             dynamodb.create_table(**request)
+        self._create_glue_catalog()
+
+    def _create_glue_catalog(self) -> None:
+        """The template's Glue databases and tables (the run exports' catalog), so the
+        CLI and tests see what Athena would; those restored from the last stop stay."""
+        glue = self.client("glue")
+        databases = {d["Name"] for d in glue.get_databases()["DatabaseList"]}
+        for logical_id in self.template.resources_of_type("AWS::Glue::Database"):
+            database_input = self._properties(logical_id)["DatabaseInput"]
+            if database_input["Name"] not in databases:
+                glue.create_database(DatabaseInput=database_input)
+        for logical_id in self.template.resources_of_type("AWS::Glue::Table"):
+            properties = self._properties(logical_id)
+            database, table_input = properties["DatabaseName"], properties["TableInput"]
+            existing = {t["Name"] for t in glue.get_tables(DatabaseName=database)["TableList"]}
+            if table_input["Name"] not in existing:
+                glue.create_table(DatabaseName=database, TableInput=table_input)
 
     @staticmethod
     def _create_bucket(s3: Any, name: str, properties: dict[str, Any]) -> None:

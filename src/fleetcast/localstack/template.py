@@ -100,6 +100,11 @@ _NAME_PROPERTIES = {
     "AWS::SageMaker::Endpoint": "EndpointName",
     "AWS::Serverless::Api": "Name",
 }
+# Glue keeps a database's or table's name inside its input structure.
+_NESTED_NAME_PROPERTIES = {
+    "AWS::Glue::Database": "DatabaseInput",
+    "AWS::Glue::Table": "TableInput",
+}
 # Ref gives these resources' ARN, not their name; their names come from Fn::GetAtt.
 _REF_IS_ARN = {
     "AWS::SageMaker::Model",
@@ -152,6 +157,9 @@ class LocalTemplate:
         explicit = _NAME_PROPERTIES.get(resource["Type"])
         if explicit and explicit in resource.get("Properties", {}):
             return str(self.resolve(resource["Properties"][explicit]))
+        nested = _NESTED_NAME_PROPERTIES.get(resource["Type"])
+        if nested and "Name" in resource.get("Properties", {}).get(nested, {}):
+            return str(self.resolve(resource["Properties"][nested]["Name"]))
         return _physical_name(self.stack_name, logical_id, resource["Type"])
 
     def arn(self, logical_id: str) -> str:
@@ -247,6 +255,8 @@ class LocalTemplate:
 
         def replace(match: re.Match[str]) -> str:
             name = match.group(1)
+            if name.startswith("!"):
+                return "${" + name[1:] + "}"  # ${!Literal}: CloudFormation's escape
             if name in resolved:
                 return resolved[name]
             if "." in name:
@@ -254,7 +264,7 @@ class LocalTemplate:
                 return self.get_att(logical_id, attribute)
             return self.ref(name)
 
-        return re.sub(r"\$\{([^!}][^}]*)\}", replace, text)
+        return re.sub(r"\$\{([^}]+)\}", replace, text)
 
     def function_environment(self, logical_id: str) -> dict[str, str]:
         """Globals' environment variables overlaid with the function's own, resolved."""

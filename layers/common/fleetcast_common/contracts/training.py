@@ -66,6 +66,8 @@ HYPERPARAMETER_DEFAULTS: dict[str, str] = {
     # The holidays of customers without metadata: a country code of the holidays package
     # (e.g. US), or empty for none.
     "default_holiday_country": "",
+    # Days of each trained customer's forecast in the run's export (run_exports); 0: none.
+    "forecast_export_days": "30",
 }
 REQUIRED_HYPERPARAMETERS = ("run_id",)
 # Hyperparameters the SageMaker SDK adds on its own; the container ignores them.

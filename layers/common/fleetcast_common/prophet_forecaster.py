@@ -30,9 +30,14 @@ import numpy.typing as npt
 
 from fleetcast_common.contracts.inference import MAX_PERIOD
 from fleetcast_common.holiday_calendar import holiday_dates
-from fleetcast_inference.errors import UnsupportedModelError
 
 FloatArray = npt.NDArray[np.float64]
+
+
+class UnsupportedModelError(ValueError):
+    """A well-formed Prophet model using a feature a period-only forecast cannot feed
+    (logistic growth needs a cap per date, extra regressors need their future values)."""
+
 
 _NS_PER_SECOND = 1_000_000_000
 _SECONDS_PER_DAY = 24 * 60 * 60
@@ -117,8 +122,14 @@ class ProphetForecaster:
             return Forecast(dates, yhat, None, None, quantiles, None)
         samples = self._samples(period, seed)
         percentile = np.nanpercentile if np.isnan(samples).any() else np.percentile
-        lower = percentile(samples, 100 * (1.0 - self.interval_width) / 2, axis=0)
-        upper = percentile(samples, 100 * (1.0 + self.interval_width) / 2, axis=0)
+        # Both bounds in one call, each period's samples contiguous: the same values as
+        # two calls along axis 0, in half the time (the training job's export makes one
+        # forecast per customer).
+        lower, upper = percentile(
+            np.ascontiguousarray(samples.T),
+            [100 * (1.0 - self.interval_width) / 2, 100 * (1.0 + self.interval_width) / 2],
+            axis=1,
+        )
         values = None
         if quantiles:
             quantile = np.nanquantile if percentile is np.nanpercentile else np.quantile
@@ -133,6 +144,8 @@ class ProphetForecaster:
         per_iteration = max(1, math.ceil(self.uncertainty_samples / iterations))
         t = self.t[:period]
         step = float(np.diff(t).mean()) if period > 1 else self.history_step
+        if math.isnan(step):
+            raise ValueError("this forecaster was compiled without one_period: ask for 2 or more")
         change_likelihood = self.changepoint_count * step
         shape = (per_iteration, period)
         simulations = []
@@ -161,25 +174,39 @@ def forecast_seed(customer_id: str, model_version: str, period: int) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def compile_model(model_json: str, frequency: str, horizon: int = MAX_PERIOD) -> ProphetForecaster:
-    """Reduce ``model_to_json`` output to a :class:`ProphetForecaster`.
+def compile_model(
+    model_json: str | dict[str, Any],
+    frequency: str,
+    horizon: int = MAX_PERIOD,
+    *,
+    one_period: bool = True,
+) -> ProphetForecaster:
+    """Reduce ``model_to_json`` output (or ``model_to_dict``'s, which it parses to) to a
+    :class:`ProphetForecaster`. Without ``one_period`` it cannot forecast a single period,
+    and saves parsing the model's history (2 ms of a 2-year daily model): the training
+    job's export asks for its whole horizon only.
 
     Raises :class:`UnsupportedModelError` for models a period alone cannot forecast and
     ``ValueError`` for anything that is not a fitted Prophet model.
     """
-    try:
-        model = json.loads(model_json)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"model.json is not JSON: {error}") from None
+    if isinstance(model_json, dict):
+        model: Any = model_json
+    else:
+        try:
+            model = json.loads(model_json)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"model.json is not JSON: {error}") from None
     if not isinstance(model, dict):
         raise ValueError("model.json is not a serialised Prophet model (not an object)")
     try:
-        return _compile(model, frequency, horizon)
+        return _compile(model, frequency, horizon, one_period)
     except (KeyError, TypeError, IndexError) as error:
         raise ValueError(f"model.json is not a fitted Prophet model: {error!r}") from None
 
 
-def _compile(model: dict[str, Any], frequency: str, horizon: int) -> ProphetForecaster:
+def _compile(
+    model: dict[str, Any], frequency: str, horizon: int, one_period: bool = True
+) -> ProphetForecaster:
     _check_supported(model)
     params = model["params"]
     k = np.asarray(params["k"], dtype=np.float64).reshape(-1)
@@ -242,7 +269,7 @@ def _compile(model: dict[str, Any], frequency: str, horizon: int) -> ProphetFore
         array.setflags(write=False)
     mean_abs_delta.setflags(write=False)
 
-    history_t = _history_t(model["history"])
+    history_t = _history_t(model["history"]) if one_period else np.array([math.nan, math.nan])
     return ProphetForecaster(
         dates=dates,
         t=t,

@@ -1,0 +1,228 @@
+"""A run's accuracy, fleet-wide: the summary ``fleetcast status`` prints and the
+self-contained HTML report ``fleetcast report`` writes.
+
+Both come from the run's accuracy table (one row per customer of every instance's shard,
+:mod:`fleetcast_common.run_exports`) and the registry's decision on each model, read by
+the CLI; no Lambda function reads either.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel
+
+from fleetcast_common.registry import ModelRegistry, ModelStatus
+
+
+class Spread(BaseModel):
+    """p10, median and p90 of one measure over the customers where it is defined."""
+
+    customers: int
+    p10: float | None = None
+    median: float | None = None
+    p90: float | None = None
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Spread:
+        defined = np.array([v for v in values if v is not None and math.isfinite(v)])
+        if not defined.size:
+            return cls(customers=0)
+        p10, median, p90 = np.percentile(defined, [10, 50, 90])
+        return cls(customers=int(defined.size), p10=p10, median=median, p90=p90)
+
+
+class RunAccuracy(BaseModel):
+    run_id: str
+    customers: int
+    scored: int
+    # Per measure name (smape, wape, mase, rmse, mae): the model's and seasonal-naive's.
+    model: dict[str, Spread]
+    naive: dict[str, Spread]
+    # The model's holdout sMAPE is below seasonal-naive's.
+    beat_naive: int
+    # What became of the customers' models in the registry.
+    live: int
+    rejected: int  # the quality gate: clearly worse than seasonal-naive
+    superseded: int  # a newer run's model had already gone live
+    failed: int  # training failed: no model
+    undecided: int  # trained, not (yet) decided by registration
+    # Customers whose model has no exported forecast, and the first reason.
+    not_exported: int
+    first_export_error: str | None = None
+
+    @property
+    def not_live(self) -> int:
+        return self.rejected + self.superseded + self.failed + self.undecided
+
+
+MEASURES = ("smape", "wape", "mase", "rmse", "mae")
+
+
+def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAccuracy:
+    rows = accuracy.to_pylist()
+    scored = [row for row in rows if row["smape"] is not None]
+    states = registry.states([row["customer_id"] for row in rows], run_id)
+    decisions = [states[row["customer_id"]].decided for row in rows if row["outcome"] != "failed"]
+    statuses = [decided.status for decided in decisions if decided is not None]
+    not_exported = [row for row in rows if row["outcome"] != "failed" and not row["forecast_rows"]]
+    return RunAccuracy(
+        run_id=run_id,
+        customers=len(rows),
+        scored=len(scored),
+        model={name: Spread.of([row[name] for row in scored]) for name in MEASURES},
+        naive={name: Spread.of([row[f"naive_{name}"] for row in scored]) for name in MEASURES},
+        beat_naive=sum(1 for row in scored if row["beats_naive"]),
+        live=statuses.count(ModelStatus.LIVE),
+        rejected=statuses.count(ModelStatus.REJECTED),
+        superseded=statuses.count(ModelStatus.SUPERSEDED),
+        failed=sum(1 for row in rows if row["outcome"] == "failed"),
+        undecided=sum(1 for decided in decisions if decided is None),
+        not_exported=len(not_exported),
+        first_export_error=(
+            f"{not_exported[0]['customer_id']}: {not_exported[0]['export_error']}"
+            if not_exported
+            else None
+        ),
+    )
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def summary_lines(summary: RunAccuracy) -> list[str]:
+    """The few lines ``fleetcast status`` prints under its table."""
+    smape, wape = summary.model["smape"], summary.model["wape"]
+    naive_smape = summary.naive["smape"]
+    lines = [
+        f"accuracy of run {summary.run_id} ({summary.scored} of {summary.customers} "
+        "customers scored on their holdout):",
+        f"  sMAPE median {_percent(smape.median)} (p10 {_percent(smape.p10)}, "
+        f"p90 {_percent(smape.p90)}); seasonal-naive median {_percent(naive_smape.median)}",
+        f"  WAPE  median {_percent(wape.median)} (p10 {_percent(wape.p10)}, "
+        f"p90 {_percent(wape.p90)}) over {wape.customers} customers",
+        f"  {summary.beat_naive} of {summary.scored} beat seasonal-naive (lower sMAPE)",
+        f"  made live {summary.live}; not made live {summary.not_live}: "
+        f"{summary.rejected} quality gate, "
+        f"{summary.superseded} superseded, {summary.failed} failed"
+        + (f", {summary.undecided} not decided yet" if summary.undecided else ""),
+    ]
+    if summary.not_exported:
+        lines.append(
+            f"  {summary.not_exported} trained without an exported forecast "
+            f"(first: {summary.first_export_error})"
+        )
+    return lines
+
+
+def error_chart_png(accuracy: pa.Table) -> bytes:
+    """Histogram of the holdout sMAPE of the models and of seasonal-naive, as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    model = [v for v in accuracy.column("smape").to_pylist() if v is not None]
+    naive = [v for v in accuracy.column("naive_smape").to_pylist() if v is not None]
+    figure, axes = plt.subplots(figsize=(9, 4), dpi=100)
+    try:
+        upper = max([*model, *naive, 0.01])
+        bins = np.linspace(0, upper * 100, 31).tolist()
+        axes.hist([100 * v for v in naive], bins=bins, alpha=0.55, label="seasonal-naive")
+        axes.hist([100 * v for v in model], bins=bins, alpha=0.75, label="Prophet model")
+        axes.set_xlabel("holdout sMAPE (%)")
+        axes.set_ylabel("customers")
+        axes.set_title("Error distribution: model vs seasonal-naive")
+        axes.legend()
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png")
+    finally:
+        plt.close(figure)
+    return buffer.getvalue()
+
+
+_STYLE = """
+body { font-family: sans-serif; margin: 2em; color: #222; max-width: 960px; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #bbb; padding: 4px 10px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+th { background: #eee; }
+"""
+
+
+def _number(name: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return _percent(value) if name in ("smape", "wape") else f"{value:,.3f}"
+
+
+def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> str:
+    """The run report: one HTML file, its chart embedded as a data URI."""
+    e = html.escape
+    chart = base64.b64encode(error_chart_png(accuracy)).decode()
+    measure_rows = "".join(
+        f"<tr><td>{name}</td>"
+        + "".join(
+            f"<td>{_number(name, getattr(spread, field))}</td>"
+            for spread in (summary.model[name], summary.naive[name])
+            for field in ("p10", "median", "p90")
+        )
+        + f"<td>{summary.model[name].customers}</td></tr>"
+        for name in MEASURES
+    )
+    scored = sorted(
+        (row for row in accuracy.to_pylist() if row["smape"] is not None),
+        key=lambda row: -row["smape"],
+    )[:worst]
+    worst_rows = "".join(
+        f"<tr><td>{e(row['customer_id'])}</td><td>{_percent(row['smape'])}</td>"
+        f"<td>{_percent(row['naive_smape'])}</td><td>{_number('mase', row['mase'])}</td></tr>"
+        for row in scored
+    )
+    failures = [row for row in accuracy.to_pylist() if row["outcome"] == "failed"][:worst]
+    failure_rows = "".join(
+        f"<tr><td>{e(row['customer_id'])}</td><td>{e(row['failure_reason'] or '')}</td></tr>"
+        for row in failures
+    )
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>fleetcast run {e(summary.run_id)}: accuracy</title><style>{_STYLE}</style></head>
+<body>
+<h1>Run {e(summary.run_id)}: accuracy</h1>
+<p>{summary.scored} of {summary.customers} customers scored on their holdout;
+<strong>{summary.beat_naive}</strong> beat seasonal-naive (lower sMAPE). Generated {generated}.</p>
+<h2>What became of the models</h2>
+<table id="decisions"><tr><th>outcome</th><th>customers</th></tr>
+<tr><td>made live</td><td>{summary.live}</td></tr>
+<tr><td>not made live: quality gate</td><td>{summary.rejected}</td></tr>
+<tr><td>not made live: superseded by a newer run</td><td>{summary.superseded}</td></tr>
+<tr><td>not made live: training failed</td><td>{summary.failed}</td></tr>
+<tr><td>not decided yet</td><td>{summary.undecided}</td></tr>
+<tr><td>no exported forecast</td><td>{summary.not_exported}</td></tr>
+</table>
+<h2>Holdout error across the fleet</h2>
+<table id="measures"><tr><th rowspan="2">measure</th><th colspan="3">model</th>
+<th colspan="3">seasonal-naive</th><th rowspan="2">customers</th></tr>
+<tr><th>p10</th><th>median</th><th>p90</th><th>p10</th><th>median</th><th>p90</th></tr>
+{measure_rows}</table>
+<p>MASE scales the MAE by the in-sample MAE of seasonal-naive on the fitted window; it and
+WAPE are left out where undefined (a flat history, an all-zero holdout).</p>
+<img id="chart" alt="Histogram of holdout sMAPE, model vs seasonal-naive"
+ src="data:image/png;base64,{chart}">
+<h2>Highest model sMAPE</h2>
+<table id="worst"><tr><th>customer</th><th>sMAPE</th><th>naive sMAPE</th><th>MASE</th></tr>
+{worst_rows}</table>
+<h2>Failed customers{" (first " + str(worst) + ")" if summary.failed > worst else ""}</h2>
+<table id="failed"><tr><th>customer</th><th>reason</th></tr>{failure_rows}</table>
+</body></html>
+"""

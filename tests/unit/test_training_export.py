@@ -1,0 +1,221 @@
+"""The run's forecast export and accuracy table, written by the training container."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from test_training_job import (
+    RUN_ID,
+    Instance,
+    Run,
+    _archive_of_a_trained_customer,
+    run_container,
+    weekly_series,
+)
+
+from fleetcast_common.model_archive import read_archive, write_archive
+from fleetcast_common.run_exports import ACCURACY_SCHEMA, FORECAST_SCHEMA
+from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
+from fleetcast_inference.app import InferenceApp, Request
+from fleetcast_inference.contract import InferenceSettings
+from fleetcast_training.export import (
+    ExportedCustomer,
+    ExportedForecast,
+    forecast_table,
+    write_forecast_parts,
+)
+
+GOOD = ["acme", "globex", "initech"]
+
+
+def forecasts(instance: Instance) -> pa.Table:
+    parts = sorted((instance.checkpoints / "exports" / "forecasts").glob("part-*.parquet"))
+    assert parts
+    return pa.concat_tables(pq.read_table(part) for part in parts)
+
+
+def accuracy(instance: Instance) -> pa.Table:
+    return pq.read_table(instance.checkpoints / "exports" / "accuracy" / "part-algo-1.parquet")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Instance, Run]:
+    # Given a shard of three good customers and one with too few rows
+    instance = Instance.create(tmp_path_factory.mktemp("opt-ml"), forecast_export_days="10")
+    for seed, customer_id in enumerate(GOOD):
+        instance.add_customer(customer_id, weekly_series(seed))
+    instance.add_customer("tiny", weekly_series(9, days=3))
+    # When SageMaker runs the container
+    return instance, run_container(instance)
+
+
+def test_every_trained_customer_has_its_horizon_of_rows_after_its_history(
+    exported: tuple[Instance, Run],
+):
+    instance, run = exported
+    assert run.exit_code == 0
+    table = forecasts(instance)
+    # Then the parts have the export's schema and ten days per trained customer, once each
+    assert table.schema == FORECAST_SCHEMA
+    rows = table.to_pylist()
+    assert sorted({row["customer_id"] for row in rows}) == GOOD
+    assert len(rows) == 10 * len(GOOD)
+    assert {row["run_id"] for row in rows} == {RUN_ID}
+    for customer_id in GOOD:
+        _, metadata = read_archive(instance.archive(customer_id))
+        days = [row["ds"].date() for row in rows if row["customer_id"] == customer_id]
+        first = np.datetime64(metadata.data_end) + np.timedelta64(1, "D")
+        assert days == list((first + np.arange(10)).astype(object))
+    for row in rows:
+        assert 0 <= row["yhat_lower"] <= row["yhat"] <= row["yhat_upper"]
+
+
+def test_the_exported_forecast_is_what_the_endpoint_serves(
+    exported: tuple[Instance, Run], tmp_path: Path
+):
+    instance, _ = exported
+    rows = [r for r in forecasts(instance).to_pylist() if r["customer_id"] == "globex"]
+    # Given the endpoint container with the customer's archive loaded
+    settings = InferenceSettings(
+        host="127.0.0.1",
+        port=0,
+        opt_ml_root=tmp_path,
+        memory_budget_bytes=2**30,
+        multi_model=True,
+    )
+    folder = settings.models_root / "globex" / "model"
+    folder.mkdir(parents=True)
+    folder.joinpath("globex.tar.gz").write_bytes(instance.archive("globex").read_bytes())
+    app = InferenceApp(settings)
+
+    def call(path: str, body: object) -> dict[str, object]:
+        response = app.dispatch(Request("POST", path, "", {}, json.dumps(body).encode()))
+        assert response.status == 200, response.body
+        answer: dict[str, object] = json.loads(response.body)
+        return answer
+
+    call("/models", {"model_name": "globex", "url": "/opt/ml/models/globex/model"})
+    # When it is asked for the export's period
+    served = call("/models/globex/invoke", {"period": 10})["forecast"]
+    # Then every value, interval included (same seed), is the exported one
+    assert isinstance(served, list) and len(served) == len(rows)
+    for point, row in zip(served, rows, strict=True):
+        assert point["ds"] == row["ds"].date().isoformat()
+        for name in ("yhat", "yhat_lower", "yhat_upper"):
+            assert point[name] == pytest.approx(row[name], rel=1e-9, abs=1e-9)
+
+
+def test_the_accuracy_table_has_every_customer_of_the_shard(exported: tuple[Instance, Run]):
+    instance, _ = exported
+    table = accuracy(instance)
+    assert table.schema == ACCURACY_SCHEMA
+    rows = {row["customer_id"]: row for row in table.to_pylist()}
+    assert sorted(rows) == [*GOOD, "tiny"]
+    manifest = {r.customer_id: r for r in instance.manifest().customers}
+    for customer_id in GOOD:
+        row, metrics = rows[customer_id], manifest[customer_id].metrics
+        assert metrics is not None
+        assert (row["outcome"], row["forecast_rows"], row["export_error"]) == ("trained", 10, None)
+        for name in ("smape", "wape", "mase", "rmse", "mae"):
+            assert row[name] == getattr(metrics, name) and row[name] is not None
+            assert row[f"naive_{name}"] == getattr(metrics, f"naive_{name}")
+        assert row["beats_naive"] == (metrics.smape < metrics.naive_smape)
+    tiny = rows["tiny"]
+    assert (tiny["outcome"], tiny["forecast_rows"], tiny["smape"]) == ("failed", 0, None)
+    assert tiny["failure_reason"] == "has 3 rows, needs at least 28"
+
+
+def test_a_resumed_customer_is_exported_once_and_the_counts_reconcile(tmp_path: Path):
+    # Given an instance restarted after a spot interruption that had finished one customer
+    # (its archive checkpointed) and had even written its parts before being stopped
+    instance = Instance.create(tmp_path / "restarted", forecast_export_days="5")
+    for seed, customer_id in enumerate(["kept", "fresh"]):
+        instance.add_customer(customer_id, weekly_series(seed))
+    instance.checkpoints.mkdir()
+    earlier = _archive_of_a_trained_customer(tmp_path / "earlier", "kept")
+    instance.archive("kept").write_bytes(earlier.read_bytes())
+    assert run_container(instance).exit_code == 0
+    # When it is restarted once more and finishes
+    run = run_container(instance)
+    # Then the kept customer was resumed, not refitted, and is in the export exactly once
+    assert run.exit_code == 0
+    outcomes = instance.outcomes()
+    assert outcomes == {"kept": CustomerOutcome.RESUMED, "fresh": CustomerOutcome.RESUMED}
+    customers = forecasts(instance).column("customer_id").to_pylist()
+    assert sorted(customers) == sorted(["kept"] * 5 + ["fresh"] * 5)
+    # And forecast customers == trained + resumed customers
+    exported = set(customers)
+    counted = [o for o in outcomes.values() if o is not CustomerOutcome.FAILED]
+    assert len(exported) == len(counted)
+
+
+def test_a_model_the_forecaster_cannot_read_keeps_its_result_and_says_why(tmp_path: Path):
+    # Given a checkpointed archive whose model is not a Prophet model
+    instance = Instance.create(tmp_path, forecast_export_days="5")
+    instance.add_customer("odd", weekly_series(0))
+    instance.add_customer("good", weekly_series(1))
+    instance.checkpoints.mkdir()
+    _, metadata = read_archive(_archive_of_a_trained_customer(tmp_path / "earlier", "odd"))
+    write_archive(instance.archive("odd"), '{"placeholder": "no model"}', metadata)
+    # When the job runs
+    assert run_container(instance).exit_code == 0
+    # Then the customer is still resumed, without forecast rows, and the reason is exported
+    rows = {row["customer_id"]: row for row in accuracy(instance).to_pylist()}
+    assert rows["odd"]["outcome"] == "resumed"
+    assert rows["odd"]["forecast_rows"] == 0
+    assert "not a fitted Prophet model" in rows["odd"]["export_error"]
+    assert set(forecasts(instance).column("customer_id").to_pylist()) == {"good"}
+
+
+def test_no_export_when_the_horizon_is_zero(tmp_path: Path):
+    instance = Instance.create(tmp_path, forecast_export_days="0")
+    instance.add_customer("acme", weekly_series(0))
+    assert run_container(instance).exit_code == 0
+    assert instance.outcomes() == {"acme": CustomerOutcome.TRAINED}
+    assert not (instance.checkpoints / "exports").exists()
+
+
+def test_a_model_without_uncertainty_samples_exports_null_bounds():
+    # Given a forecast without an interval (uncertainty_samples=0) beside one with
+    dates = np.array(["2025-01-01", "2025-01-02"], dtype="datetime64[ns]")
+    plain = ExportedForecast(dates, np.array([1.0, 2.0]), None, None)
+    full = ExportedForecast(dates, np.array([3.0, 4.0]), np.array([2.0, 3.0]), np.array([4, 5.0]))
+    customers = [
+        ExportedCustomer(CustomerResult(customer_id=c, outcome=CustomerOutcome.TRAINED), f)
+        for c, f in (("a", plain), ("b", full))
+    ]
+    # Then the bounds are null where there is none, values where there are
+    rows = forecast_table(RUN_ID, customers).to_pylist()
+    assert [(r["customer_id"], r["yhat_lower"], r["yhat_upper"]) for r in rows] == [
+        ("a", None, None),
+        ("a", None, None),
+        ("b", 2.0, 4.0),
+        ("b", 3.0, 5.0),
+    ]
+
+
+def test_parts_hold_a_bounded_number_of_customers_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Given five customers and at most two to a part
+    monkeypatch.setattr("fleetcast_training.export.CUSTOMERS_PER_PART", 2)
+    dates = np.array(["2025-01-01"], dtype="datetime64[ns]")
+    customers = [
+        ExportedCustomer(
+            CustomerResult(customer_id=f"c{i}", outcome=CustomerOutcome.TRAINED),
+            ExportedForecast(dates, np.array([float(i)]), None, None),
+        )
+        for i in range(5)
+    ]
+    # When written twice (a restart), then three parts, each customer once
+    write_forecast_parts(tmp_path, "algo-1", RUN_ID, customers)
+    paths = write_forecast_parts(tmp_path, "algo-1", RUN_ID, customers)
+    assert [p.name for p in paths] == [f"part-algo-1-{n:05d}.parquet" for n in range(3)]
+    assert sorted(p.name for p in paths[0].parent.iterdir()) == [p.name for p in paths]
+    ids = pa.concat_tables(pq.read_table(p) for p in paths).column("customer_id").to_pylist()
+    assert ids == [f"c{i}" for i in range(5)]
