@@ -165,13 +165,7 @@ def test_in_process_log_posterior_is_at_least_cmdstans(fleet: list[tuple[str, Cm
         except NotSolvedExactly as fallback:
             declined.add((kind, fallback.reason))
             continue
-        ours = {
-            "k": solution.k,
-            "m": solution.m,
-            "delta": solution.delta,
-            "beta": solution.beta,
-            "sigma_obs": solution.sigma_obs,
-        }
+        ours = stan_params(solution)
         # Then its log posterior, computed here, is at least CmdStan's
         lp_ours, lp_cmdstan = log_posterior(fit.data, ours), log_posterior(fit.data, fit.params)
         if lp_ours < lp_cmdstan - 1e-9 * abs(lp_cmdstan):
@@ -392,13 +386,7 @@ def test_holiday_models_reach_at_least_cmdstans_log_posterior(tmp_path: Path):
         assert holiday_columns > 0
         # When the in-process solver fits the same Stan data
         solution = exact_map.solve(fit.data)
-        ours = {
-            "k": solution.k,
-            "m": solution.m,
-            "delta": solution.delta,
-            "beta": solution.beta,
-            "sigma_obs": solution.sigma_obs,
-        }
+        ours = stan_params(solution)
         # Then its log posterior is at least CmdStan's
         lp_ours, lp_cmdstan = log_posterior(fit.data, ours), log_posterior(fit.data, fit.params)
         assert lp_ours >= lp_cmdstan - 1e-9 * abs(lp_cmdstan), (kind, country, seed)
@@ -428,3 +416,14 @@ def test_a_holiday_model_fitted_in_process_forecasts_as_prophet_does(
     # And it dips on Christmas Day against the week before
     christmas = forecast.loc[forecast["ds"].dt.strftime("%m-%d") == "12-25", "holidays"]
     assert (christmas < 0).all() and christmas.size == 1
+
+
+def stan_params(solution: exact_map.MapSolution) -> dict[str, Any]:
+    """The in-process solution as the Stan parameters Prophet's model keeps."""
+    return {
+        "k": solution.k,
+        "m": solution.m,
+        "delta": solution.delta,
+        "beta": solution.beta,
+        "sigma_obs": solution.sigma_obs,
+    }
