@@ -12,12 +12,12 @@ missing. A customer's parameters depend only on ``seed`` and its id, so a later 
 generated with other dates or other customers continues the same curves.
 
 With ``holidays`` (a country of the ``holidays`` package, ``US``, or a country and a
-subdivision, ``DE-BY``) the public holidays of that calendar are days off: energy use drops
-20-40 % on them, so each customer's use is lower by a per-customer U(20 %, 40 %) on those
-dates, or by its weekend dip where that is deeper (a holiday at a weekend is no lower than
-the weekend). The dates are the ones fleetcast's training gives Prophet
-(``fleetcast_common.holiday_calendar.holiday_dates``), and every other day keeps the value
-it has without ``holidays`` for the same seed.
+subdivision, ``DE-BY``) use drops on that calendar's public holidays, as energy use does
+(by 20-40 %): each customer's expected use is lower by a per-customer U(20 %, 40 %) on
+those dates, on top of the weekend dip for a holiday at a weekend (so a holiday that falls
+on a weekend also shows, as Prophet's one effect per holiday expects). The dates are the
+ones fleetcast's training gives Prophet (``fleetcast_common.holiday_calendar.holiday_dates``),
+and every other day keeps the value it has without ``holidays`` for the same seed.
 
 With ``readings_per_day`` > 1 each day's total is split over that many readings at
 irregular times (one random second in each equal slice of the day), as raw meters report.
@@ -225,7 +225,7 @@ def _customer_readings(
     weekly = np.where((day_numbers + 3) % 7 >= 5, 1 - weekend_dip, 1.0)
     if is_holiday.any():
         holiday_dip = np.random.default_rng([*identity, _HOLIDAY_STREAM]).uniform(0.2, 0.4)
-        weekly = np.where(is_holiday, np.minimum(weekly, 1 - holiday_dip), weekly)
+        weekly = np.where(is_holiday, weekly * (1 - holiday_dip), weekly)
     daily_rng = np.random.default_rng([*identity, *dates])
     noise = daily_rng.normal(0, noise_sd, len(day_numbers))
     daily = np.clip((baseline + season) * weekly + noise, 0, None)
