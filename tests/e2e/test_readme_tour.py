@@ -99,7 +99,7 @@ def _holiday_dip_forecast(step: Step) -> bool:
     quantiles = [[float(cell.replace(",", "")) for cell in row[4:7]] for row in rows]
     return (
         re.search(
-            r"ds\s*│\s*yhat\s*│\s*lower\s*│\s*upper\s*│\s*q0\.1\s*│\s*q0\.5\s*│\s*q0\.9",
+            r"ds\s*┃\s*yhat\s*┃\s*lower\s*┃\s*upper\s*┃\s*q0\.1\s*┃\s*q0\.5\s*┃\s*q0\.9",
             step.output,
         )
         is not None
