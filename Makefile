@@ -74,14 +74,16 @@ test-integration: $(STAMP)  ## Integration tests against a moto server
 	$(BIN)/pytest tests/integration -q
 
 test-e2e: $(STAMP)  ## End-to-end tests on the embedded local stack
-	$(BIN)/pytest tests/e2e -q
+	$(BIN)/pytest tests/e2e -q -m "not own_stack"
+	$(BIN)/pytest tests/e2e -q -m own_stack
 
 # Each tier in its own process: unit tests (no sockets) never share one with the servers
 # that integration and end-to-end tests keep running.
 test: $(STAMP) lint typecheck  ## Everything: lint, types, unit, integration, e2e
 	$(BIN)/pytest tests/unit -q
 	$(BIN)/pytest tests/integration -q
-	$(BIN)/pytest tests/e2e -q --durations=10
+	$(BIN)/pytest tests/e2e -q --durations=10 -m "not own_stack"
+	$(BIN)/pytest tests/e2e -q -m own_stack
 	$(BIN)/python -m bench --smoke
 
 openapi: $(STAMP)  ## Regenerate docs/openapi.json from the forecast API's routes

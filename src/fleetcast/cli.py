@@ -214,17 +214,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from fleetcast import datagen
 
     started = time.perf_counter()
-    rows = datagen.write_readings(
-        args.output,
-        customers=args.customers,
-        days=args.days,
-        start=args.start,
-        readings_per_day=args.readings_per_day,
-        seed=args.seed,
-        customer_offset=args.customer_offset,
-    )
+    try:
+        rows = datagen.write_readings(
+            args.output,
+            customers=args.customers,
+            days=args.days,
+            start=args.start,
+            readings_per_day=args.readings_per_day,
+            seed=args.seed,
+            customer_offset=args.customer_offset,
+            holidays=args.holidays,
+        )
+    except ValueError as error:
+        raise UsageError(f"{error} (nothing was written)") from None
+    holidays = f", lower on {args.holidays} public holidays" if args.holidays else ""
     console.print(
-        f"wrote {rows:,} readings for {args.customers:,} customers to {args.output} in {time.perf_counter() - started:.1f} s"
+        f"wrote {rows:,} readings for {args.customers:,} customers to {args.output}{holidays} "
+        f"in {time.perf_counter() - started:.1f} s"
     )
     return 0
 
@@ -399,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--readings-per-day", type=int, default=1)
     generate.add_argument("--customer-offset", type=int, default=0, help="first customer id")
     generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument(
+        "--holidays",
+        metavar="COUNTRY[-SUBDIVISION]",
+        help="lower use 20-40%% on this calendar's public holidays, e.g. US or DE-BY",
+    )
     generate.set_defaults(run=cmd_generate)
 
     upload = commands.add_parser("upload", help="drop files into the raw bucket")

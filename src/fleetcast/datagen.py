@@ -11,6 +11,14 @@ by a per-customer U(5 %, 35 %), Gaussian noise (sd ~ U(10, 30)), and a few rando
 missing. A customer's parameters depend only on ``seed`` and its id, so a later upload
 generated with other dates or other customers continues the same curves.
 
+With ``holidays`` (a country of the ``holidays`` package, ``US``, or a country and a
+subdivision, ``DE-BY``) use drops on that calendar's public holidays, as energy use does
+(by 20-40 %): each customer's expected use is lower by a per-customer U(20 %, 40 %) on
+those dates, on top of the weekend dip for a holiday at a weekend (so a holiday that falls
+on a weekend also shows, as Prophet's one effect per holiday expects). The dates are the
+ones fleetcast's training gives Prophet (``fleetcast_common.holiday_calendar.holiday_dates``),
+and every other day keeps the value it has without ``holidays`` for the same seed.
+
 With ``readings_per_day`` > 1 each day's total is split over that many readings at
 irregular times (one random second in each equal slice of the day), as raw meters report.
 """
@@ -21,7 +29,7 @@ import gzip
 import io
 import zlib
 from collections.abc import Sequence
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +39,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from fleetcast_common.holiday_calendar import holiday_dates
 from fleetcast_common.ids import validate_customer_id
 
 COLUMNS = ("customer_id", "timestamp", "consumption")
 SECONDS_PER_DAY = 86_400
 _EPOCH = date(1970, 1, 1)
+# A customer's holiday dip is drawn from a generator of its own (this word after the
+# customer's identity), so the days that are not holidays keep their values.
+_HOLIDAY_STREAM = 0x484F4C49
 
 
 def generate_readings(
@@ -48,6 +60,7 @@ def generate_readings(
     customer_offset: int = 0,
     customer_ids: Sequence[str] | None = None,
     gap_rate: float = 0.01,
+    holidays: str | None = None,
 ) -> pd.DataFrame:
     """Readings as a DataFrame, in file order: by customer, then by time.
 
@@ -62,6 +75,8 @@ def generate_readings(
         customer_offset: first numeric id, so a second upload can add new customers.
         customer_ids: explicit ids (e.g. a few existing customers to extend).
         gap_rate: share of (customer, day) pairs left out, as missing days.
+        holidays: a holiday calendar, ``COUNTRY`` or ``COUNTRY-SUBDIVISION`` (``US``,
+            ``DE-BY``), whose public holidays lower use; None for no holidays.
 
     Returns:
         Columns ``customer_id`` (str), ``timestamp`` (str, exactly as written to a file)
@@ -76,6 +91,7 @@ def generate_readings(
         customer_offset=customer_offset,
         customer_ids=customer_ids,
         gap_rate=gap_rate,
+        holidays=holidays,
     ).to_pandas()
 
 
@@ -90,6 +106,7 @@ def write_readings(
     customer_offset: int = 0,
     customer_ids: Sequence[str] | None = None,
     gap_rate: float = 0.01,
+    holidays: str | None = None,
 ) -> int:
     """Write :func:`generate_readings`' rows as CSV to ``path`` (gzip when it ends ``.gz``).
 
@@ -104,6 +121,7 @@ def write_readings(
         customer_offset=customer_offset,
         customer_ids=customer_ids,
         gap_rate=gap_rate,
+        holidays=holidays,
     )
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +152,7 @@ def _readings(
     customer_offset: int,
     customer_ids: Sequence[str] | None,
     gap_rate: float,
+    holidays: str | None,
 ) -> pa.Table:
     ids = _customer_ids(customers, customer_offset, customer_ids)
     first_day = date.fromisoformat(start) if isinstance(start, str) else start
@@ -149,6 +168,7 @@ def _readings(
             2, "consumption", pa.array([], type=pa.float64())
         )
     day_numbers = (first_day - _EPOCH).days + np.arange(days)
+    is_holiday = _holiday_mask(holidays, day_numbers)
     day_labels = pa.array(
         np.datetime_as_string(day_numbers.astype("datetime64[D]"), unit="D").tolist()
     )
@@ -157,7 +177,7 @@ def _readings(
         for parts in zip(
             *(
                 _customer_readings(
-                    index, customer_id, day_numbers, readings_per_day, seed, gap_rate
+                    index, customer_id, day_numbers, is_holiday, readings_per_day, seed, gap_rate
                 )
                 for index, customer_id in enumerate(ids)
             ),
@@ -182,6 +202,7 @@ def _customer_readings(
     index: int,
     customer_id: str,
     day_numbers: npt.NDArray[np.int64],
+    is_holiday: npt.NDArray[np.bool_],
     readings_per_day: int,
     seed: int,
     gap_rate: float,
@@ -202,6 +223,9 @@ def _customer_readings(
     season = amplitude * np.sin(2 * np.pi * day_numbers / 365.25 + phase)
     # 1970-01-01 was a Thursday: (day_number + 3) % 7 is 0 on Mondays, 5 and 6 at weekends.
     weekly = np.where((day_numbers + 3) % 7 >= 5, 1 - weekend_dip, 1.0)
+    if is_holiday.any():
+        holiday_dip = np.random.default_rng([*identity, _HOLIDAY_STREAM]).uniform(0.2, 0.4)
+        weekly = np.where(is_holiday, weekly * (1 - holiday_dip), weekly)
     daily_rng = np.random.default_rng([*identity, *dates])
     noise = daily_rng.normal(0, noise_sd, len(day_numbers))
     daily = np.clip((baseline + season) * weekly + noise, 0, None)
@@ -219,6 +243,22 @@ def _customer_readings(
     shares = weights / weights.sum(axis=1, keepdims=True)
     consumption = (daily[kept_days, None] * shares).ravel()
     return np.full(len(day_index), index), day_index, seconds.ravel(), consumption
+
+
+def _holiday_mask(
+    holidays: str | None, day_numbers: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """Which of ``day_numbers`` are public holidays of the calendar ``holidays`` names."""
+    if holidays is None:
+        return np.zeros(len(day_numbers), dtype=bool)
+    country, _, subdivision = holidays.upper().partition("-")
+    first, last = (_EPOCH + timedelta(days=int(day)) for day in day_numbers[[0, -1]])
+    try:
+        dates = holiday_dates(country, subdivision or None, range(first.year, last.year + 1))
+    except ValueError as error:
+        raise ValueError(f"holidays {holidays!r}: {error}") from None
+    holiday_numbers = np.array([(day - _EPOCH).days for day, _ in dates], dtype=np.int64)
+    return np.isin(day_numbers, holiday_numbers)
 
 
 def _customer_ids(

@@ -21,7 +21,7 @@ from fleetcast_common.ids import (
     upload_sequence,
 )
 from fleetcast_common.registration import read_registration_record
-from fleetcast_common.registry import ModelRegistry
+from fleetcast_common.registry import ModelRegistry, RunRegistration
 from fleetcast_common.upload_queue import UploadQueue
 
 POLL_SECONDS = 0.5
@@ -141,6 +141,15 @@ def decisions_per_run(table: Any, run_id: str | None = None) -> dict[str, dict[s
         scan["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
+def decisions_cover(progress: RunRegistration, counts: dict[str, int]) -> bool:
+    """Whether a run's decision ``counts`` (from :func:`decisions_per_run`) include every
+    model its registration record counts as decided. A scan made while the last chunk
+    registered is older than the record read after it, and would show a registered run
+    with fewer live models than it has."""
+    decided = progress.registered + progress.rejected + progress.superseded
+    return not progress.complete or counts.get("decided", 0) >= decided
+
+
 def run_status(
     run_id: str,
     prefix: str,
@@ -225,6 +234,9 @@ def run_status(
         counts = (decisions if decisions is not None else decisions_per_run(table, run_id)).get(
             run_id, {}
         )
+        if progress is not None and not decisions_cover(progress, counts):
+            # The registry was scanned before this run's last chunk was counted.
+            counts = decisions_per_run(table, run_id).get(run_id, {})
         status.customers_registered = counts.get("live", 0)
         status.customers_decided = counts.get("decided", 0)
     return status

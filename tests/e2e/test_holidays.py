@@ -23,6 +23,8 @@ from fleetcast_common.model_archive import read_archive
 
 pytestmark = [
     pytest.mark.e2e,
+    # Its stack has DefaultHolidayCountry=FR: it cannot share a process with the session's.
+    pytest.mark.own_stack,
     pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*"),
 ]
 CALENDARS = {

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from template_helpers import REPO_ROOT
 
@@ -40,10 +41,13 @@ VARIABLES = (
     "FLEETCAST_API_URL",
     "FLEETCAST_API_KEY",
     "TARGET_MODEL",
+    "FLEET_RUN",
     "PATH",
 )
 CUSTOMERS = 20
 RUN_ID = r"q\d{10}-\d{8}t\d{6}"
+# The forecast export's horizon (the stack parameter ForecastExportDays' default).
+EXPORT_DAYS = 30
 TOUR_SECONDS = 900
 START_SECONDS = 240
 
@@ -67,6 +71,86 @@ def _forecast_json(period: int) -> Callable[[Step], bool]:
     return check
 
 
+def _quantile_forecast(step: Step) -> bool:
+    answer = json.loads(step.output)
+    points = answer["forecast"]
+    return len(points) == 7 and all(
+        set(point["quantiles"]) == {"0.1", "0.5", "0.9"}
+        and point["quantiles"]["0.1"] < point["quantiles"]["0.5"] < point["quantiles"]["0.9"]
+        for point in points
+    )
+
+
+def _table_rows(output: str) -> list[list[str]]:
+    """The cells of each row of a box-drawn table (rich's or DuckDB's)."""
+    return [
+        [cell.strip() for cell in line.strip().strip("│").split("│")]
+        for line in output.splitlines()
+        if line.strip().startswith("│")
+    ]
+
+
+def _holiday_dip_forecast(step: Step) -> bool:
+    """Customer 7's forecast from the model with US holidays: 14 days from New Year's Day
+    2024, its quantiles in order, New Year's Day clearly below the Monday after (the same
+    weekday, so the weekly pattern is no part of the difference), and the chart."""
+    rows = [row for row in _table_rows(step.output) if re.fullmatch(r"\d{4}-\d\d-\d\d.*", row[0])]
+    yhat = {row[0][:10]: float(row[1].replace(",", "")) for row in rows}
+    quantiles = [[float(cell.replace(",", "")) for cell in row[4:7]] for row in rows]
+    return (
+        re.search(
+            r"ds\s*┃\s*yhat\s*┃\s*lower\s*┃\s*upper\s*┃\s*q0\.1\s*┃\s*q0\.5\s*┃\s*q0\.9",
+            step.output,
+        )
+        is not None
+        and len(rows) == 14
+        and min(yhat) == "2024-01-01"
+        and yhat["2024-01-01"] < 0.93 * yhat["2024-01-08"]
+        and all(low <= middle <= high for low, middle, high in quantiles)
+        and "plot: holidays-7.png" in step.output
+        and (step.folder / "holidays-7.png").read_bytes().startswith(b"\x89PNG")
+    )
+
+
+def _export_file(
+    name: str, rows: int, live: set[str], not_live: set[str]
+) -> Callable[[Step], bool]:
+    """The export written to ``name``: ``rows`` rows, ``EXPORT_DAYS`` per customer, the
+    ``live`` customers' rows flagged live and the ``not_live`` ones' not."""
+
+    def check(step: Step) -> bool:
+        table = pq.read_table(step.folder / name).to_pandas()
+        days = table.groupby("customer_id").size()
+        flags = table.groupby("customer_id")["live"].agg(["all", "any"])
+        return bool(
+            len(table) == rows
+            and (days == EXPORT_DAYS).all()
+            and set(days.index) == live | not_live
+            and flags.loc[sorted(live), "all"].all()
+            and not flags.loc[sorted(not_live), "any"].any()
+            and table["run_id"].nunique() == 1
+            and f" {rows} forecasts rows of {len(live | not_live)} customers" in step.output
+        )
+
+    return check
+
+
+def _next_week_per_customer(step: Step) -> bool:
+    """DuckDB's answer: every customer once, 7 days each, from its live model: customer
+    7's from the metadata run, everyone else's from the first run."""
+    rows = [row for row in _table_rows(step.output) if row and row[0].isdigit()]
+    runs = {row[0]: row[1] for row in rows}
+    fleet_run = step.variables["FLEET_RUN"]
+    return (
+        sorted(runs, key=int) == [str(index) for index in range(CUSTOMERS)]
+        and len(rows) == CUSTOMERS
+        and all(row[2] == "7" and float(row[3]) > 0 for row in rows)
+        and all(run == fleet_run for customer, run in runs.items() if customer != "7")
+        and re.fullmatch(RUN_ID, runs["7"]) is not None
+        and runs["7"] > fleet_run
+    )
+
+
 # (pattern the command starts with, what must hold of it). A string is a regular
 # expression searched in the output; a function is given the whole step.
 EXPECTED: list[tuple[str, str | Callable[[Step], bool]]] = [
@@ -88,7 +172,7 @@ EXPECTED: list[tuple[str, str | Callable[[Step], bool]]] = [
     ),
     (r"aws s3 cp readings\.csv\.gz ", r"upload: \./readings\.csv\.gz to s3://fleetcast-raw-"),
     (
-        r"\.venv/bin/fleetcast status --wait ",
+        r"\.venv/bin/fleetcast status --wait 600 +# each upload",
         # run, source, processing, rows (rejected), training, customers, trained, failed, live
         rf"{RUN_ID}\s*│\s*readings\.csv\.gz\s*│\s*Completed\s*│\s*[\d,]+ \(0\)\s*│\s*Completed\s*│"
         rf"\s*{CUSTOMERS}\s*│\s*{CUSTOMERS}\s*│\s*0\s*│\s*{CUSTOMERS}\s*│",
@@ -100,7 +184,7 @@ EXPECTED: list[tuple[str, str | Callable[[Step], bool]]] = [
         rf'"target_model":"{RUN_ID}/7\.tar\.gz"',
     ),
     (
-        r"\.venv/bin/fleetcast forecast 7 ",
+        r"\.venv/bin/fleetcast forecast 7 --period 14 --plot ",
         lambda step: (
             "plot: forecast-7.png" in step.output
             and (step.folder / "forecast-7.png").read_bytes().startswith(b"\x89PNG")
@@ -122,6 +206,57 @@ EXPECTED: list[tuple[str, str | Callable[[Step], bool]]] = [
     (
         r"\.venv-sdk/bin/python examples/sdk_client\.py ",
         rf"customer 7, model run {RUN_ID}\n(.*\n){{8}}",
+    ),
+    (
+        r"printf 'customer_id,country",
+        lambda step: (step.folder / "customers.csv").read_text() == "customer_id,country\n7,US\n",
+    ),
+    (
+        r"aws s3 cp customers\.csv ",
+        r"upload: \./customers\.csv to s3://fleetcast-raw-\S+/incoming/metadata/customers\.csv",
+    ),
+    (
+        r"\.venv/bin/fleetcast status --wait 600 +# the metadata run",
+        # the metadata run: 1 row read, none rejected, 1 customer trained and made live
+        rf"{RUN_ID}\s*│\s*customers\.csv\s*│\s*Completed\s*│\s*1 \(0\)\s*│\s*Completed\s*│"
+        r"\s*1\s*│\s*1\s*│\s*0\s*│\s*1\s*│",
+    ),
+    (r"\.venv/bin/fleetcast forecast 7 --period 14 --quantiles ", _holiday_dip_forecast),
+    (
+        r'curl -s -H "x-api-key: \$FLEETCAST_API_KEY" "\S+/forecast\?period=7&quantiles=0\.1,0\.5,0\.9"',
+        _quantile_forecast,
+    ),
+    (
+        r"FLEET_RUN=\$\(",
+        lambda step: re.fullmatch(RUN_ID, step.variables["FLEET_RUN"]) is not None,
+    ),
+    (
+        r'\.venv/bin/fleetcast export --run "\$FLEET_RUN" -o fleet\.parquet',
+        _export_file(
+            "fleet.parquet",
+            CUSTOMERS * EXPORT_DAYS,
+            live={str(index) for index in range(CUSTOMERS)} - {"7"},
+            not_live={"7"},
+        ),
+    ),
+    (
+        r"\.venv/bin/fleetcast export -o latest\.parquet",
+        _export_file("latest.parquet", EXPORT_DAYS, live={"7"}, not_live=set()),
+    ),
+    (r'\.venv/bin/python -c "import duckdb; ', _next_week_per_customer),
+    (
+        r'\.venv/bin/fleetcast report --run "\$FLEET_RUN" -o report\.html',
+        lambda step: (
+            re.search(
+                rf"accuracy of run {step.variables['FLEET_RUN']} \({CUSTOMERS} of {CUSTOMERS} "
+                r"customers scored.*made live \d+; not made live \d+: .*report -> report\.html",
+                step.output,
+                re.S,
+            )
+            is not None
+            and (step.folder / "report.html").read_text().startswith("<!DOCTYPE html>")
+            and "data:image/png;base64," in (step.folder / "report.html").read_text()
+        ),
     ),
     (
         r"\.venv/bin/fleetcast cost-report +#",
@@ -261,7 +396,7 @@ def run_tour(commands: list[str], folder: Path, state_dir: Path) -> list[Step]:
 def test_the_readme_local_tour_works_as_written(stack: Path, folder: Path) -> None:
     # Given the stack of step 1, started as the README says
     _, commands = tour_blocks(README.read_text())
-    # When a reader types every command of steps 2 to 5 into a second shell
+    # When a reader types every command of steps 2 to 6 into a second shell
     steps = run_tour(commands, folder, stack)
     # Then each exits 0 and prints what the tour promises
     for step in steps:

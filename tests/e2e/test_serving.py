@@ -127,12 +127,24 @@ def test_fleetcast_env_exports_the_api_and_the_endpoint(
     assert exported["FLEETCAST_ENDPOINT_NAME"] == "fleetcast-forecast"
 
 
+def get_when_ready(env: dict[str, str], path: str) -> tuple[int, dict[str, str], Any]:
+    """GET as a client that honours the API's documented 503 + Retry-After (the endpoint
+    is not ready, e.g. its container restarting after test_api_hardening's kill, slower
+    on a loaded machine), for at most a minute."""
+    deadline = time.monotonic() + 60
+    while True:
+        status, headers, body = get(env, path)
+        if status != 503 or "Retry-After" not in headers or time.monotonic() > deadline:
+            return status, headers, body
+        time.sleep(min(float(headers["Retry-After"]), 5.0))
+
+
 def test_every_customer_gets_prophets_forecast_through_the_api(
     served: dict[str, Any], prophet_yhat: Any
 ) -> None:
     for index, customer_id in enumerate(CUSTOMERS):
         period = (7, 1, 30)[index % 3]
-        status, headers, body = get(
+        status, headers, body = get_when_ready(
             served["env"], f"/customers/{customer_id}/forecast?period={period}"
         )
         assert status == 200, body

@@ -8,7 +8,13 @@ import pytest
 
 from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.registration import passes_quality_gate
-from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
+from fleetcast_common.registry import (
+    RUN_PARTITION_PREFIX,
+    RUN_RECORD,
+    ModelRecord,
+    ModelRegistry,
+    ModelStatus,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = HoldoutMetrics(holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0)
@@ -84,3 +90,19 @@ def test_quality_gate_compares_with_seasonal_naive() -> None:
     assert not passes_quality_gate(worse, ratio=1.5)
     perfect_naive = METRICS.model_copy(update={"naive_smape": 0.0, "smape": 0.01})
     assert not passes_quality_gate(perfect_naive, ratio=1.5)
+
+
+def test_a_run_record_without_its_fields_is_a_run_not_started(
+    registry: ModelRegistry, registry_table: Any
+) -> None:
+    # Given a run record holding only its key (seen on the local stack before start_run)
+    run_id = "q0000000009-20261201t000000"
+    registry_table.put_item(
+        Item={"customer_id": RUN_PARTITION_PREFIX + run_id, "record": RUN_RECORD}
+    )
+    # Then reading it says the run has not started registering, rather than failing
+    assert registry.run(run_id) is None
+    # And once started, it reads whole
+    registry.start_run(run_id, "job", chunks_total=2, lost=0)
+    started = registry.run(run_id)
+    assert started is not None and started.chunks_total == 2 and not started.complete

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from fleetcast.datagen import generate_readings, write_readings
+from fleetcast_common.holiday_calendar import holiday_dates
 
 
 def test_default_shape_one_reading_per_day_with_a_few_gaps() -> None:
@@ -158,3 +159,63 @@ def test_explicit_ids_are_validated() -> None:
 def test_bad_arguments_are_refused(arguments: dict[str, int | float]) -> None:
     with pytest.raises(ValueError):
         generate_readings(**arguments)  # type: ignore[arg-type]
+
+
+def _by_day(readings: pd.DataFrame) -> pd.Series:
+    return readings.set_index(["customer_id", "timestamp"])["consumption"]
+
+
+def test_public_holidays_drop_20_to_40_percent_and_every_other_day_is_unchanged() -> None:
+    # Given two years for 30 customers, with and without the US calendar, same seed
+    plain = _by_day(generate_readings(30, days=730, seed=4))
+    with_holidays = _by_day(generate_readings(30, days=730, seed=4, holidays="US"))
+    us_dates = {
+        day.isoformat() for day, _ in holiday_dates("US", None, [2022, 2023]) if day.year >= 2022
+    }
+
+    # When the days are compared
+    assert plain.index.equals(with_holidays.index)
+    on_holiday = plain.index.get_level_values("timestamp").isin(sorted(us_dates))
+
+    # Then every day that is not a holiday keeps its value exactly
+    assert with_holidays[~on_holiday].equals(plain[~on_holiday])
+    # and every holiday is lower, by 20-40 % of the day's expected use (the noise is the
+    # same in both, so the drop is the dip alone), weekend holidays too
+    assert {"2022-07-04", "2023-07-04", "2023-12-25"} <= us_dates
+    assert on_holiday.sum() > 30 * 15
+    drop = (plain - with_holidays)[on_holiday]
+    assert (drop > 0).all()
+    share = drop / plain[on_holiday]
+    weekend = pd.to_datetime(share.index.get_level_values("timestamp")).day_of_week >= 5
+    assert weekend.sum() > 30 * 3
+    assert share.between(0.12, 0.5).all()
+    assert 0.2 < share.median() < 0.4
+    # and each customer keeps one dip of its own across holidays
+    spread = share.groupby(level="customer_id").agg(["min", "max"])
+    assert (spread["max"] - spread["min"] < 0.15).all()
+    assert share.groupby(level="customer_id").median().std() > 0.02
+
+
+def test_a_subdivision_adds_its_own_holidays() -> None:
+    # Given Germany and Bavaria for the same seed
+    germany = _by_day(generate_readings(5, days=365, start="2023-01-01", seed=2, holidays="DE"))
+    bavaria = _by_day(generate_readings(5, days=365, start="2023-01-01", seed=2, holidays="de-by"))
+
+    # Then Epiphany (Friday 6 January 2023, a Bavarian holiday) is lower only in Bavaria,
+    # and German Unity Day (Tuesday 3 October) in both
+    epiphany = germany.xs("2023-01-06", level="timestamp")
+    assert (bavaria.xs("2023-01-06", level="timestamp") < epiphany).all()
+    plain = _by_day(generate_readings(5, days=365, start="2023-01-01", seed=2))
+    assert epiphany.equals(plain.xs("2023-01-06", level="timestamp"))
+    unity = plain.xs("2023-10-03", level="timestamp")
+    assert (germany.xs("2023-10-03", level="timestamp") < unity).all()
+    assert (bavaria.xs("2023-10-03", level="timestamp") < unity).all()
+
+
+@pytest.mark.parametrize(
+    ("calendar", "message"),
+    [("XX", "holidays 'XX': .*no country 'XX'"), ("US-ZZ", "no subdivision 'ZZ'")],
+)
+def test_an_unknown_calendar_is_refused_by_name(calendar: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        generate_readings(2, days=10, holidays=calendar)

@@ -346,7 +346,10 @@ class ModelRegistry:
 
     def run(self, run_id: str) -> RunRegistration | None:
         item = self._table.get_item(Key=self._run_key(run_id, RUN_RECORD)).get("Item")
-        if not item:
+        # Only start_run gives the record its fields; until then the run has not started
+        # registering. (On the local stack an item holding only its key has been read
+        # before start_run, under concurrent chunk transactions; its cause is not known.)
+        if not item or "chunks_total" not in item:
             return None
         values = _from_item(item)
         values["lost"] = values.get("lost", 0) + values.pop("lost_at_start", 0)
