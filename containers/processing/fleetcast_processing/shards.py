@@ -91,8 +91,7 @@ def write_shards(
     row_shards = shard_of[uploaded.codes]
     order = np.argsort(row_shards, kind="stable")
     bounds = np.searchsorted(row_shards[order], np.arange(HISTORY_SHARDS + 1))
-    writers: dict[int, pq.ParquetWriter] = {}
-    try:
+    with _TrainParts(train_output) as parts:
         for shard in range(HISTORY_SHARDS):
             rows = order[bounds[shard] : bounds[shard + 1]]
             if len(rows) == 0:
@@ -101,12 +100,11 @@ def write_shards(
             merged = _merge_shard(
                 shard, part, customer_ids, frequency, history_input, history_output, result
             )
-            _append_to_parts(
-                merged, part_of, customer_ids, frequency, train_output, writers, result
+            written = parts.append(
+                _to_table(merged, customer_ids, frequency), part_of[merged.codes]
             )
-    finally:
-        for writer in writers.values():
-            writer.close()
+            for index, rows_written in written.items():
+                result.part_rows[index] += rows_written
     return result
 
 
@@ -149,29 +147,37 @@ def _merge_shard(
     return merged
 
 
-def _append_to_parts(
-    merged: Totals,
-    part_of: npt.NDArray[np.int64],
-    customer_ids: Sequence[str],
-    frequency: Frequency,
-    train_output: Path,
-    writers: dict[int, pq.ParquetWriter],
-    result: ShardedWrite,
-) -> None:
-    row_parts = part_of[merged.codes]
-    order = np.argsort(row_parts, kind="stable")
-    sorted_parts = row_parts[order]
-    for part in np.unique(sorted_parts).tolist():
-        lo, hi = np.searchsorted(sorted_parts, [part, part + 1])
-        rows = order[lo:hi]
-        subset = Totals(merged.codes[rows], merged.periods[rows], merged.values[rows])
-        writer = writers.get(part)
-        if writer is None:
-            writer = writers[part] = pq.ParquetWriter(
-                train_output / train_part_name(part), SCHEMA, compression="zstd"
-            )
-        writer.write_table(_to_table(subset, customer_ids, frequency))
-        result.part_rows[part] += len(subset)
+class _TrainParts:
+    """The run's training parts, each opened at its first rows and appended to after."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._writers: dict[int, pq.ParquetWriter] = {}
+
+    def __enter__(self) -> _TrainParts:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for writer in self._writers.values():
+            writer.close()
+
+    def append(self, table: pa.Table, parts: npt.NDArray[np.int64]) -> dict[int, int]:
+        """Append each row of ``table`` to its part (``parts``, one per row; -1: to none),
+        keeping the rows' order within each part. Returns the rows added per part."""
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        added = {}
+        for part in np.unique(sorted_parts[sorted_parts >= 0]).tolist():
+            lo, hi = np.searchsorted(sorted_parts, [part, part + 1])
+            writer = self._writers.get(part)
+            if writer is None:
+                self._folder.mkdir(parents=True, exist_ok=True)
+                writer = self._writers[part] = pq.ParquetWriter(
+                    self._folder / train_part_name(part), SCHEMA, compression="zstd"
+                )
+            writer.write_table(table.take(pa.array(order[lo:hi])))
+            added[part] = int(hi - lo)
+        return added
 
 
 def read_shard(path: Path) -> pa.Table:
@@ -286,17 +292,13 @@ def write_stored_parts(
     Reads the shards of ``customer_ids`` one at a time; writes no history."""
     _refuse_other_shard_counts(history_input)
     wanted = sorted(set(customer_ids))
-    to_train = sorted(retrain & set(wanted))
-    if to_train:
-        train_output.mkdir(parents=True, exist_ok=True)
+    to_train = pa.array(sorted(retrain & set(wanted)), pa.string())
     parts = train_part_count(instances, len(to_train))
-    part_of = {customer_id: index % parts for index, customer_id in enumerate(to_train)}
     by_shard: dict[int, list[str]] = {}
     for customer_id in wanted:
         by_shard.setdefault(history_shard_of(customer_id), []).append(customer_id)
     found: dict[str, int] = {}
-    writers: dict[int, pq.ParquetWriter] = {}
-    try:
+    with _TrainParts(train_output) as train_parts:
         for shard, ids in sorted(by_shard.items()):
             table = read_shard(history_input / history_shard_name(shard))
             table = table.filter(pc.is_in(table.column("customer_id"), value_set=pa.array(ids)))
@@ -314,19 +316,8 @@ def write_stored_parts(
                 )
             )
             table = table.sort_by([("customer_id", "ascending"), ("ds", "ascending")])
-            column = table.column("customer_id").to_pylist()
-            rows_of_part: dict[int, list[int]] = {}
-            for row, customer_id in enumerate(column):
-                if customer_id in part_of:
-                    rows_of_part.setdefault(part_of[customer_id], []).append(row)
-            for part, rows in sorted(rows_of_part.items()):
-                writer = writers.get(part)
-                if writer is None:
-                    writer = writers[part] = pq.ParquetWriter(
-                        train_output / train_part_name(part), SCHEMA, compression="zstd"
-                    )
-                writer.write_table(table.take(pa.array(rows)))
-    finally:
-        for writer in writers.values():
-            writer.close()
+            # Customers dealt round-robin in id order, as write_shards does; -1: not retrained.
+            rank = pc.index_in(table.column("customer_id"), value_set=to_train)
+            ranks = rank.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            train_parts.append(table, np.where(ranks >= 0, ranks % parts, -1))
     return found
