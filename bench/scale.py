@@ -15,6 +15,7 @@ when a function came within ``--margin`` (25%) of its timeout.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import random
 import sys
@@ -254,8 +255,6 @@ def _keys(s3: Any, bucket: str, prefix: str) -> list[str]:
 
 
 def _parquet(s3: Any, bucket: str, key: str, columns: list[str]) -> Any:
-    import io
-
     body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     return pq.read_table(io.BytesIO(body), columns=columns)
 
