@@ -6,6 +6,7 @@ import json
 import logging
 import platform
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ from fleetcast_training.evaluation import (
 from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.export import ExportedForecast, forecast_for_export
 from fleetcast_training.failures import CustomerFailure, FailureKind
+from fleetcast_training.grid_fit import SHAPES_KEPT, ShapeTemplate, ShapeTemplates, shape_key
 from fleetcast_training.history import read_history
 from fleetcast_training.holdout import holdout_forecast
 from fleetcast_training.hyperparameters import Hyperparameters
@@ -50,6 +52,9 @@ from fleetcast_training.stan_backend import IN_PROCESS, FleetcastStanBackend
 logger = logging.getLogger(__name__)
 
 SEASONALITIES = ("yearly", "weekly", "daily")
+# CustomerTrainer.preprocessing's keys.
+SHARED = "shared"
+PROPHET = "prophet"
 YEAR = pd.Timedelta(days=365)
 YEARLY_FOURIER_ORDER = 10  # Prophet's default for yearly seasonality
 # Prophet's default Fourier order of each seasonality.
@@ -128,11 +133,15 @@ class CustomerTrainer:
         checkpoint_dir: Path,
         scratch: Path,
         calendars: CustomerCalendars | None = None,
+        shapes_kept: int = SHAPES_KEPT,
     ):
         self._hyperparameters = hyperparameters
         self._calendars = calendars or CustomerCalendars()
         self._checkpoint_dir = checkpoint_dir
         self._backend = FleetcastStanBackend(scratch)
+        self._shapes = ShapeTemplates(shapes_kept)
+        # How each whole-history fit was preprocessed: from a shape's template, or by Prophet.
+        self.preprocessing: Counter[str] = Counter()
         self._versions = library_versions()
 
     def train(self, customer_id: str, source: Path) -> CustomerReport:
@@ -213,13 +222,12 @@ class CustomerTrainer:
         fitted = history.iloc[: -settings.holdout_rows]
         holdout = history.iloc[-settings.holdout_rows :]
         if settings.refit_full_history:
-            # A constant history never reaches the backend: no Stan data from another customer.
-            self._backend.last_stan_data = None
-            served = self._new_model(orders, holidays).fit(history)
+            model = self._fit_whole_history(history, orders, calendar, holidays)
             forecast = self._holdout_forecast(history, orders, holidays)
         else:
             served = self._new_model(orders, holidays).fit(fitted)
             forecast = self._point_forecast(served, holdout["ds"])
+            model = model_to_dict(served)
         actual = holdout["y"].to_numpy(dtype=np.float64)
         naive = seasonal_naive(fitted, holdout["ds"], settings.season)
         scale = in_sample_naive_mae(fitted, settings.season)
@@ -251,7 +259,6 @@ class CustomerTrainer:
         )
         # prophet.serialize.model_to_json is json.dumps of this dict; the export's
         # forecaster takes the dict as it is rather than parsing the JSON back.
-        model = model_to_dict(served)
         write_archive(archive_path(self._checkpoint_dir, customer_id), json.dumps(model), metadata)
         trained = CustomerResult(
             customer_id=customer_id,
@@ -263,6 +270,50 @@ class CustomerTrainer:
             metadata=metadata,
         )
         return trained, model
+
+    def _fit_whole_history(
+        self,
+        history: pd.DataFrame,
+        orders: dict[str, int],
+        calendar: HolidayCalendar | None,
+        holidays: _Holidays,
+    ) -> dict[str, Any]:
+        """``model_to_dict`` of Prophet's fit on the whole history: from the template of
+        the customer's model shape when the worker has one that holds its times
+        (:mod:`fleetcast_training.grid_fit`), else through Prophet, whose fit then makes
+        or grows the shape's template. Leaves the fit's Stan data in the backend's
+        ``last_stan_data`` (None for a constant series)."""
+        stamps = history["ds"].to_numpy()
+        values = history["y"].to_numpy(dtype=np.float64)
+        key = shape_key(stamps, tuple(sorted(orders.items())), calendar)
+        template = self._shapes.get(key)
+        if template is not None:
+            fitted: tuple[dict[str, Any], dict[str, Any], Any] | None = None
+            try:
+                fitted = template.fit(stamps, values)
+            except NotSolvedExactly as reason:
+                logger.debug("fitting through Prophet: %s", reason)
+            if fitted is not None:
+                self._backend.fit_methods[IN_PROCESS] += 1
+                self._backend.last_stan_data = fitted[1]
+                self.preprocessing[SHARED] += 1
+                return fitted[0]
+        # A constant history never reaches the backend: no Stan data from another customer.
+        self._backend.last_stan_data = None
+        solved_before = self._backend.fit_methods[IN_PROCESS]
+        prophet_model = self._new_model(orders, holidays)
+        changepoints_setting = prophet_model.n_changepoints
+        served = prophet_model.fit(history)
+        self.preprocessing[PROPHET] += 1
+        model = model_to_dict(served)
+        stan_data: dict[str, Any] | None = self._backend.last_stan_data
+        if stan_data is not None and self._backend.fit_methods[IN_PROCESS] > solved_before:
+            if not self._shapes.known(key):
+                made = ShapeTemplate.of(model, served.history, stan_data, changepoints_setting)
+                self._shapes.remember(key, made)
+            elif template is not None:
+                template.table.add(stamps.view(np.int64), np.asarray(stan_data["X"]))
+        return model
 
     def _new_model(
         self, orders: dict[str, int] | None = None, holidays: _Holidays | None = None

@@ -1,0 +1,292 @@
+"""Customers of one model shape: Prophet's preprocessing once, then only each customer's own
+arithmetic.
+
+For a plain history (``ds``, ``y``), Prophet's ``preprocess`` does little that depends on
+the customer:
+
+- the time index ``t`` and the changepoint grid come from the customer's dates alone
+  (Prophet's ``setup_dataframe`` and ``set_changepoints``, a few numpy lines);
+- every row of the feature matrix (Fourier terms, holiday indicators) depends on that
+  row's time alone, given the seasonalities and the holiday calendar of its years;
+- the component columns, prior scales, seasonalities and every setting are the same for
+  every customer with the same seasonality orders and calendar;
+- ``y`` gives ``y_scale`` ('absmax') and ``y_scaled``.
+
+Yet it spends several times the exact solve in pandas. :class:`ShapeTemplate` keeps what
+one Prophet fit of a shape built (its ``model_to_dict``, its Stan data and a table of
+feature rows by time, grown by every Prophet fit of the shape), and fits each further
+customer whose times the table holds with numpy: its Stan data, the exact in-process solve
+(:func:`fleetcast_training.exact_map.solve`, with its optimality check), and the model
+dict ``model_to_dict`` would return after ``Prophet.fit`` on that customer's history. The
+JSON fields are printed by the encoder pandas' ``to_json`` uses, so they are the same text.
+
+Nothing here is taken on trust: :meth:`ShapeTemplate.of` refits its own customer this way
+and keeps the template only if the model dict equals Prophet's exactly (so a Prophet
+version that serialises differently turns the shortcut off rather than changing models);
+``tests/unit/test_training_grid.py`` compares the JSON byte for byte with Prophet's on
+varied series, gaps included. Anything else (a constant series, a time the table lacks,
+a model the solver does not solve) goes through Prophet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from fleetcast_training.exact_map import MapSolution, NotSolvedExactly, solve
+
+Vector = npt.NDArray[np.float64]
+ShapeKey = tuple[Any, ...]
+
+# The history frame Prophet keeps for a plain series (fleetcast_training.prophet_model).
+_HISTORY_COLUMNS = ["ds", "y", "floor", "t", "y_scaled"]
+# The model dict's fields that depend on the customer (its dates or values).
+_CUSTOMER_FIELDS = (
+    "n_changepoints",
+    "y_scale",
+    "changepoints",
+    "history_dates",
+    "start",
+    "t_scale",
+    "history",
+    "changepoints_t",
+    "params",
+)
+SHAPES_KEPT = 16
+# Beyond this many times (20 years hourly) a shape's table stops growing.
+_TABLE_TIMES = 175_000
+
+
+def values_json(values: Vector) -> list[str]:
+    """Each value as ``DataFrame.to_json`` prints it (pandas' encoder, 10 decimals)."""
+    text: str = pd.Series(values, dtype=np.float64).to_json(orient="values")
+    return text[1:-1].split(",") if values.size else []
+
+
+def _dates_json(stamps: npt.NDArray[np.datetime64]) -> list[str]:
+    """Each time as ``Series.to_json(date_format='iso')`` prints it, quotes included."""
+    text: str = pd.Series(stamps).to_json(orient="values", date_format="iso")
+    return text[1:-1].split(",") if stamps.size else []
+
+
+def _series_json(index: npt.NDArray[np.int64], dates: list[str]) -> str:
+    """``Series(name='ds').to_json(orient='split', date_format='iso')``."""
+    return (
+        '{"name":"ds","index":['
+        + ",".join(map(str, index.tolist()))
+        + '],"data":['
+        + ",".join(dates)
+        + "]}"
+    )
+
+
+@dataclass
+class _TimeTable:
+    """Sorted times (int64, in the history's unit) with their feature rows and ISO text."""
+
+    times: npt.NDArray[np.int64]
+    features: npt.NDArray[np.float64]
+    dates: npt.NDArray[np.object_]
+    unit: str
+
+    def rows(self, times: npt.NDArray[np.int64]) -> npt.NDArray[np.intp] | None:
+        """Each time's row, or None when one is not in the table."""
+        rows = np.searchsorted(self.times, times)
+        if rows.size and (
+            rows[-1] >= self.times.size or not np.array_equal(self.times[rows], times)
+        ):
+            return None
+        return rows
+
+    def add(self, times: npt.NDArray[np.int64], features: npt.NDArray[np.float64]) -> None:
+        """Add a fitted customer's rows (the times it had that the table lacked)."""
+        new = ~np.isin(times, self.times, assume_unique=True)
+        if not new.any() or self.times.size + int(new.sum()) > _TABLE_TIMES:
+            return
+        merged = np.concatenate([self.times, times[new]])
+        order = np.argsort(merged, kind="stable")
+        stamps = times[new].view(f"datetime64[{self.unit}]")
+        self.times = merged[order]
+        self.features = np.concatenate([self.features, features[new]])[order]
+        self.dates = np.concatenate([self.dates, np.array(_dates_json(stamps), dtype=object)])[
+            order
+        ]
+
+
+@dataclass
+class ShapeTemplate:
+    """What customers of one shape (seasonality orders, calendar, years, settings) share."""
+
+    model: dict[str, Any]  # model_to_dict's output less the customer's fields
+    field_order: tuple[str, ...]  # model_to_dict's, which json.dumps keeps
+    stan_data: dict[str, Any]  # Prophet's Stan data less the customer's fields
+    history_head: str  # the history JSON up to its first row
+    n_changepoints: int  # the setting, before Prophet lowers it for a short history
+    changepoint_range: float
+    table: _TimeTable
+
+    @classmethod
+    def of(
+        cls,
+        model: dict[str, Any],
+        history: pd.DataFrame,
+        stan_data: dict[str, Any],
+        n_changepoints: int,
+    ) -> ShapeTemplate | None:
+        """The template of Prophet's fitted ``model`` (``model_to_dict``), with its history
+        frame and the Stan data it was fitted on (``n_changepoints``: the model's setting);
+        None unless refitting its own customer with it gives Prophet's dict exactly."""
+        stamps = history["ds"].to_numpy()
+        if (
+            list(history.columns) != _HISTORY_COLUMNS
+            or not history.index.equals(pd.RangeIndex(len(history)))
+            or stamps.dtype.kind != "M"
+            or model.get("mcmc_samples") != 0
+            or len(stan_data["y"]) != len(history)
+        ):
+            return None
+        unit = np.datetime_data(stamps.dtype)[0]
+        head, separator, _ = (
+            history.iloc[:0].to_json(orient="table", index=False).partition('"data":[')
+        )
+        if not separator:
+            return None
+        template = cls(
+            model={name: value for name, value in model.items() if name not in _CUSTOMER_FIELDS},
+            field_order=tuple(model),
+            stan_data={name: stan_data[name] for name in ("K", "tau", "trend_indicator", "sigmas")}
+            | {
+                "s_a": np.asarray(stan_data["s_a"], dtype=np.float64),
+                "s_m": np.asarray(stan_data["s_m"], dtype=np.float64),
+            },
+            history_head=head + separator,
+            n_changepoints=n_changepoints,
+            changepoint_range=float(model["changepoint_range"]),
+            table=_TimeTable(
+                times=stamps.view(np.int64).copy(),
+                features=np.asarray(stan_data["X"], dtype=np.float64).copy(),
+                dates=np.array(_dates_json(stamps), dtype=object),
+                unit=unit,
+            ),
+        )
+        try:
+            refitted = template.fit(stamps, history["y"].to_numpy(dtype=np.float64))
+        except NotSolvedExactly:
+            return None
+        if refitted is None or json.dumps(refitted[0]) != json.dumps(model):
+            return None
+        return template
+
+    def fit(
+        self, stamps: npt.NDArray[np.datetime64], values: Vector
+    ) -> tuple[dict[str, Any], dict[str, Any], MapSolution] | None:
+        """The model dict ``model_to_dict`` gives after ``Prophet.fit`` on this history
+        (sorted unique ``stamps``, finite ``values``), its Stan data and the exact solution;
+        None for a history this template cannot fit (a time its table lacks, a constant
+        series). Raises :class:`NotSolvedExactly` when the in-process solver does not solve
+        the model."""
+        if (
+            values.size < 2
+            or values.min() == values.max()
+            or np.datetime_data(stamps.dtype)[0] != self.table.unit
+        ):
+            return None
+        times = stamps.view(np.int64)
+        rows = self.table.rows(times)
+        if rows is None:
+            return None
+        count = times.size
+        # Prophet's setup_dataframe (as fleetcast_training.prophet_model builds it).
+        start, span = stamps[0], stamps[-1] - stamps[0]
+        t = np.asarray((stamps - start) / span, dtype=np.float64)
+        y_scale = float(np.abs(values).max()) or 1.0
+        y_scaled = values / y_scale
+        # Prophet's set_changepoints.
+        n_changepoints = self.n_changepoints
+        rows_in_range = int(np.floor(count * self.changepoint_range))
+        if n_changepoints + 1 > rows_in_range:
+            n_changepoints = rows_in_range - 1
+        if n_changepoints <= 0:
+            return None  # Prophet's dummy changepoint and its k adjustment: not this path
+        changepoint_rows = (
+            np.linspace(0, rows_in_range - 1, n_changepoints + 1).round().astype(int)[1:]
+        )
+        t_change = np.sort(t[changepoint_rows])
+        stan_data = {
+            "T": count,
+            "S": t_change.size,
+            "K": self.stan_data["K"],
+            "tau": self.stan_data["tau"],
+            "trend_indicator": self.stan_data["trend_indicator"],
+            "y": y_scaled,
+            "t": t,
+            "cap": np.zeros(count),
+            "t_change": t_change,
+            "X": self.table.features[rows],
+            "sigmas": self.stan_data["sigmas"],
+            "s_a": self.stan_data["s_a"],
+            "s_m": self.stan_data["s_m"],
+        }
+        solution = solve(stan_data)
+        dates = self.table.dates[rows].tolist()
+        model = dict(self.model)
+        model |= {
+            "n_changepoints": n_changepoints,
+            "y_scale": y_scale,
+            "changepoints": _series_json(changepoint_rows, [dates[i] for i in changepoint_rows]),
+            "history_dates": _series_json(np.arange(count), dates),
+            "start": pd.Timestamp(start).timestamp(),
+            "t_scale": pd.Timedelta(span).total_seconds(),
+            "history": self._history_json(dates, values, t, y_scaled),
+            "changepoints_t": t_change.tolist(),
+            "params": {name: value.tolist() for name, value in solution.prophet_params().items()},
+        }
+        # Keep model_to_dict's key order, so json.dumps writes Prophet's text.
+        ordered = {name: model[name] for name in self.field_order}
+        return ordered, stan_data, solution
+
+    def _history_json(self, dates: list[str], values: Vector, t: Vector, scaled: Vector) -> str:
+        rows = ",".join(
+            f'{{"ds":{ds},"y":{y},"floor":0.0,"t":{time},"y_scaled":{s}}}'
+            for ds, y, time, s in zip(
+                dates, values_json(values), values_json(t), values_json(scaled), strict=True
+            )
+        )
+        return self.history_head + rows + "]}"
+
+
+class ShapeTemplates:
+    """A worker's templates of its latest few shapes, by :func:`shape_key`."""
+
+    def __init__(self, kept: int = SHAPES_KEPT) -> None:
+        self._kept = kept
+        self._templates: OrderedDict[ShapeKey, ShapeTemplate | None] = OrderedDict()
+
+    def get(self, key: ShapeKey) -> ShapeTemplate | None:
+        template = self._templates.get(key)
+        if key in self._templates:
+            self._templates.move_to_end(key)
+        return template
+
+    def known(self, key: ShapeKey) -> bool:
+        return key in self._templates
+
+    def remember(self, key: ShapeKey, template: ShapeTemplate | None) -> None:
+        """``None`` records a shape whose template could not reproduce Prophet's fit."""
+        self._templates[key] = template
+        if len(self._templates) > self._kept:
+            self._templates.popitem(last=False)
+
+
+def shape_key(stamps: npt.NDArray[np.datetime64], *model_inputs: Any) -> ShapeKey:
+    """What makes two customers' preprocessing the same but for their own dates and values:
+    the dates' unit and calendar years (holiday features are built per year) and every
+    other input of the model (seasonality orders, calendar)."""
+    years = np.unique(stamps.astype("datetime64[Y]")).astype(np.int64) + 1970
+    return (str(stamps.dtype), tuple(years.tolist()), *model_inputs)
