@@ -151,7 +151,7 @@ class InferenceApp:
 
         def compute(model: ServedModel) -> bytes:
             # The seed leaves the quantiles out: asking for them changes no interval.
-            seed = forecast_seed(model.customer_id, model.model_version, invoke.period)
+            seed = forecast_seed(model.model_version, invoke.period)
             forecast = model.forecaster.forecast(invoke.period, seed, invoke.quantiles)
             clipped_forecast, clipped = forecast.clipped_at(FORECAST_FLOOR)
             return protocol.render_forecast(model, clipped_forecast, clipped)

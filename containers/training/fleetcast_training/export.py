@@ -62,7 +62,7 @@ def forecast_for_export(
     run, period) and the same floor. ``ValueError`` for a model the forecaster cannot
     compile."""
     forecaster = compile_model(model, frequency, horizon=periods, one_period=periods == 1)
-    seed = forecast_seed(customer_id, run_id, periods)
+    seed = forecast_seed(run_id, periods)
     forecast, _ = forecaster.forecast(periods, seed).clipped_at(FORECAST_FLOOR)
     return ExportedForecast(forecast.dates, forecast.yhat, forecast.yhat_lower, forecast.yhat_upper)
 

