@@ -21,7 +21,7 @@ from aws_lambda_powertools.utilities.parser.models import (
     S3EventNotificationEventBridgeModel,
 )
 from pydantic import BaseModel, ValidationError
-from template_helpers import REPO_ROOT, load_template, loads_template
+from template_helpers import REPO_ROOT, loads_template, local_template
 
 from fleetcast_common import layout
 from fleetcast_common.cost import state as cost_state
@@ -36,16 +36,20 @@ from fleetcast_common.settings import (
     TrainingSettings,
 )
 
-TEMPLATE = load_template()
+# The template as the local stack reads and resolves it (parameters' defaults, the
+# stack named for JobNamePrefix's default, the local account and region).
+# What a deployment must give: the parameters have no default.
+COST_ADDRESSES = {
+    "CostReportRecipients": "ops@example.com, finops@example.com",
+    "CostReportSender": "cost-watch@example.com",
+}
+LOCAL = local_template(COST_ADDRESSES)
+resolve = LOCAL.resolve
+name_of = LOCAL.physical_name
+TEMPLATE = LOCAL.body
 RESOURCES: dict[str, dict[str, Any]] = TEMPLATE["Resources"]
 PARAMETERS: dict[str, dict[str, Any]] = TEMPLATE["Parameters"]
 GLOBALS: dict[str, Any] = TEMPLATE["Globals"]["Function"]
-SAMPLE_PSEUDO_PARAMETERS = {
-    "AWS::AccountId": "123456789012",
-    "AWS::Region": "us-east-1",
-    "AWS::Partition": "aws",
-    "AWS::StackName": "fleetcast",
-}
 
 # Each pipeline function's EventBridge rules, by event name.
 FUNCTION_EVENTS = {
@@ -145,48 +149,11 @@ UNSCOPABLE_ACTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
 # Resource "*": AWSLambdaBasicExecutionRole (logs) and, for Tracing: Active,
 # AWSXrayWriteOnlyAccess. Checked on the transformed template in
 # tests/integration/test_template_tools.py.
-# Fn::GetAtt attributes that give a resource's name, which the local stack resolves too
-# (SageMaker's Ref gives an ARN; an endpoint configuration needs the model's name).
-NAME_ATTRIBUTES = {"ModelName", "EndpointConfigName", "EndpointName"}
 RUN_ID = "20261129t120000-0123456789"
 PREFIX = "fleetcast"  # JobNamePrefix's default, which the samples are named for
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def resolve(value: Any) -> Any:
-    """Resolve Ref and Fn::Sub with the parameters' defaults and sample pseudo parameters.
-    A named resource resolves to its name, an unnamed one to its logical id, an Arn to a
-    placeholder ARN."""
-    if isinstance(value, list):
-        return [resolve(item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    if value.keys() == {"Ref"}:
-        return _ref(value["Ref"])
-    if value.keys() == {"Fn::GetAtt"}:
-        logical_id, attribute = value["Fn::GetAtt"]
-        if attribute in NAME_ATTRIBUTES:
-            return _ref(logical_id)
-        assert attribute == "Arn", value
-        return f"arn:aws:test:::{logical_id}"
-    if value.keys() == {"Fn::Sub"}:
-        assert isinstance(value["Fn::Sub"], str), "only the string form is resolved here"
-        return re.sub(r"\$\{([^}]+)\}", lambda match: _ref(match.group(1)), value["Fn::Sub"])
-    return {key: resolve(item) for key, item in value.items()}
-
-
-def _ref(name: str) -> str:
-    if name in SAMPLE_PSEUDO_PARAMETERS:
-        return SAMPLE_PSEUDO_PARAMETERS[name]
-    if name in PARAMETERS:
-        return str(PARAMETERS[name]["Default"])
-    properties = RESOURCES[name].get("Properties", {})
-    for name_property in ("BucketName", "QueueName", "TableName", "EndpointName"):
-        if name_property in properties:
-            return str(resolve(properties[name_property]))
-    return name
 
 
 def matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
@@ -385,7 +352,7 @@ def test_sample_events_have_the_shapes_powertools_parses() -> None:
 
 
 def test_sample_names_agree_with_the_template_and_the_layout() -> None:
-    raw_bucket, artifacts = _ref("RawBucket"), _ref("ArtifactsBucket")
+    raw_bucket, artifacts = name_of("RawBucket"), name_of("ArtifactsBucket")
     assert sample("s3_object_created.json")["detail"]["bucket"]["name"] == raw_bucket
     assert raw_bucket == "fleetcast-raw-123456789012"
     assert PARAMETER_DEFAULTS["JobNamePrefix"] == PREFIX
@@ -629,8 +596,8 @@ def test_buckets_are_private_encrypted_versioned_and_tls_only(bucket: str) -> No
     ]
     (denial,) = tls_denials
     assert set(resolve(denial["Resource"])) == {
-        f"arn:aws:s3:::{_ref(bucket)}",
-        f"arn:aws:s3:::{_ref(bucket)}/*",
+        f"arn:aws:s3:::{name_of(bucket)}",
+        f"arn:aws:s3:::{name_of(bucket)}/*",
     }
 
 
@@ -827,7 +794,7 @@ def test_registration_chunks_reach_their_function_like_an_event_source_mapping()
     assert 2 <= redrive["maxReceiveCount"] <= 5
     alarm = RESOURCES["RegistrationChunksDeadLetterAlarm"]["Properties"]
     (dimension,) = alarm["Dimensions"]
-    assert resolve(dimension["Value"]) == _ref("RegistrationChunksDeadLetterQueue")
+    assert resolve(dimension["Value"]) == name_of("RegistrationChunksDeadLetterQueue")
     # And the coordinator may send to the queue, and write only runs' progress records
     statements = function_statements("RegisterModelsFunction")
     assert any(
@@ -887,7 +854,7 @@ def test_the_model_serves_the_registrys_target_models_from_the_models_prefix() -
     assert container["Mode"] == "MultiModel"
     assert container["Image"] == {"Ref": "InferenceImageUri"}
     # TargetModel (layout.target_model) is relative to ModelDataUrl: together, model_key.
-    prefix = f"s3://{_ref('ArtifactsBucket')}/"
+    prefix = f"s3://{name_of('ArtifactsBucket')}/"
     assert resolve(container["ModelDataUrl"]) == prefix + layout.MODELS_PREFIX
     assert resolve(container["ModelDataUrl"]) + layout.target_model("42", RUN_ID) == (
         prefix + layout.model_key("42", RUN_ID)
@@ -976,7 +943,7 @@ def test_the_api_function_settings_read_what_the_template_sets() -> None:
     assert required <= set(environment)
     settings = ForecastApiSettings.model_validate(environment)
     assert settings.endpoint_name == f"{PREFIX}-forecast"
-    assert settings.registry_table == _ref("ModelRegistryTable")
+    assert settings.registry_table == name_of("ModelRegistryTable")
 
 
 def test_the_api_function_keeps_its_logs_30_days() -> None:
@@ -992,11 +959,6 @@ def test_the_api_function_keeps_its_logs_30_days() -> None:
 # ---------------------------------------------------------------- cost report
 
 COST_FUNCTION = "CostReportFunction"
-# What a deployment must give: the parameters have no default.
-COST_ADDRESSES = {
-    "CostReportRecipients": "ops@example.com, finops@example.com",
-    "CostReportSender": "cost-watch@example.com",
-}
 COST_ENVIRONMENT = {
     "COST_LOOKBACK_DAYS": {"Ref": "CostLookbackDays"},
     "COST_RELATIVE_THRESHOLD": {"Ref": "CostRelativeThreshold"},
@@ -1055,7 +1017,7 @@ def test_cost_function_environment_is_read_by_its_settings() -> None:
     # (COST_OUTBOX_DIR is the local stack's alone)
     assert "COST_OUTBOX_DIR" in read - own
     settings = CostReportSettings.model_validate(cost_environment())
-    assert settings.state_table == "CostReportStateTable"
+    assert settings.state_table == name_of("CostReportStateTable")
     assert settings.recipients == ("ops@example.com", "finops@example.com")
     # And matplotlib gets the time and memory a chart and a few hundred calls need
     assert properties["MemorySize"] >= 1024 and 60 < properties["Timeout"] <= 900
@@ -1183,33 +1145,25 @@ def test_cost_function_keeps_its_logs_30_days_and_a_failure_raises_the_alarm() -
 # ---------------------------------------------------------------- the template as a whole
 
 
-_RESOLVABLE_LOCALLY = {"Ref", "Fn::Sub", "Fn::GetAtt", "Fn::Join", "Fn::If", "Condition"}
-
-
 def _intrinsics(value: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(value, list):
         for item in value:
             yield from _intrinsics(item)
     elif isinstance(value, dict):
         for key, item in value.items():
-            if key == "Ref" or key == "Condition" or key.startswith("Fn::"):
+            # A resource's own Condition attribute sits beside its Type, not alone.
+            if key == "Ref" or key.startswith("Fn::") or (key == "Condition" and len(value) == 1):
                 yield key, item
             yield from _intrinsics(item)
 
 
-def test_template_uses_only_intrinsics_the_local_stack_resolves() -> None:
+# (Outputs are for scripts run against AWS; the local stack does not read them.)
+@pytest.mark.parametrize("section", ["Resources", "Globals"])
+def test_template_uses_only_intrinsics_the_local_stack_resolves(section: str) -> None:
     assert TEMPLATE["Transform"] == "AWS::Serverless-2016-10-31"
     assert "Mappings" not in TEMPLATE
-    used = list(_intrinsics(TEMPLATE["Resources"])) + list(_intrinsics(TEMPLATE["Globals"]))
-    used += list(_intrinsics(TEMPLATE["Outputs"]))
-    assert {name for name, _ in used} <= _RESOLVABLE_LOCALLY
-    for name, argument in used:
-        if name == "Fn::GetAtt":
-            assert argument[1] in {"Arn"} | NAME_ATTRIBUTES, argument
-        if name == "Fn::Sub":
-            text = argument if isinstance(argument, str) else argument[0]
-            attributes = re.findall(r"\$\{[\w:]+\.(\w+)\}", text)
-            assert set(attributes) <= {"Arn"}, text
+    assert list(_intrinsics(TEMPLATE[section]))
+    assert list(_intrinsics(resolve(TEMPLATE[section]))) == []
 
 
 def test_outputs_name_the_resources_scripts_need() -> None:
@@ -1361,13 +1315,13 @@ def test_alarm_dimensions_name_this_stacks_resources() -> None:
     def dimensions(alarm: str) -> dict[str, Any]:
         return {d["Name"]: resolve(d["Value"]) for d in alarms[alarm]["Dimensions"]}
 
-    assert dimensions("EventsDeadLetterAlarm") == {"QueueName": _ref("EventsDeadLetterQueue")}
+    assert dimensions("EventsDeadLetterAlarm") == {"QueueName": name_of("EventsDeadLetterQueue")}
     assert dimensions("ApiServerErrorsAlarm") == {
         "ApiName": resolve(RESOURCES["ForecastApi"]["Properties"]["Name"]),
         "Stage": RESOURCES["ForecastApi"]["Properties"]["StageName"],
     }
     assert dimensions("EndpointErrorsAlarm") == {
-        "EndpointName": _ref("ForecastEndpoint"),
+        "EndpointName": name_of("ForecastEndpoint"),
         "VariantName": RESOURCES["ForecastEndpointConfig"]["Properties"]["ProductionVariants"][0][
             "VariantName"
         ],
@@ -1439,19 +1393,9 @@ def test_the_alarm_e_mail_is_optional_and_one_address(value: str, deploys: bool)
 
 
 def _dashboard() -> dict[str, Any]:
-    """The dashboard body with every ${...} replaced as CloudFormation would (Arns by a
-    placeholder), parsed: it must be JSON once deployed."""
-    body = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
-
-    def substitute(match: re.Match[str]) -> str:
-        name, _, attribute = match.group(1).partition(".")
-        if attribute:
-            assert attribute == "Arn"
-            assert RESOURCES[name]["Type"] == "AWS::CloudWatch::Alarm"
-            return f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:{name}"
-        return _ref(name)
-
-    loaded: dict[str, Any] = json.loads(re.sub(r"\$\{([^}]+)\}", substitute, body))
+    """The dashboard body resolved, parsed: it must be JSON once deployed."""
+    body = resolve(RESOURCES["Dashboard"]["Properties"]["DashboardBody"])
+    loaded: dict[str, Any] = json.loads(body)
     return loaded
 
 
@@ -1477,7 +1421,7 @@ def test_functions_publish_the_metrics_the_issue_names() -> None:
 def test_the_dashboard_shows_every_alarm_and_every_metric_the_functions_publish() -> None:
     widgets = _dashboard()["widgets"]
     (alarm_widget,) = (w for w in widgets if w["type"] == "alarm")
-    assert {a.rsplit(":", 1)[1] for a in alarm_widget["properties"]["alarms"]} == set(_alarms())
+    assert set(alarm_widget["properties"]["alarms"]) == {LOCAL.arn(alarm) for alarm in _alarms()}
     shown = [m for w in widgets if w["type"] == "metric" for m in w["properties"]["metrics"]]
     ours = [
         m
@@ -1492,10 +1436,10 @@ def test_the_dashboard_shows_every_alarm_and_every_metric_the_functions_publish(
     assert {(m[2], m[3]) for m in ours} == {("service", PREFIX)}
     # Every other metric names this stack's queue, API, endpoint or rules.
     names = {
-        _ref("EventsDeadLetterQueue"),
-        _ref("RegistrationChunksDeadLetterQueue"),
-        _ref("ForecastEndpoint"),
-        *map(_ref, FAILURE_RULES),
+        name_of("EventsDeadLetterQueue"),
+        name_of("RegistrationChunksDeadLetterQueue"),
+        name_of("ForecastEndpoint"),
+        *map(name_of, FAILURE_RULES),
     }
     names.add(resolve(RESOURCES["ForecastApi"]["Properties"]["Name"]))
     for metric in shown:
