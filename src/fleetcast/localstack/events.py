@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetcast.localstack.lambdas import LocalFunction
-from fleetcast.localstack.sqs_poller import Message, QueuePoller
+from fleetcast.localstack.sqs_poller import Message, Pollers, QueuePoller
 from fleetcast.localstack.template import ACCOUNT_ID
 
 log = logging.getLogger("fleetcast.localstack.events")
@@ -38,13 +38,13 @@ def normalise_event(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-class EventDelivery:
+class EventDelivery(Pollers):
     """Pollers that move events from each rule's queue into its function."""
 
     def __init__(self, sqs: Any, events: Any) -> None:
         self._sqs = sqs
         self._events = events
-        self._pollers: list[QueuePoller] = []
+        super().__init__()
 
     def add_rule(
         self, rule_name: str, pattern: dict[str, Any], function: LocalFunction, dead_letter_arn: str
@@ -65,7 +65,7 @@ class EventDelivery:
         self._events.put_targets(
             Rule=rule_name, Targets=[{"Id": function.name[:64], "Arn": queue_arn}]
         )
-        self._pollers.append(
+        self.add(
             QueuePoller(
                 self._sqs,
                 queue_url,
@@ -76,14 +76,6 @@ class EventDelivery:
                 attribute_names=("ApproximateReceiveCount",),
             )
         )
-
-    def start(self) -> None:
-        for poller in self._pollers:
-            poller.start()
-
-    def stop(self) -> None:
-        for poller in self._pollers:
-            poller.stop()
 
 
 @dataclass

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetcast.localstack.lambdas import LocalFunction
-from fleetcast.localstack.sqs_poller import Message, QueuePoller
+from fleetcast.localstack.sqs_poller import Message, Pollers, QueuePoller
 from fleetcast.localstack.template import REGION, LocalTemplate
 
 log = logging.getLogger("fleetcast.localstack.queues")
@@ -109,21 +109,21 @@ def failed_message_ids(
     return ids
 
 
-class QueueDelivery:
+class QueueDelivery(Pollers):
     """Pollers that feed each SQS event source's function, as Lambda's pollers do."""
 
     def __init__(
         self, sqs: Any, template: LocalTemplate, functions: dict[str, LocalFunction]
     ) -> None:
         self._sqs = sqs
-        self._pollers: list[QueuePoller] = []
+        super().__init__()
         for mapping in event_source_mappings(template):
             deliver = _BatchDelivery(
                 mapping,
                 template.arn(mapping.queue_logical_id),
                 functions[mapping.function_logical_id],
             )
-            self._pollers.append(
+            self.add(
                 QueuePoller(
                     sqs,
                     self._configure(template, mapping.queue_logical_id),
@@ -150,14 +150,6 @@ class QueueDelivery:
         if attributes:
             self._sqs.set_queue_attributes(QueueUrl=queue_url, Attributes=attributes)
         return queue_url
-
-    def start(self) -> None:
-        for poller in self._pollers:
-            poller.start()
-
-    def stop(self) -> None:
-        for poller in self._pollers:
-            poller.stop()
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 log = logging.getLogger("fleetcast.localstack.sqs_poller")
@@ -30,60 +31,50 @@ RECEIVE_ERROR_PAUSE_SECONDS = 1
 STOP_JOIN_SECONDS = 10
 
 
+@dataclass(eq=False)
 class QueuePoller:
     """``threads`` pollers of one queue, each receiving up to ``batch_size`` messages and
     settling each message ``handle`` reports on."""
 
-    def __init__(
-        self,
-        sqs: Any,
-        queue_url: str,
-        handle: Handle,
-        *,
-        name: str,
-        batch_size: int,
-        retry_delay_seconds: int,
-        attribute_names: tuple[str, ...] = ("All",),
-        threads: int = 1,
-    ) -> None:
-        self._sqs = sqs
-        self.queue_url = queue_url
-        self._handle = handle
-        self._name = name
-        self._batch_size = batch_size
-        self._retry_delay_seconds = retry_delay_seconds
-        self._attribute_names = list(attribute_names)
-        self._thread_count = threads
-        self._threads: list[threading.Thread] = []
-        self._stop = threading.Event()
-        self._count_lock = threading.Lock()
-        self.delivered = 0
-        self.failed = 0
+    sqs: Any
+    queue_url: str
+    handle: Handle
+    _: KW_ONLY
+    name: str
+    batch_size: int
+    retry_delay_seconds: int
+    attribute_names: tuple[str, ...] = ("All",)
+    threads: int = 1
+    delivered: int = field(default=0, init=False)
+    failed: int = field(default=0, init=False)
+    _running: list[threading.Thread] = field(default_factory=list, init=False, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _count_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def start(self) -> None:
-        for index in range(self._thread_count):
-            thread = threading.Thread(target=self._poll, daemon=True, name=f"{self._name} {index}")
+        for index in range(self.threads):
+            thread = threading.Thread(target=self._poll, daemon=True, name=f"{self.name} {index}")
             thread.start()
-            self._threads.append(thread)
+            self._running.append(thread)
 
     def stop(self) -> None:
         """Stop receiving; a batch being handled is finished first (up to a while)."""
         self._stop.set()
-        for thread in self._threads:
+        for thread in self._running:
             thread.join(timeout=STOP_JOIN_SECONDS)
 
     @property
     def polling(self) -> bool:
-        return any(thread.is_alive() for thread in self._threads)
+        return any(thread.is_alive() for thread in self._running)
 
     def _poll(self) -> None:
         while not self._stop.is_set():
             try:
-                messages = self._sqs.receive_message(
+                messages = self.sqs.receive_message(
                     QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=self._batch_size,
+                    MaxNumberOfMessages=self.batch_size,
                     WaitTimeSeconds=WAIT_SECONDS,
-                    AttributeNames=self._attribute_names,
+                    AttributeNames=list(self.attribute_names),
                 ).get("Messages", [])
             except Exception:
                 if not self._stop.is_set():
@@ -91,22 +82,38 @@ class QueuePoller:
                     self._stop.wait(RECEIVE_ERROR_PAUSE_SECONDS)
                 continue
             if messages:
-                for message, handled in self._handle(messages):
+                for message, handled in self.handle(messages):
                     self._settle(message, handled)
 
     def _settle(self, message: Message, handled: bool) -> None:
         if handled:
-            self._sqs.delete_message(
-                QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"]
-            )
+            self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
         else:
-            self._sqs.change_message_visibility(
+            self.sqs.change_message_visibility(
                 QueueUrl=self.queue_url,
                 ReceiptHandle=message["ReceiptHandle"],
-                VisibilityTimeout=self._retry_delay_seconds,
+                VisibilityTimeout=self.retry_delay_seconds,
             )
         with self._count_lock:
             if handled:
                 self.delivered += 1
             else:
                 self.failed += 1
+
+
+class Pollers:
+    """Queue pollers started and stopped together (a delivery's, one per queue)."""
+
+    def __init__(self) -> None:
+        self._pollers: list[QueuePoller] = []
+
+    def add(self, poller: QueuePoller) -> None:
+        self._pollers.append(poller)
+
+    def start(self) -> None:
+        for poller in self._pollers:
+            poller.start()
+
+    def stop(self) -> None:
+        for poller in self._pollers:
+            poller.stop()
