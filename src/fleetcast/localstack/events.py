@@ -45,6 +45,7 @@ class EventDelivery(Pollers):
         self._sqs = sqs
         self._events = events
         super().__init__()
+        self._queue_urls: dict[str, list[str]] = {}
 
     def add_rule(
         self, rule_name: str, pattern: dict[str, Any], function: LocalFunction, dead_letter_arn: str
@@ -65,6 +66,7 @@ class EventDelivery(Pollers):
         self._events.put_targets(
             Rule=rule_name, Targets=[{"Id": function.name[:64], "Arn": queue_arn}]
         )
+        self._queue_urls.setdefault(function.name, []).append(queue_url)
         self.add(
             QueuePoller(
                 self._sqs,
@@ -76,6 +78,12 @@ class EventDelivery(Pollers):
                 attribute_names=("ApproximateReceiveCount",),
             )
         )
+
+    def queue_urls(self, function_name: str) -> list[str]:
+        """The queues that feed ``function_name``'s rules. moto puts a matching event in
+        them before the call that caused it returns, so once they hold nothing (visible or
+        in flight) every such event has been handled."""
+        return list(self._queue_urls.get(function_name, []))
 
 
 @dataclass
