@@ -21,3 +21,10 @@ def load_template(path: str | Path = "template.yaml") -> dict[str, Any]:
     if not resolved.is_absolute():
         resolved = REPO_ROOT / resolved
     return template.load_template(resolved)
+
+
+def local_template(parameters: dict[str, str] | None = None) -> template.LocalTemplate:
+    """template.yaml as the local stack reads and resolves it: parameters' defaults (or
+    ``parameters``), the stack named ``fleetcast`` (JobNamePrefix's default), the local
+    account and region."""
+    return template.LocalTemplate(REPO_ROOT / "template.yaml", parameter_overrides=parameters or {})

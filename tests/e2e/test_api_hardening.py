@@ -79,6 +79,17 @@ class Client:
 # ---------------------------------------------------------------- the container killed under load
 
 
+def wait_for_answers(answers: list[Any], lock: threading.Lock, count: int, when: str) -> None:
+    """Until the clients have had ``count`` answers in all."""
+    deadline = time.monotonic() + 120
+    while True:
+        with lock:
+            if len(answers) >= count:
+                return
+        assert time.monotonic() < deadline, f"the clients got fewer than {count} answers {when}"
+        time.sleep(0.05)
+
+
 def test_a_killed_container_means_503_with_retry_after_then_the_same_forecasts(
     stack: LocalStack, api: dict[str, Any]
 ) -> None:
@@ -120,7 +131,7 @@ def test_a_killed_container_means_503_with_retry_after_then_the_same_forecasts(
             # When six clients send requests and the container's process is killed
             for thread in threads:
                 thread.start()
-            time.sleep(0.5)
+            wait_for_answers(answers, lock, len(threads), "before the kill")
             pid = container.pid
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
@@ -128,7 +139,10 @@ def test_a_killed_container_means_503_with_retry_after_then_the_same_forecasts(
             while container.restarts == restarts and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert container.restarts == restarts + 1, "the container did not come back"
-            time.sleep(1.0)  # and a while of traffic after it came back
+            # And a round of traffic after it came back
+            with lock:
+                answered = len(answers)
+            wait_for_answers(answers, lock, answered + len(threads), "after the restart")
             stop.set()
             for thread in threads:
                 thread.join(timeout=120)
@@ -276,14 +290,23 @@ def test_a_disabled_key_is_refused_and_an_enabled_one_served_again(
             apiKey=key["id"],
             patchOperations=[{"op": "replace", "path": "/enabled", "value": str(not flag).lower()}],
         )
-        time.sleep(KEY_REFRESH_SECONDS + 0.5)  # the gateway re-reads its keys this often
+
+    def answer_once_the_gateway_rereads_its_keys(wanted: int) -> tuple[int, Any]:
+        """The first answer of status ``wanted``: the gateway re-reads its keys every
+        KEY_REFRESH_SECONDS, so the change shows within that (a bound kept generous)."""
+        deadline = time.monotonic() + 10 * KEY_REFRESH_SECONDS + 30
+        while True:
+            status, _, body = client.get(path)
+            if status == wanted or time.monotonic() > deadline:
+                return status, body
+            time.sleep(0.1)
 
     try:
         # When the key is disabled in API Gateway; then it is refused
         disabled(True)
-        assert client.get(path)[:3:2] == (403, {"message": "Forbidden"})
+        assert answer_once_the_gateway_rereads_its_keys(403) == (403, {"message": "Forbidden"})
     finally:
         # and when it is enabled again, served
         disabled(False)
-    assert client.get(path)[0] == 200
+    assert answer_once_the_gateway_rereads_its_keys(200)[0] == 200
     client.close()

@@ -108,6 +108,27 @@ def wait_for_chunks(stack: LocalStack) -> None:
         time.sleep(0.2)
 
 
+def wait_for_events(stack: LocalStack, function: str) -> None:
+    """Until the queues of the function's rules hold nothing queued or in flight: every
+    event that matched one of them (put there before the call that caused it returned)
+    has been handled."""
+    assert stack.delivery is not None
+    sqs = stack.client("sqs")
+    urls = stack.delivery.queue_urls(stack.functions[function].name)
+    assert urls, f"{function} has no EventBridge rule"
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    deadline = time.monotonic() + TIMEOUT
+    while any(
+        int(count)
+        for url in urls
+        for count in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)[
+            "Attributes"
+        ].values()
+    ):
+        assert time.monotonic() < deadline, f"events for {function} were never all handled"
+        time.sleep(0.2)
+
+
 def registry(stack: LocalStack) -> ModelRegistry:
     assert stack.info is not None
     return ModelRegistry(stack.resource("dynamodb").Table(stack.info.registry_table))
@@ -331,7 +352,7 @@ def test_upload_puts_files_in_the_raw_bucket_and_only_incoming_starts_a_run(
     assert main(["upload", str(path), "--prefix", "manual/"]) == 0
     # Then it is stored, and no rule fires for it
     stack.client("s3").head_object(Bucket=stack.info.raw_bucket, Key="manual/notes.csv")
-    time.sleep(3)
+    wait_for_events(stack, "StartProcessingFunction")
     assert len(sagemaker.list_processing_jobs()["ProcessingJobSummaries"]) == jobs_before
     # And a missing file is a clear error, not a traceback
     assert main(["upload", str(tmp_path / "missing.csv")]) == 2

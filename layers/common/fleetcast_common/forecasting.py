@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -28,9 +28,6 @@ from fleetcast_common.ids import (
 from fleetcast_common.quantiles import FORECAST_FLOOR, normalise_quantiles, quantile_key
 from fleetcast_common.registry import LiveModel
 from fleetcast_common.settings import _FromEnvironment
-
-if TYPE_CHECKING:
-    from fleetcast_common.forecast_endpoint import ForecastEndpoint
 
 # The horizons the API accepts are those the inference container serves
 # (fleetcast_common.contracts.inference.MIN_PERIOD / MAX_PERIOD).
@@ -187,6 +184,15 @@ class LiveModels(Protocol):
     def live(self, customer_id: str) -> LiveModel | None: ...
 
 
+class ForecastsByModel(Protocol):
+    """Where a model's forecast comes from: the multi-model endpoint
+    (:class:`~fleetcast_common.forecast_endpoint.ForecastEndpoint`)."""
+
+    def forecast(
+        self, target_model: str, period: int, quantiles: tuple[float, ...] = ()
+    ) -> EndpointForecast: ...
+
+
 class LiveModelCache:
     """A warm function's short memory of live-model lookups.
 
@@ -278,7 +284,7 @@ def customer_forecast(
     customer_id: str,
     period: int,
     registry: LiveModels,
-    endpoint: ForecastEndpoint,
+    endpoint: ForecastsByModel,
     quantiles: tuple[float, ...] = (),
 ) -> CustomerForecast:
     """The next ``period`` periods of the customer's live model, with what it was fitted
@@ -313,7 +319,7 @@ def _endpoint_forecast(
     customer_id: str,
     live: LiveModel,
     period: int,
-    endpoint: ForecastEndpoint,
+    endpoint: ForecastsByModel,
     quantiles: tuple[float, ...],
 ) -> EndpointForecast:
     # The TargetModel is rebuilt from the (allow-listed) customer id and the run id, never

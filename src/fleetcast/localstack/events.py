@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from fleetcast.localstack.lambdas import LocalFunction
+from fleetcast.localstack.sqs_poller import Message, Pollers, QueuePoller
 from fleetcast.localstack.template import ACCOUNT_ID
 
 log = logging.getLogger("fleetcast.localstack.events")
@@ -37,24 +38,14 @@ def normalise_event(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-@dataclass
-class Delivery:
-    rule_name: str
-    queue_url: str
-    function: LocalFunction
-
-
-class EventDelivery:
+class EventDelivery(Pollers):
     """Pollers that move events from each rule's queue into its function."""
 
     def __init__(self, sqs: Any, events: Any) -> None:
         self._sqs = sqs
         self._events = events
-        self._deliveries: list[Delivery] = []
-        self._threads: list[threading.Thread] = []
-        self._stop = threading.Event()
-        self.delivered = 0
-        self.failed = 0
+        super().__init__()
+        self._queue_urls: dict[str, list[str]] = {}
 
     def add_rule(
         self, rule_name: str, pattern: dict[str, Any], function: LocalFunction, dead_letter_arn: str
@@ -75,63 +66,47 @@ class EventDelivery:
         self._events.put_targets(
             Rule=rule_name, Targets=[{"Id": function.name[:64], "Arn": queue_arn}]
         )
-        self._deliveries.append(Delivery(rule_name, queue_url, function))
-
-    def start(self) -> None:
-        for delivery in self._deliveries:
-            thread = threading.Thread(
-                target=self._poll,
-                args=(delivery,),
-                daemon=True,
-                name=f"deliver {delivery.rule_name}",
+        self._queue_urls.setdefault(function.name, []).append(queue_url)
+        self.add(
+            QueuePoller(
+                self._sqs,
+                queue_url,
+                _EventByEvent(function),
+                name=f"deliver {rule_name}",
+                batch_size=10,
+                retry_delay_seconds=RETRY_DELAY_SECONDS,
+                attribute_names=("ApproximateReceiveCount",),
             )
-            thread.start()
-            self._threads.append(thread)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
-
-    def _poll(self, delivery: Delivery) -> None:
-        while not self._stop.is_set():
-            try:
-                messages = self._sqs.receive_message(
-                    QueueUrl=delivery.queue_url,
-                    MaxNumberOfMessages=10,
-                    WaitTimeSeconds=1,
-                    AttributeNames=["ApproximateReceiveCount"],
-                ).get("Messages", [])
-            except Exception:
-                if not self._stop.is_set():
-                    log.exception("cannot read %s", delivery.queue_url)
-                    self._stop.wait(1)
-                continue
-            for message in messages:
-                self._deliver(delivery, message)
-
-    def _deliver(self, delivery: Delivery, message: dict[str, Any]) -> None:
-        event = normalise_event(json.loads(message["Body"]))
-        try:
-            delivery.function.invoke(event)
-        except Exception as error:
-            self.failed += 1
-            attempt = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
-            log.error(
-                "%s failed on event %s (attempt %s of %d): %s",
-                delivery.function.name,
-                event.get("id"),
-                attempt,
-                MAX_RECEIVES,
-                error,
-            )
-            self._sqs.change_message_visibility(
-                QueueUrl=delivery.queue_url,
-                ReceiptHandle=message["ReceiptHandle"],
-                VisibilityTimeout=RETRY_DELAY_SECONDS,
-            )
-            return
-        self.delivered += 1
-        self._sqs.delete_message(
-            QueueUrl=delivery.queue_url, ReceiptHandle=message["ReceiptHandle"]
         )
+
+    def queue_urls(self, function_name: str) -> list[str]:
+        """The queues that feed ``function_name``'s rules. moto puts a matching event in
+        them before the call that caused it returns, so once they hold nothing (visible or
+        in flight) every such event has been handled."""
+        return list(self._queue_urls.get(function_name, []))
+
+
+@dataclass
+class _EventByEvent:
+    """One asynchronous invocation per event, as EventBridge makes them."""
+
+    function: LocalFunction
+
+    def __call__(self, messages: list[Message]) -> Iterator[tuple[Message, bool]]:
+        for message in messages:
+            event = normalise_event(json.loads(message["Body"]))
+            try:
+                self.function.invoke(event)
+            except Exception as error:
+                attempt = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
+                log.error(
+                    "%s failed on event %s (attempt %s of %d): %s",
+                    self.function.name,
+                    event.get("id"),
+                    attempt,
+                    MAX_RECEIVES,
+                    error,
+                )
+                yield message, False
+            else:
+                yield message, True

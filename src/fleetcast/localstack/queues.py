@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from fleetcast.localstack.lambdas import LocalFunction
+from fleetcast.localstack.sqs_poller import Message, Pollers, QueuePoller
 from fleetcast.localstack.template import REGION, LocalTemplate
 
 log = logging.getLogger("fleetcast.localstack.queues")
@@ -108,34 +109,31 @@ def failed_message_ids(
     return ids
 
 
-@dataclass
-class _Source:
-    mapping: EventSourceMapping
-    queue_url: str
-    queue_arn: str
-    function: LocalFunction
-
-
-class QueueDelivery:
+class QueueDelivery(Pollers):
     """Pollers that feed each SQS event source's function, as Lambda's pollers do."""
 
     def __init__(
         self, sqs: Any, template: LocalTemplate, functions: dict[str, LocalFunction]
     ) -> None:
         self._sqs = sqs
-        self._sources: list[_Source] = []
-        self._threads: list[threading.Thread] = []
-        self._stop = threading.Event()
-        self.delivered = 0
-        self.failed = 0
+        super().__init__()
         for mapping in event_source_mappings(template):
-            queue_url = self._configure(template, mapping.queue_logical_id)
-            self._sources.append(
-                _Source(
-                    mapping,
-                    queue_url,
-                    template.arn(mapping.queue_logical_id),
-                    functions[mapping.function_logical_id],
+            deliver = _BatchDelivery(
+                mapping,
+                template.arn(mapping.queue_logical_id),
+                functions[mapping.function_logical_id],
+            )
+            self.add(
+                QueuePoller(
+                    sqs,
+                    self._configure(template, mapping.queue_logical_id),
+                    deliver,
+                    name=f"sqs {mapping.queue_logical_id}",
+                    batch_size=mapping.batch_size,
+                    retry_delay_seconds=RETRY_DELAY_SECONDS,
+                    # As many pollers as the function has warm workers: batches run
+                    # concurrently.
+                    threads=deliver.function.concurrency,
                 )
             )
 
@@ -153,72 +151,36 @@ class QueueDelivery:
             self._sqs.set_queue_attributes(QueueUrl=queue_url, Attributes=attributes)
         return queue_url
 
-    def start(self) -> None:
-        for source in self._sources:
-            # As many pollers as the function has warm workers: batches run concurrently.
-            for index in range(source.function.concurrency):
-                thread = threading.Thread(
-                    target=self._poll,
-                    args=(source,),
-                    daemon=True,
-                    name=f"sqs {source.mapping.queue_logical_id} {index}",
-                )
-                thread.start()
-                self._threads.append(thread)
 
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
+@dataclass
+class _BatchDelivery:
+    """One invocation per received batch; the answer says which messages failed."""
 
-    def _poll(self, source: _Source) -> None:
-        while not self._stop.is_set():
-            try:
-                messages = self._sqs.receive_message(
-                    QueueUrl=source.queue_url,
-                    MaxNumberOfMessages=source.mapping.batch_size,
-                    WaitTimeSeconds=1,
-                    AttributeNames=["All"],
-                ).get("Messages", [])
-            except Exception:
-                if not self._stop.is_set():
-                    log.exception("cannot read %s", source.queue_url)
-                    self._stop.wait(1)
-                continue
-            if messages:
-                self._deliver(source, messages)
+    mapping: EventSourceMapping
+    queue_arn: str
+    function: LocalFunction
 
-    def _deliver(self, source: _Source, messages: list[dict[str, Any]]) -> None:
+    def __call__(self, messages: list[Message]) -> Iterator[tuple[Message, bool]]:
         started = time.monotonic()
         try:
-            answer = source.function.invoke(sqs_event(messages, source.queue_arn))
-            failed = failed_message_ids(answer, messages, source.mapping.report_batch_item_failures)
+            answer = self.function.invoke(sqs_event(messages, self.queue_arn))
+            failed = failed_message_ids(answer, messages, self.mapping.report_batch_item_failures)
         except Exception as error:
-            log.error("%s failed on a batch of %d: %s", source.function.name, len(messages), error)
+            log.error("%s failed on a batch of %d: %s", self.function.name, len(messages), error)
             failed = {m["MessageId"] for m in messages}
         for message in messages:
             if message["MessageId"] in failed:
-                self.failed += 1
                 log.warning(
                     "%s: message %s failed (receive %s), visible again in %d s",
-                    source.function.name,
+                    self.function.name,
                     message["MessageId"],
                     message.get("Attributes", {}).get("ApproximateReceiveCount", "?"),
                     RETRY_DELAY_SECONDS,
                 )
-                self._sqs.change_message_visibility(
-                    QueueUrl=source.queue_url,
-                    ReceiptHandle=message["ReceiptHandle"],
-                    VisibilityTimeout=RETRY_DELAY_SECONDS,
-                )
-            else:
-                self.delivered += 1
-                self._sqs.delete_message(
-                    QueueUrl=source.queue_url, ReceiptHandle=message["ReceiptHandle"]
-                )
+            yield message, message["MessageId"] not in failed
         log.debug(
             "%s: batch of %d in %.2f s",
-            source.function.name,
+            self.function.name,
             len(messages),
             time.monotonic() - started,
         )

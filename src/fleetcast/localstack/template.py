@@ -99,6 +99,8 @@ _NAME_PROPERTIES = {
     "AWS::SageMaker::EndpointConfig": "EndpointConfigName",
     "AWS::SageMaker::Endpoint": "EndpointName",
     "AWS::Serverless::Api": "Name",
+    "AWS::Events::Rule": "Name",
+    "AWS::CloudWatch::Alarm": "AlarmName",
 }
 # Glue keeps a database's or table's name inside its input structure.
 _NESTED_NAME_PROPERTIES = {
@@ -172,6 +174,8 @@ class LocalTemplate:
             "AWS::SQS::Queue": f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{name}",
             "AWS::Serverless::Function": f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{name}",
             "AWS::SNS::Topic": f"arn:aws:sns:{REGION}:{ACCOUNT_ID}:{name}",
+            "AWS::Events::Rule": f"arn:aws:events:{REGION}:{ACCOUNT_ID}:rule/{name}",
+            "AWS::CloudWatch::Alarm": f"arn:aws:cloudwatch:{REGION}:{ACCOUNT_ID}:alarm:{name}",
             # SageMaker lower-cases the names in its ARNs.
             "AWS::SageMaker::Model": f"arn:aws:sagemaker:{REGION}:{ACCOUNT_ID}:model/{name.lower()}",
             "AWS::SageMaker::EndpointConfig": f"arn:aws:sagemaker:{REGION}:{ACCOUNT_ID}:endpoint-config/{name.lower()}",

@@ -1,0 +1,105 @@
+"""No import cycles in fleetcast or its layer: not at module level, not through an import
+inside a function, not through an import only the type checker reads. A cycle held
+together by a late import works until someone moves that import."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from template_helpers import REPO_ROOT
+
+PACKAGES = {
+    "fleetcast": REPO_ROOT / "src" / "fleetcast",
+    "fleetcast_common": REPO_ROOT / "layers" / "common" / "fleetcast_common",
+}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package, directory in PACKAGES.items():
+        for path in directory.rglob("*.py"):
+            parts = [package, *path.relative_to(directory).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _ours(name: str, known: dict[str, Path]) -> str | None:
+    """The module of ours that importing ``name`` runs, if any."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of ours ``module`` imports anywhere in its body, except its own
+    parent packages (which Python has imported before the module anyway)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from package import submodule` imports the submodule.
+            names |= {
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                for alias in node.names
+            }
+    resolved = {_ours(name, known) for name in names}
+    return {
+        target
+        for target in resolved
+        if target and target != module and not module.startswith(target + ".")
+    }
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (as the modules along it), or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for target in sorted(graph[node]):
+            cycle = visit(target, [*path, node])
+            if cycle:
+                return cycle
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        cycle = visit(start, [])
+        if cycle:
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle_through_any_import() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_graph_sees_late_and_type_only_imports() -> None:
+    known = modules()
+    # An import inside a function (the cost CLI loads the local stack only to run one)
+    # and one under TYPE_CHECKING (costs.py types its context) are edges too.
+    assert "fleetcast.localstack.stack" in imports(
+        "fleetcast.cost_cli", known["fleetcast.cost_cli"], known
+    )
+    assert "fleetcast.localstack.context" in imports(
+        "fleetcast.localstack.costs", known["fleetcast.localstack.costs"], known
+    )
+
+
+def test_no_module_of_fleetcast_or_its_layer_imports_itself_in_a_cycle() -> None:
+    known = modules()
+    graph = {module: imports(module, path, known) for module, path in known.items()}
+    assert find_cycle(graph) is None
