@@ -36,9 +36,8 @@ from email.utils import parseaddr
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-
 from fleetcast import billing
+from fleetcast.localstack.gateway import MotoDispatcher
 from fleetcast.localstack.template import ACCOUNT_ID, REGION
 from fleetcast_common.cost import sources
 from fleetcast_common.cost.settings import CostReportSettings
@@ -405,7 +404,7 @@ class LocalCosts:
         self.explorer = CostExplorerHistory(
             context.endpoint_url,
             context.client("ce"),
-            forward=DomainDispatcherApplication(create_backend_app),
+            forward=MotoDispatcher(),
         )
         context.add_route(ce_operation("GetCostAndUsage"), self.explorer)
         today = dt.datetime.now(dt.UTC).date()
