@@ -73,6 +73,8 @@ def test_the_chunk_function_is_an_sqs_event_source_reporting_item_failures() -> 
         "RegistrationChunksQueue",
     )
     assert mapping.report_batch_item_failures and mapping.batch_size == 2
+    # Chunks register side by side, capped: the registry's writes stay bounded at any size.
+    assert mapping.maximum_concurrency is not None and 2 <= mapping.maximum_concurrency <= 50
 
 
 MESSAGES = [

@@ -41,6 +41,8 @@ class EventSourceMapping:
     queue_logical_id: str
     batch_size: int
     report_batch_item_failures: bool
+    # ScalingConfig.MaximumConcurrency: at most this many batches at once (None: no cap).
+    maximum_concurrency: int | None = None
 
 
 def event_source_mappings(template: LocalTemplate) -> list[EventSourceMapping]:
@@ -69,6 +71,11 @@ def event_source_mappings(template: LocalTemplate) -> list[EventSourceMapping]:
                 batch_size=int(properties.get("BatchSize", DEFAULT_BATCH_SIZE)),
                 report_batch_item_failures="ReportBatchItemFailures"
                 in properties.get("FunctionResponseTypes", []),
+                maximum_concurrency=(
+                    int(properties["ScalingConfig"]["MaximumConcurrency"])
+                    if "MaximumConcurrency" in properties.get("ScalingConfig", {})
+                    else None
+                ),
             )
         )
     return mappings

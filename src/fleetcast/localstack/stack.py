@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import threading
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from fleetcast.localstack.costs import LOCAL_PARAMETERS, LocalCosts, local_funct
 from fleetcast.localstack.events import EventDelivery
 from fleetcast.localstack.gateway import Gateway, bind_preferred
 from fleetcast.localstack.lambdas import LocalFunction
-from fleetcast.localstack.queues import QueueDelivery
+from fleetcast.localstack.queues import QueueDelivery, event_source_mappings
 from fleetcast.localstack.sagemaker_jobs import JobRunner
 from fleetcast.localstack.serving import LocalServing, ServingOptions
 from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
@@ -136,6 +137,7 @@ class LocalStack:
         )
         self._port = port
         self._function_concurrency = function_concurrency
+        self._warming: list[Future[int]] = []
         self._serving_options = serving
         self._keep_state = keep_state
         # True once moto holds this stack's state (restored or new): only then is it saved.
@@ -200,6 +202,8 @@ class LocalStack:
             self.info.extra.update(self.serving.start())
             self.costs = LocalCosts(context)
             self.info.extra.update(self.costs.start())
+            for started in self._warming:
+                started.result()
             self.info.save(self.state_dir / STATE_FILE)
         except BaseException:
             self.stop()
@@ -427,6 +431,10 @@ class LocalStack:
             QueueUrl=default_dlq_url, AttributeNames=["QueueArn"]
         )["Attributes"]["QueueArn"]
         globals_ = self.template.body.get("Globals", {}).get("Function", {})
+        batch_concurrency = {
+            mapping.function_logical_id: mapping.maximum_concurrency
+            for mapping in event_source_mappings(self.template)
+        }
         for logical_id, resource in self.template.resources_of_type(
             "AWS::Serverless::Function"
         ).items():
@@ -447,11 +455,7 @@ class LocalStack:
                 ),
                 environment=environment,
                 log_path=self.state_dir / "logs" / f"{logical_id}.log",
-                concurrency=(
-                    max(self._function_concurrency, API_FUNCTION_CONCURRENCY)
-                    if any(e.get("Type") == "Api" for e in properties.get("Events", {}).values())
-                    else self._function_concurrency
-                ),
+                concurrency=self._concurrency(logical_id, properties, batch_concurrency),
                 memory=int(properties.get("MemorySize", globals_.get("MemorySize", 512))),
                 # Lambda's default when neither the function nor Globals sets one: 3 s.
                 timeout=float(properties.get("Timeout", globals_.get("Timeout", 3))),
@@ -468,8 +472,25 @@ class LocalStack:
                     function,
                     dead_letter,
                 )
-        for started in [function.warm_up() for function in self.functions.values()]:
-            started.result()
+        # Workers start while the rest of the stack does; start() waits for them at its end.
+        self._warming = [function.warm_up() for function in self.functions.values()]
+
+    def _concurrency(
+        self,
+        logical_id: str,
+        properties: dict[str, Any],
+        batch_concurrency: dict[str, int | None],
+    ) -> int:
+        """Warm workers for a function: the stack's default; an API's more (requests come
+        in parallel); an SQS event source's its ``MaximumConcurrency``, up to the CPUs
+        (Lambda runs batches side by side; here they share this machine)."""
+        concurrency = self._function_concurrency
+        if any(e.get("Type") == "Api" for e in properties.get("Events", {}).values()):
+            concurrency = max(concurrency, API_FUNCTION_CONCURRENCY)
+        batches = batch_concurrency.get(logical_id)
+        if batches:
+            concurrency = max(concurrency, min(batches, os.cpu_count() or 1))
+        return concurrency
 
     def _describe(self) -> StackInfo:
         def resource_named(logical_id: str) -> str:
