@@ -301,10 +301,6 @@ class ModelRegistry:
             raise
         return True
 
-    def chunk_counted(self, run_id: str, chunk_id: str) -> bool:
-        key = self._run_key(run_id, CHUNK_PREFIX + chunk_id)
-        return "Item" in self._table.get_item(Key=key, ConsistentRead=True)
-
     def _chunks(self, run_id: str) -> list[ChunkCounts]:
         """Every chunk recorded for the run, by a consistent query of its partition."""
         from boto3.dynamodb.conditions import Key

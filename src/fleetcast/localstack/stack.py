@@ -137,7 +137,6 @@ class LocalStack:
         )
         self._port = port
         self._function_concurrency = function_concurrency
-        self._warming: list[Future[int]] = []
         self._serving_options = serving
         self._keep_state = keep_state
         # True once moto holds this stack's state (restored or new): only then is it saved.
@@ -189,7 +188,7 @@ class LocalStack:
             kept = self._restore_state()
             self._create_resources()
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
-            self._create_functions()
+            warming = self._create_functions()
             self.delivery.start()
             # SQS event sources (localstack/queues.py)
             self.queues = QueueDelivery(self.client("sqs"), self.template, self.functions)
@@ -202,7 +201,7 @@ class LocalStack:
             self.info.extra.update(self.serving.start())
             self.costs = LocalCosts(context)
             self.info.extra.update(self.costs.start())
-            for started in self._warming:
+            for started in warming:
                 started.result()
             self.info.save(self.state_dir / STATE_FILE)
         except BaseException:
@@ -421,7 +420,9 @@ class LocalStack:
                 Bucket=name, NotificationConfiguration={"EventBridgeConfiguration": {}}
             )
 
-    def _create_functions(self) -> None:
+    def _create_functions(self) -> list[Future[int]]:
+        """Create the functions; their workers start while the rest of the stack does, and
+        the futures returned say when each function has one ready."""
         assert self.delivery is not None
         sqs = self.client("sqs")
         default_dlq_url = sqs.create_queue(
@@ -472,8 +473,7 @@ class LocalStack:
                     function,
                     dead_letter,
                 )
-        # Workers start while the rest of the stack does; start() waits for them at its end.
-        self._warming = [function.warm_up() for function in self.functions.values()]
+        return [function.warm_up() for function in self.functions.values()]
 
     def _concurrency(
         self,
