@@ -10,16 +10,16 @@ import pytest
 
 from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
 from fleetcast_training.evaluation import in_sample_naive_mae, mae, mase, rmse, smape, wape
+from fleetcast_training.history import History
 
 
 def values(*numbers: float) -> np.ndarray:
     return np.array(numbers, dtype=np.float64)
 
 
-def daily(*numbers: float) -> pd.DataFrame:
-    return pd.DataFrame(
-        {"ds": pd.date_range("2025-01-01", periods=len(numbers), freq="D"), "y": numbers}
-    )
+def daily(*numbers: float) -> History:
+    times = pd.date_range("2025-01-01", periods=len(numbers), freq="D").to_numpy()
+    return History(times, np.array(numbers, dtype=np.float64))
 
 
 def test_wape_weighs_absolute_errors_by_the_actual_volume():
@@ -49,7 +49,9 @@ def test_in_sample_naive_mae_compares_each_row_with_one_season_earlier():
 
 def test_in_sample_naive_mae_bridges_a_gap_like_the_forecast():
     # Given day 2 missing: day 9's week-earlier value is the latest before it (day 1)
-    history = daily(*range(1, 11)).drop(index=1).reset_index(drop=True)
+    every_day = daily(*range(1, 11))
+    kept = np.arange(10) != 1
+    history = History(every_day.times[kept], every_day.values[kept])
     # day 8 (value 8) against day 1 (1), day 9 (9) against day 1 (1), day 10 against day 3
     expected = (7 + 8 + 7) / 3
     assert in_sample_naive_mae(history, timedelta(days=7)) == pytest.approx(expected)

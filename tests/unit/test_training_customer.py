@@ -14,6 +14,7 @@ from fleetcast_common.model_archive import read_archive
 from fleetcast_common.training_manifest import CustomerOutcome
 from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.failures import FailureKind
+from fleetcast_training.history import History
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.stan_backend import ScratchStanBackend, silence_stan_logging
 
@@ -117,7 +118,7 @@ def test_yearly_seasonality_is_on_after_one_year_of_history(
     # would wait for two years)
     history = series(days)
     # When its seasonalities are resolved
-    orders = trainer(tmp_path)._seasonality_orders(history)
+    orders = trainer(tmp_path)._seasonality_orders(History.of(history))
     # Then yearly terms are used once a year is there, and weekly ones always
     assert orders["yearly"] == yearly_order
     assert orders["weekly"] > 0
@@ -156,7 +157,7 @@ def test_seasonality_orders_are_prophets_auto_choices(
     history = series(periods, freq=freq)
     ours = trainer(tmp_path, **settings)
     # When resolved by the trainer and by Prophet's own set_auto_seasonalities
-    orders = ours._seasonality_orders(history)
+    orders = ours._seasonality_orders(History.of(history))
     hyper = Hyperparameters.parse({"run_id": RUN_ID, **settings})
     probe = Prophet(
         yearly_seasonality=hyper.yearly_seasonality,

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from fleetcast_training.evaluation import mae, seasonal_naive, smape
+from fleetcast_training.history import History
 
 
 def test_smape_is_symmetric_bounded_and_zero_for_zero_against_zero():
@@ -26,7 +27,7 @@ def test_seasonal_naive_repeats_last_week_and_bridges_gaps():
     history = pd.DataFrame({"ds": ds, "y": np.arange(14.0)}).drop(index=9)
     # When forecasting the next ten days
     targets = pd.Series(pd.date_range("2025-01-15", periods=10, freq="D"))
-    forecast = seasonal_naive(history.reset_index(drop=True), targets, timedelta(days=7))
+    forecast = seasonal_naive(History.of(history), targets.to_numpy(), timedelta(days=7))
     # Then each day takes the value of the same weekday in the last week; the missing
     # day 9 is bridged by day 8
     assert forecast.tolist() == [7, 8, 8, 10, 11, 12, 13, 7, 8, 8]

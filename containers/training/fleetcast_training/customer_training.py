@@ -8,7 +8,7 @@ import platform
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.export import ExportedForecast, forecast_for_export
 from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.grid_fit import SHAPES_KEPT, ShapeTemplate, ShapeTemplates, shape_key
-from fleetcast_training.history import read_history
+from fleetcast_training.history import History, read_series
 from fleetcast_training.holdout import holdout_forecast
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.prophet_model import FleetcastProphet
@@ -90,6 +90,10 @@ class CustomerReport:
         return cls(result=result, failure_kind=kind)
 
 
+def _date(time: np.datetime64) -> date:
+    return pd.Timestamp(time).date()
+
+
 def archive_path(checkpoint_dir: Path, customer_id: str) -> Path:
     return checkpoint_dir / f"{customer_id}{MODEL_ARCHIVE_SUFFIX}"
 
@@ -117,10 +121,10 @@ class _Holidays:
     frame: pd.DataFrame | None = None
 
     @classmethod
-    def of(cls, calendar: HolidayCalendar | None, history: pd.DataFrame) -> _Holidays:
+    def of(cls, calendar: HolidayCalendar | None, history: History) -> _Holidays:
         if calendar is None or calendar.subdivision is None:
             return cls(calendar)
-        years = calendar_years(history["ds"].iloc[0].date(), history["ds"].iloc[-1].date())
+        years = calendar_years(_date(history.times[0]), _date(history.times[-1]))
         return cls(calendar, holidays_frame(calendar, years))
 
 
@@ -209,7 +213,7 @@ class CustomerTrainer:
     ) -> tuple[CustomerResult, dict[str, Any]]:
         settings = self._hyperparameters
         fits_before = self._backend.fit_methods.copy()
-        history = read_history(source)
+        history = read_series(source)
         rows = len(history)
         if rows < settings.required_rows:
             raise CustomerFailure(
@@ -219,17 +223,17 @@ class CustomerTrainer:
         orders = self._seasonality_orders(history)
         calendar = self._calendars.of(customer_id)
         holidays = _Holidays.of(calendar, history)
-        fitted = history.iloc[: -settings.holdout_rows]
-        holdout = history.iloc[-settings.holdout_rows :]
+        fitted = history.head(-settings.holdout_rows)
+        holdout_times = history.times[-settings.holdout_rows :]
         if settings.refit_full_history:
             model = self._fit_whole_history(history, orders, calendar, holidays)
             forecast = self._holdout_forecast(history, orders, holidays)
         else:
-            served = self._new_model(orders, holidays).fit(fitted)
-            forecast = self._point_forecast(served, holdout["ds"])
+            served = self._new_model(orders, holidays).fit(fitted.frame())
+            forecast = self._point_forecast(served, holdout_times)
             model = model_to_dict(served)
-        actual = holdout["y"].to_numpy(dtype=np.float64)
-        naive = seasonal_naive(fitted, holdout["ds"], settings.season)
+        actual = history.values[-settings.holdout_rows :]
+        naive = seasonal_naive(fitted, holdout_times, settings.season)
         scale = in_sample_naive_mae(fitted, settings.season)
         metrics = HoldoutMetrics(
             holdout_days=settings.holdout_days,
@@ -250,8 +254,8 @@ class CustomerTrainer:
             run_id=settings.run_id,
             trained_at=datetime.now(UTC),
             frequency=settings.frequency,
-            data_start=history["ds"].iloc[0].date(),
-            data_end=history["ds"].iloc[-1].date(),
+            data_start=_date(history.times[0]),
+            data_end=_date(history.times[-1]),
             rows=rows,
             metrics=metrics,
             library_versions=self._versions,
@@ -273,7 +277,7 @@ class CustomerTrainer:
 
     def _fit_whole_history(
         self,
-        history: pd.DataFrame,
+        history: History,
         orders: dict[str, int],
         calendar: HolidayCalendar | None,
         holidays: _Holidays,
@@ -283,8 +287,7 @@ class CustomerTrainer:
         (:mod:`fleetcast_training.grid_fit`), else through Prophet, whose fit then makes
         or grows the shape's template. Leaves the fit's Stan data in the backend's
         ``last_stan_data`` (None for a constant series)."""
-        stamps = history["ds"].to_numpy()
-        values = history["y"].to_numpy(dtype=np.float64)
+        stamps, values = history.times, history.values
         key = shape_key(stamps, tuple(sorted(orders.items())), calendar)
         template = self._shapes.get(key)
         if template is not None:
@@ -303,7 +306,7 @@ class CustomerTrainer:
         solved_before = self._backend.fit_methods[IN_PROCESS]
         prophet_model = self._new_model(orders, holidays)
         changepoints_setting = prophet_model.n_changepoints
-        served = prophet_model.fit(history)
+        served = prophet_model.fit(history.frame())
         self.preprocessing[PROPHET] += 1
         model = model_to_dict(served)
         stan_data: dict[str, Any] | None = self._backend.last_stan_data
@@ -338,12 +341,12 @@ class CustomerTrainer:
             model.add_country_holidays(country_name=calendar.country)
         return model
 
-    def _seasonality_orders(self, history: pd.DataFrame) -> dict[str, int]:
+    def _seasonality_orders(self, history: History) -> dict[str, int]:
         """Resolve "auto" seasonalities once, on the whole history, the way Prophet would
         for the served model, so the scored model has the same terms as the served one
         (Prophet's yearly "auto" needs two years, which the shorter scored window can miss)."""
         settings = self._hyperparameters
-        times = history["ds"].to_numpy(dtype="datetime64[ns]")
+        times = history.times.astype("datetime64[ns]")
         span = pd.Timedelta(times[-1] - times[0])
         steps = np.diff(times)
         steps = steps[steps != np.timedelta64(0, "ns")]
@@ -369,7 +372,7 @@ class CustomerTrainer:
         return orders
 
     def _holdout_forecast(
-        self, history: pd.DataFrame, orders: dict[str, int], holidays: _Holidays
+        self, history: History, orders: dict[str, int], holidays: _Holidays
     ) -> np.ndarray:
         """The forecast of the holdout by a model fitted on the rows before it, built from
         the full-history fit just made (:mod:`fleetcast_training.holdout`); through Prophet
@@ -378,27 +381,22 @@ class CustomerTrainer:
         full = self._backend.last_stan_data
         if full is not None and len(full["y"]) == len(history):
             try:
-                forecast = holdout_forecast(
-                    full,
-                    history["ds"].to_numpy(),
-                    history["y"].to_numpy(dtype=np.float64),
-                    rows,
-                )
+                forecast = holdout_forecast(full, history.times, history.values, rows)
             except NotSolvedExactly:
                 pass
             else:
                 self._backend.fit_methods[IN_PROCESS] += 1
                 return forecast
-        scored = self._new_model(orders, holidays).fit(history.iloc[:-rows])
-        return self._point_forecast(scored, history["ds"].iloc[-rows:])
+        scored = self._new_model(orders, holidays).fit(history.head(-rows).frame())
+        return self._point_forecast(scored, history.times[-rows:])
 
     @staticmethod
-    def _point_forecast(model: Prophet, times: pd.Series) -> np.ndarray:
+    def _point_forecast(model: Prophet, times: np.ndarray) -> np.ndarray:
         """``yhat`` only: the uncertainty samples do not change it and cost most of predict."""
         samples = model.uncertainty_samples
         model.uncertainty_samples = 0
         try:
-            predicted = model.predict(pd.DataFrame({"ds": times.to_numpy()}))
+            predicted = model.predict(pd.DataFrame({"ds": times}))
         finally:
             model.uncertainty_samples = samples
         return predicted["yhat"].to_numpy(dtype=np.float64)

@@ -8,6 +8,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from fleetcast_training.history import History
+
 Values = npt.NDArray[np.float64]
 
 
@@ -51,12 +53,12 @@ def mase(actual: Values, forecast: Values, scale: float | None) -> float | None:
     return mae(actual, forecast) / scale
 
 
-def in_sample_naive_mae(history: pd.DataFrame, season: timedelta) -> float | None:
+def in_sample_naive_mae(history: History, season: timedelta) -> float | None:
     """MASE's scale: the MAE of forecasting each row of ``history`` at least a season
     after its first with :func:`seasonal_naive`'s rule (the value one season earlier, the
     latest before it across a gap); None when ``history`` spans less than a season."""
-    times = history["ds"].to_numpy(dtype="datetime64[ns]")
-    values = history["y"].to_numpy(dtype=np.float64)
+    times = history.times.astype("datetime64[ns]")
+    values = history.values
     period = np.timedelta64(pd.Timedelta(season).value, "ns")
     scored = times >= times[0] + period
     if not scored.any():
@@ -65,17 +67,19 @@ def in_sample_naive_mae(history: pd.DataFrame, season: timedelta) -> float | Non
     return float(np.abs(values[scored] - values[latest]).mean())
 
 
-def seasonal_naive(history: pd.DataFrame, targets: pd.Series, season: timedelta) -> Values:
+def seasonal_naive(
+    history: History, targets: npt.NDArray[np.datetime64], season: timedelta
+) -> Values:
     """Forecast each target time with the value one season earlier, repeating the last
     season of ``history`` for targets more than a season past its end.
 
-    ``history`` has sorted ``ds`` and ``y``. Where the time one season earlier is missing
+    ``history``'s times are sorted. Where the time one season earlier is missing
     (a gap in the data), the latest value before it stands in; before the first row,
     the first value does.
     """
-    times = history["ds"].to_numpy(dtype="datetime64[ns]")
-    values = history["y"].to_numpy(dtype=np.float64)
-    wanted = pd.Series(targets).to_numpy(dtype="datetime64[ns]")
+    times = history.times.astype("datetime64[ns]")
+    values = history.values
+    wanted = np.asarray(targets).astype("datetime64[ns]")
     period = np.timedelta64(pd.Timedelta(season).value, "ns")
     seasons_back = np.maximum(np.ceil((wanted - times[-1]) / period), 1).astype(np.int64)
     sources = wanted - seasons_back * period

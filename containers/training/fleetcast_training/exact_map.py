@@ -79,6 +79,7 @@ class Design:
     """What a fit needs from the Stan data apart from ``y``; shared by every series on
     the same time grid with the same features."""
 
+    features: Matrix  # the Stan data's X
     z: Matrix  # columns: k, m, delta[S], beta[K]
     gram: Matrix  # Z'Z
     prior_precision: Vector  # 1/25, 1/25, 0 * S, 1/sigmas^2
@@ -154,18 +155,19 @@ def design(data: dict[str, Any]) -> Design:
         raise NotSolvedExactly(
             FallbackReason.NUMERICAL, f"X has shape {features.shape}, expected ({t.size}, K)"
         )
+    # Keyed by the small arrays; X (150 kB for two years of daily rows) is compared with
+    # the cached design's instead: hashing it costs more than the solve's own steps.
     key = b"|".join(
         (
             repr((t.size, t_change.size, features.shape)).encode(),
             t.tobytes(),
             t_change.tobytes(),
-            features.tobytes(),
             s_a.tobytes(),
             sigmas.tobytes(),
         )
     )
     cached = _designs.get(key)
-    if cached is not None:
+    if cached is not None and np.array_equal(cached.features, features):
         _designs.move_to_end(key)
         return cached
     hinge = np.maximum(t[:, None] - t_change[None, :], 0.0)
@@ -176,6 +178,7 @@ def design(data: dict[str, Any]) -> Design:
         [[_TREND_PRECISION, _TREND_PRECISION], np.zeros(t_change.size), beta_precision]
     )
     built = Design(
+        features=features,
         z=z,
         gram=z.T @ z,
         prior_precision=prior_precision,
