@@ -165,3 +165,19 @@ def test_values_are_printed_as_pandas_to_json_prints_them():
     frame = pd.DataFrame({"y": values})
     printed = frame.to_json(orient="records")
     assert printed == "[" + ",".join(f'{{"y":{v}}}' for v in values_json(values)) + "]"
+
+
+def test_a_shape_covers_its_years_so_other_customers_gaps_need_no_prophet_fit(tmp_path: Path):
+    # Given a first customer that starts in March and misses a fifth of its days, and a
+    # second with every day of the same two years, on a holiday calendar
+    days = pd.date_range("2023-01-01", "2024-12-31", freq="D")
+    first = with_gaps(meter(days, 5), 5, 0.2).iloc[60:].reset_index(drop=True)
+    customers = {"first": first, "second": meter(days, 6)}
+    calendars = CustomerCalendars(default=HolidayCalendar.of("US"))
+    # When trained with shared preprocessing and with Prophet's alone
+    shared, shared_models = train_fleet(tmp_path / "shared", customers, calendars, kept=16)
+    _, alone_models = train_fleet(tmp_path / "alone", customers, calendars, kept=0)
+    # Then the second customer's days came from the first one's shape, not from a fit of
+    # its own, and both models are Prophet's text
+    assert shared.preprocessing == {PROPHET: 1, SHARED: 1}
+    assert shared_models == alone_models

@@ -14,6 +14,7 @@ from typing import Any
 
 import cmdstanpy
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import prophet
 from prophet import Prophet
@@ -42,7 +43,13 @@ from fleetcast_training.evaluation import (
 from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.export import ExportedForecast, forecast_for_export
 from fleetcast_training.failures import CustomerFailure, FailureKind
-from fleetcast_training.grid_fit import SHAPES_KEPT, ShapeTemplate, ShapeTemplates, shape_key
+from fleetcast_training.grid_fit import (
+    SHAPES_KEPT,
+    FeaturesAt,
+    ShapeTemplate,
+    ShapeTemplates,
+    shape_key,
+)
 from fleetcast_training.history import History, read_series
 from fleetcast_training.holdout import holdout_forecast
 from fleetcast_training.hyperparameters import Hyperparameters
@@ -92,6 +99,18 @@ class CustomerReport:
 
 def _date(time: np.datetime64) -> date:
     return pd.Timestamp(time).date()
+
+
+def _features_at(model: Prophet) -> FeaturesAt:
+    """Prophet's feature rows of the fitted ``model`` at other times: what its
+    ``predict`` builds (every row depends on its own time alone)."""
+
+    def features(stamps: npt.NDArray[np.datetime64]) -> npt.NDArray[np.float64]:
+        frame = model.setup_dataframe(pd.DataFrame({"ds": stamps}))
+        built, _, _, _ = model.make_all_seasonality_features(frame)
+        return np.asarray(built.to_numpy(dtype=np.float64))
+
+    return features
 
 
 def archive_path(checkpoint_dir: Path, customer_id: str) -> Path:
@@ -312,7 +331,9 @@ class CustomerTrainer:
         stan_data: dict[str, Any] | None = self._backend.last_stan_data
         if stan_data is not None and self._backend.fit_methods[IN_PROCESS] > solved_before:
             if not self._shapes.known(key):
-                made = ShapeTemplate.of(model, served.history, stan_data, changepoints_setting)
+                made = ShapeTemplate.of(
+                    model, served.history, stan_data, changepoints_setting, _features_at(served)
+                )
                 self._shapes.remember(key, made)
             elif template is not None:
                 template.table.add(stamps.view(np.int64), np.asarray(stan_data["X"]))

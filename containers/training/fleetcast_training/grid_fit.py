@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,10 @@ from fleetcast_training.exact_map import MapSolution, NotSolvedExactly, solve
 
 Vector = npt.NDArray[np.float64]
 ShapeKey = tuple[Any, ...]
+Stamps = npt.NDArray[np.datetime64]
+# Prophet's feature rows (seasonalities, holidays) at the given times, as the fitted
+# model that made the template builds them.
+FeaturesAt = Callable[[Stamps], npt.NDArray[np.float64]]
 
 # The history frame Prophet keeps for a plain series (fleetcast_training.prophet_model).
 _HISTORY_COLUMNS = ["ds", "y", "floor", "t", "y_scaled"]
@@ -138,10 +143,16 @@ class ShapeTemplate:
         history: pd.DataFrame,
         stan_data: dict[str, Any],
         n_changepoints: int,
+        features_at: FeaturesAt | None = None,
     ) -> ShapeTemplate | None:
         """The template of Prophet's fitted ``model`` (``model_to_dict``), with its history
         frame and the Stan data it was fitted on (``n_changepoints``: the model's setting);
-        None unless refitting its own customer with it gives Prophet's dict exactly."""
+        None unless refitting its own customer with it gives Prophet's dict exactly.
+
+        With ``features_at`` its table holds every time of the shape's years on the
+        customer's step (:func:`_year_grid`), so other customers' gaps and later starts
+        need no Prophet fit of their own; kept only if its rows at the customer's times
+        are exactly the ones Prophet fitted."""
         stamps = history["ds"].to_numpy()
         if (
             list(history.columns) != _HISTORY_COLUMNS
@@ -157,6 +168,15 @@ class ShapeTemplate:
         )
         if not separator:
             return None
+        features = np.asarray(stan_data["X"], dtype=np.float64)
+        table = _TimeTable(
+            times=stamps.view(np.int64).copy(),
+            features=features.copy(),
+            dates=np.array(_dates_json(stamps), dtype=object),
+            unit=unit,
+        )
+        if features_at is not None:
+            table = _grown_to_years(table, stamps, features, features_at)
         template = cls(
             model={name: value for name, value in model.items() if name not in _CUSTOMER_FIELDS},
             field_order=tuple(model),
@@ -168,12 +188,7 @@ class ShapeTemplate:
             history_head=head + separator,
             n_changepoints=n_changepoints,
             changepoint_range=float(model["changepoint_range"]),
-            table=_TimeTable(
-                times=stamps.view(np.int64).copy(),
-                features=np.asarray(stan_data["X"], dtype=np.float64).copy(),
-                dates=np.array(_dates_json(stamps), dtype=object),
-                unit=unit,
-            ),
+            table=table,
         )
         try:
             refitted = template.fit(stamps, history["y"].to_numpy(dtype=np.float64))
@@ -259,6 +274,44 @@ class ShapeTemplate:
             )
         )
         return self.history_head + rows + "]}"
+
+
+def _year_grid(stamps: Stamps) -> Stamps | None:
+    """Every time on ``stamps``' shortest step, in phase with them, from the start of
+    their first calendar year to the end of their last; None when there are more than
+    the table keeps."""
+    steps = np.diff(stamps)
+    if not steps.size:
+        return None
+    step = steps.min()
+    first = stamps[0].astype("datetime64[Y]").astype(stamps.dtype)
+    end = (stamps[-1].astype("datetime64[Y]") + 1).astype(stamps.dtype)
+    start = stamps[0] - ((stamps[0] - first) // step) * step
+    if (end - start) // step > _TABLE_TIMES:
+        return None
+    return np.arange(start, end, step)
+
+
+def _grown_to_years(
+    table: _TimeTable, stamps: Stamps, features: Vector, features_at: FeaturesAt
+) -> _TimeTable:
+    """``table`` (one customer's rows) grown to :func:`_year_grid`, or as it is when the
+    grid's rows at the customer's own times are not exactly Prophet's."""
+    grid = _year_grid(stamps)
+    if grid is None:
+        return table
+    rows = np.searchsorted(grid, stamps)
+    if rows[-1] >= grid.size or not np.array_equal(grid[rows], stamps):
+        return table
+    grown = np.asarray(features_at(grid), dtype=np.float64)
+    if grown.shape != (grid.size, features.shape[1]) or not np.array_equal(grown[rows], features):
+        return table
+    return _TimeTable(
+        times=grid.view(np.int64).copy(),
+        features=grown,
+        dates=np.array(_dates_json(grid), dtype=object),
+        unit=table.unit,
+    )
 
 
 class ShapeTemplates:
