@@ -156,13 +156,16 @@ class CustomerTrainer:
         checkpoint_dir: Path,
         scratch: Path,
         calendars: CustomerCalendars | None = None,
+        shapes: ShapeTemplates | None = None,
         shapes_kept: int = SHAPES_KEPT,
     ):
         self._hyperparameters = hyperparameters
         self._calendars = calendars or CustomerCalendars()
         self._checkpoint_dir = checkpoint_dir
         self._backend = FleetcastStanBackend(scratch)
-        self._shapes = ShapeTemplates(shapes_kept)
+        # The templates of the model shapes seen so far (shared with the trainer that
+        # made ``shapes``, or in a forked worker a copy of them).
+        self._shapes = shapes if shapes is not None else ShapeTemplates(shapes_kept)
         # How each whole-history fit was preprocessed: from a shape's template, or by Prophet.
         self.preprocessing: Counter[str] = Counter()
         self._versions = library_versions()

@@ -9,6 +9,8 @@ interruption the restarted job finds those archives there and keeps them.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import math
 import multiprocessing
@@ -16,6 +18,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -50,6 +53,7 @@ from fleetcast_training.export import (
     write_forecast_parts,
 )
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
+from fleetcast_training.grid_fit import ShapeTemplates
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.parts import unpack_parts
 from fleetcast_training.stan_backend import IN_PROCESS, scratch_parent, silence_stan_logging
@@ -304,6 +308,12 @@ def train_customers(
     try:
         reports: dict[str, CustomerReport] = {}
         queue = sorted(customers, key=lambda c: (-c.size, c.customer_id))
+        # One customer of typical size is trained here first: the workers fork after it
+        # and start with its model shape's template instead of each paying Prophet's
+        # preprocessing for it (fleetcast_training.grid_fit).
+        first = queue.pop(len(queue) // 2)
+        reports[first.customer_id] = pool.warm_up(first)
+        progress.advance(1)
         suspects: list[CustomerFile] = []
         while queue:
             size = _batch_size(len(queue), workers)
@@ -357,6 +367,17 @@ class _Pool:
         self._calendars = calendars
         self._checkpoint_dir = checkpoint_dir
         self._root = Path(tempfile.mkdtemp(prefix="fleetcast-training-", dir=parent))
+        self._shapes = ShapeTemplates()
+
+    def warm_up(self, customer: CustomerFile) -> CustomerReport:
+        """Train ``customer`` in this process; the workers of every later ``run`` inherit
+        the shape templates it made (they fork from here)."""
+        scratch = Path(tempfile.mkdtemp(prefix="parent-", dir=self._root))
+        trainer = CustomerTrainer(
+            self._hyperparameters, self._checkpoint_dir, scratch, self._calendars, self._shapes
+        )
+        with threadpool_limits(limits=1):
+            return trainer.train(customer.customer_id, customer.path)
 
     def run(
         self,
@@ -373,12 +394,21 @@ class _Pool:
         broken = False
         # fork: workers start in milliseconds with Prophet already imported (spawn would
         # import it again in each). The parent has no threads of its own to fork.
-        with ProcessPoolExecutor(
-            max_workers=min(workers, len(batches)),
-            mp_context=multiprocessing.get_context("fork"),
-            initializer=_start_worker,
-            initargs=(self._hyperparameters, self._checkpoint_dir, scratch, self._calendars),
-        ) as executor:
+        with (
+            _heap_frozen(),
+            ProcessPoolExecutor(
+                max_workers=min(workers, len(batches)),
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_start_worker,
+                initargs=(
+                    self._hyperparameters,
+                    self._checkpoint_dir,
+                    scratch,
+                    self._calendars,
+                    self._shapes,
+                ),
+            ) as executor,
+        ):
             futures: list[Future[list[CustomerReport]]] = [
                 executor.submit(_train_batch, [(c.customer_id, c.path) for c in batch])
                 for batch in batches
@@ -400,6 +430,18 @@ class _Pool:
         shutil.rmtree(self._root, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """The parent's objects left out of garbage collections while workers fork from it: a
+    worker's collections would otherwise touch, and so copy, every page of the parent's
+    heap (``gc.freeze``'s documented use)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 _TRAINING_MARKER = "training"
 _trainer: CustomerTrainer | None = None
 _marker: Path | None = None
@@ -410,6 +452,7 @@ def _start_worker(
     checkpoint_dir: Path,
     pool_dir: Path,
     calendars: CustomerCalendars | None = None,
+    shapes: ShapeTemplates | None = None,
 ) -> None:
     global _trainer, _marker
     silence_stan_logging()
@@ -420,7 +463,7 @@ def _start_worker(
     threadpool_limits(limits=1)
     scratch = Path(tempfile.mkdtemp(prefix="worker-", dir=pool_dir))
     _marker = scratch / _TRAINING_MARKER
-    _trainer = CustomerTrainer(hyperparameters, checkpoint_dir, scratch, calendars)
+    _trainer = CustomerTrainer(hyperparameters, checkpoint_dir, scratch, calendars, shapes)
 
 
 def _train_batch(batch: list[tuple[str, Path]]) -> list[CustomerReport]:
