@@ -213,6 +213,20 @@ def test_every_fit_passes_its_optimality_check(fleet: list[tuple[str, CmdStanFit
         assert violation > exact_map.KKT_TOLERANCE
 
 
+def test_where_the_sigma_search_starts_does_not_change_the_answer(
+    fleet: list[tuple[str, CmdStanFit]],
+):
+    for kind, fit in fleet:
+        if kind == "near constant":
+            continue
+        solved = exact_map.solve(fit.data)
+        for start in (1e-8, solved.sigma_obs**2 * 1.3, 50.0):
+            again = exact_map.solve(fit.data, start_variance=start)
+            assert again.violation <= exact_map.KKT_TOLERANCE
+            assert again.log_posterior == pytest.approx(solved.log_posterior, rel=1e-10)
+            assert again.sigma_obs == pytest.approx(solved.sigma_obs, rel=1e-6)
+
+
 def test_a_near_exact_fit_is_left_to_cmdstan(fleet: list[tuple[str, CmdStanFit]]):
     # Given a series that is constant but for a 1e-6 blip (Prophet calls Stan for it)
     fit = next(fit for kind, fit in fleet if kind == "near constant")

@@ -249,7 +249,7 @@ class CustomerTrainer:
         holdout_times = history.times[-settings.holdout_rows :]
         if settings.refit_full_history:
             model = self._fit_whole_history(history, orders, calendar, holidays)
-            forecast = self._holdout_forecast(history, orders, holidays)
+            forecast = self._holdout_forecast(history, orders, holidays, model)
         else:
             served = self._new_model(orders, holidays).fit(fitted.frame())
             forecast = self._point_forecast(served, holdout_times)
@@ -396,16 +396,22 @@ class CustomerTrainer:
         return orders
 
     def _holdout_forecast(
-        self, history: History, orders: dict[str, int], holidays: _Holidays
+        self,
+        history: History,
+        orders: dict[str, int],
+        holidays: _Holidays,
+        served: dict[str, Any],
     ) -> np.ndarray:
         """The forecast of the holdout by a model fitted on the rows before it, built from
-        the full-history fit just made (:mod:`fleetcast_training.holdout`); through Prophet
+        the full-history fit just made (``served``, its model dict: its noise level is
+        where the holdout fit's starts; :mod:`fleetcast_training.holdout`); through Prophet
         itself when the in-process solver does not solve the model."""
         rows = self._hyperparameters.holdout_rows
         full = self._backend.last_stan_data
         if full is not None and len(full["y"]) == len(history):
             try:
-                forecast = holdout_forecast(full, history.times, history.values, rows)
+                noise = float(np.ravel(served["params"]["sigma_obs"])[0]) * served["y_scale"]
+                forecast = holdout_forecast(full, history.times, history.values, rows, noise)
             except NotSolvedExactly:
                 pass
             else:

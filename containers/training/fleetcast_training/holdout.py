@@ -32,12 +32,17 @@ CHANGEPOINT_RANGE = 0.8
 
 
 def holdout_forecast(
-    full: dict[str, Any], times: npt.NDArray[np.datetime64], values: Vector, holdout_rows: int
+    full: dict[str, Any],
+    times: npt.NDArray[np.datetime64],
+    values: Vector,
+    holdout_rows: int,
+    noise: float | None = None,
 ) -> Vector:
     """Fit the window before the last ``holdout_rows`` exactly and forecast those rows.
 
     ``full`` is Prophet's Stan data for the whole history (``times``, ``values``, sorted
-    rows with a value). Raises :class:`NotSolvedExactly` when the in-process solver does
+    rows with a value); ``noise``, the whole-history fit's sigma_obs in the values' own
+    units, is where the window's search for its sigma_obs starts. Raises :class:`NotSolvedExactly` when the in-process solver does
     not solve this model (``fleetcast_training.exact_map.NotSolvedExactly``); the caller
     then scores with Prophet itself.
     """
@@ -71,7 +76,7 @@ def holdout_forecast(
         "s_a": s_a,
         "s_m": full["s_m"],
     }
-    fit = solve(data)
+    fit = solve(data, start_variance=(noise / scale) ** 2 if noise else 1.0)
     ahead = t[rows:]
     reached = (t_change[None, :] <= ahead[:, None]) * fit.delta
     trend = (fit.k + reached.sum(axis=1)) * ahead + (fit.m + (reached * -t_change).sum(axis=1))
