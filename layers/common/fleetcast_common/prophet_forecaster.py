@@ -149,17 +149,19 @@ class ProphetForecaster:
         step = float(np.diff(t).mean()) if period > 1 else self.history_step
         if math.isnan(step):
             raise ValueError("this forecaster was compiled without one_period: ask for 2 or more")
-        change_likelihood = self.changepoint_count * step
         draws = standard_draws(seed, iterations, per_iteration, period, self.linear_growth)
+        changes = (
+            unit_trend_changes(
+                seed, iterations, per_iteration, period, self.changepoint_count * step, step
+            )
+            if self.linear_growth
+            else None
+        )
         simulations = []
-        for i, (uniform, laplace, normal) in enumerate(draws):
-            if uniform is not None and laplace is not None:
-                shifts = (self.mean_abs_delta[i] * laplace) * (uniform < change_likelihood)
-                previous = np.hstack([np.zeros((per_iteration, 1)), shifts])[:, :-1]
-                slope_changes = (previous + shifts) / 2
-                uncertainty = slope_changes.cumsum(axis=1).cumsum(axis=1)
-                uncertainty *= step
-                trends = (self.trend_expected[i, :period] + uncertainty) * self.y_scale
+        for i, (_, _, normal) in enumerate(draws):
+            if changes is not None:
+                trends = self.trend_expected[i, :period] + self.mean_abs_delta[i] * changes[i]
+                trends = trends * self.y_scale
             else:
                 trends = np.broadcast_to(
                     self.trend_expected[i, :period] * self.y_scale, normal.shape
@@ -202,6 +204,35 @@ def standard_draws(
                 array.setflags(write=False)
         draws.append((uniform, laplace, normal))
     return tuple(draws)
+
+
+@functools.lru_cache(maxsize=4)
+def unit_trend_changes(
+    seed: int,
+    iterations: int,
+    per_iteration: int,
+    period: int,
+    change_likelihood: float,
+    step: float,
+) -> tuple[FloatArray, ...]:
+    """Per iteration, the future trend changes ``Prophet.predict`` simulates, for a mean
+    changepoint rate of 1: a change in each period with ``change_likelihood``, its size
+    Laplace, the rates summed twice into the trend's offset.
+
+    They are linear in the mean rate, so a model's are these times its own; every model
+    forecast with one seed and step (a run's export: the customers with the same history
+    span) shares them. Read-only, as they are shared.
+    """
+    draws = standard_draws(seed, iterations, per_iteration, period, True)
+    changes = []
+    for uniform, laplace, _ in draws:
+        assert uniform is not None and laplace is not None
+        shifts = laplace * (uniform < change_likelihood)
+        previous = np.hstack([np.zeros((per_iteration, 1)), shifts])[:, :-1]
+        offsets = ((previous + shifts) / 2).cumsum(axis=1).cumsum(axis=1) * step
+        offsets.setflags(write=False)
+        changes.append(offsets)
+    return tuple(changes)
 
 
 def forecast_seed(model_version: str, period: int) -> int:
