@@ -11,7 +11,12 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
-from fleetcast_common.prophet_forecaster import UnsupportedModelError, compile_model, forecast_seed
+from fleetcast_common.prophet_forecaster import (
+    UnsupportedModelError,
+    compile_model,
+    forecast_seed,
+    sorted_quantiles,
+)
 
 HISTORY_DAYS = 120
 
@@ -384,3 +389,12 @@ def test_a_parsed_model_without_one_period_forecasts_the_same_and_refuses_one_pe
     # And a single period, which needs the history's step, is refused with the reason
     with pytest.raises(ValueError, match="without one_period"):
         exported.forecast(1, seed)
+
+
+@pytest.mark.parametrize("samples", [1, 2, 7, 1000])
+def test_quantiles_of_sorted_samples_are_numpys(samples: int):
+    rows = np.sort(np.random.default_rng(samples).normal(size=(30, samples)), axis=1)
+    shares = [0.0, 0.025, 0.1, 0.5, 0.9, 0.975, 1.0]
+    np.testing.assert_allclose(
+        sorted_quantiles(rows, shares), np.quantile(rows, shares, axis=1), rtol=1e-14, atol=0
+    )

@@ -122,20 +122,16 @@ class ProphetForecaster:
         if not self.uncertainty_samples:
             return Forecast(dates, yhat, None, None, quantiles, None)
         samples = self._samples(period, seed)
-        percentile = np.nanpercentile if np.isnan(samples).any() else np.percentile
-        # Each period's samples sorted once, contiguous: percentiles of sorted rows are the
-        # same values in a third of the time (the training job's export makes one forecast
-        # per customer).
-        ordered = np.sort(samples.T, axis=1)
-        lower, upper = percentile(
-            ordered,
-            [100 * (1.0 - self.interval_width) / 2, 100 * (1.0 + self.interval_width) / 2],
-            axis=1,
-        )
-        values = None
-        if quantiles:
-            quantile = np.nanquantile if percentile is np.nanpercentile else np.quantile
-            values = np.asarray(quantile(ordered, quantiles, axis=1), dtype=np.float64)
+        shares = [(1.0 - self.interval_width) / 2, (1.0 + self.interval_width) / 2, *quantiles]
+        if np.isnan(samples).any():
+            found = np.nanquantile(samples, shares, axis=0)
+        else:
+            # Each period's samples sorted once, contiguous, and read off at each share:
+            # np.quantile's values in a third of its time (the training job's export makes
+            # one forecast per customer).
+            found = sorted_quantiles(np.sort(samples.T, axis=1), shares)
+        lower, upper = found[0], found[1]
+        values = np.asarray(found[2:], dtype=np.float64) if quantiles else None
         return Forecast(dates, yhat, lower, upper, quantiles, values)
 
     def _samples(self, period: int, seed: int) -> FloatArray:
@@ -173,6 +169,20 @@ class ProphetForecaster:
             )
         samples: FloatArray = np.vstack(simulations)
         return samples
+
+
+def sorted_quantiles(ordered: FloatArray, shares: list[float]) -> FloatArray:
+    """``np.quantile(ordered, shares, axis=1)`` (its default, linear rule) for rows sorted
+    in ascending order, without sorting them again: one row per share."""
+    last = ordered.shape[1] - 1
+    position = np.asarray(shares, dtype=np.float64) * last
+    below = np.floor(position).astype(np.intp)
+    above = np.minimum(below + 1, last)
+    weight = position - below
+    low, high = ordered[:, below], ordered[:, above]
+    # numpy's interpolation, from the nearer end (monotonic in the share).
+    found = np.where(weight >= 0.5, high - (high - low) * (1 - weight), low + (high - low) * weight)
+    return np.ascontiguousarray(found.T)
 
 
 _Draws = tuple[FloatArray | None, FloatArray | None, FloatArray]
@@ -389,6 +399,9 @@ def _last_history_ns(history_dates_json: str) -> int:
     data = json.loads(history_dates_json)["data"]
     if not data:
         raise ValueError("the model has no history dates")
+    if len(set(map(len, data))) == 1:
+        # pandas' ISO text, all in one format: the latest is the greatest string.
+        data = [max(data)]
     dates = np.array([text.removesuffix("Z") for text in data], dtype="datetime64[ns]")
     return int(dates.max().astype(np.int64))
 
