@@ -1,4 +1,4 @@
-"""One customer's history: its rows of a training part (``{customer_id}.npy``, unpacked by
+"""One customer's history: its rows of a training part (``{customer_id}.series``, unpacked by
 :mod:`fleetcast_training.parts`), or a ``{customer_id}.csv`` with header ``ds,y`` (runs
 processed before parts)."""
 
@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from fleetcast_training.failures import CustomerFailure, FailureKind
-from fleetcast_training.parts import SERIES_SUFFIX
+from fleetcast_training.parts import SERIES_DTYPE, SERIES_SUFFIX
 
 COLUMNS = ["ds", "y"]
 # What processing writes (ISO dates or times without a zone, plain decimals) parses
@@ -64,9 +64,9 @@ def read_history(path: Path) -> pd.DataFrame:
 
 def read_series(path: Path) -> History:
     """:func:`read_history`'s rows as a :class:`History`; what processing writes (a clean
-    ``.npy`` of a training part) never becomes a DataFrame on the way."""
+    ``.series`` of a training part) never becomes a DataFrame on the way."""
     if path.suffix == SERIES_SUFFIX:
-        series = np.load(path, allow_pickle=False)
+        series = np.fromfile(path, dtype=SERIES_DTYPE)
         loaded = History(np.ascontiguousarray(series["ds"]), np.ascontiguousarray(series["y"]))
         if np.isinf(loaded.values).any():
             raise CustomerFailure(FailureKind.UNREADABLE, "a value is not a finite number")

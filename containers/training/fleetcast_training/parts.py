@@ -1,7 +1,8 @@
 """The instance's training parts (``part-00000.parquet``: many customers each), unpacked.
 
 Each part is read once, in the parent process, and each customer's rows are saved to a
-small ``{customer_id}.npy`` in a local folder: workers then load one customer at a time,
+small ``{customer_id}.series`` in a local folder (the raw records of
+:data:`SERIES_DTYPE`, with no header to parse): workers then load one customer at a time,
 in microseconds, and the parent never holds more than one part in memory.
 """
 
@@ -18,14 +19,15 @@ import pyarrow.parquet as pq
 from fleetcast_common.contracts.shards import COLUMNS
 from fleetcast_common.ids import is_valid_customer_id
 
-SERIES_SUFFIX = ".npy"
-# One customer's rows: what processing wrote, as numpy reads it back without parsing.
+SERIES_SUFFIX = ".series"
+# One customer's rows: what processing wrote, as numpy reads it back without parsing
+# (written and read by the same job on the same machine: native byte order).
 SERIES_DTYPE = np.dtype([("ds", "datetime64[us]"), ("y", "float64")])
 
 
 @dataclass
 class UnpackedParts:
-    """``series``: customer id -> its ``.npy`` file and row count; ``problems``: the
+    """``series``: customer id -> its ``.series`` file and row count; ``problems``: the
     entries of the parts that could not be used, each with why."""
 
     series: dict[str, tuple[Path, int]] = field(default_factory=dict)
@@ -80,5 +82,5 @@ def _unpack(name: str, table: pa.Table, target: Path, unpacked: UnpackedParts) -
         series = np.empty(end - start, dtype=SERIES_DTYPE)
         series["ds"], series["y"] = ds[start:end], y[start:end]
         path = target / f"{customer_id}{SERIES_SUFFIX}"
-        np.save(path, series, allow_pickle=False)
+        series.tofile(path)
         unpacked.series[customer_id] = (path, end - start)
