@@ -21,7 +21,7 @@ from urllib.parse import quote
 from rich.console import Console
 from rich.table import Table
 
-from fleetcast.localstack.stack import StackInfo
+from fleetcast.embedded.stack import StackInfo
 from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.forecasting import (

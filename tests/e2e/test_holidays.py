@@ -15,7 +15,7 @@ import pytest
 from test_pipeline import finished, registry, to_csv
 from test_serving import get
 
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast.status import run_ids, wait_for_new_run
 from fleetcast_common import layout
 from fleetcast_common.holiday_calendar import HolidayCalendar, holiday_dates

@@ -16,7 +16,7 @@ import pytest
 from prophet.serialize import model_from_json
 
 from fleetcast.cli import main
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common import layout
 from fleetcast_common.model_archive import read_archive

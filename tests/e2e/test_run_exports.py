@@ -13,7 +13,7 @@ from test_pipeline import finished, readings, upload
 
 from fleetcast.cli import main
 from fleetcast.email_preview import CHROMIUM, render
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.training_manifest import CustomerOutcome
 

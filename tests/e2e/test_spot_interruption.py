@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from test_pipeline import finished, manifests, readings, registry, to_csv, upload
 
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast_common import layout
 from fleetcast_common.training_manifest import CustomerOutcome
 

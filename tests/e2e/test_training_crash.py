@@ -15,7 +15,7 @@ import pytest
 from test_pipeline import finished, readings, registry, to_csv, upload, wait_for_chunks
 from test_serving import get
 
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast_common import layout
 from fleetcast_common.registration import read_registration_record
 

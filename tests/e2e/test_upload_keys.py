@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_pipeline import finished, readings, registry, to_csv, upload
 
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast_common import layout
 
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,6 @@
 """Registering a training job's models, chunk by chunk: S3, DynamoDB and SQS on a moto
 server. The coordinator's plan and each chunk run in this process; the SQS tests deliver
-the chunks as Lambda's event source mapping would (fleetcast.localstack.queues)."""
+the chunks as Lambda's event source mapping would (fleetcast.embedded.queues)."""
 
 import importlib.util
 import json
@@ -15,8 +15,8 @@ import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fleetcast.localstack.queues import event_source_mappings, failed_message_ids, sqs_event
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
+from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common import layout
 from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_common.registration import (

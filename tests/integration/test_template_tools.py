@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from template_helpers import REPO_ROOT, load_template
 
-from fleetcast.localstack.costs import LOCAL_PARAMETERS
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.costs import LOCAL_PARAMETERS
+from fleetcast.embedded.template import LocalTemplate
 
 TEMPLATE = REPO_ROOT / "template.yaml"
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"

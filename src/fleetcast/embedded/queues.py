@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fleetcast.localstack.lambdas import LocalFunction
-from fleetcast.localstack.sqs_poller import Message, Pollers, QueuePoller
-from fleetcast.localstack.template import REGION, LocalTemplate
+from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.sqs_poller import Message, Pollers, QueuePoller
+from fleetcast.embedded.template import REGION, LocalTemplate
 
-log = logging.getLogger("fleetcast.localstack.queues")
+log = logging.getLogger("fleetcast.embedded.queues")
 
 RETRY_DELAY_SECONDS = 1
 # Lambda's default batch size for an SQS event source.

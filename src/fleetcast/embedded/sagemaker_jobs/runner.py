@@ -28,9 +28,9 @@ from typing import Any
 from moto.sagemaker import models as sagemaker_models
 from moto.sagemaker.exceptions import ResourceInUseException
 
-from fleetcast.localstack.sagemaker_jobs import training
-from fleetcast.localstack.sagemaker_jobs.checkpoints import CheckpointSync, checkpoint_dir
-from fleetcast.localstack.sagemaker_jobs.containers import (
+from fleetcast.embedded.sagemaker_jobs import training
+from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync, checkpoint_dir
+from fleetcast.embedded.sagemaker_jobs.containers import (
     FAILURE_REASON_LIMIT,
     image_entrypoint,
     kill_instance,
@@ -39,13 +39,13 @@ from fleetcast.localstack.sagemaker_jobs.containers import (
     log_tail,
     read_limited,
 )
-from fleetcast.localstack.sagemaker_jobs.training import now
-from fleetcast.localstack.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
+from fleetcast.embedded.sagemaker_jobs.training import now
+from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
 from fleetcast_common.contracts import opt_ml
 from fleetcast_common.contracts import processing as processing_contract
 from fleetcast_common.contracts import training as training_contract
 
-log = logging.getLogger("fleetcast.localstack.jobs")
+log = logging.getLogger("fleetcast.embedded.jobs")
 
 # Both containers read their /opt/ml root from the same variable.
 OPT_ML_ENV = opt_ml.OPT_ML_ENV

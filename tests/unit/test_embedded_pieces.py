@@ -9,9 +9,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from fleetcast.localstack import persistence
-from fleetcast.localstack.events import normalise_event
-from fleetcast.localstack.sagemaker_jobs import (
+from fleetcast.embedded import persistence
+from fleetcast.embedded.events import normalise_event
+from fleetcast.embedded.sagemaker_jobs import (
     JobRunner,
     image_entrypoint,
     local_command,
@@ -19,7 +19,7 @@ from fleetcast.localstack.sagemaker_jobs import (
     split_s3_uri,
     under_root,
 )
-from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
+from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 
 ROOT = Path(__file__).resolve().parents[2]
 
