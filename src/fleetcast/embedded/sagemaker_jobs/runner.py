@@ -102,6 +102,17 @@ class JobRunner:
         self._processing_environments: dict[str, dict[str, str]] = {}
 
     # -- moto hooks -------------------------------------------------------------------
+    # Why a patch of SageMakerModelBackend: moto 5.2.5 (requirements/lock.txt) has no public
+    # hook to learn of a created SageMaker job nor to keep it from finishing. Its state manager
+    # (``moto.moto_api.state_manager``) moves only models built on ``ManagedState``, and
+    # FakeTrainingJob / FakeProcessingJob are not: they are Completed from their first
+    # line. A WSGI wrapper (as ``keep_processing_environments`` is) sees the request, but
+    # acts only after moto has stored the job, so a DescribeTrainingJob in between would
+    # read Completed for a job that never ran. moto 5.2.5 also overwrites a job of the
+    # same name (SageMaker refuses it: ResourceInUse) and swaps CreateTrainingJob's
+    # MetricDefinitions for a canned one. Wrapping the two create methods does all three
+    # under moto's own call. Upstream asks for such callbacks in getmoto/moto#7126 (open);
+    # when moto has them, this patch goes.
 
     def install(self) -> None:
         backend_class = sagemaker_models.SageMakerModelBackend
