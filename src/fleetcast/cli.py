@@ -40,7 +40,7 @@ from fleetcast.run_report import RunAccuracy, render_html, summarise, summary_li
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 from fleetcast.terminal import UsageError, console, err
-from fleetcast_common.ids import is_valid_run_id
+from fleetcast_common.contracts.ids import is_valid_run_id
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.run_exports import ACCURACY, FORECASTS
 from fleetcast_common.upload_queue import UploadQueue

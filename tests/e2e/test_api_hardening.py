@@ -23,8 +23,8 @@ from test_serving import usage_plan
 
 from fleetcast.embedded.api import KEY_REFRESH_SECONDS
 from fleetcast.embedded.stack import LocalStack
+from fleetcast_common.contracts.ids import is_valid_customer_id
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
-from fleetcast_common.ids import is_valid_customer_id
 
 pytestmark = [
     pytest.mark.e2e,

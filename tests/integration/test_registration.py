@@ -17,8 +17,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
 from fleetcast.embedded.template import LocalTemplate
-from fleetcast_common import layout
-from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_common.contracts.training_manifest import (
+    CustomerOutcome,
+    CustomerResult,
+    TrainingManifest,
+)
 from fleetcast_common.registration import (
     ChunkReport,
     CustomerRegistration,
@@ -30,7 +35,6 @@ from fleetcast_common.registration import (
     start_registration,
 )
 from fleetcast_common.registry import ModelRegistry, ModelStatus, RunRegistration
-from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_1, RUN_2, RUN_0 = (
