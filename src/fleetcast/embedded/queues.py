@@ -117,14 +117,19 @@ def failed_message_ids(
 
 
 class QueueDelivery(Pollers):
-    """Pollers that feed each SQS event source's function, as Lambda's pollers do."""
+    """Pollers that feed each SQS event source's function, as Lambda's pollers do: one
+    per mapping it is handed (the stack reads them once, see :func:`event_source_mappings`)."""
 
     def __init__(
-        self, sqs: Any, template: LocalTemplate, functions: dict[str, LocalFunction]
+        self,
+        sqs: Any,
+        template: LocalTemplate,
+        functions: dict[str, LocalFunction],
+        mappings: list[EventSourceMapping],
     ) -> None:
         self._sqs = sqs
         super().__init__()
-        for mapping in event_source_mappings(template):
+        for mapping in mappings:
             deliver = _BatchDelivery(
                 mapping,
                 template.arn(mapping.queue_logical_id),

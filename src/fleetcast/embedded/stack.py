@@ -25,7 +25,7 @@ from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_functio
 from fleetcast.embedded.events import EventDelivery
 from fleetcast.embedded.gateway import Gateway, bind_preferred
 from fleetcast.embedded.lambdas import LocalFunction
-from fleetcast.embedded.queues import QueueDelivery, event_source_mappings
+from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
 from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.serving import LocalServing, ServingOptions
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
@@ -188,10 +188,14 @@ class LocalStack:
             kept = self._restore_state()
             self._create_resources()
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
-            warming = self._create_functions()
+            # Read once: they set their functions' concurrency and feed their pollers.
+            event_sources = event_source_mappings(self.template)
+            warming = self._create_functions(event_sources)
             self.delivery.start()
             # SQS event sources (embedded/queues.py)
-            self.queues = QueueDelivery(self.client("sqs"), self.template, self.functions)
+            self.queues = QueueDelivery(
+                self.client("sqs"), self.template, self.functions, event_sources
+            )
             self.queues.start()
             for kind, name in kept.unfinished if kept else ():
                 self.runner.resume(kind, persistence.sagemaker_backend(ACCOUNT_ID, REGION), name)
@@ -420,7 +424,7 @@ class LocalStack:
                 Bucket=name, NotificationConfiguration={"EventBridgeConfiguration": {}}
             )
 
-    def _create_functions(self) -> list[Future[int]]:
+    def _create_functions(self, event_sources: list[EventSourceMapping]) -> list[Future[int]]:
         """Create the functions; their workers start while the rest of the stack does, and
         the futures returned say when each function has one ready."""
         assert self.delivery is not None
@@ -433,8 +437,7 @@ class LocalStack:
         )["Attributes"]["QueueArn"]
         globals_ = self.template.body.get("Globals", {}).get("Function", {})
         batch_concurrency = {
-            mapping.function_logical_id: mapping.maximum_concurrency
-            for mapping in event_source_mappings(self.template)
+            mapping.function_logical_id: mapping.maximum_concurrency for mapping in event_sources
         }
         for logical_id, resource in self.template.resources_of_type(
             "AWS::Serverless::Function"
