@@ -23,7 +23,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from fleetcast.datagen import write_readings
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast.status import follow_run, run_ids, wait_for_new_run
 from fleetcast_common.registry import ModelRegistry
 

@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from fleetcast_common.contracts.training import CALENDARS_FILE
+from fleetcast_common.contracts.training_manifest import CustomerOutcome
 from fleetcast_common.holiday_calendar import holiday_dates
-from fleetcast_common.training_manifest import CustomerOutcome
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.job import run_job

@@ -21,7 +21,7 @@ from pathlib import Path
 from bench.api_serving import GENEROUS_LIMITS, api_latencies, endpoint_latencies
 from bench.measure import Row, relative_spread, single
 from fleetcast.datagen import write_readings
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common.registry import ModelRegistry
 

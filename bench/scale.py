@@ -38,10 +38,10 @@ from rich.table import Table
 
 from fleetcast import datagen
 from fleetcast.demo import follow_with_progress
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast.serving_cli import API_KEY_ENV, API_URL_ENV, ForecastApi, ServingError
 from fleetcast.status import RunStatus, run_ids, wait_for_new_run
-from fleetcast_common import layout
+from fleetcast_common.contracts import layout
 
 FIRST_DAY = date(2022, 1, 1)
 GIB = 2**30

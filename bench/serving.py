@@ -39,7 +39,7 @@ from bench.measure import (
     taking_turns,
     timed,
 )
-from fleetcast_common.model_archive import read_archive
+from fleetcast_common.contracts.model_archive import read_archive
 from fleetcast_common.prophet_forecaster import compile_model, forecast_seed
 from fleetcast_inference.app import InferenceApp, build_served_model
 from fleetcast_inference.contract import InferenceSettings

@@ -43,9 +43,9 @@ from bench.measure import (
     ratio_at_least,
     timed,
 )
+from fleetcast_common.contracts.model_archive import read_archive
 from fleetcast_common.contracts.shards import TRAIN_PARTS_PER_INSTANCE, train_part_name
-from fleetcast_common.model_archive import read_archive
-from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
+from fleetcast_common.contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_training import exact_map
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters

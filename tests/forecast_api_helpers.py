@@ -14,8 +14,8 @@ from typing import Any
 
 from function_helpers import load_function
 
-from fleetcast.localstack.lambdas import LambdaContext
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.lambdas import LambdaContext
+from fleetcast.embedded.template import LocalTemplate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FUNCTION = "ForecastApiFunction"

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from types import ModuleType
 
-from fleetcast.localstack.lambdas import load_handler
+from fleetcast.embedded.lambdas import load_handler
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

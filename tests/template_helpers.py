@@ -1,5 +1,5 @@
 """template.yaml as plain data, for tests, through the local stack's one template reader
-(:func:`fleetcast.localstack.template.loads_template`): CloudFormation short tags become
+(:func:`fleetcast.embedded.template.loads_template`): CloudFormation short tags become
 the long form, ``!Ref X`` -> ``{"Ref": "X"}``, ``!GetAtt A.B`` -> ``{"Fn::GetAtt": ["A", "B"]}``.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fleetcast.localstack import template
+from fleetcast.embedded import template
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

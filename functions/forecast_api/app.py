@@ -33,6 +33,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from fleetcast_common.aws import dynamodb_table
+from fleetcast_common.contracts.ids import (
+    CUSTOMER_ID_PATTERN,
+    InvalidCustomerIdError,
+    is_valid_customer_id,
+)
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.forecast_endpoint import ForecastEndpoint, runtime_client
 from fleetcast_common.forecasting import (
@@ -52,11 +57,6 @@ from fleetcast_common.forecasting import (
     customer_forecast,
     customer_model,
     parse_quantiles,
-)
-from fleetcast_common.ids import (
-    CUSTOMER_ID_PATTERN,
-    InvalidCustomerIdError,
-    is_valid_customer_id,
 )
 from fleetcast_common.quantiles import MAX_QUANTILES
 from fleetcast_common.registry import ModelRegistry, RegistryUnavailableError

@@ -22,6 +22,11 @@ from rich.table import Table
 
 from fleetcast import images
 from fleetcast.cost_cli import add_cost_commands
+from fleetcast.embedded import persistence
+from fleetcast.embedded.api import DEFAULT_PORT as DEFAULT_API_PORT
+from fleetcast.embedded.gateway import PortTakenError
+from fleetcast.embedded.serving import ServingOptions
+from fleetcast.embedded.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
 from fleetcast.exports import (
     OUTPUT_FORMATS,
     SCHEMAS,
@@ -31,16 +36,11 @@ from fleetcast.exports import (
     with_live_column,
     write_table,
 )
-from fleetcast.localstack import persistence
-from fleetcast.localstack.api import DEFAULT_PORT as DEFAULT_API_PORT
-from fleetcast.localstack.gateway import PortTakenError
-from fleetcast.localstack.serving import ServingOptions
-from fleetcast.localstack.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
 from fleetcast.run_report import RunAccuracy, render_html, summarise, summary_lines
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 from fleetcast.terminal import UsageError, console, err
-from fleetcast_common.ids import is_valid_run_id
+from fleetcast_common.contracts.ids import is_valid_run_id
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.run_exports import ACCURACY, FORECASTS
 from fleetcast_common.upload_queue import UploadQueue

@@ -43,7 +43,7 @@ from fleetcast_common.cost.report import (
 from fleetcast_common.cost.settings import CostAnalysisSettings, CostReportSettings
 
 if TYPE_CHECKING:
-    from fleetcast.localstack.stack import LocalStack, StackInfo
+    from fleetcast.embedded.stack import LocalStack, StackInfo
 
 # Any of these set means "use the environment as it is" (AWS, or `fleetcast env`).
 _EXPLICIT_AWS = ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")
@@ -69,7 +69,7 @@ class CostTarget:
 def resolve_target(state_dir: Path | None) -> CostTarget:
     """The environment if it names an endpoint or credentials, else the running local
     stack, else whatever credentials boto3 finds (a profile, SSO, an instance role)."""
-    from fleetcast.localstack.stack import StackInfo
+    from fleetcast.embedded.stack import StackInfo
 
     environ = dict(os.environ)
     region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"

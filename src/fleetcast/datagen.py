@@ -39,8 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from fleetcast_common.contracts.ids import validate_customer_id
 from fleetcast_common.holiday_calendar import holiday_dates
-from fleetcast_common.ids import validate_customer_id
 
 COLUMNS = ("customer_id", "timestamp", "consumption")
 SECONDS_PER_DAY = 86_400

@@ -19,7 +19,7 @@ from rich.progress import (
 from rich.table import Table
 
 from fleetcast.cost_cli import cost_report_for_demo
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast.serving_cli import demo_forecast
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 

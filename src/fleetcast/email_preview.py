@@ -19,8 +19,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleetcast.localstack.costs import outbox_dir
-from fleetcast.localstack.stack import default_state_dir
+from fleetcast.embedded.costs import outbox_dir
+from fleetcast.embedded.stack import default_state_dir
 
 CHROMIUM = "/usr/bin/chromium"
 LATEST = "latest.html"

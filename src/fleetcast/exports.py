@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from fleetcast_common import layout
+from fleetcast_common.contracts import layout
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.run_exports import (
     ACCURACY_SCHEMA,

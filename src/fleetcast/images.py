@@ -31,7 +31,7 @@ from typing import Any
 import boto3
 import tomlkit
 
-from fleetcast.localstack.stack import repo_root
+from fleetcast.embedded.stack import repo_root
 from fleetcast_common.contracts.errors import error_code
 
 FAMILIES = ("processing", "training", "inference")

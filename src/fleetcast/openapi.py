@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetcast.localstack.lambdas import load_handler
-from fleetcast.localstack.stack import repo_root
+from fleetcast.embedded.lambdas import load_handler
+from fleetcast.embedded.stack import repo_root
 
 DOCUMENT = Path("docs") / "openapi.json"
 HANDLER_DIR = Path("functions") / "forecast_api"

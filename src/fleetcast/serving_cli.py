@@ -21,16 +21,16 @@ from urllib.parse import quote
 from rich.console import Console
 from rich.table import Table
 
-from fleetcast.localstack.stack import StackInfo
+from fleetcast.embedded.stack import StackInfo
 from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
+from fleetcast_common.contracts.layout import history_shard_key, legacy_history_key
 from fleetcast_common.forecasting import (
     DEFAULT_PERIOD,
     QUANTILES_EXAMPLE,
     InvalidRequestError,
     parse_quantiles,
 )
-from fleetcast_common.layout import history_shard_key, legacy_history_key
 from fleetcast_common.quantiles import quantile_key
 
 API_URL_ENV = "FLEETCAST_API_URL"

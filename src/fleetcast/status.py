@@ -11,15 +11,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fleetcast_common import layout
+from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
-from fleetcast_common.ids import (
+from fleetcast_common.contracts.ids import (
     processing_job_name,
     run_id_from_job_name,
     training_job_name,
     upload_sequence,
 )
+from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
 from fleetcast_common.registration import read_registration_record
 from fleetcast_common.registry import ModelRegistry, RunRegistration
 from fleetcast_common.upload_queue import UploadQueue

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 
 
 @pytest.fixture(scope="session")

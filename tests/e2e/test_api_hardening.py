@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from test_pipeline import finished, readings, to_csv, upload
 from test_serving import usage_plan
 
-from fleetcast.localstack.api import KEY_REFRESH_SECONDS
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.api import KEY_REFRESH_SECONDS
+from fleetcast.embedded.stack import LocalStack
+from fleetcast_common.contracts.ids import is_valid_customer_id
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
-from fleetcast_common.ids import is_valid_customer_id
 
 pytestmark = [
     pytest.mark.e2e,

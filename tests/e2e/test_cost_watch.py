@@ -20,7 +20,7 @@ import pytest
 
 from fleetcast import billing
 from fleetcast.cli import main
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast_common.cost.mail import CHART_SIZE
 from fleetcast_common.cost.settings import WEEKDAYS
 

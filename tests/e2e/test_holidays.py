@@ -15,11 +15,11 @@ import pytest
 from test_pipeline import finished, registry, to_csv
 from test_serving import get
 
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast.status import run_ids, wait_for_new_run
-from fleetcast_common import layout
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.model_archive import read_archive
 from fleetcast_common.holiday_calendar import HolidayCalendar, holiday_dates
-from fleetcast_common.model_archive import read_archive
 
 pytestmark = [
     pytest.mark.e2e,

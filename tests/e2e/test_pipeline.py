@@ -16,12 +16,12 @@ import pytest
 from prophet.serialize import model_from_json
 
 from fleetcast.cli import main
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
-from fleetcast_common import layout
-from fleetcast_common.model_archive import read_archive
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.model_archive import read_archive
+from fleetcast_common.contracts.training_manifest import CustomerOutcome, TrainingManifest
 from fleetcast_common.registry import ModelRegistry
-from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ from test_pipeline import finished, readings, upload
 
 from fleetcast.cli import main
 from fleetcast.email_preview import CHROMIUM, render
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
+from fleetcast_common.contracts.training_manifest import CustomerOutcome
 from fleetcast_common.registry import ModelRegistry
-from fleetcast_common.training_manifest import CustomerOutcome
 
 pytestmark = pytest.mark.e2e
 CUSTOMERS = [f"exp-{n}" for n in range(6)]

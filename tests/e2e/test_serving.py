@@ -29,11 +29,11 @@ from prophet.serialize import model_from_json
 from test_pipeline import finished, readings, registry, to_csv, upload
 
 from fleetcast import cli
-from fleetcast.localstack.api import UsagePlan
-from fleetcast.localstack.stack import LocalStack
-from fleetcast_common import layout
+from fleetcast.embedded.api import UsagePlan
+from fleetcast.embedded.stack import LocalStack
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.model_archive import read_archive, write_archive
 from fleetcast_common.forecasting import CustomerModel
-from fleetcast_common.model_archive import read_archive, write_archive
 from fleetcast_common.prophet_forecaster import forecast_seed
 
 pytestmark = [

@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 from test_pipeline import finished, manifests, readings, registry, to_csv, upload
 
-from fleetcast.localstack.stack import LocalStack
-from fleetcast_common import layout
-from fleetcast_common.training_manifest import CustomerOutcome
+from fleetcast.embedded.stack import LocalStack
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.training_manifest import CustomerOutcome
 
 pytestmark = pytest.mark.e2e
 CUSTOMERS = [f"spot-{i}" for i in range(60)]

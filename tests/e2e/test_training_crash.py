@@ -15,8 +15,8 @@ import pytest
 from test_pipeline import finished, readings, registry, to_csv, upload, wait_for_chunks
 from test_serving import get
 
-from fleetcast.localstack.stack import LocalStack
-from fleetcast_common import layout
+from fleetcast.embedded.stack import LocalStack
+from fleetcast_common.contracts import layout
 from fleetcast_common.registration import read_registration_record
 
 pytestmark = [

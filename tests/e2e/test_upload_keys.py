@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from test_pipeline import finished, readings, registry, to_csv, upload
 
-from fleetcast.localstack.stack import LocalStack
-from fleetcast_common import layout
+from fleetcast.embedded.stack import LocalStack
+from fleetcast_common.contracts import layout
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from datetime import date, timedelta
 import pytest
 from test_pipeline import finished, readings, registry, to_csv
 
-from fleetcast.localstack.stack import LocalStack
+from fleetcast.embedded.stack import LocalStack
 from fleetcast.serving_cli import read_history
 from fleetcast.status import WAITING, RunStatus, pipeline_status, run_ids, wait_for_new_run
 from fleetcast_common.upload_queue import UploadQueue

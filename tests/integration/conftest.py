@@ -9,7 +9,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.template import LocalTemplate
 
 ROOT = Path(__file__).resolve().parents[2]
 

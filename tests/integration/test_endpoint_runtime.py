@@ -30,15 +30,15 @@ from prophet import Prophet
 from prophet.serialize import model_to_json
 from werkzeug.serving import make_server
 
-from fleetcast.localstack.endpoint import (
+from fleetcast.embedded.endpoint import (
     EndpointRuntime,
     InferenceContainer,
     LocalEndpoint,
     ModelDiskCache,
 )
-from fleetcast.localstack.sagemaker_jobs import image_entrypoint, local_command
-from fleetcast_common import layout
-from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast.embedded.sagemaker_jobs import image_entrypoint, local_command
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 
 pytestmark = [
     pytest.mark.integration,

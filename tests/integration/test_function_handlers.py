@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.parser import ValidationError as ParserVali
 from function_helpers import REPO_ROOT, load_function
 from pydantic import ValidationError
 
-from fleetcast.localstack.lambdas import LambdaContext
+from fleetcast.embedded.lambdas import LambdaContext
 from fleetcast_common.sagemaker_events import ProcessingJobStateChange, TrainingJobStateChange
 
 FUNCTIONS = sorted(path.name for path in (REPO_ROOT / "functions").iterdir() if path.is_dir())

@@ -22,12 +22,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from function_helpers import load_function
 from test_registration import trained
 
-from fleetcast.localstack.queues import sqs_event
-from fleetcast.localstack.template import LocalTemplate
-from fleetcast_common import layout
+from fleetcast.embedded.queues import sqs_event
+from fleetcast.embedded.template import LocalTemplate
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.ids import run_id_for_upload
+from fleetcast_common.contracts.model_archive import HoldoutMetrics
 from fleetcast_common.contracts.shards import train_part_name
-from fleetcast_common.ids import run_id_for_upload
-from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.registration import read_registration_record
 
 ROOT = Path(__file__).resolve().parents[2]

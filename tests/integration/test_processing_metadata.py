@@ -17,8 +17,8 @@ import pytest
 from function_helpers import load_function
 from test_pipeline_observability import _Context, _event, world
 
-from fleetcast.localstack.sagemaker_jobs import split_s3_uri
-from fleetcast_common import layout
+from fleetcast.embedded.sagemaker_jobs import split_s3_uri
+from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
 from fleetcast_common.contracts.processing import ProcessingSummary
 from fleetcast_common.contracts.training import CALENDARS_FILE

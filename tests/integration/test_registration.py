@@ -1,6 +1,6 @@
 """Registering a training job's models, chunk by chunk: S3, DynamoDB and SQS on a moto
 server. The coordinator's plan and each chunk run in this process; the SQS tests deliver
-the chunks as Lambda's event source mapping would (fleetcast.localstack.queues)."""
+the chunks as Lambda's event source mapping would (fleetcast.embedded.queues)."""
 
 import importlib.util
 import json
@@ -15,10 +15,15 @@ import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fleetcast.localstack.queues import event_source_mappings, failed_message_ids, sqs_event
-from fleetcast.localstack.template import LocalTemplate
-from fleetcast_common import layout
-from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
+from fleetcast.embedded.template import LocalTemplate
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_common.contracts.training_manifest import (
+    CustomerOutcome,
+    CustomerResult,
+    TrainingManifest,
+)
 from fleetcast_common.registration import (
     ChunkReport,
     CustomerRegistration,
@@ -30,7 +35,6 @@ from fleetcast_common.registration import (
     start_registration,
 )
 from fleetcast_common.registry import ModelRegistry, ModelStatus, RunRegistration
-from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_1, RUN_2, RUN_0 = (

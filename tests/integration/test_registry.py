@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fleetcast_common.model_archive import HoldoutMetrics
+from fleetcast_common.contracts.model_archive import HoldoutMetrics
 from fleetcast_common.registration import passes_quality_gate
 from fleetcast_common.registry import (
     RUN_PARTITION_PREFIX,

@@ -19,13 +19,13 @@ from forecast_api_helpers import api_event, call, load_forecast_api
 from test_registration import register_run, trained
 from test_upload_queue import forget_processing_jobs, processing_settings, upload
 
-from fleetcast.localstack.faults import SERVER_ERROR, THROTTLED, FaultInjector, applied
-from fleetcast.localstack.gateway import Gateway
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.faults import SERVER_ERROR, THROTTLED, FaultInjector, applied
+from fleetcast.embedded.gateway import Gateway
+from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common.aws import RETRY_CONFIG
+from fleetcast_common.contracts.model_archive import HoldoutMetrics
 from fleetcast_common.forecasting import LiveModelCache
 from fleetcast_common.jobs import Upload
-from fleetcast_common.model_archive import HoldoutMetrics
 from fleetcast_common.pipeline import Outcome, start_processing
 from fleetcast_common.registry import ModelRegistry, ModelStatus
 from fleetcast_common.upload_queue import UploadQueue

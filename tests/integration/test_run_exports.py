@@ -16,10 +16,10 @@ import pytest
 
 from fleetcast import cli
 from fleetcast.exports import runs_with_exports
-from fleetcast_common.model_archive import HoldoutMetrics
+from fleetcast_common.contracts.model_archive import HoldoutMetrics
+from fleetcast_common.contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
 from fleetcast_common.run_exports import exports_prefix
-from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_training.export import (
     ExportedCustomer,
     ExportedForecast,

@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from fleetcast.localstack.sqs_poller import Message, QueuePoller
+from fleetcast.embedded.sqs_poller import Message, QueuePoller
 
 MAX_RECEIVES = 3
 DEADLINE_SECONDS = 60

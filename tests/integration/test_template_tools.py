@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from template_helpers import REPO_ROOT, load_template
 
-from fleetcast.localstack.costs import LOCAL_PARAMETERS
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.costs import LOCAL_PARAMETERS
+from fleetcast.embedded.template import LocalTemplate
 
 TEMPLATE = REPO_ROOT / "template.yaml"
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"
@@ -385,7 +385,7 @@ def test_sam_build_builds_every_function_and_the_layer(repo_copy: Path, tmp_path
     # The cost report's chart library, built for Lambda's x86_64 Python 3.11
     assert list((build / COST_FUNCTION / "matplotlib").glob("*.cpython-311-x86_64-linux-gnu.so"))
     layer = build / "FleetcastCommonLayer" / "python"
-    assert (layer / "fleetcast_common" / "ids.py").is_file(), output_of(result)
+    assert (layer / "fleetcast_common" / "contracts" / "ids.py").is_file(), output_of(result)
     assert (layer / "aws_lambda_powertools").is_dir(), output_of(result)
     # Compiled wheels for the functions' architecture, not whatever this machine runs.
     assert list(layer.glob("pydantic_core/*.cpython-311-x86_64-linux-gnu.so")), output_of(result)

@@ -11,7 +11,7 @@ import pytest
 from function_helpers import load_function
 from test_pipeline_observability import _Context, _event, world
 
-from fleetcast.localstack.sagemaker_jobs import split_s3_uri
+from fleetcast.embedded.sagemaker_jobs import split_s3_uri
 
 __all__ = ["world"]  # the fixture, shared with the observability tests
 

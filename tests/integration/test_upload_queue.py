@@ -18,8 +18,8 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
-from fleetcast.localstack.template import LocalTemplate
-from fleetcast_common.ids import processing_job_name, upload_sequence
+from fleetcast.embedded.template import LocalTemplate
+from fleetcast_common.contracts.ids import processing_job_name, upload_sequence
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
 from fleetcast_common.settings import ProcessingSettings

@@ -12,8 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetcast_common import layout
-from fleetcast_common.ids import CUSTOMER_ID_PATTERN, InvalidCustomerIdError, is_valid_customer_id
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.ids import (
+    CUSTOMER_ID_PATTERN,
+    InvalidCustomerIdError,
+    is_valid_customer_id,
+)
 from fleetcast_processing.history import customer_file
 
 RUN_ID = "20261130t100000-0123456789"

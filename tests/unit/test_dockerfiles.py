@@ -2,7 +2,7 @@
 the local stack runs and what the template's roles may pull.
 
 The local stack runs each container's ENTRYPOINT from its Dockerfile with this checkout's
-interpreter (src/fleetcast/localstack/sagemaker_jobs.py, serving.py), so the link the tests
+interpreter (src/fleetcast/embedded/sagemaker_jobs.py, serving.py), so the link the tests
 below hold is: Dockerfile ENTRYPOINT == what the local stack runs == what SageMaker runs.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from template_helpers import REPO_ROOT
 
-from fleetcast.localstack.sagemaker_jobs import image_entrypoint
-from fleetcast.localstack.serving import SERVE_COMMAND
+from fleetcast.embedded.sagemaker_jobs import image_entrypoint
+from fleetcast.embedded.serving import SERVE_COMMAND
 from fleetcast_common.contracts.processing import ENTRYPOINT as PROCESSING_ENTRYPOINT
 
 CONTAINERS = REPO_ROOT / "containers"

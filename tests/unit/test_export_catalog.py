@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common.run_exports import ACCURACY_SCHEMA, FORECAST_SCHEMA, exports_prefix
 
 TEMPLATE = LocalTemplate(Path(__file__).resolve().parents[2] / "template.yaml")

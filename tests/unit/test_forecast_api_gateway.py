@@ -9,8 +9,8 @@ import pytest
 from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventModel
 from forecast_api_helpers import REPO_ROOT, sample
 
-from fleetcast.localstack.api import ApiRoute, TokenBucket, UsagePlan, proxy_event
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.api import ApiRoute, TokenBucket, UsagePlan, proxy_event
+from fleetcast.embedded.template import LocalTemplate
 
 
 class Clock:

@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from fleetcast_common import layout
-from fleetcast_common.ids import (
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.ids import (
     InvalidCustomerIdError,
     is_valid_customer_id,
     is_valid_run_id,

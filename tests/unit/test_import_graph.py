@@ -91,11 +91,11 @@ def test_the_graph_sees_late_and_type_only_imports() -> None:
     known = modules()
     # An import inside a function (the cost CLI loads the local stack only to run one)
     # and one under TYPE_CHECKING (costs.py types its context) are edges too.
-    assert "fleetcast.localstack.stack" in imports(
+    assert "fleetcast.embedded.stack" in imports(
         "fleetcast.cost_cli", known["fleetcast.cost_cli"], known
     )
-    assert "fleetcast.localstack.context" in imports(
-        "fleetcast.localstack.costs", known["fleetcast.localstack.costs"], known
+    assert "fleetcast.embedded.context" in imports(
+        "fleetcast.embedded.costs", known["fleetcast.embedded.costs"], known
     )
 
 

@@ -7,7 +7,6 @@ import functools
 import gc
 import logging
 import threading
-import time
 import tracemalloc
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_to_json
 
-from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_inference.app import build_served_model
 from fleetcast_inference.errors import (
     InsufficientMemoryError,
@@ -197,15 +196,18 @@ def test_an_answer_for_a_model_unloaded_meanwhile_is_not_cached(served: ServedMo
 
 
 def test_concurrent_loads_of_one_name_build_it_once(served: ServedModel) -> None:
-    # Given eight threads loading the same name at once, with a slow build
-    registry = LoadedModels(budget_bytes=10**6)
+    # Given eight threads loading the same name at once, whose build finishes only once
+    # the seven others wait on it
+    queued = threading.Semaphore(0)
+    registry = LoadedModels(budget_bytes=10**6, on_wait=lambda name: queued.release())
     builds: list[int] = []
     start = threading.Barrier(8)
     outcomes: list[str] = []
 
     def build() -> ServedModel:
         builds.append(1)
-        time.sleep(0.05)
+        for _ in range(7):
+            assert queued.acquire(timeout=60), "the other loads never waited on this one"
         return sized(served, "a", 100)
 
     def load() -> None:
@@ -230,13 +232,14 @@ def test_concurrent_loads_of_one_name_build_it_once(served: ServedModel) -> None
 
 
 def test_a_failed_load_reaches_its_waiters_and_can_be_retried(served: ServedModel) -> None:
-    # Given a load that fails slowly and a second load of the same name waiting on it
-    registry = LoadedModels(budget_bytes=10**6)
+    # Given a load that fails once a second load of the same name waits on it
+    waiting = threading.Event()
+    registry = LoadedModels(budget_bytes=10**6, on_wait=lambda name: waiting.set())
     building = threading.Event()
 
     def failing_build() -> ServedModel:
         building.set()
-        time.sleep(0.05)
+        assert waiting.wait(timeout=60), "the second load never waited on this one"
         raise InvalidArtifactError("model.json is not JSON")
 
     errors: list[Exception] = []

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetcast.localstack.queues import event_source_mappings, failed_message_ids, sqs_event
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
+from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import RunStatus, decisions_cover
 from fleetcast_common.registration import RegistrationChunk, chunk_slices, plan_chunks
 from fleetcast_common.registry import RunRegistration

@@ -23,12 +23,12 @@ from aws_lambda_powertools.utilities.parser.models import (
 from pydantic import BaseModel, ValidationError
 from template_helpers import REPO_ROOT, loads_template, local_template
 
-from fleetcast_common import layout
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.ids import is_valid_run_id, processing_job_name, training_job_name
 from fleetcast_common.cost import state as cost_state
 from fleetcast_common.cost.models import Anomaly
 from fleetcast_common.cost.settings import CostReportSettings
 from fleetcast_common.forecasting import ForecastApiSettings
-from fleetcast_common.ids import is_valid_run_id, processing_job_name, training_job_name
 from fleetcast_common.settings import (
     ProcessingSettings,
     RegistrationCoordinatorSettings,

@@ -10,8 +10,8 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json
 
-from fleetcast_common.model_archive import read_archive
-from fleetcast_common.training_manifest import CustomerOutcome
+from fleetcast_common.contracts.model_archive import read_archive
+from fleetcast_common.contracts.training_manifest import CustomerOutcome
 from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.failures import FailureKind
 from fleetcast_training.history import History

@@ -20,6 +20,7 @@ import pytest
 from prophet.serialize import model_from_json
 from threadpoolctl import ThreadpoolController
 
+from fleetcast_common.contracts.model_archive import read_archive, write_archive
 from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
 from fleetcast_common.contracts.training import (
     FAILURE_FILE,
@@ -27,8 +28,7 @@ from fleetcast_common.contracts.training import (
     METRIC_DEFINITIONS,
     manifest_name,
 )
-from fleetcast_common.model_archive import read_archive, write_archive
-from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_common.contracts.training_manifest import CustomerOutcome, TrainingManifest
 from fleetcast_training import __main__ as entry_point
 from fleetcast_training import job
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer

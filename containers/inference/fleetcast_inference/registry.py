@@ -98,8 +98,12 @@ class LoadedModels:
         budget_bytes: int,
         cache_fraction: float = DEFAULT_CACHE_FRACTION,
         clock: Callable[[], float] = time.time,
+        on_wait: Callable[[str], None] | None = None,
     ) -> None:
         self._budget = budget_bytes
+        # Called with the name when a load starts waiting for the one in progress, and is
+        # bound to get its outcome: the signal a caller waits on to know a load queued.
+        self._on_wait = on_wait
         self._cache_limit = int(budget_bytes * cache_fraction)
         self._clock = clock
         self._lock = threading.Lock()
@@ -122,6 +126,8 @@ class LoadedModels:
                 if pending is None:
                     pending = self._loading[name] = _PendingLoad()
                     break
+            if self._on_wait is not None:
+                self._on_wait(name)
             pending.done.wait()
             if pending.error is not None:
                 raise type(pending.error)(str(pending.error))

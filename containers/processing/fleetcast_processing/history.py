@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from fleetcast_common.contracts.ids import validate_customer_id
+from fleetcast_common.contracts.layout import CUSTOMER_FILE_SUFFIX
 from fleetcast_common.contracts.processing import HISTORY_COLUMNS
-from fleetcast_common.ids import validate_customer_id
-from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX
 from fleetcast_processing.aggregate import Frequency, Totals
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.source import UTF8_BOM

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetcast_common.contracts.ids import is_valid_customer_id
 from fleetcast_common.contracts.processing import (
     MAX_ATTRIBUTE_COLUMNS,
     MAX_COLUMN_NAME_CHARS,
@@ -35,7 +36,6 @@ from fleetcast_common.contracts.processing import (
     ProcessingSummary,
 )
 from fleetcast_common.holiday_calendar import check_calendar
-from fleetcast_common.ids import is_valid_customer_id
 from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.metadata_store import (

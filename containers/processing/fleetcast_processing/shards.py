@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleetcast_common.contracts.ids import is_valid_customer_id
 from fleetcast_common.contracts.shards import (
     COLUMNS,
     HISTORY_SHARDS,
@@ -33,7 +34,6 @@ from fleetcast_common.contracts.shards import (
     train_part_count,
     train_part_name,
 )
-from fleetcast_common.ids import is_valid_customer_id
 from fleetcast_processing.aggregate import Frequency, Totals
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.history import load_history, merge

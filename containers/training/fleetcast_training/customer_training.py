@@ -21,15 +21,15 @@ from prophet import Prophet
 from prophet.models import CmdStanPyBackend
 from prophet.serialize import model_to_dict
 
-from fleetcast_common.contracts.training import MODEL_ARCHIVE_SUFFIX
-from fleetcast_common.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
-from fleetcast_common.model_archive import (
+from fleetcast_common.contracts.model_archive import (
     HoldoutMetrics,
     ModelMetadata,
     read_archive,
     write_archive,
 )
-from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult
+from fleetcast_common.contracts.training import MODEL_ARCHIVE_SUFFIX
+from fleetcast_common.contracts.training_manifest import CustomerOutcome, CustomerResult
+from fleetcast_common.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.evaluation import (
     in_sample_naive_mae,

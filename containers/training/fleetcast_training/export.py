@@ -20,6 +20,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fleetcast_common.contracts.training_manifest import CustomerResult
 from fleetcast_common.prophet_forecaster import compile_model, forecast_seed
 from fleetcast_common.quantiles import FORECAST_FLOOR
 from fleetcast_common.run_exports import (
@@ -35,7 +36,6 @@ from fleetcast_common.run_exports import (
     accuracy_part_name,
     forecast_part_name,
 )
-from fleetcast_common.training_manifest import CustomerResult
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from fleetcast_common.contracts.ids import is_valid_run_id
 from fleetcast_common.contracts.inference import MAX_PERIOD
 from fleetcast_common.contracts.training import (
     HYPERPARAMETER_DEFAULTS,
@@ -22,7 +23,6 @@ from fleetcast_common.contracts.training import (
     SAGEMAKER_HYPERPARAMETER_PREFIX,
 )
 from fleetcast_common.holiday_calendar import check_calendar
-from fleetcast_common.ids import is_valid_run_id
 
 DAILY = "D"
 # pandas 3 spells hourly "h"; "H" is accepted on the way in.

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
+from fleetcast_common.contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_common.contracts.shards import SHARD_SUFFIX
 from fleetcast_common.contracts.training import (
     CALENDARS_CHANNEL,
@@ -42,8 +43,7 @@ from fleetcast_common.contracts.training import (
     manifest_name,
     metric_line,
 )
-from fleetcast_common.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
-from fleetcast_common.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_common.contracts.training_manifest import CustomerOutcome, TrainingManifest
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleetcast_common.contracts.ids import is_valid_customer_id
 from fleetcast_common.contracts.shards import COLUMNS
-from fleetcast_common.ids import is_valid_customer_id
 
 SERIES_SUFFIX = ".series"
 # One customer's rows: what processing wrote, as numpy reads it back without parsing

@@ -18,8 +18,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from fleetcast_common import layout
-from fleetcast_common.ids import (
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.ids import (
     CUSTOMER_ID_PATTERN,
     InvalidCustomerIdError,
     is_valid_customer_id,

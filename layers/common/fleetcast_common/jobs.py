@@ -12,9 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from fleetcast_common import layout
-from fleetcast_common.contracts import processing, training
-from fleetcast_common.ids import processing_job_name, training_job_name
+from fleetcast_common.contracts import layout, processing, training
+from fleetcast_common.contracts.ids import processing_job_name, training_job_name
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
 
 
@@ -29,7 +28,7 @@ class Upload(BaseModel):
     size: int
     uploaded_at: datetime
     version_id: str | None = None
-    # S3's order of the events of this one key (fleetcast_common.ids.sequencer_order).
+    # S3's order of the events of this one key (fleetcast_common.contracts.ids.sequencer_order).
     sequencer: str | None = None
 
 
@@ -46,7 +45,7 @@ def processing_job_request(
     with_metadata: bool = False,
 ) -> dict[str, Any]:
     """``staged_key``: the upload's copy in the artifacts bucket, when its own key cannot be
-    handed to SageMaker (:func:`fleetcast_common.ids.staged_file_name`); ``with_metadata``:
+    handed to SageMaker (:func:`fleetcast_common.contracts.ids.staged_file_name`); ``with_metadata``:
     the metadata store exists (an input prefix must hold an object)."""
     is_metadata = layout.is_metadata_upload(upload.key)
     artifacts = f"s3://{settings.artifacts_bucket}/"

@@ -10,9 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fleetcast_common import layout, storage
+from fleetcast_common import storage
+from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.ids import processing_job_name, run_id_from_job_name, staged_file_name
+from fleetcast_common.contracts.ids import (
+    processing_job_name,
+    run_id_from_job_name,
+    staged_file_name,
+)
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
 from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload

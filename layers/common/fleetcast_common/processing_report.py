@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetcast_common import layout, storage
+from fleetcast_common import storage
+from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.processing import SUMMARY_FILE
 

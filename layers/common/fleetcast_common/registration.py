@@ -30,11 +30,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from fleetcast_common import layout, storage
+from fleetcast_common import storage
+from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.errors import error_code
+from fleetcast_common.contracts.ids import validate_customer_id
+from fleetcast_common.contracts.model_archive import HoldoutMetrics, read_archive
 from fleetcast_common.contracts.training import is_manifest_name
-from fleetcast_common.ids import validate_customer_id
-from fleetcast_common.model_archive import HoldoutMetrics, read_archive
+from fleetcast_common.contracts.training_manifest import (
+    CustomerOutcome,
+    CustomerResult,
+    TrainingManifest,
+)
 from fleetcast_common.processing_report import customers_sent
 from fleetcast_common.registry import (
     ChunkCounts,
@@ -43,7 +49,6 @@ from fleetcast_common.registry import (
     ModelRegistry,
     ModelStatus,
 )
-from fleetcast_common.training_manifest import CustomerOutcome, CustomerResult, TrainingManifest
 
 # Registration is I/O bound: a few small requests per customer.
 PARALLEL_REQUESTS = 16

@@ -30,7 +30,7 @@ from botocore.exceptions import ConnectionError as EndpointUnreachableError
 from pydantic import BaseModel
 
 from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.model_archive import HoldoutMetrics
+from fleetcast_common.contracts.model_archive import HoldoutMetrics
 
 LIVE = "LIVE"
 MODEL_PREFIX = "MODEL#"

@@ -8,10 +8,9 @@ so a container ships the same module the Lambda functions do.
   stack moves it;
 - :mod:`.processing`, :mod:`.training`, :mod:`.inference`: each container family's paths,
   environment variable names, file names and file formats;
-- :mod:`.errors`: the AWS error code of a botocore error.
-
-The rest of the contract already lived once in the layer and stays where it is:
-``fleetcast_common.layout`` (S3 keys), ``fleetcast_common.ids`` (customer, run and job
-ids), ``fleetcast_common.model_archive`` (the per-customer archive) and
-``fleetcast_common.training_manifest`` (what each training instance reports).
+- :mod:`.errors`: the AWS error code of a botocore error;
+- :mod:`.layout`: the S3 keys of uploads, staged files, archives, manifests and summaries;
+- :mod:`.ids`: customer ids, run ids and the SageMaker job names made from them;
+- :mod:`.model_archive`: the per-customer model archive and its metadata;
+- :mod:`.training_manifest`: what each training instance reports of its customers.
 """

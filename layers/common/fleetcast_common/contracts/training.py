@@ -35,7 +35,7 @@ FAILURE_LIMIT = 1024
 
 MODEL_ARCHIVE_SUFFIX = ".tar.gz"
 # manifest-{host}.json, one per instance, in the checkpoint dir (format:
-# fleetcast_common.training_manifest.TrainingManifest).
+# fleetcast_common.contracts.training_manifest.TrainingManifest).
 MANIFEST_PREFIX = "manifest-"
 MANIFEST_SUFFIX = ".json"
 

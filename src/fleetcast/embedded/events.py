@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fleetcast.localstack.lambdas import LocalFunction
-from fleetcast.localstack.sqs_poller import Message, Pollers, QueuePoller
-from fleetcast.localstack.template import ACCOUNT_ID
+from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.sqs_poller import Message, Pollers, QueuePoller
+from fleetcast.embedded.template import ACCOUNT_ID
 
-log = logging.getLogger("fleetcast.localstack.events")
+log = logging.getLogger("fleetcast.embedded.events")
 
 MAX_RECEIVES = 3  # one delivery plus Lambda's two asynchronous retries
 RETRY_DELAY_SECONDS = 2

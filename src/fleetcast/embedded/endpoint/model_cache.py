@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetcast.localstack.endpoint.exceptions import ValidationError
+from fleetcast.embedded.endpoint.exceptions import ValidationError
 from fleetcast_common.contracts.inference import (
     MODELS_DIR,
 )

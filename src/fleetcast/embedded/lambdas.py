@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetcast.localstack.template import ACCOUNT_ID, REGION
+from fleetcast.embedded.template import ACCOUNT_ID, REGION
 
 # What the handlers import (boto3, Powertools, pydantic: 1-2 s of CPU per process). Workers
 # fork from one server process that imported them once, instead of each importing them

@@ -25,7 +25,7 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # A route decides from the WSGI environ whether it takes the request.
 Route = tuple[Callable[[dict[str, Any]], bool], WsgiApp]
 
-log = logging.getLogger("fleetcast.localstack.gateway")
+log = logging.getLogger("fleetcast.embedded.gateway")
 
 Server = TypeVar("Server")
 

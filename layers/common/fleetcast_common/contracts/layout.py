@@ -7,13 +7,13 @@ distribution spreads over the instances; ``history/`` holds the history shards.
 
 from __future__ import annotations
 
+from fleetcast_common.contracts.ids import is_valid_customer_id, validate_customer_id
 from fleetcast_common.contracts.shards import (
     SHARD_SUFFIX,
     history_shard_name,
     history_shard_of,
 )
 from fleetcast_common.contracts.training import MANIFEST_PREFIX
-from fleetcast_common.ids import is_valid_customer_id, validate_customer_id
 
 INCOMING_PREFIX = "incoming/"
 HISTORY_PREFIX = "history/"
@@ -74,7 +74,7 @@ def report_prefix(run_id: str) -> str:
 
 def staged_upload_key(run_id: str, file_name: str) -> str:
     """A copy of the run's upload under a short, safe name, for keys SageMaker cannot take
-    as they are (see :func:`fleetcast_common.ids.staged_file_name`)."""
+    as they are (see :func:`fleetcast_common.contracts.ids.staged_file_name`)."""
     return f"{run_prefix(run_id)}upload/{file_name}"
 
 

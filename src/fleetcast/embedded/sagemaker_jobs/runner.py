@@ -28,9 +28,9 @@ from typing import Any
 from moto.sagemaker import models as sagemaker_models
 from moto.sagemaker.exceptions import ResourceInUseException
 
-from fleetcast.localstack.sagemaker_jobs import training
-from fleetcast.localstack.sagemaker_jobs.checkpoints import CheckpointSync, checkpoint_dir
-from fleetcast.localstack.sagemaker_jobs.containers import (
+from fleetcast.embedded.sagemaker_jobs import training
+from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync, checkpoint_dir
+from fleetcast.embedded.sagemaker_jobs.containers import (
     FAILURE_REASON_LIMIT,
     image_entrypoint,
     kill_instance,
@@ -39,13 +39,13 @@ from fleetcast.localstack.sagemaker_jobs.containers import (
     log_tail,
     read_limited,
 )
-from fleetcast.localstack.sagemaker_jobs.training import now
-from fleetcast.localstack.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
+from fleetcast.embedded.sagemaker_jobs.training import now
+from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
 from fleetcast_common.contracts import opt_ml
 from fleetcast_common.contracts import processing as processing_contract
 from fleetcast_common.contracts import training as training_contract
 
-log = logging.getLogger("fleetcast.localstack.jobs")
+log = logging.getLogger("fleetcast.embedded.jobs")
 
 # Both containers read their /opt/ml root from the same variable.
 OPT_ML_ENV = opt_ml.OPT_ML_ENV
@@ -102,6 +102,17 @@ class JobRunner:
         self._processing_environments: dict[str, dict[str, str]] = {}
 
     # -- moto hooks -------------------------------------------------------------------
+    # Why a patch of SageMakerModelBackend: moto 5.2.5 (requirements/lock.txt) has no public
+    # hook to learn of a created SageMaker job nor to keep it from finishing. Its state manager
+    # (``moto.moto_api.state_manager``) moves only models built on ``ManagedState``, and
+    # FakeTrainingJob / FakeProcessingJob are not: they are Completed from their first
+    # line. A WSGI wrapper (as ``keep_processing_environments`` is) sees the request, but
+    # acts only after moto has stored the job, so a DescribeTrainingJob in between would
+    # read Completed for a job that never ran. moto 5.2.5 also overwrites a job of the
+    # same name (SageMaker refuses it: ResourceInUse) and swaps CreateTrainingJob's
+    # MetricDefinitions for a canned one. Wrapping the two create methods does all three
+    # under moto's own call. Upstream asks for such callbacks in getmoto/moto#7126 (open);
+    # when moto has them, this patch goes.
 
     def install(self) -> None:
         backend_class = sagemaker_models.SageMakerModelBackend

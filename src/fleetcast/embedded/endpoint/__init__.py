@@ -23,8 +23,8 @@ container process), ``model_cache`` (the instance's disk), ``models`` (the endpo
 ``responses`` (the WSGI side, :class:`EndpointRuntime`).
 """
 
-from fleetcast.localstack.endpoint.container import ContainerAnswer, InferenceContainer
-from fleetcast.localstack.endpoint.exceptions import (
+from fleetcast.embedded.endpoint.container import ContainerAnswer, InferenceContainer
+from fleetcast.embedded.endpoint.exceptions import (
     ContainerUnavailableError,
     ModelError,
     ModelNotReadyException,
@@ -32,9 +32,9 @@ from fleetcast.localstack.endpoint.exceptions import (
     ServiceUnavailable,
     ValidationError,
 )
-from fleetcast.localstack.endpoint.model_cache import ModelDiskCache
-from fleetcast.localstack.endpoint.models import EndpointStats, LocalEndpoint
-from fleetcast.localstack.endpoint.responses import EndpointRuntime
+from fleetcast.embedded.endpoint.model_cache import ModelDiskCache
+from fleetcast.embedded.endpoint.models import EndpointStats, LocalEndpoint
+from fleetcast.embedded.endpoint.responses import EndpointRuntime
 
 __all__ = [
     "ContainerAnswer",

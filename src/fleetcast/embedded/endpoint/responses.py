@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import unquote
 
-from fleetcast.localstack.endpoint.exceptions import RuntimeServiceError, ValidationError
-from fleetcast.localstack.endpoint.models import LocalEndpoint
+from fleetcast.embedded.endpoint.exceptions import RuntimeServiceError, ValidationError
+from fleetcast.embedded.endpoint.models import LocalEndpoint
 
-log = logging.getLogger("fleetcast.localstack.endpoint")
+log = logging.getLogger("fleetcast.embedded.endpoint")
 
 INVOCATIONS = re.compile(r"^/endpoints/(?P<name>[^/]+)/invocations$")
 

@@ -32,11 +32,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from fleetcast.localstack.gateway import bind_preferred
-from fleetcast.localstack.lambdas import LocalFunction
-from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
+from fleetcast.embedded.gateway import bind_preferred
+from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 
-log = logging.getLogger("fleetcast.localstack.api")
+log = logging.getLogger("fleetcast.embedded.api")
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 3000

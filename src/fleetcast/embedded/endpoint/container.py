@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetcast.localstack.endpoint.exceptions import ContainerUnavailableError
+from fleetcast.embedded.endpoint.exceptions import ContainerUnavailableError
 from fleetcast_common.contracts.inference import (
     BIND_HOST_ENV,
     LOG_LEVEL_ENV,
@@ -27,7 +27,7 @@ from fleetcast_common.contracts.inference import (
 )
 from fleetcast_common.contracts.opt_ml import OPT_ML_ENV, resolve
 
-log = logging.getLogger("fleetcast.localstack.endpoint")
+log = logging.getLogger("fleetcast.embedded.endpoint")
 
 HOST = "127.0.0.1"
 CONTAINER_TIMEOUT_SECONDS = 60

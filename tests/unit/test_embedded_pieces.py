@@ -9,9 +9,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from fleetcast.localstack import persistence
-from fleetcast.localstack.events import normalise_event
-from fleetcast.localstack.sagemaker_jobs import (
+from fleetcast.embedded import persistence
+from fleetcast.embedded.events import normalise_event
+from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.queues import QueueDelivery, event_source_mappings
+from fleetcast.embedded.sagemaker_jobs import (
     JobRunner,
     image_entrypoint,
     local_command,
@@ -19,7 +21,7 @@ from fleetcast.localstack.sagemaker_jobs import (
     split_s3_uri,
     under_root,
 )
-from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
+from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -198,3 +200,43 @@ def test_a_processing_jobs_environment_reaches_its_container_though_moto_drops_i
         "FLEETCAST_MAX_UPLOAD_BYTES": "1048576"
     }
     assert runner.processing_environment("another-job") == {}
+
+
+def test_queue_delivery_serves_the_event_sources_it_is_handed(tmp_path: Path) -> None:
+    """The stack reads the template's event source mappings once, for its functions'
+    concurrency and for delivery alike: delivery takes them instead of reading again."""
+    template = LocalTemplate(ROOT / "template.yaml")
+    (mapping,) = event_source_mappings(template)
+    function = LocalFunction(
+        name="chunks",
+        code_dir=tmp_path,
+        handler="app.lambda_handler",
+        environment={},
+        log_path=tmp_path / "chunks.log",
+    )
+    with mock_aws():
+        sqs = boto3.session.Session(
+            aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+        ).client("sqs")
+        # Given the chunks queue (and its dead-letter queue) with SQS's default attributes
+        sqs.create_queue(QueueName=template.physical_name("RegistrationChunksDeadLetterQueue"))
+        url = sqs.create_queue(QueueName=template.physical_name(mapping.queue_logical_id))[
+            "QueueUrl"
+        ]
+
+        def visibility_timeout() -> str:
+            attributes = sqs.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["VisibilityTimeout"]
+            )["Attributes"]
+            return str(attributes["VisibilityTimeout"])
+
+        # When delivery is handed no event source, then it leaves the queue alone
+        QueueDelivery(sqs, template, {}, [])
+        assert visibility_timeout() == "30"
+
+        # When it is handed the template's, then the queue gets the template's attributes
+        QueueDelivery(sqs, template, {mapping.function_logical_id: function}, [mapping])
+        assert visibility_timeout() == str(
+            template.resources[mapping.queue_logical_id]["Properties"]["VisibilityTimeout"]
+        )
+    function.close()

@@ -1,7 +1,7 @@
 """Injected AWS errors: throttling and 5xx answers, in each service's own wire format, for
 the next requests to a service, so that clients' retry handling is tested over real HTTP.
 
-A :class:`FaultInjector` is a route of the :class:`~fleetcast.localstack.gateway.Gateway`:
+A :class:`FaultInjector` is a route of the :class:`~fleetcast.embedded.gateway.Gateway`:
 while a service has faults queued, its requests get them, one per request, and do not
 reach moto, as when AWS itself refuses a request (or, for an ``applied`` fault, reach it
 and lose its answer); then requests flow again.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from xml.sax.saxutils import escape
 
-from fleetcast.localstack.gateway import WsgiApp
+from fleetcast.embedded.gateway import WsgiApp
 
 # The service a SigV4-signed request is for: ".../<date>/<region>/<service>/aws4_request".
 _SIGNED_SERVICE = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([^/]+)/aws4_request")

@@ -7,10 +7,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from fleetcast.localstack.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
+from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
 from fleetcast_common.contracts import training as training_contract
 
-log = logging.getLogger("fleetcast.localstack.jobs")
+log = logging.getLogger("fleetcast.embedded.jobs")
 
 CHECKPOINT_SYNC_SECONDS = 1.0
 

@@ -37,16 +37,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetcast import billing
-from fleetcast.localstack.gateway import MotoDispatcher
-from fleetcast.localstack.template import ACCOUNT_ID, REGION
+from fleetcast.embedded.gateway import MotoDispatcher
+from fleetcast.embedded.template import ACCOUNT_ID, REGION
 from fleetcast_common.cost import sources
 from fleetcast_common.cost.settings import CostReportSettings
 
 if TYPE_CHECKING:
-    from fleetcast.localstack.context import ServiceContext
-    from fleetcast.localstack.gateway import WsgiApp
+    from fleetcast.embedded.context import ServiceContext
+    from fleetcast.embedded.gateway import WsgiApp
 
-log = logging.getLogger("fleetcast.localstack.costs")
+log = logging.getLogger("fleetcast.embedded.costs")
 
 COST_REPORT_FUNCTION = "CostReportFunction"
 LOCAL_MONITOR_ARN = f"arn:aws:ce::{ACCOUNT_ID}:anomalymonitor/fleetcast-local-sagemaker"

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleetcast.localstack.sagemaker_jobs.checkpoints import checkpoint_dir
-from fleetcast.localstack.sagemaker_jobs.transfer import S3Transfer, shard, split_s3_uri
+from fleetcast.embedded.sagemaker_jobs.checkpoints import checkpoint_dir
+from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, shard, split_s3_uri
 from fleetcast_common.contracts import training as training_contract
 
 

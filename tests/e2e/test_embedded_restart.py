@@ -20,7 +20,7 @@ import boto3
 import pytest
 from template_helpers import REPO_ROOT
 
-from fleetcast.localstack.stack import StackInfo
+from fleetcast.embedded.stack import StackInfo
 
 pytestmark = pytest.mark.e2e
 

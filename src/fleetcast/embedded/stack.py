@@ -19,18 +19,18 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from fleetcast.localstack import persistence
-from fleetcast.localstack.context import ServiceContext
-from fleetcast.localstack.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
-from fleetcast.localstack.events import EventDelivery
-from fleetcast.localstack.gateway import Gateway, bind_preferred
-from fleetcast.localstack.lambdas import LocalFunction
-from fleetcast.localstack.queues import QueueDelivery, event_source_mappings
-from fleetcast.localstack.sagemaker_jobs import JobRunner
-from fleetcast.localstack.serving import LocalServing, ServingOptions
-from fleetcast.localstack.template import ACCOUNT_ID, REGION, LocalTemplate
+from fleetcast.embedded import persistence
+from fleetcast.embedded.context import ServiceContext
+from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
+from fleetcast.embedded.events import EventDelivery
+from fleetcast.embedded.gateway import Gateway, bind_preferred
+from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
+from fleetcast.embedded.sagemaker_jobs import JobRunner
+from fleetcast.embedded.serving import LocalServing, ServingOptions
+from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 
-log = logging.getLogger("fleetcast.localstack")
+log = logging.getLogger("fleetcast.embedded")
 
 DEFAULT_PORT = 4599
 # Worker processes of a function behind an API: requests arrive concurrently.
@@ -115,7 +115,7 @@ def _alive(pid: int) -> bool:
 class LocalStack:
     """``port`` None: 4599, or any free port when another program has it; 0: any free port.
     ``keep_state``: restore the buckets, tables and jobs of the last stop from the state
-    folder, and save them at stop (:mod:`fleetcast.localstack.persistence`)."""
+    folder, and save them at stop (:mod:`fleetcast.embedded.persistence`)."""
 
     def __init__(
         self,
@@ -146,7 +146,7 @@ class LocalStack:
         self.gateway: Gateway | None = None
         self.runner: JobRunner | None = None
         self.delivery: EventDelivery | None = None
-        self.queues: QueueDelivery | None = None  # SQS event sources (localstack/queues.py)
+        self.queues: QueueDelivery | None = None  # SQS event sources (embedded/queues.py)
         self.functions: dict[str, LocalFunction] = {}
         self.info: StackInfo | None = None
         self.serving: LocalServing | None = None
@@ -188,10 +188,14 @@ class LocalStack:
             kept = self._restore_state()
             self._create_resources()
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
-            warming = self._create_functions()
+            # Read once: they set their functions' concurrency and feed their pollers.
+            event_sources = event_source_mappings(self.template)
+            warming = self._create_functions(event_sources)
             self.delivery.start()
-            # SQS event sources (localstack/queues.py)
-            self.queues = QueueDelivery(self.client("sqs"), self.template, self.functions)
+            # SQS event sources (embedded/queues.py)
+            self.queues = QueueDelivery(
+                self.client("sqs"), self.template, self.functions, event_sources
+            )
             self.queues.start()
             for kind, name in kept.unfinished if kept else ():
                 self.runner.resume(kind, persistence.sagemaker_backend(ACCOUNT_ID, REGION), name)
@@ -216,7 +220,7 @@ class LocalStack:
             self.serving.stop()
         if self.delivery:
             self.delivery.stop()
-        if self.queues:  # SQS event sources (localstack/queues.py)
+        if self.queues:  # SQS event sources (embedded/queues.py)
             self.queues.stop()
         for function in self.functions.values():
             function.close()
@@ -420,7 +424,7 @@ class LocalStack:
                 Bucket=name, NotificationConfiguration={"EventBridgeConfiguration": {}}
             )
 
-    def _create_functions(self) -> list[Future[int]]:
+    def _create_functions(self, event_sources: list[EventSourceMapping]) -> list[Future[int]]:
         """Create the functions; their workers start while the rest of the stack does, and
         the futures returned say when each function has one ready."""
         assert self.delivery is not None
@@ -433,8 +437,7 @@ class LocalStack:
         )["Attributes"]["QueueArn"]
         globals_ = self.template.body.get("Globals", {}).get("Function", {})
         batch_concurrency = {
-            mapping.function_logical_id: mapping.maximum_concurrency
-            for mapping in event_source_mappings(self.template)
+            mapping.function_logical_id: mapping.maximum_concurrency for mapping in event_sources
         }
         for logical_id, resource in self.template.resources_of_type(
             "AWS::Serverless::Function"

@@ -11,22 +11,22 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from fleetcast.localstack.endpoint.container import ContainerAnswer, InferenceContainer
-from fleetcast.localstack.endpoint.exceptions import (
+from fleetcast.embedded.endpoint.container import ContainerAnswer, InferenceContainer
+from fleetcast.embedded.endpoint.exceptions import (
     ContainerUnavailableError,
     ModelError,
     ModelNotReadyException,
     ServiceUnavailable,
     ValidationError,
 )
-from fleetcast.localstack.endpoint.model_cache import ModelDiskCache
+from fleetcast.embedded.endpoint.model_cache import ModelDiskCache
 from fleetcast_common.contracts.inference import (
     INVOKE_SUFFIX,
     MODELS_PATH,
     TARGET_MODEL_HEADER,
 )
 
-log = logging.getLogger("fleetcast.localstack.endpoint")
+log = logging.getLogger("fleetcast.embedded.endpoint")
 
 # How often one invocation loads its model again after the container lost it (restart,
 # or unloaded by a concurrent load) before answering ModelNotReadyException.

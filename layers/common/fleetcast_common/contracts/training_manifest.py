@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from fleetcast_common.model_archive import HoldoutMetrics, ModelMetadata
+from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata
 
 
 class CustomerOutcome(StrEnum):

@@ -1,8 +1,8 @@
 """What an emulated service may use of the local stack, and nothing more.
 
 The services that start after the AWS gateway (endpoint hosting and the API gateway in
-:mod:`~fleetcast.localstack.serving`, cost data in :mod:`~fleetcast.localstack.costs`)
-receive this instead of the whole :class:`~fleetcast.localstack.stack.LocalStack`.
+:mod:`~fleetcast.embedded.serving`, cost data in :mod:`~fleetcast.embedded.costs`)
+receive this instead of the whole :class:`~fleetcast.embedded.stack.LocalStack`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetcast.localstack.gateway import WsgiApp
-from fleetcast.localstack.lambdas import LocalFunction
-from fleetcast.localstack.template import LocalTemplate
+from fleetcast.embedded.gateway import WsgiApp
+from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.template import LocalTemplate
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Serving on the local stack, from template.yaml: each ``AWS::SageMaker::Endpoint`` runs
 the real inference container behind the local SageMaker runtime
-(:mod:`fleetcast.localstack.endpoint`), and each ``AWS::Serverless::Api`` is served on
-127.0.0.1 in front of its functions (:mod:`fleetcast.localstack.api`).
+(:mod:`fleetcast.embedded.endpoint`), and each ``AWS::Serverless::Api`` is served on
+127.0.0.1 in front of its functions (:mod:`fleetcast.embedded.api`).
 
 The endpoints' Model, EndpointConfig and Endpoint are created in moto too, so
 ``describe_endpoint`` and friends answer as they would on AWS.
@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING, Any
 
 from moto.backends import get_backend
 
-from fleetcast.localstack.api import LocalRestApi
-from fleetcast.localstack.endpoint import (
+from fleetcast.embedded.api import LocalRestApi
+from fleetcast.embedded.endpoint import (
     EndpointRuntime,
     InferenceContainer,
     LocalEndpoint,
     ModelDiskCache,
 )
-from fleetcast.localstack.sagemaker_jobs import image_entrypoint, local_command, split_s3_uri
-from fleetcast.localstack.template import ACCOUNT_ID, REGION
+from fleetcast.embedded.sagemaker_jobs import image_entrypoint, local_command, split_s3_uri
+from fleetcast.embedded.template import ACCOUNT_ID, REGION
 
 if TYPE_CHECKING:
-    from fleetcast.localstack.context import ServiceContext
+    from fleetcast.embedded.context import ServiceContext
 
-log = logging.getLogger("fleetcast.localstack.serving")
+log = logging.getLogger("fleetcast.embedded.serving")
 
 # SageMaker starts a hosting container with this argument.
 SERVE_COMMAND = "serve"

@@ -1,7 +1,7 @@
 """The one loop that reads SQS for the local stack's deliveries.
 
-Both Lambda's SQS event sources (:mod:`~fleetcast.localstack.queues`) and EventBridge
-rules delivered through SQS (:mod:`~fleetcast.localstack.events`) long-poll a queue, hand
+Both Lambda's SQS event sources (:mod:`~fleetcast.embedded.queues`) and EventBridge
+rules delivered through SQS (:mod:`~fleetcast.embedded.events`) long-poll a queue, hand
 what arrives to a function, delete each message that was handled, and make each failed
 one visible again after a short delay so SQS's redrive policy counts its receives and
 dead-letters it in time. What differs between them (how a batch becomes invocations) is
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-log = logging.getLogger("fleetcast.localstack.sqs_poller")
+log = logging.getLogger("fleetcast.embedded.sqs_poller")
 
 Message = dict[str, Any]
 # Takes a received batch and yields each message with whether it was handled, as soon as

@@ -3,9 +3,9 @@
 contract), ``checkpoints``, ``transfer`` (S3 in and out) and ``containers`` (a job's
 container as a local process)."""
 
-from fleetcast.localstack.sagemaker_jobs.containers import image_entrypoint, local_command
-from fleetcast.localstack.sagemaker_jobs.runner import JobRunner
-from fleetcast.localstack.sagemaker_jobs.transfer import S3Transfer, shard, split_s3_uri, under_root
+from fleetcast.embedded.sagemaker_jobs.containers import image_entrypoint, local_command
+from fleetcast.embedded.sagemaker_jobs.runner import JobRunner
+from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, shard, split_s3_uri, under_root
 
 __all__ = [
     "JobRunner",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import boto3
 
-from fleetcast.localstack.sagemaker_jobs import S3Transfer
+from fleetcast.embedded.sagemaker_jobs import S3Transfer
 
 
 def test_a_single_file_prefix_brings_every_match_under_its_own_name(

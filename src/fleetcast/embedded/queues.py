@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fleetcast.localstack.lambdas import LocalFunction
-from fleetcast.localstack.sqs_poller import Message, Pollers, QueuePoller
-from fleetcast.localstack.template import REGION, LocalTemplate
+from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.sqs_poller import Message, Pollers, QueuePoller
+from fleetcast.embedded.template import REGION, LocalTemplate
 
-log = logging.getLogger("fleetcast.localstack.queues")
+log = logging.getLogger("fleetcast.embedded.queues")
 
 RETRY_DELAY_SECONDS = 1
 # Lambda's default batch size for an SQS event source.
@@ -117,14 +117,19 @@ def failed_message_ids(
 
 
 class QueueDelivery(Pollers):
-    """Pollers that feed each SQS event source's function, as Lambda's pollers do."""
+    """Pollers that feed each SQS event source's function, as Lambda's pollers do: one
+    per mapping it is handed (the stack reads them once, see :func:`event_source_mappings`)."""
 
     def __init__(
-        self, sqs: Any, template: LocalTemplate, functions: dict[str, LocalFunction]
+        self,
+        sqs: Any,
+        template: LocalTemplate,
+        functions: dict[str, LocalFunction],
+        mappings: list[EventSourceMapping],
     ) -> None:
         self._sqs = sqs
         super().__init__()
-        for mapping in event_source_mappings(template):
+        for mapping in mappings:
             deliver = _BatchDelivery(
                 mapping,
                 template.arn(mapping.queue_logical_id),
