@@ -336,6 +336,17 @@ class LocalStack:
         return properties
 
     def _create_resources(self) -> None:
+        """The template's roles, queues, buckets, tables and Glue catalog, one type each.
+
+        Why not samtranslator's translation created through moto's CloudFormation (tried
+        on 2026-12-01, moto 5.2.5): of the 71 translated resources moto's CloudFormation
+        does not implement AWS::Glue::Database and ::Table, AWS::CloudWatch::Alarm and the
+        S3, SQS and SNS policies, and ``create_stack`` fails outright at the first
+        ``Fn::GetAtt`` of one (FailedJobsAlarm). A stack would also have to be created
+        afresh, where buckets and tables restored from the last stop are kept here.
+        Removing the unsupported resources and their references first would be more code
+        than this, not less.
+        """
         s3, dynamodb, sqs, iam = (self.client(s) for s in ("s3", "dynamodb", "sqs", "iam"))
         for logical_id in self.template.resources_of_type("AWS::IAM::Role"):
             properties = self._properties(logical_id)
