@@ -23,7 +23,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from fleetcast.datagen import write_readings
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import follow_run, run_ids, wait_for_new_run
 from fleetcast_common.registry import ModelRegistry
 
@@ -40,7 +40,7 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def train(stack: LocalStack, customers: int, folder: Path) -> list[str]:
+def train(stack: EmbeddedStack, customers: int, folder: Path) -> list[str]:
     assert stack.info is not None
     info = stack.info
     data = folder / "readings.csv.gz"
@@ -111,7 +111,7 @@ def api_latencies(
     }
 
 
-def endpoint_latencies(stack: LocalStack, targets: list[str]) -> dict[str, float]:
+def endpoint_latencies(stack: EmbeddedStack, targets: list[str]) -> dict[str, float]:
     runtime = stack.client("sagemaker-runtime")
     assert stack.info is not None
     endpoint = stack.info.extra["FLEETCAST_ENDPOINT_NAME"]
@@ -144,7 +144,9 @@ def main() -> None:
     args = parser.parse_args()
     with (
         TemporaryDirectory() as folder,
-        LocalStack(state_dir=Path(folder) / "state", port=0, parameters=GENEROUS_LIMITS) as stack,
+        EmbeddedStack(
+            state_dir=Path(folder) / "state", port=0, parameters=GENEROUS_LIMITS
+        ) as stack,
     ):
         assert stack.info is not None
         customers = train(stack, args.customers, Path(folder))

@@ -43,7 +43,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from fleetcast.datagen import write_readings
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import follow_run, run_ids, wait_for_new_run
 from fleetcast_common.registry import ModelRegistry
 
@@ -228,7 +228,7 @@ class MemoryWatch:
 # ---------------------------------------------------------------- the run
 
 
-def train(stack: LocalStack, customers: int, folder: Path) -> list[str]:
+def train(stack: EmbeddedStack, customers: int, folder: Path) -> list[str]:
     assert stack.info is not None
     info = stack.info
     data = folder / "readings.csv.gz"
@@ -248,7 +248,7 @@ def train(stack: LocalStack, customers: int, folder: Path) -> list[str]:
     return [str(i) for i in range(customers)]
 
 
-def model_bytes(stack: LocalStack, customer_id: str) -> int:
+def model_bytes(stack: EmbeddedStack, customer_id: str) -> int:
     """What one loaded model holds in the container, as the container accounts it."""
     assert stack.info is not None and stack.serving is not None
     live = ModelRegistry(stack.resource("dynamodb").Table(stack.info.registry_table)).live(
@@ -285,7 +285,7 @@ def main() -> int:
 
     with (
         TemporaryDirectory() as folder,
-        LocalStack(state_dir=Path(folder) / "state", port=0, parameters=LIMITS) as stack,
+        EmbeddedStack(state_dir=Path(folder) / "state", port=0, parameters=LIMITS) as stack,
     ):
         assert stack.info is not None and stack.serving is not None
         started = time.perf_counter()
@@ -347,20 +347,20 @@ def main() -> int:
     )
 
 
-def function_memory_mb(stack: LocalStack) -> int:
+def function_memory_mb(stack: EmbeddedStack) -> int:
     template = stack.template
     properties = template.resources["ForecastApiFunction"]["Properties"]
     globals_ = template.body.get("Globals", {}).get("Function", {})
     return int(properties.get("MemorySize", globals_.get("MemorySize", 512)))
 
 
-def _endpoint_stats(stack: LocalStack) -> dict[str, int]:
+def _endpoint_stats(stack: EmbeddedStack) -> dict[str, int]:
     assert stack.serving is not None
     stats = stack.serving.endpoint().stats
     return {"loads": stats.loads, "unloads": stats.unloads, "reloads": stats.reloads}
 
 
-def _accounted_bytes(stack: LocalStack) -> int:
+def _accounted_bytes(stack: EmbeddedStack) -> int:
     """The loaded models' bytes as the container lists them now."""
     assert stack.serving is not None
     container = stack.serving.endpoint().container

@@ -21,7 +21,7 @@ from pathlib import Path
 from bench.api_serving import GENEROUS_LIMITS, api_latencies, endpoint_latencies
 from bench.measure import Row, relative_spread, single
 from fleetcast.datagen import write_readings
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common.registry import ModelRegistry
 
@@ -49,7 +49,7 @@ class Stage:
 
 
 def run_pipeline(
-    stack: LocalStack, folder: Path, sizes: PipelineSizes
+    stack: EmbeddedStack, folder: Path, sizes: PipelineSizes
 ) -> tuple[list[Stage], RunStatus]:
     """Generate, upload and follow one run, timing the stages as ``fleetcast demo`` does."""
     assert stack.info is not None
@@ -101,7 +101,7 @@ def run_pipeline(
     return stages, status
 
 
-def check_api_forecast(stack: LocalStack, customer_id: str) -> str:
+def check_api_forecast(stack: EmbeddedStack, customer_id: str) -> str:
     """The API's forecast for a customer is the endpoint's answer for its live model."""
     assert stack.info is not None
     info = stack.info
@@ -134,7 +134,7 @@ def check_api_forecast(stack: LocalStack, customer_id: str) -> str:
 def pipeline_rows(folder: Path, sizes: PipelineSizes) -> list[Row]:
     started = time.perf_counter()
     parameters = {"TrainingInstanceCount": str(sizes.instances), **GENEROUS_LIMITS}
-    with LocalStack(state_dir=folder / "state", port=0, parameters=parameters) as stack:
+    with EmbeddedStack(state_dir=folder / "state", port=0, parameters=parameters) as stack:
         assert stack.info is not None
         stages = [
             Stage(
@@ -171,7 +171,7 @@ def pipeline_rows(folder: Path, sizes: PipelineSizes) -> list[Row]:
     return rows
 
 
-def api_rows(stack: LocalStack, sizes: PipelineSizes) -> list[Row]:
+def api_rows(stack: EmbeddedStack, sizes: PipelineSizes) -> list[Row]:
     assert stack.info is not None
     info = stack.info
     customers = [

@@ -38,7 +38,7 @@ from rich.table import Table
 
 from fleetcast import datagen
 from fleetcast.demo import follow_with_progress
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import API_KEY_ENV, API_URL_ENV, ForecastApi, ServingError
 from fleetcast.status import RunStatus, run_ids, wait_for_new_run
 from fleetcast_common.contracts import layout
@@ -170,7 +170,7 @@ class Results:
 
 
 def run_once(
-    stack: LocalStack, data: Path, key: str, expected: int, results: Results, label: str
+    stack: EmbeddedStack, data: Path, key: str, expected: int, results: Results, label: str
 ) -> RunStatus:
     """Upload ``data`` and follow its run to the end, adding its stages to ``results``."""
     assert stack.info is not None
@@ -222,7 +222,9 @@ def run_once(
     return status
 
 
-def check_incremental(stack: LocalStack, run_id: str, touched: list[str], results: Results) -> None:
+def check_incremental(
+    stack: EmbeddedStack, run_id: str, touched: list[str], results: Results
+) -> None:
     """The incremental run trained exactly ``touched``, each on its whole stored history."""
     assert stack.info is not None
     s3, bucket = stack.client("s3"), stack.info.artifacts_bucket
@@ -259,7 +261,7 @@ def _parquet(s3: Any, bucket: str, key: str, columns: list[str]) -> Any:
     return pq.read_table(io.BytesIO(body), columns=columns)
 
 
-def sample_forecasts(stack: LocalStack, customers: list[str], results: Results) -> None:
+def sample_forecasts(stack: EmbeddedStack, customers: list[str], results: Results) -> None:
     assert stack.info is not None
     api = ForecastApi(stack.info.extra[API_URL_ENV], stack.info.extra[API_KEY_ENV])
     started, failed = time.perf_counter(), []
@@ -281,7 +283,7 @@ def sample_forecasts(stack: LocalStack, customers: list[str], results: Results) 
         results.problems.append(f"forecasts: {len(failed)} failed, e.g. {failed[0]}")
 
 
-def function_report(stack: LocalStack, results: Results, margin: float) -> None:
+def function_report(stack: EmbeddedStack, results: Results, margin: float) -> None:
     for logical_id, function in sorted(stack.functions.items()):
         calls = function.invocations
         results.functions[logical_id] = {
@@ -353,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     memory, requests = MemoryPeaks(), S3Requests()
     memory.start()
     began = time.perf_counter()
-    stack = LocalStack(
+    stack = EmbeddedStack(
         state_dir=state_dir,
         port=0,
         parameters={"TrainingInstanceCount": str(args.instances)},

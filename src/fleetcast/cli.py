@@ -26,7 +26,7 @@ from fleetcast.embedded import persistence
 from fleetcast.embedded.api import DEFAULT_PORT as DEFAULT_API_PORT
 from fleetcast.embedded.gateway import PortTakenError
 from fleetcast.embedded.serving import ServingOptions
-from fleetcast.embedded.stack import DEFAULT_PORT, LocalStack, StackInfo, default_state_dir
+from fleetcast.embedded.stack import DEFAULT_PORT, EmbeddedStack, StackInfo, default_state_dir
 from fleetcast.exports import (
     OUTPUT_FORMATS,
     SCHEMAS,
@@ -148,7 +148,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     with console.status("starting the local stack"):
-        stack = LocalStack(
+        stack = EmbeddedStack(
             state_dir=args.state_dir,
             port=args.port,
             parameters={"TrainingInstanceCount": str(args.instances)},

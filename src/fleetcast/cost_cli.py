@@ -43,7 +43,7 @@ from fleetcast_common.cost.report import (
 from fleetcast_common.cost.settings import CostAnalysisSettings, CostReportSettings
 
 if TYPE_CHECKING:
-    from fleetcast.embedded.stack import LocalStack, StackInfo
+    from fleetcast.embedded.stack import EmbeddedStack, StackInfo
 
 # Any of these set means "use the environment as it is" (AWS, or `fleetcast env`).
 _EXPLICIT_AWS = ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")
@@ -402,7 +402,7 @@ def _print_outcome(
 # -- fleetcast demo -------------------------------------------------------------------------
 
 
-def cost_report_for_demo(stack: LocalStack, console: Console) -> Path:
+def cost_report_for_demo(stack: EmbeddedStack, console: Console) -> Path:
     """The scheduled cost report on the demo's stack (the function itself, invoked as
     its schedule would): prints what was sent and returns the outbox folder."""
     assert stack.costs is not None, "the local stack is not started"

@@ -19,7 +19,7 @@ from rich.progress import (
 from rich.table import Table
 
 from fleetcast.cost_cli import cost_report_for_demo
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import demo_forecast
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 
@@ -27,7 +27,7 @@ TIMEOUT_SECONDS = 900
 
 
 def follow_with_progress(
-    stack: LocalStack,
+    stack: EmbeddedStack,
     run_id: str,
     console: Console,
     expected_customers: int,
@@ -88,7 +88,7 @@ def run_demo(
     stages: list[tuple[str, float, str]] = []
     began = time.perf_counter()
     with console.status("starting the local stack (moto server, functions, SageMaker runner)"):
-        stack = LocalStack(
+        stack = EmbeddedStack(
             state_dir=state_dir, port=0, parameters={"TrainingInstanceCount": str(instances)}
         )
         info = stack.start()

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     state_dir: Path = tmp_path_factory.mktemp("fleetcast-state")
-    local = LocalStack(state_dir=state_dir, port=0, parameters={"TrainingInstanceCount": "2"})
+    local = EmbeddedStack(state_dir=state_dir, port=0, parameters={"TrainingInstanceCount": "2"})
     local.start()
     yield local
     local.stop()

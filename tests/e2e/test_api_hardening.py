@@ -22,7 +22,7 @@ from test_pipeline import finished, readings, to_csv, upload
 from test_serving import usage_plan
 
 from fleetcast.embedded.api import KEY_REFRESH_SECONDS
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.contracts.ids import is_valid_customer_id
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 
@@ -35,7 +35,7 @@ CUSTOMERS = [f"hard-{i}" for i in range(6)]
 
 
 @pytest.fixture(scope="module")
-def api(stack: LocalStack) -> dict[str, Any]:
+def api(stack: EmbeddedStack) -> dict[str, Any]:
     """A finished run for this module's customers; the API's url, key and object."""
     body = gzip.compress(to_csv(readings(CUSTOMERS, "2024-01-01", 120, seed=5)))
     run_id = upload(stack, "hardening.csv.gz", body)
@@ -91,7 +91,7 @@ def wait_for_answers(answers: list[Any], lock: threading.Lock, count: int, when:
 
 
 def test_a_killed_container_means_503_with_retry_after_then_the_same_forecasts(
-    stack: LocalStack, api: dict[str, Any]
+    stack: EmbeddedStack, api: dict[str, Any]
 ) -> None:
     assert stack.serving is not None
     container = stack.serving.endpoint().container
@@ -204,7 +204,7 @@ EXTRA = st.dictionaries(
     extra=EXTRA,
 )
 def test_no_request_gets_a_5xx_and_each_gets_its_documented_answer(
-    stack: LocalStack,
+    stack: EmbeddedStack,
     api: dict[str, Any],
     customer_id: str,
     route: str,
@@ -248,7 +248,7 @@ def test_no_request_gets_a_5xx_and_each_gets_its_documented_answer(
 
 
 def test_the_usage_plan_and_key_are_the_templates_in_api_gateway_and_enforced(
-    stack: LocalStack, api: dict[str, Any]
+    stack: EmbeddedStack, api: dict[str, Any]
 ) -> None:
     parameters = stack.template.parameters
     rate, burst, quota = (
@@ -275,7 +275,7 @@ def test_the_usage_plan_and_key_are_the_templates_in_api_gateway_and_enforced(
 
 
 def test_a_disabled_key_is_refused_and_an_enabled_one_served_again(
-    stack: LocalStack, api: dict[str, Any]
+    stack: EmbeddedStack, api: dict[str, Any]
 ) -> None:
     apigateway = stack.client("apigateway")
     (key,) = [

@@ -20,7 +20,7 @@ import pytest
 
 from fleetcast import billing
 from fleetcast.cli import main
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.cost.mail import CHART_SIZE
 from fleetcast_common.cost.settings import WEEKDAYS
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 TODAY = dt.datetime.now(dt.UTC).date()
 
 
-def sent_messages(stack: LocalStack) -> list[EmailMessage]:
+def sent_messages(stack: EmbeddedStack) -> list[EmailMessage]:
     """What SES sent, from moto's own record."""
     with urllib.request.urlopen(f"{stack.endpoint_url}/moto-api/data.json", timeout=30) as r:
         data = json.loads(r.read())
@@ -42,7 +42,7 @@ def sent_messages(stack: LocalStack) -> list[EmailMessage]:
 
 
 @pytest.fixture(scope="module")
-def scheduled(stack: LocalStack) -> tuple[dict[str, Any], int]:
+def scheduled(stack: EmbeddedStack) -> tuple[dict[str, Any], int]:
     """The function run once as its schedule would: its outcome, and the number of
     messages SES had sent before."""
     assert stack.costs is not None
@@ -51,7 +51,7 @@ def scheduled(stack: LocalStack) -> tuple[dict[str, Any], int]:
 
 
 @pytest.fixture
-def stack_env(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+def stack_env(stack: EmbeddedStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """This process configured as `eval "$(fleetcast env)"` would configure a shell."""
     assert stack.info is not None
     environment = stack.info.environment()
@@ -61,7 +61,7 @@ def stack_env(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[di
 
 
 def test_the_scheduled_report_arrives_with_chart_table_and_text(
-    stack: LocalStack, scheduled: tuple[dict[str, Any], int]
+    stack: EmbeddedStack, scheduled: tuple[dict[str, Any], int]
 ) -> None:
     # Given the synthetic account the stack loaded, with its three labelled anomalies
     labels = billing.demo_history(end=TODAY).labels()
@@ -114,7 +114,7 @@ def test_the_scheduled_report_arrives_with_chart_table_and_text(
 
 
 def test_cost_report_json_has_the_issue_shape_and_finds_the_labelled_anomalies(
-    stack: LocalStack, stack_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+    stack: EmbeddedStack, stack_env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     # When the analysis is asked for as JSON
     assert main(["cost-report", "--json"]) == 0
@@ -138,7 +138,7 @@ def test_cost_report_json_has_the_issue_shape_and_finds_the_labelled_anomalies(
 
 
 def test_a_second_run_sends_nothing_new(
-    stack: LocalStack,
+    stack: EmbeddedStack,
     scheduled: tuple[dict[str, Any], int],
     stack_env: dict[str, str],
     capsys: pytest.CaptureFixture[str],

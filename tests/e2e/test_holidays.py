@@ -15,7 +15,7 @@ import pytest
 from test_pipeline import finished, registry, to_csv
 from test_serving import get
 
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import run_ids, wait_for_new_run
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.model_archive import read_archive
@@ -36,9 +36,9 @@ START, END = "2023-01-01", "2024-12-10"
 
 
 @pytest.fixture(scope="module")
-def holiday_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def holiday_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     state_dir: Path = tmp_path_factory.mktemp("fleetcast-holidays")
-    local = LocalStack(
+    local = EmbeddedStack(
         state_dir=state_dir,
         port=0,
         parameters={"TrainingInstanceCount": "1", "DefaultHolidayCountry": "FR"},
@@ -69,7 +69,7 @@ def readings() -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def put(stack: LocalStack, key: str, body: bytes) -> str:
+def put(stack: EmbeddedStack, key: str, body: bytes) -> str:
     assert stack.info is not None
     sagemaker = stack.client("sagemaker")
     known = run_ids(stack.info.job_name_prefix, sagemaker)
@@ -77,7 +77,7 @@ def put(stack: LocalStack, key: str, body: bytes) -> str:
     return wait_for_new_run(stack.info.job_name_prefix, sagemaker, known)
 
 
-def test_customers_are_forecast_with_their_own_holidays(holiday_stack: LocalStack) -> None:
+def test_customers_are_forecast_with_their_own_holidays(holiday_stack: EmbeddedStack) -> None:
     stack = holiday_stack
     assert stack.info is not None
     # Given customer metadata uploaded before any readings (kept until they arrive)

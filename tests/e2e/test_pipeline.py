@@ -16,7 +16,7 @@ import pytest
 from prophet.serialize import model_from_json
 
 from fleetcast.cli import main
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.model_archive import read_archive
@@ -50,7 +50,7 @@ def readings(customers: list[str], start: str, days: int, seed: int = 0) -> pd.D
     return pd.concat(frames, ignore_index=True)
 
 
-def upload(stack: LocalStack, name: str, body: bytes) -> str:
+def upload(stack: EmbeddedStack, name: str, body: bytes) -> str:
     """Drop a file under incoming/ and return the run id of the job it starts."""
     assert stack.info is not None
     sagemaker = stack.client("sagemaker")
@@ -59,7 +59,7 @@ def upload(stack: LocalStack, name: str, body: bytes) -> str:
     return wait_for_new_run(stack.info.job_name_prefix, sagemaker, known)
 
 
-def finished(stack: LocalStack, run_id: str) -> RunStatus:
+def finished(stack: EmbeddedStack, run_id: str) -> RunStatus:
     assert stack.info is not None
     info = stack.info
     return follow_run(
@@ -73,7 +73,7 @@ def finished(stack: LocalStack, run_id: str) -> RunStatus:
     )
 
 
-def manifests(stack: LocalStack, run_id: str) -> list[TrainingManifest]:
+def manifests(stack: EmbeddedStack, run_id: str) -> list[TrainingManifest]:
     assert stack.info is not None
     s3 = stack.client("s3")
     prefix = layout.checkpoint_prefix(run_id)
@@ -92,7 +92,7 @@ def manifests(stack: LocalStack, run_id: str) -> list[TrainingManifest]:
     ]
 
 
-def wait_for_chunks(stack: LocalStack) -> None:
+def wait_for_chunks(stack: EmbeddedStack) -> None:
     """Until the registration chunks queue has nothing queued or in flight."""
     sqs = stack.client("sqs")
     url = sqs.get_queue_url(QueueName=stack.template.physical_name("RegistrationChunksQueue"))[
@@ -108,7 +108,7 @@ def wait_for_chunks(stack: LocalStack) -> None:
         time.sleep(0.2)
 
 
-def wait_for_events(stack: LocalStack, function: str) -> None:
+def wait_for_events(stack: EmbeddedStack, function: str) -> None:
     """Until the queues of the function's rules hold nothing queued or in flight: every
     event that matched one of them (put there before the call that caused it returned)
     has been handled."""
@@ -129,7 +129,7 @@ def wait_for_events(stack: LocalStack, function: str) -> None:
         time.sleep(0.2)
 
 
-def registry(stack: LocalStack) -> ModelRegistry:
+def registry(stack: EmbeddedStack) -> ModelRegistry:
     assert stack.info is not None
     return ModelRegistry(stack.resource("dynamodb").Table(stack.info.registry_table))
 
@@ -139,7 +139,7 @@ def to_csv(frame: pd.DataFrame) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def first_run(stack: LocalStack) -> dict[str, Any]:
+def first_run(stack: EmbeddedStack) -> dict[str, Any]:
     customers = [str(i) for i in range(30)]
     body = gzip.compress(to_csv(readings(customers, "2024-01-01", DAYS)))
     run_id = upload(stack, "first.csv.gz", body)
@@ -147,7 +147,7 @@ def first_run(stack: LocalStack) -> dict[str, Any]:
 
 
 def test_every_customer_gets_a_live_loadable_model(
-    stack: LocalStack, first_run: dict[str, Any]
+    stack: EmbeddedStack, first_run: dict[str, Any]
 ) -> None:
     status: RunStatus = first_run["status"]
     assert status.processing_status == "Completed", status.processing_failure
@@ -177,7 +177,7 @@ def test_every_customer_gets_a_live_loadable_model(
 
 
 def test_each_customer_is_trained_once_across_instances_and_shards_are_even(
-    stack: LocalStack, first_run: dict[str, Any]
+    stack: EmbeddedStack, first_run: dict[str, Any]
 ) -> None:
     found = manifests(stack, first_run["run_id"])
     assert sorted(m.host for m in found) == ["algo-1", "algo-2"]
@@ -188,7 +188,7 @@ def test_each_customer_is_trained_once_across_instances_and_shards_are_even(
 
 
 def test_a_second_upload_retrains_only_its_customers_on_their_whole_history(
-    stack: LocalStack, first_run: dict[str, Any]
+    stack: EmbeddedStack, first_run: dict[str, Any]
 ) -> None:
     # Given 5 existing customers get 10 more days
     touched = ["3", "7", "11", "19", "23"]
@@ -210,7 +210,7 @@ def test_a_second_upload_retrains_only_its_customers_on_their_whole_history(
 
 
 def test_a_file_missing_columns_fails_processing_with_a_clear_reason_and_trains_nothing(
-    stack: LocalStack,
+    stack: EmbeddedStack,
 ) -> None:
     run_id = upload(stack, "broken.csv", b"customer_id,when,kwh\n1,2024-01-01,3.5\n")
     status = finished(stack, run_id)
@@ -220,7 +220,7 @@ def test_a_file_missing_columns_fails_processing_with_a_clear_reason_and_trains_
     assert status.training_job is None
 
 
-def test_a_mixed_file_processes_good_rows_and_reports_every_bad_one(stack: LocalStack) -> None:
+def test_a_mixed_file_processes_good_rows_and_reports_every_bad_one(stack: EmbeddedStack) -> None:
     # Given 2 good customers and one bad row of each kind, plus a customer with 3 rows
     good = readings(["mix-a", "mix-b"], "2024-01-01", 90)
     short = readings(["mix-short"], "2024-01-01", 3)
@@ -263,7 +263,7 @@ def test_a_mixed_file_processes_good_rows_and_reports_every_bad_one(stack: Local
 
 
 def test_a_repeated_upload_event_starts_one_processing_job(
-    stack: LocalStack, first_run: dict[str, Any]
+    stack: EmbeddedStack, first_run: dict[str, Any]
 ) -> None:
     assert stack.info is not None
     # Given the same S3 event delivered twice (its object need not exist for this)
@@ -278,7 +278,7 @@ def test_a_repeated_upload_event_starts_one_processing_job(
 
 
 def test_repeated_job_events_start_one_training_job_and_register_once(
-    stack: LocalStack, first_run: dict[str, Any]
+    stack: EmbeddedStack, first_run: dict[str, Any]
 ) -> None:
     assert stack.info is not None
     prefix, run_id = stack.info.job_name_prefix, first_run["run_id"]
@@ -307,7 +307,7 @@ def test_repeated_job_events_start_one_training_job_and_register_once(
 
 
 def test_status_reports_each_upload_with_its_jobs_and_counts(
-    stack: LocalStack,
+    stack: EmbeddedStack,
     first_run: dict[str, Any],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -339,7 +339,7 @@ def test_status_reports_each_upload_with_its_jobs_and_counts(
 
 
 def test_upload_puts_files_in_the_raw_bucket_and_only_incoming_starts_a_run(
-    stack: LocalStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stack: EmbeddedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert stack.info is not None
     for name, value in stack.info.environment().items():

@@ -13,7 +13,7 @@ from test_pipeline import finished, readings, upload
 
 from fleetcast.cli import main
 from fleetcast.email_preview import CHROMIUM, render
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.contracts.training_manifest import CustomerOutcome
 from fleetcast_common.registry import ModelRegistry
 
@@ -30,7 +30,7 @@ def gzipped(frame) -> bytes:
 
 
 def test_each_run_exports_every_trained_customer_and_the_live_column_follows_the_registry(
-    stack: LocalStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    stack: EmbeddedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ):
     assert stack.info is not None
     info = stack.info

@@ -30,7 +30,7 @@ from test_pipeline import finished, readings, registry, to_csv, upload
 
 from fleetcast import cli
 from fleetcast.embedded.api import UsagePlan
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.model_archive import read_archive, write_archive
 from fleetcast_common.forecasting import CustomerModel
@@ -63,7 +63,7 @@ def falling_readings() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def served(stack: LocalStack) -> dict[str, Any]:
+def served(stack: EmbeddedStack) -> dict[str, Any]:
     """A finished run of 30 customers and a falling one, and the stack's serving
     environment."""
     frame = pd.concat([readings(CUSTOMERS, "2024-03-01", DAYS, seed=3), falling_readings()])
@@ -76,7 +76,7 @@ def served(stack: LocalStack) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def prophet_yhat(stack: LocalStack, served: dict[str, Any]) -> Any:
+def prophet_yhat(stack: EmbeddedStack, served: dict[str, Any]) -> Any:
     """Prophet's own predict for a customer's live model, from its archive in S3."""
     assert stack.info is not None
     s3, bucket = stack.client("s3"), stack.info.artifacts_bucket
@@ -115,7 +115,7 @@ def get(env: dict[str, str], path: str, key: str | None = "env") -> tuple[int, d
 
 
 def test_fleetcast_env_exports_the_api_and_the_endpoint(
-    stack: LocalStack, served: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    stack: EmbeddedStack, served: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["--state-dir", str(stack.state_dir), "env"]) == 0
     exported = dict(
@@ -163,7 +163,7 @@ def test_every_customer_gets_prophets_forecast_through_the_api(
 
 
 def test_quantiles_through_the_api_are_those_of_prophets_own_samples(
-    stack: LocalStack, served: dict[str, Any]
+    stack: EmbeddedStack, served: dict[str, Any]
 ) -> None:
     # Given Prophet's own predictive samples for a customer's live model, seeded as the
     # container seeds this customer, run and period
@@ -223,7 +223,7 @@ def test_a_falling_customers_forecast_stops_at_zero_and_says_so(served: dict[str
 
 
 def test_the_model_route_answers_the_live_model_in_the_apis_own_shape(
-    stack: LocalStack, served: dict[str, Any]
+    stack: EmbeddedStack, served: dict[str, Any]
 ) -> None:
     status, _, body = get(served["env"], "/customers/srv-04/model")
     assert status == 200
@@ -267,7 +267,7 @@ def test_api_errors_are_json_with_a_clear_message(
 
 
 @contextlib.contextmanager
-def usage_plan(stack: LocalStack, plan: UsagePlan | None) -> Iterator[None]:
+def usage_plan(stack: EmbeddedStack, plan: UsagePlan | None) -> Iterator[None]:
     """The running API with other usage plan limits (None: none) for a while."""
     assert stack.serving is not None
     api = stack.serving.apis["ForecastApi"]
@@ -280,7 +280,7 @@ def usage_plan(stack: LocalStack, plan: UsagePlan | None) -> Iterator[None]:
 
 
 def test_a_key_over_its_throttle_or_quota_gets_429(
-    stack: LocalStack, served: dict[str, Any]
+    stack: EmbeddedStack, served: dict[str, Any]
 ) -> None:
     path = "/customers/srv-02/model"
     with usage_plan(stack, UsagePlan(rate=0.01, burst=2, quota=None)):
@@ -307,7 +307,7 @@ def environment(variables: dict[str, str]) -> Iterator[None]:
 
 
 def test_boto3_invokes_the_endpoint_with_a_target_model(
-    stack: LocalStack, served: dict[str, Any], prophet_yhat: Any
+    stack: EmbeddedStack, served: dict[str, Any], prophet_yhat: Any
 ) -> None:
     live = registry(stack).live("srv-05")
     assert live is not None
@@ -338,7 +338,7 @@ def test_boto3_invokes_the_endpoint_with_a_target_model(
     not SDK_PYTHON.exists(), reason=".venv-sdk (the SageMaker Python SDK) is absent: `make install`"
 )
 def test_the_sagemaker_sdk_example_gets_the_forecast(
-    stack: LocalStack, served: dict[str, Any], prophet_yhat: Any
+    stack: EmbeddedStack, served: dict[str, Any], prophet_yhat: Any
 ) -> None:
     live = registry(stack).live("srv-06")
     assert live is not None
@@ -368,7 +368,7 @@ def test_the_sagemaker_sdk_example_gets_the_forecast(
     not AWS_CLI.exists(), reason=".venv-awscli (the AWS CLI) is absent: `make install`"
 )
 def test_the_aws_cli_invokes_the_endpoint(
-    stack: LocalStack, served: dict[str, Any], prophet_yhat: Any, tmp_path: Path
+    stack: EmbeddedStack, served: dict[str, Any], prophet_yhat: Any, tmp_path: Path
 ) -> None:
     live = registry(stack).live("srv-07")
     assert live is not None
@@ -406,7 +406,7 @@ def test_the_aws_cli_invokes_the_endpoint(
 
 
 def test_the_cli_prints_the_forecast_and_draws_it(
-    stack: LocalStack,
+    stack: EmbeddedStack,
     served: dict[str, Any],
     prophet_yhat: Any,
     tmp_path: Path,
@@ -463,7 +463,7 @@ RSS_ALLOWANCE = 48 * 1024 * 1024
 
 @pytest.fixture(scope="module")
 def many_models(
-    stack: LocalStack, served: dict[str, Any], prophet_yhat: Any
+    stack: EmbeddedStack, served: dict[str, Any], prophet_yhat: Any
 ) -> dict[str, list[float]]:
     """300 TargetModels made from the run's 30 archives, each relabelled with its own
     customer id (the container serves what it is given); Prophet's yhat for each."""
@@ -496,7 +496,7 @@ def many_models(
 
 
 def test_16_threads_over_300_models_with_room_for_100(
-    stack: LocalStack, served: dict[str, Any], many_models: dict[str, list[float]]
+    stack: EmbeddedStack, served: dict[str, Any], many_models: dict[str, list[float]]
 ) -> None:
     assert stack.serving is not None
     endpoint = stack.serving.endpoint()

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from test_pipeline import finished, manifests, readings, registry, to_csv, upload
 
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.training_manifest import CustomerOutcome
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 CUSTOMERS = [f"spot-{i}" for i in range(60)]
 
 
-def checkpointed(stack: LocalStack, run_id: str) -> int:
+def checkpointed(stack: EmbeddedStack, run_id: str) -> int:
     assert stack.info is not None
     listing = stack.client("s3").list_objects_v2(
         Bucket=stack.info.artifacts_bucket, Prefix=layout.checkpoint_prefix(run_id)
@@ -23,7 +23,7 @@ def checkpointed(stack: LocalStack, run_id: str) -> int:
     return sum(1 for o in listing.get("Contents", []) if o["Key"].endswith(".tar.gz"))
 
 
-def wait_for_checkpoints(stack: LocalStack, run_id: str, customers: int) -> None:
+def wait_for_checkpoints(stack: EmbeddedStack, run_id: str, customers: int) -> None:
     """Until the run's training job has checkpointed ``customers`` models to S3."""
     deadline = time.monotonic() + 300
     while checkpointed(stack, run_id) < customers:
@@ -32,7 +32,7 @@ def wait_for_checkpoints(stack: LocalStack, run_id: str, customers: int) -> None
 
 
 def test_an_interrupted_training_job_resumes_without_retraining_or_losing_customers(
-    stack: LocalStack,
+    stack: EmbeddedStack,
 ) -> None:
     assert stack.runner is not None and stack.info is not None
     # Given a training job under way with some customers already checkpointed to S3

@@ -15,7 +15,7 @@ import pytest
 from test_pipeline import finished, readings, registry, to_csv, upload, wait_for_chunks
 from test_serving import get
 
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.contracts import layout
 from fleetcast_common.registration import read_registration_record
 
@@ -36,7 +36,7 @@ SHORT, HEALTHY = ["lone-a", "lone-c"], "lone-b"
 
 
 def test_an_instance_whose_customers_all_fail_does_not_take_the_healthy_ones_with_it(
-    stack: LocalStack,
+    stack: EmbeddedStack,
 ) -> None:
     assert stack.info is not None
     # Given an upload of two customers with one reading each and one with 120 good days
@@ -64,7 +64,7 @@ def test_an_instance_whose_customers_all_fail_does_not_take_the_healthy_ones_wit
 
 
 def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote(
-    stack: LocalStack,
+    stack: EmbeddedStack,
 ) -> None:
     assert stack.runner is not None and stack.info is not None
     s3, bucket = stack.client("s3"), stack.info.artifacts_bucket
@@ -130,7 +130,9 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
         assert live is not None and (live.run_id, live.model_version) == (run_id, 1)
 
 
-def wait_for_archives_of(stack: LocalStack, run_id: str, customers: set[str], count: int) -> None:
+def wait_for_archives_of(
+    stack: EmbeddedStack, run_id: str, customers: set[str], count: int
+) -> None:
     """Until ``count`` of ``customers`` have their model archives synced to S3: waiting for
     any archives would let the other instance's alone pass, and the crash then kill an
     instance that had written nothing yet."""

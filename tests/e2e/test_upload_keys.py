@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_pipeline import finished, readings, registry, to_csv, upload
 
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.contracts import layout
 
 pytestmark = pytest.mark.e2e
@@ -26,7 +26,7 @@ def sample_key(name: str) -> str:
 
 @pytest.mark.parametrize("event_name", KEY_EVENTS)
 def test_an_upload_under_any_key_s3_allows_is_processed_and_trained(
-    stack: LocalStack, event_name: str
+    stack: EmbeddedStack, event_name: str
 ) -> None:
     # Given a file uploaded under the sample event's key
     key = sample_key(event_name)

@@ -9,7 +9,7 @@ from datetime import date, timedelta
 import pytest
 from test_pipeline import finished, readings, registry, to_csv
 
-from fleetcast.embedded.stack import LocalStack
+from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import read_history
 from fleetcast.status import WAITING, RunStatus, pipeline_status, run_ids, wait_for_new_run
 from fleetcast_common.upload_queue import UploadQueue
@@ -23,7 +23,7 @@ ONLY_SECOND = [f"order-{i}" for i in range(8, 12)]
 
 
 def test_uploads_close_together_are_processed_in_order_and_lose_nothing(
-    stack: LocalStack,
+    stack: EmbeddedStack,
 ) -> None:
     assert stack.info is not None
     info = stack.info
@@ -88,7 +88,7 @@ PAIRS = [f"pair-{i}" for i in range(6)]
 PAIR_DAYS = 60
 
 
-def _statuses(stack: LocalStack) -> list[RunStatus]:
+def _statuses(stack: EmbeddedStack) -> list[RunStatus]:
     assert stack.info is not None
     info = stack.info
     dynamodb = stack.resource("dynamodb")
@@ -102,7 +102,7 @@ def _statuses(stack: LocalStack) -> list[RunStatus]:
     )
 
 
-def _finished_once_started(stack: LocalStack, run_id: str) -> RunStatus:
+def _finished_once_started(stack: EmbeddedStack, run_id: str) -> RunStatus:
     """The run's final status, waiting first for its turn in the upload queue."""
     assert stack.info is not None
     deadline = time.monotonic() + 600
@@ -113,7 +113,7 @@ def _finished_once_started(stack: LocalStack, run_id: str) -> RunStatus:
 
 
 def test_twelve_uploads_in_one_second_are_processed_and_promoted_in_arrival_order(
-    stack: LocalStack,
+    stack: EmbeddedStack,
 ) -> None:
     """The issue's case: a first and a second file for each of six customers, the second
     with newer readings for the same days, all put at once (within about a second)."""

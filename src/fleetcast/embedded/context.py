@@ -2,7 +2,7 @@
 
 The services that start after the AWS gateway (endpoint hosting and the API gateway in
 :mod:`~fleetcast.embedded.serving`, cost data in :mod:`~fleetcast.embedded.costs`)
-receive this instead of the whole :class:`~fleetcast.embedded.stack.LocalStack`.
+receive this instead of the whole :class:`~fleetcast.embedded.stack.EmbeddedStack`.
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class LocalStack:
+class EmbeddedStack:
     """``port`` None: 4599, or any free port when another program has it; 0: any free port.
     ``keep_state``: restore the buckets, tables and jobs of the last stop from the state
     folder, and save them at stop (:mod:`fleetcast.embedded.persistence`)."""
@@ -156,7 +156,7 @@ class LocalStack:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def __enter__(self) -> LocalStack:
+    def __enter__(self) -> EmbeddedStack:
         self.start()
         return self
 
