@@ -335,13 +335,17 @@ def _compile(
             [_piecewise_linear(t, delta[i], k[i], m[i], changepoints_t) for i in range(iterations)]
         )
         point_trend = _piecewise_linear(
-            t, np.nanmean(delta, axis=0), float(np.nanmean(k)), float(np.nanmean(m)), changepoints_t
+            t,
+            _over_iterations(delta),
+            float(_over_iterations(k)),
+            float(_over_iterations(m)),
+            changepoints_t,
         )
     else:
         trend_expected = np.repeat(m[:, None], horizon, axis=1)
-        point_trend = np.full(horizon, np.nanmean(m))
-    point_additive = np.nanmean(additive, axis=0)
-    point_multiplicative = np.nanmean(multiplicative, axis=0)
+        point_trend = np.full(horizon, _over_iterations(m))
+    point_additive = _over_iterations(additive)
+    point_multiplicative = _over_iterations(multiplicative)
     yhat = (point_trend * y_scale + floor) * (1 + point_multiplicative) + point_additive
     mean_abs_delta = np.abs(delta).mean(axis=1) + 1e-8
     if not all(np.isfinite(a).all() for a in (yhat, sigma_obs, mean_abs_delta)):
@@ -370,6 +374,15 @@ def _compile(
         interval_width=float(model["interval_width"]),
         daily_dates=bool((dates_ns % _MIDNIGHT_NS == 0).all()),
     )
+
+
+def _over_iterations(values: FloatArray) -> Any:
+    """Prophet's point estimate across the fitted iterations: ``np.nanmean`` over the first
+    axis; a MAP fit's one iteration is its own mean (the same numbers, without nanmean's
+    copies and masks)."""
+    if values.shape[0] == 1:
+        return values[0]
+    return np.nanmean(values, axis=0)
 
 
 def _check_supported(model: dict[str, Any]) -> None:
