@@ -28,6 +28,13 @@ def _ratio(row: Row) -> str:
     return "-" if row.ratio is None else f"{row.ratio:.2f}x"
 
 
+def _measured(row: Row) -> str:
+    """What a target was held against: the ratio, or fleetcast's own figure."""
+    if row.target_kind == "ratio_at_least":
+        return _ratio(row)
+    return f"{_number(row.fleetcast)} {row.unit}"
+
+
 def _met(row: Row) -> str:
     return {True: "yes", False: "NO", None: "-"}[row.met]
 
@@ -167,7 +174,7 @@ def readme_section(rows: Sequence[Row], machine: Machine, chart: str, results: s
     unmet = [row for row in rows if row.met is False]
     verdict = (
         "Targets not met in this run: "
-        + "; ".join(f"{row.name} ({_ratio(row)} against {row.target})" for row in unmet)
+        + "; ".join(f"{row.name} ({_measured(row)} against {row.target})" for row in unmet)
         + "."
         if unmet
         else "Every target was met in this run."
