@@ -7,6 +7,7 @@ in moto's backend to say it is still running (the one thing moto cannot show by 
 
 from __future__ import annotations
 
+import posixpath
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
 from fleetcast.embedded.template import LocalTemplate
+from fleetcast.status import WAITING, pipeline_status
 from fleetcast_common.contracts.ids import processing_job_name, upload_sequence
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
@@ -148,6 +150,42 @@ def test_an_upload_waits_while_another_is_processed_then_starts(
     assert end(pipeline, job_of(first)) == job_of(second)
     assert started(pipeline, first, second) == {job_of(first), job_of(second)}
     assert pipeline["queue"].waiting() == []
+
+
+def test_fleetcast_status_shows_an_upload_waiting_behind_a_running_job(
+    pipeline: dict[str, Any], registry_table: Any
+) -> None:
+    # Given one upload being processed and a second one queued behind it
+    first, second = upload(0), upload(1)
+    arrive(pipeline, first)
+    assert arrive(pipeline, second) is Outcome.QUEUED
+    # When fleetcast status looks at the pipeline
+    runs = pipeline_status(
+        PREFIX,
+        pipeline["settings"].artifacts_bucket,
+        pipeline["sagemaker"],
+        pipeline["s3"],
+        registry_table,
+        pipeline["queue"],
+    )
+    # Then the first is shown at its job's status and the second waiting, in upload order,
+    # with the file it came from
+    assert [(run.processing_job, run.processing_status) for run in runs] == [
+        (job_of(first), "InProgress"),
+        (job_of(second), WAITING),
+    ]
+    assert runs[1].source == posixpath.basename(second.key)
+    # And once the first has ended, the second is shown at its own job's status
+    end(pipeline, job_of(first))
+    runs = pipeline_status(
+        PREFIX,
+        pipeline["settings"].artifacts_bucket,
+        pipeline["sagemaker"],
+        pipeline["s3"],
+        registry_table,
+        pipeline["queue"],
+    )
+    assert [run.processing_status for run in runs] == ["Completed", "InProgress"]
 
 
 @pytest.mark.parametrize("status", ["Failed", "Stopped"])
