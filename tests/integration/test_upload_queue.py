@@ -20,7 +20,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
 from fleetcast.embedded.template import LocalTemplate
-from fleetcast.status import WAITING, pipeline_status
+from fleetcast.status import WAITING, RunStatus, pipeline_status
 from fleetcast_common.contracts.ids import processing_job_name, upload_sequence
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
@@ -152,6 +152,18 @@ def test_an_upload_waits_while_another_is_processed_then_starts(
     assert pipeline["queue"].waiting() == []
 
 
+def status(world: dict[str, Any], registry_table: Any) -> list[RunStatus]:
+    """What ``fleetcast status`` shows of this pipeline."""
+    return pipeline_status(
+        PREFIX,
+        world["settings"].artifacts_bucket,
+        world["sagemaker"],
+        world["s3"],
+        registry_table,
+        world["queue"],
+    )
+
+
 def test_fleetcast_status_shows_an_upload_waiting_behind_a_running_job(
     pipeline: dict[str, Any], registry_table: Any
 ) -> None:
@@ -160,14 +172,7 @@ def test_fleetcast_status_shows_an_upload_waiting_behind_a_running_job(
     arrive(pipeline, first)
     assert arrive(pipeline, second) is Outcome.QUEUED
     # When fleetcast status looks at the pipeline
-    runs = pipeline_status(
-        PREFIX,
-        pipeline["settings"].artifacts_bucket,
-        pipeline["sagemaker"],
-        pipeline["s3"],
-        registry_table,
-        pipeline["queue"],
-    )
+    runs = status(pipeline, registry_table)
     # Then the first is shown at its job's status and the second waiting, in upload order,
     # with the file it came from
     assert [(run.processing_job, run.processing_status) for run in runs] == [
@@ -177,14 +182,7 @@ def test_fleetcast_status_shows_an_upload_waiting_behind_a_running_job(
     assert runs[1].source == posixpath.basename(second.key)
     # And once the first has ended, the second is shown at its own job's status
     end(pipeline, job_of(first))
-    runs = pipeline_status(
-        PREFIX,
-        pipeline["settings"].artifacts_bucket,
-        pipeline["sagemaker"],
-        pipeline["s3"],
-        registry_table,
-        pipeline["queue"],
-    )
+    runs = status(pipeline, registry_table)
     assert [run.processing_status for run in runs] == ["Completed", "InProgress"]
 
 

@@ -93,6 +93,17 @@ def _series_json(index: npt.NDArray[np.int64], dates: list[str]) -> str:
     )
 
 
+def _rows_of(
+    table: npt.NDArray[np.int64], times: npt.NDArray[np.int64]
+) -> npt.NDArray[np.intp] | None:
+    """Each of the sorted ``times``' row in the sorted ``table``, or None when one is not
+    in it."""
+    rows = np.searchsorted(table, times)
+    if rows.size and (rows[-1] >= table.size or not np.array_equal(table[rows], times)):
+        return None
+    return rows
+
+
 @dataclass
 class _TimeTable:
     """Sorted times (int64, in the history's unit) with their feature rows and ISO text."""
@@ -104,12 +115,7 @@ class _TimeTable:
 
     def rows(self, times: npt.NDArray[np.int64]) -> npt.NDArray[np.intp] | None:
         """Each time's row, or None when one is not in the table."""
-        rows = np.searchsorted(self.times, times)
-        if rows.size and (
-            rows[-1] >= self.times.size or not np.array_equal(self.times[rows], times)
-        ):
-            return None
-        return rows
+        return _rows_of(self.times, times)
 
     def add(self, times: npt.NDArray[np.int64], features: npt.NDArray[np.float64]) -> None:
         """Add a fitted customer's rows (the times it had that the table lacked)."""
@@ -302,8 +308,8 @@ def _grown_to_years(
     grid = _year_grid(stamps)
     if grid is None:
         return table
-    rows = np.searchsorted(grid, stamps)
-    if rows[-1] >= grid.size or not np.array_equal(grid[rows], stamps):
+    rows = _rows_of(grid.view(np.int64), stamps.view(np.int64))
+    if rows is None:
         return table
     grown = np.asarray(features_at(grid), dtype=np.float64)
     if grown.shape != (grid.size, features.shape[1]) or not np.array_equal(grown[rows], features):

@@ -91,7 +91,6 @@ def _clean(history: History) -> bool:
     times = history.times
     return (
         times.dtype.kind == "M"
-        and history.values.dtype == np.float64
         and not np.isnat(times).any()
         and not np.isnan(history.values).any()
         and bool((times[1:] > times[:-1]).all())
