@@ -3,6 +3,7 @@ its processing job and report, its training job and manifests, and the registry.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from fleetcast_common import storage
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.ids import (
@@ -20,6 +22,7 @@ from fleetcast_common.contracts.ids import (
     upload_sequence,
 )
 from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
+from fleetcast_common.contracts.training_manifest import TrainingProgress
 from fleetcast_common.registration import read_registration_record
 from fleetcast_common.registry import ModelRegistry, RunRegistration
 from fleetcast_common.upload_queue import UploadQueue
@@ -157,11 +160,12 @@ def run_status(
     sagemaker: Any,
     s3: Any,
     table: Any,
-    decisions: dict[str, dict[str, int]] | None = None,
+    decisions: Callable[[], dict[str, dict[str, int]]] | None = None,
 ) -> RunStatus:
-    """One run's state. ``decisions`` (from :func:`decisions_per_run`) saves a registry
-    scan when many runs are looked at; without it, the registry is read for this run
-    only, and only once its training has completed."""
+    """One run's state, read with a number of requests that does not grow with its
+    customers. Only a run registered before chunks kept their model counts needs its
+    MODEL records counted: ``decisions`` (a memo of :func:`decisions_per_run` over every
+    run) shares that scan when many runs are looked at."""
     processing_job = processing_job_name(prefix, run_id)
     described = sagemaker.describe_processing_job(ProcessingJobName=processing_job)
     status = RunStatus(
@@ -205,14 +209,7 @@ def run_status(
     status.instances = training.get("ResourceConfig", {}).get("InstanceCount")
     status.training_started_at = training.get("TrainingStartTime")
     status.training_ended_at = training.get("TrainingEndTime")
-    checkpoint = layout.checkpoint_prefix(run_id)
-    paginator = s3.get_paginator("list_objects_v2")
-    status.customers_checkpointed = sum(
-        1
-        for page in paginator.paginate(Bucket=bucket, Prefix=checkpoint)
-        for entry in page.get("Contents", [])
-        if entry["Key"].endswith(layout.MODEL_ARCHIVE_SUFFIX)
-    )
+    status.customers_checkpointed = customers_done(s3, bucket, run_id)
     if status.training_status in ("Completed", "Failed", "Stopped"):
         plan = read_registration_record(s3, bucket, run_id)
         progress = ModelRegistry(table).run(run_id)
@@ -231,7 +228,13 @@ def run_status(
                 status.customers_trained = progress.trained
                 status.customers_failed = progress.failed_training
                 status.customers_lost = progress.lost
-        counts = (decisions if decisions is not None else decisions_per_run(table, run_id)).get(
+        if progress is not None and progress.models_decided is not None:
+            # The chunks keep their counts: one query of the run's partition.
+            status.customers_decided = progress.models_decided
+            status.customers_registered = progress.models_live or 0
+            return status
+        # A run registered before chunks kept their counts: count its MODEL records.
+        counts = (decisions() if decisions is not None else decisions_per_run(table, run_id)).get(
             run_id, {}
         )
         if progress is not None and not decisions_cover(progress, counts):
@@ -240,6 +243,19 @@ def run_status(
         status.customers_registered = counts.get("live", 0)
         status.customers_decided = counts.get("decided", 0)
     return status
+
+
+def customers_done(s3: Any, bucket: str, run_id: str) -> int:
+    """How many customers the run's training instances have done so far, from their
+    progress files: one small read per instance, however large the fleet."""
+    done = 0
+    for key in storage.keys_under(s3, bucket, layout.progress_prefix(run_id)):
+        try:
+            done += TrainingProgress.model_validate_json(storage.read_text(s3, bucket, key)).done
+        except Exception as error:
+            if error_code(error) not in ("NoSuchKey", "404"):
+                raise
+    return done
 
 
 def run_ids(prefix: str, sagemaker: Any) -> set[str]:
@@ -298,7 +314,7 @@ def pipeline_status(
 ) -> list[RunStatus]:
     """Every run of this stack in upload order (the order they reached the upload queue);
     with the upload ``queue``, also the uploads waiting for their processing job."""
-    decisions = decisions_per_run(table)
+    decisions = functools.cache(lambda: decisions_per_run(table))
     started = run_ids(prefix, sagemaker)
     runs = [
         run_status(run_id, prefix, bucket, sagemaker, s3, table, decisions) for run_id in started

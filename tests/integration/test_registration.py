@@ -17,12 +17,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
 from fleetcast.embedded.template import LocalTemplate
+from fleetcast.status import customers_done
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_common.contracts.training import progress_name
 from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
     CustomerResult,
     TrainingManifest,
+    TrainingProgress,
 )
 from fleetcast_common.registration import (
     ChunkReport,
@@ -213,9 +216,40 @@ def test_a_redelivered_chunk_changes_nothing_and_is_counted_once(world: dict[str
     assert again.counts.repeated == chunks[0].size and again.counts.registered == 0
     run = world["registry"].run(RUN_1)
     assert run is not None and (run.chunks_done, run.registered, run.repeated) == (2, 3, 0)
+    assert (run.models_decided, run.models_live) == (3, 3)
     for customer_id in ("a", "b", "c"):
         live = world["registry"].live(customer_id)
         assert live is not None and live.model_version == 1
+
+
+def test_a_chunk_redelivered_after_its_decisions_still_counts_its_models(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a chunk whose first delivery decided every customer (c's model rejected,
+    # being clearly worse than its live one), then stopped before the chunk was counted
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": GOOD, "c": GOOD})
+    register(world, RUN_1)
+    trained(world["s3"], world["bucket"], RUN_2, {"a": GOOD, "b": GOOD, "c": BAD}, hosts=1)
+    plan, chunks = plan_registration(RUN_2, f"fleetcast-t-{RUN_2}", world["bucket"], 3, world["s3"])
+    assert [chunk.size for chunk in chunks] == [3]
+    start_registration(plan, world["s3"], world["bucket"], world["registry"])
+    registry = world["registry"]
+
+    def stopped(*args: Any, **kwargs: Any) -> bool:
+        raise TimeoutError("the invocation timed out")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(registry, "finish_chunk", stopped)
+        with pytest.raises(TimeoutError):
+            register_chunk(chunks[0], world["bucket"], 1.5, world["s3"], registry)
+    # When SQS delivers it again
+    again = register_chunk(chunks[0], world["bucket"], 1.5, world["s3"], registry)
+    # Then this delivery decided nothing, but the run counts every model and what became
+    # of it (what fleetcast status shows, read from the chunk records alone)
+    assert again.first_delivery and again.counts.repeated == 3 and again.counts.registered == 0
+    run = registry.run(RUN_2)
+    assert run is not None and run.complete
+    assert (run.models_decided, run.models_live) == (3, 2)
 
 
 def test_a_repeated_event_registers_once(world: dict[str, Any]) -> None:
@@ -569,3 +603,19 @@ def test_a_poisoned_chunk_is_retried_then_dead_lettered_while_the_others_finish(
     assert world["registry"].live("c0") is None
     run = world["registry"].run(RUN_1)
     assert run is not None and (run.chunks_done, run.chunks_total, run.complete) == (1, 2, False)
+
+
+def test_status_counts_a_running_jobs_customers_from_its_progress_files(
+    world: dict[str, Any],
+) -> None:
+    # Given a training job's two instances part-way through, beside archives and a manifest
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": GOOD, "c": GOOD})
+    for host, done in (("algo-1", 40), ("algo-2", 35)):
+        world["s3"].put_object(
+            Bucket=world["bucket"],
+            Key=layout.checkpoint_prefix(RUN_1) + progress_name(host),
+            Body=TrainingProgress(host=host, done=done, total=50).model_dump_json(),
+        )
+    # Then status adds up the instances' progress, not the archives it could list
+    assert customers_done(world["s3"], world["bucket"], RUN_1) == 75
+    assert customers_done(world["s3"], world["bucket"], RUN_2) == 0

@@ -27,8 +27,13 @@ from fleetcast_common.contracts.training import (
     FAILURE_LIMIT,
     METRIC_DEFINITIONS,
     manifest_name,
+    progress_name,
 )
-from fleetcast_common.contracts.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_common.contracts.training_manifest import (
+    CustomerOutcome,
+    TrainingManifest,
+    TrainingProgress,
+)
 from fleetcast_training import __main__ as entry_point
 from fleetcast_training import job
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
@@ -225,6 +230,44 @@ def test_manifest_lists_every_customer_in_checkpoints_and_model_dir(trained: tup
     copy = instance.root / "model" / manifest_name("algo-1")
     assert copy.read_text() == (instance.checkpoints / manifest_name("algo-1")).read_text()
     assert not list(instance.checkpoints.glob("*.partial"))
+
+
+def test_the_progress_file_ends_with_every_customer_of_the_shard_done(
+    trained: tuple[Instance, Run],
+):
+    instance, _ = trained
+    progress = TrainingProgress.model_validate_json(
+        (instance.checkpoints / progress_name("algo-1")).read_text()
+    )
+    assert progress == TrainingProgress(
+        host="algo-1", done=len(instance.outcomes()), total=len(instance.outcomes())
+    )
+
+
+def test_progress_is_written_as_it_goes_and_at_most_every_few_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    now = [0.0]
+    monkeypatch.setattr(job.time, "perf_counter", lambda: now[0])
+
+    def written() -> int:
+        path = tmp_path / progress_name("algo-2")
+        return TrainingProgress.model_validate_json(path.read_text()).done
+
+    progress = job.Progress("algo-2", total=100, directory=tmp_path)
+    assert written() == 0
+    # Within PROGRESS_FILE_SECONDS of the last write, a customer done is not written
+    now[0] = 1.0
+    progress.advance(1)
+    assert written() == 0
+    # After it, it is
+    now[0] = job.PROGRESS_FILE_SECONDS + 0.5
+    progress.advance(2)
+    assert written() == 3
+    # And a logged 5% step is written at once
+    now[0] += 0.1
+    progress.advance(2)
+    assert written() == 5
 
 
 def test_metric_lines_match_the_metric_definitions(trained: tuple[Instance, Run]):

@@ -42,8 +42,13 @@ from fleetcast_common.contracts.training import (
     TRAIN_CHANNEL,
     manifest_name,
     metric_line,
+    progress_name,
 )
-from fleetcast_common.contracts.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_common.contracts.training_manifest import (
+    CustomerOutcome,
+    TrainingManifest,
+    TrainingProgress,
+)
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
@@ -65,6 +70,8 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = 8
 BATCHES_PER_WORKER = 4
 PROGRESS_STEP = 0.05
+# The progress file is rewritten at most this often (and at every logged step).
+PROGRESS_FILE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -174,7 +181,7 @@ def _run_job(
             hyperparameters.min_rows,
             hyperparameters.holdout_days,
         )
-    progress = Progress(host, total=len(customers) + len(reports))
+    progress = Progress(host, total=len(customers) + len(reports), directory=checkpoint_dir)
     progress.advance(len(reports))
     reports += train_customers(
         customers, hyperparameters, checkpoint_dir, workers, progress, calendars
@@ -477,22 +484,35 @@ def _train_batch(batch: list[tuple[str, Path]]) -> list[CustomerReport]:
 
 
 class Progress:
-    """Logs a line each time another ~5% of the shard is done."""
+    """Logs a line each time another ~5% of the shard is done, and keeps the instance's
+    progress file in ``directory`` (the checkpoint dir, synced to S3) up to date."""
 
-    def __init__(self, host: str, total: int) -> None:
+    def __init__(self, host: str, total: int, directory: Path | None = None) -> None:
         self._host = host
         self._total = total
         self._step = max(1, math.ceil(total * PROGRESS_STEP))
         self._done = 0
         self._next = self._step
         self._started = time.perf_counter()
+        self._file = None if directory is None else directory / progress_name(host)
+        self._written = -math.inf
+        self._write()
+
+    def _write(self) -> None:
+        if self._file is not None:
+            state = TrainingProgress(host=self._host, done=self._done, total=self._total)
+            _write_atomically(self._file, state.model_dump_json())
+            self._written = time.perf_counter()
 
     def advance(self, count: int) -> None:
         if count == 0:
             return
         self._done += count
         if self._done < self._next and self._done < self._total:
+            if time.perf_counter() - self._written >= PROGRESS_FILE_SECONDS:
+                self._write()
             return
+        self._write()
         while self._next <= self._done:
             self._next += self._step
         elapsed = max(time.perf_counter() - self._started, 1e-9)

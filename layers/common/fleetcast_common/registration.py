@@ -68,6 +68,8 @@ class CustomerRegistration(BaseModel):
     model_version: int | None = None
     target_model: str | None = None
     repeated: bool = False
+    # For a repeated one: what the earlier delivery decided.
+    earlier_status: ModelStatus | None = None
     recovered: bool = Field(
         default=False,
         description="from an archive no manifest listed, re-read and checked first",
@@ -349,6 +351,7 @@ def _decide(
                 model_version=state.decided.model_version,
                 target_model=target,
                 repeated=True,
+                earlier_status=state.decided.status,
                 note=f"already registered by an earlier delivery ({state.decided.status})",
             ), None
         live = state.live
@@ -362,6 +365,7 @@ def _decide(
                     model_version=live.model_version,
                     target_model=target,
                     repeated=True,
+                    earlier_status=ModelStatus.LIVE,
                     note="already registered by an earlier delivery",
                 ), repaired
             return CustomerRegistration(
@@ -482,6 +486,9 @@ def register_chunk(
     def count(status: ModelStatus) -> int:
         return sum(1 for o in outcomes if o.status is status)
 
+    def now(status: ModelStatus) -> int:
+        return sum(1 for o in outcomes if (o.status or o.earlier_status) is status)
+
     counts = ChunkCounts(
         trained=len(trained),
         registered=count(ModelStatus.LIVE),
@@ -491,6 +498,8 @@ def register_chunk(
         failed_training=len(failures),
         recovered=len(recovered),
         lost=len(lost),
+        models_decided=sum(now(status) for status in ModelStatus),
+        models_live=now(ModelStatus.LIVE),
     )
     first = registry.finish_chunk(
         chunk.run_id,

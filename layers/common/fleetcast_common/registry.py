@@ -116,6 +116,12 @@ class ChunkCounts(BaseModel):
     failed_training: int = 0
     recovered: int = 0
     lost: int = 0
+    # The chunk's models with a MODEL record, decided by this delivery or an earlier one,
+    # and how many of them were made live: what ``fleetcast status`` shows, read from the
+    # run's chunk records rather than by counting MODEL records. None in records written
+    # before they were kept.
+    models_decided: int | None = None
+    models_live: int | None = None
 
 
 class RunRegistration(ChunkCounts):
@@ -131,6 +137,11 @@ class RunRegistration(ChunkCounts):
     @property
     def complete(self) -> bool:
         return self.registered_at is not None
+
+
+def _total(counts: list[int | None]) -> int | None:
+    """A run's total of one chunk count; None if any chunk did not keep it."""
+    return None if None in counts else sum(c for c in counts if c is not None)
 
 
 class RegistryUnavailableError(Exception):
@@ -356,7 +367,8 @@ class ModelRegistry:
         values = _from_item(item)
         chunks = self._chunks(run_id)
         totals = {
-            name: sum(getattr(chunk, name) for chunk in chunks) for name in ChunkCounts.model_fields
+            name: _total([getattr(chunk, name) for chunk in chunks])
+            for name in ChunkCounts.model_fields
         }
         totals["lost"] += values.pop("lost_at_start", 0)
         return RunRegistration.model_validate({**values, **totals, "chunks_done": len(chunks)})

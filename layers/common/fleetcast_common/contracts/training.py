@@ -44,6 +44,16 @@ def manifest_name(host: str) -> str:
     return f"{MANIFEST_PREFIX}{host}{MANIFEST_SUFFIX}"
 
 
+# progress-{host}.json, one per instance in the checkpoint dir, rewritten as it trains
+# (format: fleetcast_common.contracts.training_manifest.TrainingProgress): how far a
+# running job is, read without listing its archives.
+PROGRESS_PREFIX = "progress-"
+
+
+def progress_name(host: str) -> str:
+    return f"{PROGRESS_PREFIX}{host}{MANIFEST_SUFFIX}"
+
+
 def is_manifest_name(name: str) -> bool:
     """Whether a file name (the last part of a checkpoint key) is an instance's manifest."""
     return name.startswith(MANIFEST_PREFIX) and name.endswith(MANIFEST_SUFFIX)

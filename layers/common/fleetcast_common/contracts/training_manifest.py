@@ -1,7 +1,8 @@
-"""What each training instance reports about its shard: ``manifest-{host}.json``.
+"""What each training instance reports about its shard: ``manifest-{host}.json`` when it
+is done, and ``progress-{host}.json`` while it trains.
 
 Written by the training container into the checkpoint directory (so it is synced to S3
-with the models) and read by the register-models function.
+with the models). register-models reads the manifests; ``fleetcast status`` the progress.
 """
 
 from __future__ import annotations
@@ -50,3 +51,11 @@ class TrainingManifest(BaseModel):
             for method, count in (result.fit_methods or {}).items():
                 total[method] = total.get(method, 0) + count
         return total
+
+
+class TrainingProgress(BaseModel):
+    """How many of the instance's customers are done (trained, resumed or failed)."""
+
+    host: str
+    done: int
+    total: int

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
 from fleetcast_common.contracts import training as training_contract
+from fleetcast_common.contracts.layout import MODEL_ARCHIVE_SUFFIX
 
 log = logging.getLogger("fleetcast.embedded.jobs")
 
@@ -25,7 +28,7 @@ class CheckpointSync:
         self._bucket, self._prefix = split_s3_uri(s3_uri)
         if self._prefix and not self._prefix.endswith("/"):
             self._prefix += "/"
-        self._seen: dict[Path, tuple[float, int]] = {}
+        self._seen: dict[str, tuple[float, int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._loop, daemon=True, name=f"checkpoint-sync {local}"
@@ -48,28 +51,41 @@ class CheckpointSync:
 
     def sync(self) -> int:
         changed = []
-        for path in self._local.rglob("*"):
-            if not path.is_file() or path.name.endswith(".partial"):
+        for entry in self._files(self._local):
+            if entry.name.endswith(MODEL_ARCHIVE_SUFFIX) and entry.path in self._seen:
+                # Archives are written once, under their final name (renamed from
+                # .partial): one already copied is not looked at again, so a round costs
+                # a directory listing, not a stat per model.
                 continue
             try:
-                stat = path.stat()
+                stat = entry.stat()
             except FileNotFoundError:
                 continue
             signature = (stat.st_mtime, stat.st_size)
-            if self._seen.get(path) != signature:
-                changed.append((path, signature))
+            if self._seen.get(entry.path) != signature:
+                changed.append((entry.path, signature))
         list(
             self._transfer.pool.map(
                 lambda item: self._transfer.upload(
-                    item[0],
+                    Path(item[0]),
                     self._bucket,
-                    self._prefix + item[0].relative_to(self._local).as_posix(),
+                    self._prefix + Path(item[0]).relative_to(self._local).as_posix(),
                 ),
                 changed,
             )
         )
         self._seen.update(changed)
         return len(changed)
+
+    @classmethod
+    def _files(cls, directory: str | Path) -> Iterator[os.DirEntry[str]]:
+        """Every finished file under ``directory`` (not ``*.partial``)."""
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    yield from cls._files(entry.path)
+                elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".partial"):
+                    yield entry
 
 
 def checkpoint_dir(root: Path, checkpoint: dict[str, Any]) -> Path:
