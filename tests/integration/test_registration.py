@@ -20,12 +20,17 @@ from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import customers_done
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
-from fleetcast_common.contracts.training import progress_name
+from fleetcast_common.contracts.training import (
+    MANIFEST_PAGE_SIZE,
+    manifest_page_name,
+    progress_name,
+)
 from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
     CustomerResult,
     TrainingManifest,
     TrainingProgress,
+    manifest_pages,
 )
 from fleetcast_common.registration import (
     ChunkReport,
@@ -58,7 +63,12 @@ def world(registry_table: Any) -> dict[str, Any]:
 
 
 def trained(
-    s3: Any, bucket: str, run_id: str, outcomes: dict[str, HoldoutMetrics | None], hosts: int = 2
+    s3: Any,
+    bucket: str,
+    run_id: str,
+    outcomes: dict[str, HoldoutMetrics | None],
+    hosts: int = 2,
+    pages: bool = True,
 ) -> None:
     """What a finished training job leaves in its checkpoint prefix."""
     results = []
@@ -103,6 +113,12 @@ def trained(
             Key=layout.checkpoint_prefix(run_id) + f"manifest-{host}.json",
             Body=manifest.model_dump_json(),
         )
+        for name, page in manifest_pages(manifest) if pages else []:
+            s3.put_object(
+                Bucket=bucket,
+                Key=layout.checkpoint_prefix(run_id) + name,
+                Body=page.model_dump_json(),
+            )
 
 
 @dataclass
@@ -220,6 +236,32 @@ def test_a_redelivered_chunk_changes_nothing_and_is_counted_once(world: dict[str
     for customer_id in ("a", "b", "c"):
         live = world["registry"].live(customer_id)
         assert live is not None and live.model_version == 1
+
+
+@pytest.mark.parametrize("pages", [True, False], ids=["pages", "manifest only"])
+def test_each_chunk_reads_only_the_manifest_pages_of_its_slice(
+    world: dict[str, Any], pages: bool
+) -> None:
+    # Given an instance that trained more customers than a manifest page holds
+    customers = [f"c{i:04d}" for i in range(MANIFEST_PAGE_SIZE + 10)]
+    trained(world["s3"], world["bucket"], RUN_1, dict.fromkeys(customers, GOOD), 1, pages)
+    plan, chunks = plan_registration(
+        RUN_1, f"fleetcast-t-{RUN_1}", world["bucket"], 100, world["s3"]
+    )
+    start_registration(plan, world["s3"], world["bucket"], world["registry"])
+    manifest_key = layout.checkpoint_prefix(RUN_1) + "manifest-algo-1.json"
+    if pages:
+        # When the whole manifest is gone once the chunks are planned
+        world["s3"].delete_object(Bucket=world["bucket"], Key=manifest_key)
+    # Then every chunk still registers its slice, the one spanning two pages too, from
+    # the pages alone (a job from before pages is read from its manifest)
+    assert [(c.start, c.stop) for c in chunks] == [(0, 100), (100, 200), (200, 260)]
+    reports = [
+        register_chunk(c, world["bucket"], 1.5, world["s3"], world["registry"]) for c in chunks
+    ]
+    assert [c.customer_id for r in reports for c in r.customers] == customers
+    run = world["registry"].run(RUN_1)
+    assert run is not None and run.complete and run.registered == len(customers)
 
 
 def test_a_chunk_redelivered_after_its_decisions_still_counts_its_models(
@@ -582,11 +624,13 @@ def test_the_coordinator_queues_chunks_and_the_worker_registers_them(
 def test_a_poisoned_chunk_is_retried_then_dead_lettered_while_the_others_finish(
     world: dict[str, Any], queues: dict[str, Any]
 ) -> None:
-    # Given a finished job whose first manifest becomes unreadable after the plan
+    # Given a finished job whose first manifest (its only page too) becomes unreadable
+    # after the plan
     trained(world["s3"], world["bucket"], RUN_1, {f"c{i}": GOOD for i in range(4)})
     _handler("register_models").lambda_handler(_training_event(RUN_1), _Context())
     poisoned = layout.manifest_prefix(RUN_1) + "algo-1.json"
-    world["s3"].put_object(Bucket=world["bucket"], Key=poisoned, Body=b"{not json")
+    for key in (poisoned, layout.checkpoint_prefix(RUN_1) + manifest_page_name("algo-1", 0)):
+        world["s3"].put_object(Bucket=world["bucket"], Key=key, Body=b"{not json")
     # When the chunks are delivered
     _deliver_all(queues, _handler("register_chunk"))
     # Then algo-1's chunk went to the DLQ after the queue's maxReceiveCount receives

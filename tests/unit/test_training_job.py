@@ -27,12 +27,16 @@ from fleetcast_common.contracts.training import (
     FAILURE_LIMIT,
     METRIC_DEFINITIONS,
     manifest_name,
+    manifest_page_name,
     progress_name,
 )
 from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
+    CustomerResult,
+    ManifestPage,
     TrainingManifest,
     TrainingProgress,
+    manifest_pages,
 )
 from fleetcast_training import __main__ as entry_point
 from fleetcast_training import job
@@ -229,7 +233,28 @@ def test_manifest_lists_every_customer_in_checkpoints_and_model_dir(trained: tup
     # And model.tar.gz will not be empty: the same manifest is in the model directory
     copy = instance.root / "model" / manifest_name("algo-1")
     assert copy.read_text() == (instance.checkpoints / manifest_name("algo-1")).read_text()
-    assert not list(instance.checkpoints.glob("*.partial"))
+    assert not list(instance.checkpoints.rglob("*.partial"))
+    # And the checkpoints hold it in pages too, for registration chunks to read
+    pages = [
+        ManifestPage.model_validate_json((instance.checkpoints / name).read_text())
+        for name, _ in manifest_pages(manifest)
+    ]
+    assert [c for page in pages for c in page.customers] == manifest.customers
+
+
+def test_manifest_pages_cover_the_manifest_in_order_each_saying_where_it_starts():
+    customers = [
+        CustomerResult(customer_id=f"c{i}", outcome=CustomerOutcome.FAILED, reason="few rows")
+        for i in range(7)
+    ]
+    manifest = TrainingManifest(
+        run_id=RUN_ID, host="algo-2", hosts=["algo-1", "algo-2"], customers=customers
+    )
+    pages = manifest_pages(manifest, size=3)
+    assert [name for name, _ in pages] == [manifest_page_name("algo-2", n) for n in range(3)]
+    assert [(page.first, len(page.customers)) for _, page in pages] == [(0, 3), (3, 3), (6, 1)]
+    assert [c for _, page in pages for c in page.customers] == customers
+    assert manifest_pages(manifest.model_copy(update={"customers": []})) == []
 
 
 def test_the_progress_file_ends_with_every_customer_of_the_shard_done(

@@ -48,6 +48,7 @@ from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
     TrainingManifest,
     TrainingProgress,
+    manifest_pages,
 )
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.contract import TrainingEnvironment
@@ -196,6 +197,9 @@ def _run_job(
         customers=sorted((r.result for r in reports), key=lambda result: result.customer_id),
     )
     logger.info("%s: %s", host, describe_fits(manifest))
+    # The pages first: a manifest in the checkpoints means its pages are there too.
+    for name, page in manifest_pages(manifest):
+        _write_atomically(checkpoint_dir / name, page.model_dump_json())
     text = manifest.model_dump_json(indent=1)
     _write_atomically(checkpoint_dir / manifest_name(host), text)
     _write_atomically(environment.model_dir / manifest_name(host), text)
@@ -528,7 +532,7 @@ class Progress:
 
 def _remove_partial_files(checkpoint_dir: Path) -> None:
     """Half-written archives and manifests from an interrupted attempt; never valid."""
-    for partial in checkpoint_dir.glob("*.partial"):
+    for partial in checkpoint_dir.rglob("*.partial"):
         partial.unlink(missing_ok=True)
 
 

@@ -35,10 +35,16 @@ from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.ids import validate_customer_id
 from fleetcast_common.contracts.model_archive import HoldoutMetrics, read_archive
-from fleetcast_common.contracts.training import is_manifest_name
+from fleetcast_common.contracts.training import (
+    MANIFEST_PAGE_SIZE,
+    host_of_manifest,
+    is_manifest_name,
+    manifest_page_name,
+)
 from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
     CustomerResult,
+    ManifestPage,
     TrainingManifest,
 )
 from fleetcast_common.processing_report import customers_sent
@@ -199,6 +205,46 @@ def _manifest_keys(s3: Any, bucket: str, run_id: str) -> list[str]:
 
 def _read_manifest(s3: Any, bucket: str, key: str) -> TrainingManifest:
     return TrainingManifest.model_validate_json(storage.read_text(s3, bucket, key))
+
+
+def _manifest_slice(
+    s3: Any, bucket: str, key: str, start: int, stop: int, page_size: int = MANIFEST_PAGE_SIZE
+) -> TrainingManifest:
+    """Customers ``[start, stop)`` of the manifest at ``key``, read from the pages that
+    cover them: a chunk's reads are bounded by its size, whatever the instance's shard.
+    A job from before pages is read from its whole manifest."""
+    numbers = range(start // page_size, (stop - 1) // page_size + 1)
+    pages = _manifest_pages(s3, bucket, key, numbers, page_size)
+    if pages is None:
+        manifest = _read_manifest(s3, bucket, key)
+        return manifest.model_copy(update={"customers": manifest.customers[start:stop]})
+    customers = [customer for page in pages for customer in page.customers]
+    offset = pages[0].first
+    return pages[0].model_copy(update={"customers": customers[start - offset : stop - offset]})
+
+
+def _manifest_pages(
+    s3: Any, bucket: str, key: str, numbers: range, page_size: int
+) -> list[ManifestPage] | None:
+    """Pages ``numbers`` of the manifest at ``key``; None when one is missing or does not
+    start where it should."""
+    prefix = key.removesuffix(posixpath.basename(key))
+    host = host_of_manifest(posixpath.basename(key))
+    pages = []
+    for number in numbers:
+        try:
+            text = storage.read_text(s3, bucket, prefix + manifest_page_name(host, number))
+        except Exception as error:
+            # Without s3:ListBucket, S3 answers a missing key with AccessDenied. A real
+            # lack of access fails the read of the whole manifest that follows.
+            if error_code(error) in ("NoSuchKey", "404", "AccessDenied", "403"):
+                return None
+            raise
+        page = ManifestPage.model_validate_json(text)
+        if page.first != number * page_size:
+            return None
+        pages.append(page)
+    return pages
 
 
 def _customers_in(keys: list[str], suffix: str) -> dict[str, str]:
@@ -414,12 +460,12 @@ def _chunk_results(
     """The chunk's customers as results (trained, failed, or recovered from a checked
     archive), the customers it found lost, and which results were recovered."""
     if chunk.manifest_key is not None:
-        manifest = _read_manifest(s3, bucket, chunk.manifest_key)
+        manifest = _manifest_slice(s3, bucket, chunk.manifest_key, chunk.start, chunk.stop)
         if manifest.run_id != chunk.run_id:
             raise ValueError(
                 f"{chunk.manifest_key} is run {manifest.run_id}'s manifest, not {chunk.run_id}'s"
             )
-        return manifest.customers[chunk.start : chunk.stop], [], set()
+        return manifest.customers, [], set()
     prefix = layout.checkpoint_prefix(chunk.run_id)
     with ThreadPoolExecutor(PARALLEL_REQUESTS) as pool:
         checked = list(

@@ -44,6 +44,24 @@ def manifest_name(host: str) -> str:
     return f"{MANIFEST_PREFIX}{host}{MANIFEST_SUFFIX}"
 
 
+# The manifest again, in pages of at most MANIFEST_PAGE_SIZE customers each:
+# pages/{host}-{page:05d}.json (format: training_manifest.ManifestPage). A registration
+# chunk reads the pages its slice covers, not the whole manifest, so its work does not
+# grow with the instance's shard.
+MANIFEST_PAGES_DIR = "pages"
+MANIFEST_PAGE_SIZE = 250
+
+
+def manifest_page_name(host: str, page: int) -> str:
+    """The page's path in the checkpoint dir (and under the run's checkpoint prefix)."""
+    return f"{MANIFEST_PAGES_DIR}/{host}-{page:05d}{MANIFEST_SUFFIX}"
+
+
+def host_of_manifest(name: str) -> str:
+    """The instance a manifest's file name (``manifest-{host}.json``) is from."""
+    return name.removeprefix(MANIFEST_PREFIX).removesuffix(MANIFEST_SUFFIX)
+
+
 # progress-{host}.json, one per instance in the checkpoint dir, rewritten as it trains
 # (format: fleetcast_common.contracts.training_manifest.TrainingProgress): how far a
 # running job is, read without listing its archives.

@@ -1,5 +1,5 @@
-"""What each training instance reports about its shard: ``manifest-{host}.json`` when it
-is done, and ``progress-{host}.json`` while it trains.
+"""What each training instance reports about its shard: ``manifest-{host}.json`` (and the
+same in pages) when it is done, and ``progress-{host}.json`` while it trains.
 
 Written by the training container into the checkpoint directory (so it is synced to S3
 with the models). register-models reads the manifests; ``fleetcast status`` the progress.
@@ -12,6 +12,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata
+from fleetcast_common.contracts.training import MANIFEST_PAGE_SIZE, manifest_page_name
 
 
 class CustomerOutcome(StrEnum):
@@ -51,6 +52,31 @@ class TrainingManifest(BaseModel):
             for method, count in (result.fit_methods or {}).items():
                 total[method] = total.get(method, 0) + count
         return total
+
+
+class ManifestPage(TrainingManifest):
+    """Customers ``[first, first + len(customers))`` of an instance's manifest."""
+
+    first: int
+
+
+def manifest_pages(
+    manifest: TrainingManifest, size: int = MANIFEST_PAGE_SIZE
+) -> list[tuple[str, ManifestPage]]:
+    """The manifest cut into pages, with each page's file name."""
+    return [
+        (
+            manifest_page_name(manifest.host, start // size),
+            ManifestPage(
+                run_id=manifest.run_id,
+                host=manifest.host,
+                hosts=manifest.hosts,
+                customers=manifest.customers[start : start + size],
+                first=start,
+            ),
+        )
+        for start in range(0, len(manifest.customers), size)
+    ]
 
 
 class TrainingProgress(BaseModel):
