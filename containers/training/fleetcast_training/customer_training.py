@@ -175,8 +175,10 @@ class CustomerTrainer:
         started = time.perf_counter()
         try:
             resumed = self._resume(customer_id)
-            result, model = resumed or self._train(customer_id, source, started)
-            return self._with_forecast(result, model)
+            if resumed is not None:
+                return self._with_forecast(*resumed)
+            result, model, last_history = self._train(customer_id, source, started)
+            return self._with_forecast(result, model, last_history)
         except CustomerFailure as failure:
             return CustomerReport.failed(customer_id, failure.kind, failure.reason)
         except Exception as error:
@@ -184,9 +186,15 @@ class CustomerTrainer:
             reason = f"{type(error).__name__}: {error}"
             return CustomerReport.failed(customer_id, FailureKind.FIT_FAILED, reason)
 
-    def _with_forecast(self, result: CustomerResult, model: str | dict[str, Any]) -> CustomerReport:
+    def _with_forecast(
+        self,
+        result: CustomerResult,
+        model: str | dict[str, Any],
+        last_history: np.datetime64 | None = None,
+    ) -> CustomerReport:
         """The report with the model's forecast for the run's export; a model the forecaster
-        cannot compile keeps its result and says why it has no forecast."""
+        cannot compile keeps its result and says why it has no forecast. ``last_history``
+        is the model's last history time, when it was just fitted here."""
         settings = self._hyperparameters
         if not settings.forecast_export_days:
             return CustomerReport(result)
@@ -197,6 +205,7 @@ class CustomerTrainer:
                 model,
                 settings.frequency,
                 settings.export_periods,
+                last_history,
             )
         except Exception as error:  # the model is archived: no export error may fail it
             logger.warning("no exported forecast for %s: %s", result.customer_id, error)
@@ -232,7 +241,9 @@ class CustomerTrainer:
 
     def _train(
         self, customer_id: str, source: Path, started: float
-    ) -> tuple[CustomerResult, dict[str, Any]]:
+    ) -> tuple[CustomerResult, dict[str, Any], np.datetime64]:
+        """The customer's result and model, and the last time of the history it was fitted
+        on."""
         settings = self._hyperparameters
         fits_before = self._backend.fit_methods.copy()
         history = read_series(source)
@@ -295,7 +306,7 @@ class CustomerTrainer:
             fit_methods=dict(self._backend.fit_methods - fits_before),
             metadata=metadata,
         )
-        return trained, model
+        return trained, model, history.times[-1]
 
     def _fit_whole_history(
         self,

@@ -56,12 +56,15 @@ def forecast_for_export(
     model: str | dict[str, Any],
     frequency: str,
     periods: int,
+    last_history: np.datetime64 | None = None,
 ) -> ExportedForecast:
     """What the endpoint serves for ``period=periods`` of this model (its JSON, or the
     ``model_to_dict`` that JSON is made from): the same seed (customer, model version =
-    run, period) and the same floor. ``ValueError`` for a model the forecaster cannot
-    compile."""
-    forecaster = compile_model(model, frequency, horizon=periods, one_period=periods == 1)
+    run, period) and the same floor. ``last_history`` is the model's last history time,
+    if known. ``ValueError`` for a model the forecaster cannot compile."""
+    forecaster = compile_model(
+        model, frequency, horizon=periods, one_period=periods == 1, last_history=last_history
+    )
     seed = forecast_seed(run_id, periods)
     forecast, _ = forecaster.forecast(periods, seed).clipped_at(FORECAST_FLOOR)
     return ExportedForecast(forecast.dates, forecast.yhat, forecast.yhat_lower, forecast.yhat_upper)

@@ -102,6 +102,7 @@ class ProphetForecaster:
     uncertainty_samples: int
     interval_width: float
     daily_dates: bool  # every date at midnight: render them as plain dates
+    additive_only: bool  # no multiplicative term: the simulation adds, never scales
 
     @property
     def horizon(self) -> int:
@@ -155,18 +156,27 @@ class ProphetForecaster:
         )
         simulations = []
         for i, (_, _, normal) in enumerate(draws):
+            expected = self.trend_expected[i, :period] * self.y_scale + self.floor
+            noise_scale = self.sigma_obs[i] * self.y_scale
+            if self.additive_only:
+                # The same sum with the per-period terms added once, not once per sample:
+                # the shared draws times this model's two scales, plus its expected path.
+                sample = normal * noise_scale
+                if changes is not None:
+                    sample += changes[i] * (self.mean_abs_delta[i] * self.y_scale)
+                sample += expected + self.additive[i, :period]
+                simulations.append(sample)
+                continue
+            trends = np.broadcast_to(expected, normal.shape)
             if changes is not None:
-                trends = self.trend_expected[i, :period] + self.mean_abs_delta[i] * changes[i]
-                trends = trends * self.y_scale
-            else:
-                trends = np.broadcast_to(
-                    self.trend_expected[i, :period] * self.y_scale, normal.shape
-                )
-            trends = trends + self.floor
-            noise = (self.sigma_obs[i] * normal) * self.y_scale
+                trends = trends + changes[i] * (self.mean_abs_delta[i] * self.y_scale)
             simulations.append(
-                trends * (1 + self.multiplicative[i, :period]) + self.additive[i, :period] + noise
+                trends * (1 + self.multiplicative[i, :period])
+                + self.additive[i, :period]
+                + normal * noise_scale
             )
+        if len(simulations) == 1:
+            return simulations[0]
         samples: FloatArray = np.vstack(simulations)
         return samples
 
@@ -262,6 +272,7 @@ def compile_model(
     horizon: int = MAX_PERIOD,
     *,
     one_period: bool = True,
+    last_history: np.datetime64 | None = None,
 ) -> ProphetForecaster:
     """Reduce ``model_to_json`` output (or ``model_to_dict``'s, which it parses to) to a
     :class:`ProphetForecaster`. Without ``one_period`` it cannot forecast a single period,
@@ -269,7 +280,9 @@ def compile_model(
     job's export asks for its whole horizon only.
 
     Raises :class:`UnsupportedModelError` for models a period alone cannot forecast and
-    ``ValueError`` for anything that is not a fitted Prophet model.
+    ``ValueError`` for anything that is not a fitted Prophet model. ``last_history``, the
+    latest of the model's history dates when the caller knows it (the training job, which
+    has just fitted it), saves parsing them.
     """
     if isinstance(model_json, dict):
         model: Any = model_json
@@ -281,13 +294,17 @@ def compile_model(
     if not isinstance(model, dict):
         raise ValueError("model.json is not a serialised Prophet model (not an object)")
     try:
-        return _compile(model, frequency, horizon, one_period)
+        return _compile(model, frequency, horizon, one_period, last_history)
     except (KeyError, TypeError, IndexError) as error:
         raise ValueError(f"model.json is not a fitted Prophet model: {error!r}") from None
 
 
 def _compile(
-    model: dict[str, Any], frequency: str, horizon: int, one_period: bool = True
+    model: dict[str, Any],
+    frequency: str,
+    horizon: int,
+    one_period: bool = True,
+    last_history: np.datetime64 | None = None,
 ) -> ProphetForecaster:
     _check_supported(model)
     params = model["params"]
@@ -305,7 +322,11 @@ def _compile(
     # Prophet keeps start as a POSIX timestamp to the microsecond and t_scale in seconds.
     start_ns = round(float(model["start"]) * 1_000_000) * 1_000
     t_scale_ns = round(float(model["t_scale"]) * _NS_PER_SECOND)
-    last_ns = _last_history_ns(model["history_dates"])
+    last_ns = (
+        _last_history_ns(model["history_dates"])
+        if last_history is None
+        else int(last_history.astype("datetime64[ns]").astype(np.int64))
+    )
     dates = _future_dates(last_ns, frequency, horizon)
     dates_ns = dates.astype("datetime64[ns]").astype(np.int64)
     t = (dates_ns - start_ns) / t_scale_ns
@@ -373,6 +394,7 @@ def _compile(
         uncertainty_samples=int(model["uncertainty_samples"] or 0),
         interval_width=float(model["interval_width"]),
         daily_dates=bool((dates_ns % _MIDNIGHT_NS == 0).all()),
+        additive_only=not multiplicative.any(),
     )
 
 
@@ -453,21 +475,38 @@ def _seasonality_features(
     names, seasonalities = model["seasonalities"]
     if not names:
         return np.zeros((dates_ns.shape[0], 0)), np.zeros(0, dtype=bool)
-    days = dates_ns / _NS_PER_SECOND / _SECONDS_PER_DAY
-    columns: list[FloatArray] = []
-    additive = []
+    spec = []
     for name in names:
         seasonality = seasonalities[name]
         period = float(seasonality["period"])
         order = int(seasonality["fourier_order"])
         if order < 1 or period <= 0:
             raise ValueError(f"seasonality {name!r} has period {period} and order {order}")
+        spec.append((period, order, seasonality["mode"] == "additive"))
+    return _fourier_features(tuple(spec), dates_ns.tobytes())
+
+
+@functools.lru_cache(maxsize=16)
+def _fourier_features(
+    spec: tuple[tuple[float, int, bool], ...], dates_ns: bytes
+) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """The Fourier columns of seasonalities ``spec`` (period, order, additive) at the
+    dates, and which are additive. Models of one fleet share their seasonalities and,
+    forecast from the same last day, their dates: a run's export and an endpoint loading
+    many models build them once. Read-only, as they are shared."""
+    days = np.frombuffer(dates_ns, dtype=np.int64) / _NS_PER_SECOND / _SECONDS_PER_DAY
+    columns: list[FloatArray] = []
+    additive = []
+    for period, order, is_additive in spec:
         x = 2 * np.pi * days
         for harmonic in range(1, order + 1):
             angle = harmonic / period * x
             columns.extend((np.sin(angle), np.cos(angle)))
-        additive.extend([seasonality["mode"] == "additive"] * (2 * order))
-    return np.column_stack(columns), np.array(additive, dtype=bool)
+        additive.extend([is_additive] * (2 * order))
+    features, modes = np.column_stack(columns), np.array(additive, dtype=bool)
+    features.setflags(write=False)
+    modes.setflags(write=False)
+    return features, modes
 
 
 def _holiday_features(model: dict[str, Any], dates_ns: npt.NDArray[np.int64]) -> FloatArray:
