@@ -6,6 +6,7 @@ from pathlib import Path
 import boto3
 
 from fleetcast.embedded.sagemaker_jobs import S3Transfer
+from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync
 
 
 def test_a_single_file_prefix_brings_every_match_under_its_own_name(
@@ -28,3 +29,38 @@ def test_a_single_file_prefix_brings_every_match_under_its_own_name(
     assert sorted(p.name for p in single.iterdir()) == ["a.csv", "a.csv.gz"]
     assert (single / "a.csv.gz").read_bytes() == b"zipped"
     assert (folder / "deep" / "b.csv").read_bytes() == b"deep"
+
+
+def test_checkpoint_sync_copies_new_and_changed_files_and_each_archive_once(
+    aws_env: str, tmp_path: Path
+) -> None:
+    # Given a training job's checkpoint directory synced to a bucket
+    s3 = boto3.client("s3")
+    bucket = f"models-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    local = tmp_path / "checkpoints"
+    (local / "pages").mkdir(parents=True)
+    sync = CheckpointSync(S3Transfer(s3), local, f"s3://{bucket}/models/run")
+
+    def synced() -> dict[str, bytes]:
+        keys = S3Transfer(s3).keys(bucket, "models/run/")
+        return {k: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+
+    (local / "a.tar.gz").write_bytes(b"model a")
+    (local / "b.tar.gz.partial").write_bytes(b"half")
+    (local / "progress-algo-1.json").write_text('{"done": 1}')
+    (local / "pages" / "algo-1-00000.json").write_text("[]")
+    # When it syncs, then again after the progress changed and b was finished
+    assert sync.sync() == 3
+    (local / "progress-algo-1.json").write_text('{"done": 2, "total": 2}')
+    (local / "b.tar.gz.partial").rename(local / "b.tar.gz")
+    assert sync.sync() == 2
+    # Then the bucket holds every finished file as it is now, nothing half-written
+    assert synced() == {
+        "models/run/a.tar.gz": b"model a",
+        "models/run/b.tar.gz": b"half",
+        "models/run/progress-algo-1.json": b'{"done": 2, "total": 2}',
+        "models/run/pages/algo-1-00000.json": b"[]",
+    }
+    # And a round with nothing new copies nothing (a copied archive is not looked at again)
+    assert sync.sync() == 0

@@ -28,7 +28,9 @@ class CheckpointSync:
         self._bucket, self._prefix = split_s3_uri(s3_uri)
         if self._prefix and not self._prefix.endswith("/"):
             self._prefix += "/"
-        self._seen: dict[str, tuple[float, int]] = {}
+        self._seen: dict[Path, tuple[float, int]] = {}
+        # Per folder, the archives already copied (never rewritten: not looked at again).
+        self._archives_copied: dict[Path, set[str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._loop, daemon=True, name=f"checkpoint-sync {local}"
@@ -51,41 +53,45 @@ class CheckpointSync:
 
     def sync(self) -> int:
         changed = []
-        for entry in self._files(self._local):
-            if entry.name.endswith(MODEL_ARCHIVE_SUFFIX) and entry.path in self._seen:
-                # Archives are written once, under their final name (renamed from
-                # .partial): one already copied is not looked at again, so a round costs
-                # a directory listing, not a stat per model.
-                continue
+        for path in self._candidates(self._local):
             try:
-                stat = entry.stat()
+                stat = path.stat()
             except FileNotFoundError:
                 continue
             signature = (stat.st_mtime, stat.st_size)
-            if self._seen.get(entry.path) != signature:
-                changed.append((entry.path, signature))
+            if self._seen.get(path) != signature:
+                changed.append((path, signature))
         list(
             self._transfer.pool.map(
                 lambda item: self._transfer.upload(
-                    Path(item[0]),
+                    item[0],
                     self._bucket,
-                    self._prefix + Path(item[0]).relative_to(self._local).as_posix(),
+                    self._prefix + item[0].relative_to(self._local).as_posix(),
                 ),
                 changed,
             )
         )
         self._seen.update(changed)
+        for path, _ in changed:
+            if path.name.endswith(MODEL_ARCHIVE_SUFFIX):
+                self._archives_copied.setdefault(path.parent, set()).add(path.name)
         return len(changed)
 
-    @classmethod
-    def _files(cls, directory: str | Path) -> Iterator[os.DirEntry[str]]:
-        """Every finished file under ``directory`` (not ``*.partial``)."""
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    yield from cls._files(entry.path)
-                elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".partial"):
-                    yield entry
+    def _candidates(self, directory: Path) -> Iterator[Path]:
+        """The finished files under ``directory`` (not ``*.partial``) that may be new or
+        changed. Archives are written once, under their final name (renamed from
+        .partial): one already copied is left out by a set difference of names, so a round
+        costs a directory listing, not a path and a stat for every model."""
+        # Names, not Path objects: tens of thousands of archives per instance.
+        listed = set(os.listdir(directory))  # noqa: PTH208
+        for name in listed - self._archives_copied.get(directory, set()):
+            if name.endswith(".partial"):
+                continue
+            path = directory / name
+            if path.is_dir():
+                yield from self._candidates(path)
+            else:
+                yield path
 
 
 def checkpoint_dir(root: Path, checkpoint: dict[str, Any]) -> Path:
