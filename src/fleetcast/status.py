@@ -22,6 +22,7 @@ from fleetcast_common.contracts.ids import (
     upload_sequence,
 )
 from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
+from fleetcast_common.contracts.training import host_names, progress_name
 from fleetcast_common.contracts.training_manifest import TrainingProgress
 from fleetcast_common.registration import read_registration_record
 from fleetcast_common.registry import ModelRegistry, RunRegistration
@@ -209,7 +210,7 @@ def run_status(
     status.instances = training.get("ResourceConfig", {}).get("InstanceCount")
     status.training_started_at = training.get("TrainingStartTime")
     status.training_ended_at = training.get("TrainingEndTime")
-    status.customers_checkpointed = customers_done(s3, bucket, run_id)
+    status.customers_checkpointed = customers_done(s3, bucket, run_id, status.instances or 0)
     if status.training_status in ("Completed", "Failed", "Stopped"):
         plan = read_registration_record(s3, bucket, run_id)
         progress = ModelRegistry(table).run(run_id)
@@ -245,11 +246,13 @@ def run_status(
     return status
 
 
-def customers_done(s3: Any, bucket: str, run_id: str) -> int:
+def customers_done(s3: Any, bucket: str, run_id: str, instances: int) -> int:
     """How many customers the run's training instances have done so far, from their
-    progress files: one small read per instance, however large the fleet."""
+    progress files: one small read per instance, however large the fleet (and no listing
+    of a prefix that holds every archive of the run)."""
     done = 0
-    for key in storage.keys_under(s3, bucket, layout.progress_prefix(run_id)):
+    for host in host_names(instances):
+        key = layout.checkpoint_prefix(run_id) + progress_name(host)
         try:
             done += TrainingProgress.model_validate_json(storage.read_text(s3, bucket, key)).done
         except Exception as error:

@@ -661,5 +661,7 @@ def test_status_counts_a_running_jobs_customers_from_its_progress_files(
             Body=TrainingProgress(host=host, done=done, total=50).model_dump_json(),
         )
     # Then status adds up the instances' progress, not the archives it could list
-    assert customers_done(world["s3"], world["bucket"], RUN_1) == 75
-    assert customers_done(world["s3"], world["bucket"], RUN_2) == 0
+    assert customers_done(world["s3"], world["bucket"], RUN_1, instances=2) == 75
+    # (an instance yet to write its file has done none)
+    assert customers_done(world["s3"], world["bucket"], RUN_1, instances=3) == 75
+    assert customers_done(world["s3"], world["bucket"], RUN_2, instances=2) == 0

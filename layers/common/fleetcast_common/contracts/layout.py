@@ -13,7 +13,7 @@ from fleetcast_common.contracts.shards import (
     history_shard_name,
     history_shard_of,
 )
-from fleetcast_common.contracts.training import MANIFEST_PREFIX, PROGRESS_PREFIX
+from fleetcast_common.contracts.training import MANIFEST_PREFIX
 
 INCOMING_PREFIX = "incoming/"
 HISTORY_PREFIX = "history/"
@@ -93,11 +93,6 @@ def checkpoint_prefix(run_id: str) -> str:
 def manifest_prefix(run_id: str) -> str:
     """The instances' manifests, listed without listing every archive of the run."""
     return f"{checkpoint_prefix(run_id)}{MANIFEST_PREFIX}"
-
-
-def progress_prefix(run_id: str) -> str:
-    """The instances' progress files, listed without listing every archive of the run."""
-    return f"{checkpoint_prefix(run_id)}{PROGRESS_PREFIX}"
 
 
 def output_prefix(run_id: str) -> str:

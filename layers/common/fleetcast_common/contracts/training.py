@@ -40,6 +40,11 @@ MANIFEST_PREFIX = "manifest-"
 MANIFEST_SUFFIX = ".json"
 
 
+def host_names(instance_count: int) -> list[str]:
+    """A job's instances as SageMaker names them (``hosts`` in resourceconfig.json)."""
+    return [f"algo-{number}" for number in range(1, instance_count + 1)]
+
+
 def manifest_name(host: str) -> str:
     return f"{MANIFEST_PREFIX}{host}{MANIFEST_SUFFIX}"
 

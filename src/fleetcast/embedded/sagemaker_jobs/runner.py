@@ -357,7 +357,7 @@ class JobRunner:
         job = backend.training_jobs[name]
         running = self._jobs[name]
         instance_count = int(job.resource_config.get("InstanceCount", 1))
-        hosts = [f"algo-{i + 1}" for i in range(instance_count)]
+        hosts = training_contract.host_names(instance_count)
         job_dir = self._workdir / "jobs" / name
         training.transition(job, "Starting", "Preparing the instances for training")
         self._publish_training(job)
