@@ -86,7 +86,8 @@ def _query_one_partition(
     moto 5.2.5 answers every Query by sorting all of the table's items and keeping those
     of the partition: at 100k customers the registry holds 200k items, and each query of
     a run's chunk records (a finishing chunk, every ``fleetcast status``) took about half
-    a second. DynamoDB reads the partition alone; so does this, by handing moto's own
+    a second, and failed ("dictionary changed size during iteration") when a write landed
+    meanwhile. DynamoDB reads the partition alone; so does this, by handing moto's own
     query a shallow copy of the table whose items are that partition's. Index queries
     (not used by fleetcast) go to moto unchanged.
     """
@@ -95,8 +96,12 @@ def _query_one_partition(
         return _moto_query(table, hash_key, *args, **kwargs)
     partition = copy.copy(table)
     partition.items = defaultdict(dict)
-    if hash_key in table.items:
-        partition.items[hash_key] = table.items[hash_key]
+    found = table.items.get(hash_key)
+    if found is not None:
+        # A copy of the partition's items (one C-level copy under the GIL): a write to the
+        # partition while the query reads it would otherwise fail the query, as moto's own
+        # iteration over the whole table fails under concurrent writes.
+        partition.items[hash_key] = dict(found) if table.range_key_attr else found
     return _moto_query(partition, hash_key, *args, **kwargs)
 
 
