@@ -23,11 +23,13 @@ from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetada
 from fleetcast_common.contracts.training import (
     MANIFEST_PAGE_SIZE,
     manifest_page_name,
+    manifest_summary_name,
     progress_name,
 )
 from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
     CustomerResult,
+    ManifestSummary,
     TrainingManifest,
     TrainingProgress,
     manifest_pages,
@@ -113,12 +115,14 @@ def trained(
             Key=layout.checkpoint_prefix(run_id) + f"manifest-{host}.json",
             Body=manifest.model_dump_json(),
         )
-        for name, page in manifest_pages(manifest) if pages else []:
-            s3.put_object(
-                Bucket=bucket,
-                Key=layout.checkpoint_prefix(run_id) + name,
-                Body=page.model_dump_json(),
-            )
+        if pages:  # as the training job writes them beside its manifest
+            summary = (manifest_summary_name(host), ManifestSummary.of(manifest))
+            for name, page in [*manifest_pages(manifest), summary]:
+                s3.put_object(
+                    Bucket=bucket,
+                    Key=layout.checkpoint_prefix(run_id) + name,
+                    Body=page.model_dump_json(),
+                )
 
 
 @dataclass
@@ -242,26 +246,33 @@ def test_a_redelivered_chunk_changes_nothing_and_is_counted_once(world: dict[str
 def test_each_chunk_reads_only_the_manifest_pages_of_its_slice(
     world: dict[str, Any], pages: bool
 ) -> None:
-    # Given an instance that trained more customers than a manifest page holds
+    # Given an instance that trained more customers than a manifest page holds (one of
+    # them failed)
     customers = [f"c{i:04d}" for i in range(MANIFEST_PAGE_SIZE + 10)]
-    trained(world["s3"], world["bucket"], RUN_1, dict.fromkeys(customers, GOOD), 1, pages)
+    outcomes: dict[str, HoldoutMetrics | None] = {**dict.fromkeys(customers, GOOD), "c0007": None}
+    trained(world["s3"], world["bucket"], RUN_1, outcomes, 1, pages)
+    if pages:
+        # When its whole manifest is unreadable (a coordinator and chunks that read it
+        # would fail)
+        manifest_key = layout.checkpoint_prefix(RUN_1) + "manifest-algo-1.json"
+        world["s3"].put_object(Bucket=world["bucket"], Key=manifest_key, Body=b"{not json")
     plan, chunks = plan_registration(
         RUN_1, f"fleetcast-t-{RUN_1}", world["bucket"], 100, world["s3"]
     )
     start_registration(plan, world["s3"], world["bucket"], world["registry"])
-    manifest_key = layout.checkpoint_prefix(RUN_1) + "manifest-algo-1.json"
-    if pages:
-        # When the whole manifest is gone once the chunks are planned
-        world["s3"].delete_object(Bucket=world["bucket"], Key=manifest_key)
-    # Then every chunk still registers its slice, the one spanning two pages too, from
-    # the pages alone (a job from before pages is read from its manifest)
+    # Then the coordinator planned from the summary, and every chunk registers its slice,
+    # the one spanning two pages too, from the pages (a job from before pages and
+    # summaries is read from its manifest)
+    assert (plan.customers_to_register, [f.customer_id for f in plan.failures]) == (259, ["c0007"])
     assert [(c.start, c.stop) for c in chunks] == [(0, 100), (100, 200), (200, 260)]
     reports = [
         register_chunk(c, world["bucket"], 1.5, world["s3"], world["registry"]) for c in chunks
     ]
-    assert [c.customer_id for r in reports for c in r.customers] == customers
+    assert [c.customer_id for r in reports for c in r.customers] == [
+        c for c in customers if c != "c0007"
+    ]
     run = world["registry"].run(RUN_1)
-    assert run is not None and run.complete and run.registered == len(customers)
+    assert run is not None and run.complete and run.registered == len(customers) - 1
 
 
 def test_a_chunk_redelivered_after_its_decisions_still_counts_its_models(

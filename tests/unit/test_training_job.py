@@ -28,12 +28,14 @@ from fleetcast_common.contracts.training import (
     METRIC_DEFINITIONS,
     manifest_name,
     manifest_page_name,
+    manifest_summary_name,
     progress_name,
 )
 from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
     CustomerResult,
     ManifestPage,
+    ManifestSummary,
     TrainingManifest,
     TrainingProgress,
     manifest_pages,
@@ -240,6 +242,10 @@ def test_manifest_lists_every_customer_in_checkpoints_and_model_dir(trained: tup
         for name, _ in manifest_pages(manifest)
     ]
     assert [c for page in pages for c in page.customers] == manifest.customers
+    # And its summary, what registration's coordinator reads of a completed job
+    summary = (instance.checkpoints / manifest_summary_name("algo-1")).read_text()
+    assert ManifestSummary.model_validate_json(summary) == ManifestSummary.of(manifest)
+    assert ManifestSummary.of(manifest).trained == len(GOOD)
 
 
 def test_manifest_pages_cover_the_manifest_in_order_each_saying_where_it_starts():

@@ -41,11 +41,13 @@ from fleetcast_common.contracts.training import (
     METRIC_MODELS_TRAINED,
     TRAIN_CHANNEL,
     manifest_name,
+    manifest_summary_name,
     metric_line,
     progress_name,
 )
 from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
+    ManifestSummary,
     TrainingManifest,
     TrainingProgress,
     manifest_pages,
@@ -197,9 +199,11 @@ def _run_job(
         customers=sorted((r.result for r in reports), key=lambda result: result.customer_id),
     )
     logger.info("%s: %s", host, describe_fits(manifest))
-    # The pages first: a manifest in the checkpoints means its pages are there too.
+    # The pages and summary first: a manifest in the checkpoints means they are there too.
     for name, page in manifest_pages(manifest):
         _write_atomically(checkpoint_dir / name, page.model_dump_json())
+    summary = ManifestSummary.of(manifest).model_dump_json()
+    _write_atomically(checkpoint_dir / manifest_summary_name(host), summary)
     text = manifest.model_dump_json(indent=1)
     _write_atomically(checkpoint_dir / manifest_name(host), text)
     _write_atomically(environment.model_dir / manifest_name(host), text)

@@ -40,11 +40,13 @@ from fleetcast_common.contracts.training import (
     host_of_manifest,
     is_manifest_name,
     manifest_page_name,
+    manifest_summary_name,
 )
 from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
     CustomerResult,
     ManifestPage,
+    ManifestSummary,
     TrainingManifest,
 )
 from fleetcast_common.processing_report import customers_sent
@@ -267,16 +269,22 @@ def plan_registration(
 ) -> tuple[RegistrationPlan, list[RegistrationChunk]]:
     """The coordinator's work: the run's chunks, and its record (failures, lost customers).
 
-    A completed job's plan reads the manifests only. A failed job's also lists the run's
-    archives (keys only, 1000 a request) and processing's summary to find the archives no
-    manifest listed and the customers nothing was written for; ``job_failure`` is why it
-    failed and becomes their reason.
+    A completed job's plan reads each manifest's summary (counts and failures: its work
+    grows with instances and failures, not customers; a job from before summaries is
+    read from its manifests). A failed job's reads the manifests, and lists the run's
+    archives (keys only, 1000 a request) and reads processing's summary to find the
+    archives no manifest listed and the customers nothing was written for;
+    ``job_failure`` is why it failed and becomes their reason.
     """
-    manifests = {key: _read_manifest(s3, bucket, key) for key in _manifest_keys(s3, bucket, run_id)}
-    reported = {r.customer_id for m in manifests.values() for r in m.customers}
+    keys = _manifest_keys(s3, bucket, run_id)
     unlisted: list[str] = []
     lost: list[LostCustomer] = []
-    if job_failure is not None:
+    if job_failure is None:
+        summaries = {key: _manifest_summary(s3, bucket, key) for key in keys}
+    else:
+        manifests = {key: _read_manifest(s3, bucket, key) for key in keys}
+        summaries = {key: ManifestSummary.of(m) for key, m in manifests.items()}
+        reported = {r.customer_id for m in manifests.values() for r in m.customers}
         archives = _customers_in(
             list(storage.keys_under(s3, bucket, layout.checkpoint_prefix(run_id))),
             layout.MODEL_ARCHIVE_SUFFIX,
@@ -291,33 +299,36 @@ def plan_registration(
     chunks = plan_chunks(
         run_id,
         training_job,
-        {key: len(m.customers) for key, m in manifests.items()},
+        {key: summary.customers for key, summary in summaries.items()},
         unlisted,
         chunk_size,
     )
     plan = RegistrationPlan(
         run_id=run_id,
         training_job=training_job,
-        hosts_reporting=len(manifests),
+        hosts_reporting=len(summaries),
         chunks=len(chunks),
         chunk_size=chunk_size,
-        customers_to_register=len(unlisted)
-        + sum(
-            1
-            for m in manifests.values()
-            for r in m.customers
-            if r.outcome is not CustomerOutcome.FAILED
-        ),
+        customers_to_register=len(unlisted) + sum(s.trained for s in summaries.values()),
         job_failure=job_failure,
-        failures=[
-            r
-            for m in manifests.values()
-            for r in m.customers
-            if r.outcome is CustomerOutcome.FAILED
-        ],
+        failures=[failure for s in summaries.values() for failure in s.failures],
         lost=lost,
     )
     return plan, chunks
+
+
+def _manifest_summary(s3: Any, bucket: str, key: str) -> ManifestSummary:
+    """The summary the instance wrote beside its manifest at ``key``; made from the
+    manifest itself for a job from before summaries."""
+    prefix = key.removesuffix(posixpath.basename(key))
+    name = manifest_summary_name(host_of_manifest(posixpath.basename(key)))
+    try:
+        return ManifestSummary.model_validate_json(storage.read_text(s3, bucket, prefix + name))
+    except Exception as error:
+        # (AccessDenied: S3's answer for a missing key to a reader without s3:ListBucket.)
+        if error_code(error) not in ("NoSuchKey", "404", "AccessDenied", "403"):
+            raise
+    return ManifestSummary.of(_read_manifest(s3, bucket, key))
 
 
 def start_registration(

@@ -62,6 +62,12 @@ def manifest_page_name(host: str, page: int) -> str:
     return f"{MANIFEST_PAGES_DIR}/{host}-{page:05d}{MANIFEST_SUFFIX}"
 
 
+def manifest_summary_name(host: str) -> str:
+    """The manifest's counts and failures (training_manifest.ManifestSummary), beside its
+    pages: what registration's coordinator reads of a completed job."""
+    return f"{MANIFEST_PAGES_DIR}/{host}-summary{MANIFEST_SUFFIX}"
+
+
 def host_of_manifest(name: str) -> str:
     """The instance a manifest's file name (``manifest-{host}.json``) is from."""
     return name.removeprefix(MANIFEST_PREFIX).removesuffix(MANIFEST_SUFFIX)

@@ -54,6 +54,30 @@ class TrainingManifest(BaseModel):
         return total
 
 
+class ManifestSummary(BaseModel):
+    """An instance's manifest without its trained customers: how many customers it has,
+    how many were trained (or resumed), and the failures with their reasons."""
+
+    run_id: str
+    host: str
+    hosts: list[str]
+    customers: int
+    trained: int
+    failures: list[CustomerResult]
+
+    @classmethod
+    def of(cls, manifest: TrainingManifest) -> ManifestSummary:
+        failures = [r for r in manifest.customers if r.outcome is CustomerOutcome.FAILED]
+        return cls(
+            run_id=manifest.run_id,
+            host=manifest.host,
+            hosts=manifest.hosts,
+            customers=len(manifest.customers),
+            trained=len(manifest.customers) - len(failures),
+            failures=failures,
+        )
+
+
 class ManifestPage(TrainingManifest):
     """Customers ``[first, first + len(customers))`` of an instance's manifest."""
 
