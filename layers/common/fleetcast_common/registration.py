@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -230,23 +232,31 @@ def _manifest_pages(
 ) -> list[ManifestPage] | None:
     """Pages ``numbers`` of the manifest at ``key``; None when one is missing or does not
     start where it should."""
-    prefix = key.removesuffix(posixpath.basename(key))
-    host = host_of_manifest(posixpath.basename(key))
     pages = []
     for number in numbers:
-        try:
-            text = storage.read_text(s3, bucket, prefix + manifest_page_name(host, number))
-        except Exception as error:
-            # Without s3:ListBucket, S3 answers a missing key with AccessDenied. A real
-            # lack of access fails the read of the whole manifest that follows.
-            if error_code(error) in ("NoSuchKey", "404", "AccessDenied", "403"):
-                return None
-            raise
+        text = _beside_manifest(s3, bucket, key, partial(manifest_page_name, page=number))
+        if text is None:
+            return None
         page = ManifestPage.model_validate_json(text)
         if page.first != number * page_size:
             return None
         pages.append(page)
     return pages
+
+
+def _beside_manifest(s3: Any, bucket: str, key: str, name_of: Callable[[str], str]) -> str | None:
+    """The text of the file its instance wrote beside the manifest at ``key`` (named by
+    ``name_of`` from the instance's host), or None for a job that did not write it."""
+    prefix = key.removesuffix(posixpath.basename(key))
+    host = host_of_manifest(posixpath.basename(key))
+    try:
+        return storage.read_text(s3, bucket, prefix + name_of(host))
+    except Exception as error:
+        # Without s3:ListBucket, S3 answers a missing key with AccessDenied. A real lack
+        # of access fails the read of the whole manifest that follows.
+        if error_code(error) in ("NoSuchKey", "404", "AccessDenied", "403"):
+            return None
+        raise
 
 
 def _customers_in(keys: list[str], suffix: str) -> dict[str, str]:
@@ -320,15 +330,10 @@ def plan_registration(
 def _manifest_summary(s3: Any, bucket: str, key: str) -> ManifestSummary:
     """The summary the instance wrote beside its manifest at ``key``; made from the
     manifest itself for a job from before summaries."""
-    prefix = key.removesuffix(posixpath.basename(key))
-    name = manifest_summary_name(host_of_manifest(posixpath.basename(key)))
-    try:
-        return ManifestSummary.model_validate_json(storage.read_text(s3, bucket, prefix + name))
-    except Exception as error:
-        # (AccessDenied: S3's answer for a missing key to a reader without s3:ListBucket.)
-        if error_code(error) not in ("NoSuchKey", "404", "AccessDenied", "403"):
-            raise
-    return ManifestSummary.of(_read_manifest(s3, bucket, key))
+    text = _beside_manifest(s3, bucket, key, manifest_summary_name)
+    if text is None:
+        return ManifestSummary.of(_read_manifest(s3, bucket, key))
+    return ManifestSummary.model_validate_json(text)
 
 
 def start_registration(
