@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetcast.embedded.stack import StackInfo
-from fleetcast_common.contracts.errors import error_code
+from fleetcast_common import storage
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.contracts.layout import history_shard_key, legacy_history_key
 from fleetcast_common.forecasting import (
@@ -158,23 +158,14 @@ def read_history(s3: Any, bucket: str, customer_id: str) -> Any:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    body = _object_or_none(s3, bucket, history_shard_key(customer_id))
+    body = storage.read_bytes_if_exists(s3, bucket, history_shard_key(customer_id))
     if body is not None:
         shard = pq.read_table(pa.BufferReader(body), columns=["customer_id", "ds", "y"])
         rows = shard.filter(pc.equal(shard.column("customer_id"), customer_id))
         if rows.num_rows:
             return rows.select(["ds", "y"]).to_pandas()
-    body = _object_or_none(s3, bucket, legacy_history_key(customer_id))
+    body = storage.read_bytes_if_exists(s3, bucket, legacy_history_key(customer_id))
     return None if body is None else pd.read_csv(io.BytesIO(body), parse_dates=["ds"])
-
-
-def _object_or_none(s3: Any, bucket: str, key: str) -> bytes | None:
-    try:
-        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    except Exception as error:
-        if error_code(error) in ("NoSuchKey", "404"):
-            return None
-        raise
 
 
 def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:

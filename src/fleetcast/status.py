@@ -178,9 +178,9 @@ def run_status(
         processing_started_at=described.get("ProcessingStartTime"),
         processing_ended_at=described.get("ProcessingEndTime"),
     )
-    try:
-        report = s3.get_object(Bucket=bucket, Key=layout.report_prefix(run_id) + SUMMARY_FILE)
-        summary = ProcessingSummary.model_validate_json(report["Body"].read())
+    report = storage.read_text_if_exists(s3, bucket, layout.report_prefix(run_id) + SUMMARY_FILE)
+    if report is not None:
+        summary = ProcessingSummary.model_validate_json(report)
         status.source = summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected
@@ -190,9 +190,6 @@ def run_status(
             status.customers_to_train = len(summary.metadata.retrained)
         else:
             status.customers_to_train = summary.customers
-    except Exception as error:
-        if error_code(error) not in ("NoSuchKey", "404"):
-            raise
     if status.processing_status != "Completed":
         return status
     try:
@@ -253,11 +250,9 @@ def customers_done(s3: Any, bucket: str, run_id: str, instances: int) -> int:
     done = 0
     for host in host_names(instances):
         key = layout.checkpoint_prefix(run_id) + progress_name(host)
-        try:
-            done += TrainingProgress.model_validate_json(storage.read_text(s3, bucket, key)).done
-        except Exception as error:
-            if error_code(error) not in ("NoSuchKey", "404"):
-                raise
+        text = storage.read_text_if_exists(s3, bucket, key)
+        if text is not None:
+            done += TrainingProgress.model_validate_json(text).done
     return done
 
 

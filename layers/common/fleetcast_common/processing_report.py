@@ -3,23 +3,19 @@ container writes it: ``fleetcast_common.contracts.processing.ProcessingSummary``
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fleetcast_common import storage
 from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.processing import SUMMARY_FILE
 
 
 def _summary(s3: Any, bucket: str, run_id: str) -> dict[str, Any] | None:
-    try:
-        summary: dict[str, Any] = storage.read_json(
-            s3, bucket, layout.report_prefix(run_id) + SUMMARY_FILE
-        )
-    except Exception as error:
-        if error_code(error) in ("NoSuchKey", "404"):
-            return None
-        raise
+    text = storage.read_text_if_exists(s3, bucket, layout.report_prefix(run_id) + SUMMARY_FILE)
+    if text is None:
+        return None
+    summary: dict[str, Any] = json.loads(text)
     return summary
 
 

@@ -34,7 +34,6 @@ from pydantic import BaseModel, Field
 
 from fleetcast_common import storage
 from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.ids import validate_customer_id
 from fleetcast_common.contracts.model_archive import HoldoutMetrics, read_archive
 from fleetcast_common.contracts.training import (
@@ -249,14 +248,11 @@ def _beside_manifest(s3: Any, bucket: str, key: str, name_of: Callable[[str], st
     ``name_of`` from the instance's host), or None for a job that did not write it."""
     prefix = key.removesuffix(posixpath.basename(key))
     host = host_of_manifest(posixpath.basename(key))
-    try:
-        return storage.read_text(s3, bucket, prefix + name_of(host))
-    except Exception as error:
-        # Without s3:ListBucket, S3 answers a missing key with AccessDenied. A real lack
-        # of access fails the read of the whole manifest that follows.
-        if error_code(error) in ("NoSuchKey", "404", "AccessDenied", "403"):
-            return None
-        raise
+    # A real lack of access (not a missing key) fails the read of the whole manifest
+    # that follows.
+    return storage.read_text_if_exists(
+        s3, bucket, prefix + name_of(host), storage.MISSING_WITHOUT_LIST
+    )
 
 
 def _customers_in(keys: list[str], suffix: str) -> dict[str, str]:
@@ -587,10 +583,5 @@ def write_registration_record(s3: Any, bucket: str, plan: RegistrationPlan) -> N
 
 
 def read_registration_record(s3: Any, bucket: str, run_id: str) -> RegistrationPlan | None:
-    try:
-        text = storage.read_text(s3, bucket, registration_key(run_id))
-    except Exception as error:
-        if error_code(error) in ("NoSuchKey", "404"):
-            return None
-        raise
-    return RegistrationPlan.model_validate_json(text)
+    text = storage.read_text_if_exists(s3, bucket, registration_key(run_id))
+    return None if text is None else RegistrationPlan.model_validate_json(text)

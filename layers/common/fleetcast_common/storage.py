@@ -6,6 +6,13 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from fleetcast_common.contracts.errors import error_code
+
+# How S3 answers a GET of a key that does not exist.
+MISSING = ("NoSuchKey", "404")
+# Without s3:ListBucket, S3 answers a missing key with AccessDenied instead.
+MISSING_WITHOUT_LIST = (*MISSING, "AccessDenied", "403")
+
 
 def any_object_under(s3: Any, bucket: str, prefix: str) -> bool:
     listing = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
@@ -30,6 +37,26 @@ def read_text(s3: Any, bucket: str, key: str) -> str:
 def read_bytes(s3: Any, bucket: str, key: str) -> bytes:
     body: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     return body
+
+
+def read_bytes_if_exists(
+    s3: Any, bucket: str, key: str, missing: tuple[str, ...] = MISSING
+) -> bytes | None:
+    """The object's bytes, or None where S3 answers with one of the ``missing`` codes."""
+    try:
+        return read_bytes(s3, bucket, key)
+    except Exception as error:
+        if error_code(error) in missing:
+            return None
+        raise
+
+
+def read_text_if_exists(
+    s3: Any, bucket: str, key: str, missing: tuple[str, ...] = MISSING
+) -> str | None:
+    """The object's text, or None where S3 answers with one of the ``missing`` codes."""
+    body = read_bytes_if_exists(s3, bucket, key, missing)
+    return None if body is None else body.decode()
 
 
 def write_text(s3: Any, bucket: str, key: str, text: str) -> None:

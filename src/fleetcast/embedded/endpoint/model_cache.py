@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetcast.embedded.endpoint.exceptions import ValidationError
+from fleetcast_common import storage
+from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.inference import (
     MODELS_DIR,
 )
@@ -136,8 +138,4 @@ class ModelDiskCache:
 
 
 def _s3_missing(error: Exception) -> bool:
-    response = getattr(error, "response", None)
-    if not isinstance(response, dict):
-        return False
-    code = str(response.get("Error", {}).get("Code", ""))
-    return code in ("404", "NoSuchKey", "NotFound", "403", "AccessDenied")
+    return error_code(error) in (*storage.MISSING_WITHOUT_LIST, "NotFound")
