@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import platform
 import time
@@ -53,6 +52,7 @@ from fleetcast_training.grid_fit import (
 from fleetcast_training.history import History, read_series
 from fleetcast_training.holdout import holdout_forecast
 from fleetcast_training.hyperparameters import Hyperparameters
+from fleetcast_training.model_json import encode_model
 from fleetcast_training.prophet_model import FleetcastProphet
 from fleetcast_training.stan_backend import IN_PROCESS, FleetcastStanBackend
 
@@ -294,9 +294,11 @@ class CustomerTrainer:
             library_versions=self._versions,
             holiday_calendar=calendar,
         )
-        # prophet.serialize.model_to_json is json.dumps of this dict; the export's
-        # forecaster takes the dict as it is rather than parsing the JSON back.
-        write_archive(archive_path(self._checkpoint_dir, customer_id), json.dumps(model), metadata)
+        # prophet.serialize.model_to_json is JSON of this dict; the export's forecaster
+        # takes the dict as it is rather than parsing the JSON back.
+        write_archive(
+            archive_path(self._checkpoint_dir, customer_id), encode_model(model), metadata
+        )
         trained = CustomerResult(
             customer_id=customer_id,
             outcome=CustomerOutcome.TRAINED,

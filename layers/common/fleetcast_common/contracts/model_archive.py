@@ -2,7 +2,8 @@
 
 ``{customer_id}.tar.gz`` holds two members:
 
-- ``model.json``: the fitted model, ``prophet.serialize.model_to_json``;
+- ``model.json``: the fitted model, the JSON of ``prophet.serialize.model_to_json``
+  (training writes it without spaces: ``fleetcast_training.model_json``);
 - ``metadata.json``: :class:`ModelMetadata`.
 
 The archive is what a SageMaker multi-model endpoint downloads as one TargetModel.
@@ -64,7 +65,7 @@ class ModelMetadata(BaseModel):
     holiday_calendar: HolidayCalendar | None = None
 
 
-def write_archive(path: Path, model_json: str, metadata: ModelMetadata) -> None:
+def write_archive(path: Path, model_json: str | bytes, metadata: ModelMetadata) -> None:
     """Write atomically (temporary file, then rename) so a reader, or a resumed job,
     never sees half an archive. Training writes thousands of them: the tar is built in
     memory and gzipped in one call at level 1 by ISA-L, a fifth of the CPU of zlib's
@@ -80,7 +81,7 @@ def write_archive(path: Path, model_json: str, metadata: ModelMetadata) -> None:
             (MODEL_MEMBER, model_json),
             (METADATA_MEMBER, metadata.model_dump_json()),
         ):
-            payload = text.encode()
+            payload = text if isinstance(text, bytes) else text.encode()
             info = tarfile.TarInfo(name)
             info.size = len(payload)
             archive.addfile(info, io.BytesIO(payload))
