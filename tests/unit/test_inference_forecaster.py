@@ -398,3 +398,17 @@ def test_quantiles_of_sorted_samples_are_numpys(samples: int):
     np.testing.assert_allclose(
         sorted_quantiles(rows, shares), np.quantile(rows, shares, axis=1), rtol=1e-14, atol=0
     )
+
+
+@pytest.mark.parametrize("variant", ["defaults", "flat-growth", "minmax-no-seasonality"])
+def test_samples_built_per_period_are_the_per_sample_draws_exactly(
+    model_jsons: dict[str, str], variant: str
+) -> None:
+    # Given an additive MAP model, whose samples are built period by period from shared draws
+    forecaster = compile_model(model_jsons[variant], "D")
+    assert forecaster.additive_only
+    for period in (2, 7, 60):
+        # Then they are the same numbers as Prophet's sample-by-sample simulation, transposed
+        by_period = forecaster._samples_by_period(period, 20240607)
+        assert by_period.flags.c_contiguous and by_period.shape == (period, 1000)
+        np.testing.assert_array_equal(by_period, forecaster._samples(period, 20240607).T)
