@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,8 @@ _CUSTOMER_FIELDS = (
     "params",
 )
 SHAPES_KEPT = 16
+# History starts and spans whose t text a table keeps (customers mostly share a few).
+_SPANS_KEPT = 8
 # Beyond this many times (20 years hourly) a shape's table stops growing.
 _TABLE_TIMES = 175_000
 
@@ -112,10 +114,37 @@ class _TimeTable:
     features: npt.NDArray[np.float64]
     dates: npt.NDArray[np.object_]
     unit: str
+    # Each row's text in a history's JSON around its y and y_scaled, made on first use:
+    # the part before y (the same for every customer), and the part between them (with t,
+    # the same for every customer whose history starts and spans alike).
+    _heads: npt.NDArray[np.object_] | None = field(default=None, repr=False)
+    _middles: dict[tuple[Any, Any], npt.NDArray[np.object_]] = field(
+        default_factory=dict, repr=False
+    )
 
     def rows(self, times: npt.NDArray[np.int64]) -> npt.NDArray[np.intp] | None:
         """Each time's row, or None when one is not in the table."""
         return _rows_of(self.times, times)
+
+    def row_text(
+        self, start: np.datetime64, span: np.timedelta64
+    ) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.object_]]:
+        """Per row, ``'},{"ds":<date>,"y":'`` and ``',"floor":0.0,"t":<t>,"y_scaled":'``
+        of a history that starts at ``start`` and spans ``span`` (t as Prophet's
+        setup_dataframe computes it, element by element the same numbers)."""
+        if self._heads is None:
+            self._heads = np.array([f'}},{{"ds":{date},"y":' for date in self.dates], dtype=object)
+        middles = self._middles.get((start, span))
+        if middles is None:
+            stamps = self.times.view(f"datetime64[{self.unit}]")
+            t = np.asarray((stamps - start) / span, dtype=np.float64)
+            middles = np.array(
+                [f',"floor":0.0,"t":{text},"y_scaled":' for text in values_json(t)], dtype=object
+            )
+            if len(self._middles) >= _SPANS_KEPT:
+                self._middles.clear()
+            self._middles[(start, span)] = middles
+        return self._heads, middles
 
     def add(self, times: npt.NDArray[np.int64], features: npt.NDArray[np.float64]) -> None:
         """Add a fitted customer's rows (the times it had that the table lacked)."""
@@ -130,6 +159,7 @@ class _TimeTable:
         self.dates = np.concatenate([self.dates, np.array(_dates_json(stamps), dtype=object)])[
             order
         ]
+        self._heads, self._middles = None, {}
 
 
 @dataclass
@@ -266,7 +296,7 @@ class ShapeTemplate:
             "history_dates": _series_json(np.arange(count), dates),
             "start": pd.Timestamp(start).timestamp(),
             "t_scale": pd.Timedelta(span).total_seconds(),
-            "history": self._history_json(dates, values, t, y_scaled),
+            "history": self._history_json(rows, start, span, values, y_scaled),
             "changepoints_t": t_change.tolist(),
             "params": {name: value.tolist() for name, value in solution.prophet_params().items()},
         }
@@ -274,14 +304,24 @@ class ShapeTemplate:
         ordered = {name: model[name] for name in self.field_order}
         return ordered, stan_data, solution
 
-    def _history_json(self, dates: list[str], values: Vector, t: Vector, scaled: Vector) -> str:
-        rows = ",".join(
-            f'{{"ds":{ds},"y":{y},"floor":0.0,"t":{time},"y_scaled":{s}}}'
-            for ds, y, time, s in zip(
-                dates, values_json(values), values_json(t), values_json(scaled), strict=True
-            )
-        )
-        return self.history_head + rows + "]}"
+    def _history_json(
+        self,
+        rows: npt.NDArray[np.intp],
+        start: np.datetime64,
+        span: np.timedelta64,
+        values: Vector,
+        scaled: Vector,
+    ) -> str:
+        """The history frame's ``to_json(orient="table", index=False)``: per row its
+        table text around the customer's own y and y_scaled, joined once."""
+        heads, middles = self.table.row_text(start, span)
+        parts: list[str] = [""] * (4 * rows.size)
+        parts[0::4] = heads[rows].tolist()
+        parts[1::4] = values_json(values)
+        parts[2::4] = middles[rows].tolist()
+        parts[3::4] = values_json(scaled)
+        parts[0] = parts[0].removeprefix("},")  # the first row follows the head directly
+        return self.history_head + "".join(parts) + "}]}"
 
 
 def _year_grid(stamps: Stamps) -> Stamps | None:
