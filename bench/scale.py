@@ -121,9 +121,12 @@ class MemoryPeaks:
             for process in [me, *me.children(recursive=True)]:
                 try:
                     rss = process.memory_info().rss
-                    label = _label(process.cmdline())
+                    cmdline = process.cmdline()
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
+                if not cmdline:
+                    continue  # a child that has exited and not yet been waited for
+                label = _label(cmdline)
                 total += rss
                 self.by_process[label] = max(self.by_process.get(label, 0), rss)
             self.tree = max(self.tree, total)

@@ -74,6 +74,8 @@ class FleetcastRun:
     workers: int
     results: list[CustomerResult]
     archives: list[Path]
+    # The export's own CPU time, as the job timed it (JobResult.export_cpu_seconds).
+    export_cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,7 @@ def fleetcast_training(
         workers=parsed.worker_count(environment.cpus),
         results=trained,
         archives=sorted(environment.checkpoint_dir.glob("*.tar.gz")),
+        export_cpu_seconds=result.export_cpu_seconds,
     )
 
 

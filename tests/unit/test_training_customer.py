@@ -172,3 +172,16 @@ def test_seasonality_orders_are_prophets_auto_choices(
         for name in ("yearly", "weekly", "daily")
     }
     assert orders == expected
+
+
+@pytest.mark.parametrize("export_days", ["30", "0"])
+def test_the_export_forecast_reports_its_own_cpu_time(tmp_path: Path, export_days: str):
+    # Given a trainer with the run's forecast export on, or off
+    source = write_customer(tmp_path, series(400))
+    report = trainer(tmp_path, forecast_export_days=export_days).train("acme", source)
+    # Then a forecast comes with the CPU time it took, and no forecast costs none
+    if export_days == "0":
+        assert report.forecast is None and report.export_cpu_seconds == 0.0
+    else:
+        assert report.forecast is not None and len(report.forecast.yhat) == 30
+        assert 0.0 < report.export_cpu_seconds < 5.0

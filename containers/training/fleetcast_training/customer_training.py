@@ -82,12 +82,14 @@ def _fourier_order(setting: str | bool | int, auto_disabled: bool, name: str) ->
 @dataclass(frozen=True)
 class CustomerReport:
     """What the job learns about one customer; ``failure_kind`` groups failures;
-    ``forecast`` is its model's exported forecast (``export_error`` says why there is none)."""
+    ``forecast`` is its model's exported forecast (``export_error`` says why there is none),
+    which took ``export_cpu_seconds`` of its worker's CPU."""
 
     result: CustomerResult
     failure_kind: FailureKind | None = None
     forecast: ExportedForecast | None = None
     export_error: str | None = None
+    export_cpu_seconds: float = 0.0
 
     @classmethod
     def failed(cls, customer_id: str, kind: FailureKind, reason: str) -> CustomerReport:
@@ -198,6 +200,7 @@ class CustomerTrainer:
         settings = self._hyperparameters
         if not settings.forecast_export_days:
             return CustomerReport(result)
+        started = time.thread_time()
         try:
             forecast = forecast_for_export(
                 result.customer_id,
@@ -209,8 +212,14 @@ class CustomerTrainer:
             )
         except Exception as error:  # the model is archived: no export error may fail it
             logger.warning("no exported forecast for %s: %s", result.customer_id, error)
-            return CustomerReport(result, export_error=f"{type(error).__name__}: {error}")
-        return CustomerReport(result, forecast=forecast)
+            return CustomerReport(
+                result,
+                export_error=f"{type(error).__name__}: {error}",
+                export_cpu_seconds=time.thread_time() - started,
+            )
+        return CustomerReport(
+            result, forecast=forecast, export_cpu_seconds=time.thread_time() - started
+        )
 
     def _resume(self, customer_id: str) -> tuple[CustomerResult, str] | None:
         """The result of an earlier attempt at this job (before a spot interruption), if

@@ -90,6 +90,9 @@ class JobResult:
     reports: list[CustomerReport]
     seconds: float
     required_rows: int
+    # CPU time of the forecast export alone: the workers' forecasts and the parts written
+    # here (0 without an export).
+    export_cpu_seconds: float = 0.0
 
     def count(self, outcome: CustomerOutcome) -> int:
         return self.manifest.count(outcome)
@@ -190,8 +193,9 @@ def _run_job(
         customers, hyperparameters, checkpoint_dir, workers, progress, calendars
     )
 
+    export_cpu_seconds = 0.0
     if hyperparameters.forecast_export_days:
-        write_exports(checkpoint_dir, host, hyperparameters.run_id, reports)
+        export_cpu_seconds = write_exports(checkpoint_dir, host, hyperparameters.run_id, reports)
     manifest = TrainingManifest(
         run_id=hyperparameters.run_id,
         host=host,
@@ -212,26 +216,32 @@ def _run_job(
         reports=reports,
         seconds=time.perf_counter() - started,
         required_rows=hyperparameters.required_rows,
+        export_cpu_seconds=export_cpu_seconds,
     )
 
 
 def write_exports(
     checkpoint_dir: Path, host: str, run_id: str, reports: list[CustomerReport]
-) -> None:
+) -> float:
     """The shard's forecast parts and accuracy part, before the manifest: a run whose
-    manifests are all there has all its exports too."""
+    manifests are all there has all its exports too. Returns the CPU seconds the export
+    took: its forecasts in the workers and these parts."""
+    started = time.thread_time()
     customers = [ExportedCustomer(r.result, r.forecast, r.export_error) for r in reports]
     parts = write_forecast_parts(checkpoint_dir, host, run_id, customers)
     write_accuracy_part(checkpoint_dir, host, run_id, customers)
+    cpu_seconds = time.thread_time() - started + sum(r.export_cpu_seconds for r in reports)
     exported = sum(1 for c in customers if c.forecast is not None)
     unexported = [c.result.customer_id for c in customers if c.export_error is not None]
     logger.info(
-        "%s: exported %d customers' forecasts in %d part(s)%s",
+        "%s: exported %d customers' forecasts in %d part(s), %.1f s of CPU%s",
         host,
         exported,
         len(parts),
+        cpu_seconds,
         f"; none for {len(unexported)}: {', '.join(unexported[:5])}" if unexported else "",
     )
+    return cpu_seconds
 
 
 def describe_fits(manifest: TrainingManifest) -> str:
