@@ -32,8 +32,8 @@ def series(periods: int, freq: str = "D", seed: int = 0) -> pd.DataFrame:
 def trainer(tmp_path: Path, **hyperparameters: str) -> CustomerTrainer:
     silence_stan_logging()
     settings = Hyperparameters.parse({"run_id": RUN_ID, **hyperparameters})
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "scratch").mkdir()
+    (tmp_path / "checkpoints").mkdir(parents=True)
+    (tmp_path / "scratch").mkdir(parents=True)
     return CustomerTrainer(settings, tmp_path / "checkpoints", tmp_path / "scratch")
 
 
@@ -185,3 +185,26 @@ def test_the_export_forecast_reports_its_own_cpu_time(tmp_path: Path, export_day
     else:
         assert report.forecast is not None and len(report.forecast.yhat) == 30
         assert 0.0 < report.export_cpu_seconds < 5.0
+
+
+def test_a_batch_fits_every_customer_then_forecasts_them_as_one_by_one(tmp_path: Path):
+    # Given two customers and one that fails
+    sources = []
+    for number, frame in enumerate((series(400, seed=1), series(300, seed=2), series(5))):
+        path = tmp_path / f"c{number}.csv"
+        frame.to_csv(path, index=False)
+        sources.append((f"c{number}", path))
+    # When one trainer takes them as a batch, and another one by one
+    told: list[str] = []
+    batched = trainer(tmp_path / "batch").train_batch(sources, told.append)
+    one_by_one = trainer(tmp_path / "alone")
+    alone = [one_by_one.train(*source) for source in sources]
+    # Then it was told each customer before its fit, then each trained one before its forecast
+    assert told == ["c0", "c1", "c2", "c0", "c1"]
+    # And the reports are the same: outcomes, and the forecasts to the number
+    assert [r.result.outcome for r in batched] == [r.result.outcome for r in alone]
+    assert batched[2].result.outcome is CustomerOutcome.FAILED and batched[2].forecast is None
+    for ours, theirs in zip(batched[:2], alone[:2], strict=True):
+        assert ours.forecast is not None and theirs.forecast is not None
+        np.testing.assert_array_equal(ours.forecast.yhat, theirs.forecast.yhat)
+        np.testing.assert_array_equal(ours.forecast.yhat_upper, theirs.forecast.yhat_upper)

@@ -42,7 +42,7 @@ from fleetcast_common.contracts.training_manifest import (
 )
 from fleetcast_training import __main__ as entry_point
 from fleetcast_training import job
-from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
+from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.hyperparameters import Hyperparameters
 
 DATA = Path(__file__).parent.parent / "data" / "training"
@@ -508,14 +508,14 @@ def test_unknown_command_fails_the_job(tmp_path: Path):
 def worker_dies_on_customer_boom(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Workers are forked, so they inherit this patch: training 'boom' kills the process
     the way the kernel's out-of-memory killer would."""
-    train = CustomerTrainer.train
+    fit = CustomerTrainer._fit
 
-    def train_or_die(self: CustomerTrainer, customer_id: str, source: Path) -> CustomerReport:
+    def fit_or_die(self: CustomerTrainer, customer_id: str, source: Path) -> object:
         if customer_id == "boom":
             os._exit(137)
-        return train(self, customer_id, source)
+        return fit(self, customer_id, source)
 
-    monkeypatch.setattr(CustomerTrainer, "train", train_or_die)
+    monkeypatch.setattr(CustomerTrainer, "_fit", fit_or_die)
     yield
 
 

@@ -399,12 +399,17 @@ def _compile(
         trend_expected = np.vstack(
             [_piecewise_linear(t, delta[i], k[i], m[i], changepoints_t) for i in range(iterations)]
         )
-        point_trend = _piecewise_linear(
-            t,
-            _over_iterations(delta),
-            float(_over_iterations(k)),
-            float(_over_iterations(m)),
-            changepoints_t,
+        # A MAP fit's one iteration is its own mean: the same trend.
+        point_trend = (
+            trend_expected[0]
+            if iterations == 1
+            else _piecewise_linear(
+                t,
+                _over_iterations(delta),
+                float(_over_iterations(k)),
+                float(_over_iterations(m)),
+                changepoints_t,
+            )
         )
     else:
         trend_expected = np.repeat(m[:, None], horizon, axis=1)
