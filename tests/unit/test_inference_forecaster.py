@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import numpy as np
 import pandas as pd
@@ -12,10 +13,13 @@ from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
 from fleetcast_common.prophet_forecaster import (
+    ProphetForecaster,
     UnsupportedModelError,
     compile_model,
     forecast_seed,
     sorted_quantiles,
+    standard_draws,
+    unit_trend_changes,
 )
 
 HISTORY_DAYS = 120
@@ -400,15 +404,46 @@ def test_quantiles_of_sorted_samples_are_numpys(samples: int):
     )
 
 
-@pytest.mark.parametrize("variant", ["defaults", "flat-growth", "minmax-no-seasonality"])
-def test_samples_built_per_period_are_the_per_sample_draws_exactly(
+def per_sample_simulation(forecaster: ProphetForecaster, period: int, seed: int) -> np.ndarray:
+    """The forecaster's simulation written sample by sample, one row per sample as
+    Prophet lays its draws out (the forecaster's own arithmetic, term for term)."""
+    iterations = forecaster.sigma_obs.shape[0]
+    per_iteration = math.ceil(forecaster.uncertainty_samples / iterations)
+    step = float(np.diff(forecaster.t[:period]).mean())
+    linear = forecaster.linear_growth
+    draws = standard_draws(seed, iterations, per_iteration, period, linear)
+    changes = unit_trend_changes(
+        seed, iterations, per_iteration, period, forecaster.changepoint_count * step, step
+    )
+    rows = []
+    for i, (_, _, normal) in enumerate(draws):
+        expected = forecaster.trend_expected[i, :period] * forecaster.y_scale + forecaster.floor
+        noise_scale = forecaster.sigma_obs[i] * forecaster.y_scale
+        change_scale = forecaster.mean_abs_delta[i] * forecaster.y_scale
+        additive = forecaster.additive[i, :period]
+        if forecaster.additive_only:
+            sample = normal * noise_scale
+            if linear:
+                sample += changes[i] * change_scale
+            rows.append(sample + (expected + additive))
+            continue
+        trends = np.broadcast_to(expected, normal.shape)
+        if linear:
+            trends = trends + changes[i] * change_scale
+        multiplied = trends * (1 + forecaster.multiplicative[i, :period])
+        rows.append(multiplied + additive + normal * noise_scale)
+    return np.vstack(rows)
+
+
+@pytest.mark.parametrize("variant", MODEL_OPTIONS)
+def test_samples_built_per_period_are_the_per_sample_simulation_exactly(
     model_jsons: dict[str, str], variant: str
 ) -> None:
-    # Given an additive MAP model, whose samples are built period by period from shared draws
+    # Given a model, whose samples are built period by period from shared draws
     forecaster = compile_model(model_jsons[variant], "D")
-    assert forecaster.additive_only
     for period in (2, 7, 60):
-        # Then they are the same numbers as Prophet's sample-by-sample simulation, transposed
-        by_period = forecaster._samples_by_period(period, 20240607)
+        # Then they are the same numbers as the sample-by-sample simulation, transposed
+        by_period = forecaster._samples(period, 20240607)
         assert by_period.flags.c_contiguous and by_period.shape == (period, 1000)
-        np.testing.assert_array_equal(by_period, forecaster._samples(period, 20240607).T)
+        expected = per_sample_simulation(forecaster, period, 20240607)
+        np.testing.assert_array_equal(by_period, expected.T)

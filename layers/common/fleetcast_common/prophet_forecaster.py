@@ -122,7 +122,7 @@ class ProphetForecaster:
         dates, yhat = self.dates[:period], self.yhat[:period]
         if not self.uncertainty_samples:
             return Forecast(dates, yhat, None, None, quantiles, None)
-        by_period = self._samples_by_period(period, seed)
+        by_period = self._samples(period, seed)
         shares = [(1.0 - self.interval_width) / 2, (1.0 + self.interval_width) / 2, *quantiles]
         if np.isnan(by_period).any():
             found = np.nanquantile(by_period, shares, axis=1)
@@ -136,32 +136,10 @@ class ProphetForecaster:
         values = np.asarray(found[2:], dtype=np.float64) if quantiles else None
         return Forecast(dates, yhat, lower, upper, quantiles, values)
 
-    def _samples_by_period(self, period: int, seed: int) -> FloatArray:
-        """:meth:`_samples` as a new contiguous array with one row per period, the layout
-        its quantiles are read in. For a MAP fit of an additive model (every model the
-        training job fits in process) it is built in that layout from draws kept in it:
-        the same sums, term for term, with one temporary instead of four."""
-        if not (self.additive_only and self.sigma_obs.shape[0] == 1 and period > 1):
-            return np.ascontiguousarray(self._samples(period, seed).T)
-        t = self.t[:period]
-        step = float(np.diff(t).mean())
-        normal, changes = period_major_draws(
-            seed,
-            self.uncertainty_samples,
-            period,
-            self.changepoint_count * step if self.linear_growth else None,
-            step,
-        )
-        samples: FloatArray = normal * (self.sigma_obs[0] * self.y_scale)
-        if changes is not None:
-            samples += changes * (self.mean_abs_delta[0] * self.y_scale)
-        expected = self.trend_expected[0, :period] * self.y_scale + self.floor
-        samples += (expected + self.additive[0, :period])[:, None]
-        return samples
-
     def _samples(self, period: int, seed: int) -> FloatArray:
-        """Prophet's ``sample_posterior_predictive`` (vectorised) of ``yhat``: one row per
-        sample, one column per period, from :func:`standard_draws` scaled as Prophet's
+        """Prophet's ``sample_posterior_predictive`` (vectorised) of ``yhat``, one row per
+        period and one column per sample (the layout its quantiles are read in; a new
+        array, free to sort in place), from :func:`standard_draws` scaled as Prophet's
         own draws are (``laplace(0, s)`` is ``s * laplace(0, 1)``, ``normal(0, s)`` is
         ``s * normal(0, 1)``, the same numbers)."""
         iterations = self.sigma_obs.shape[0]
@@ -170,16 +148,16 @@ class ProphetForecaster:
         step = float(np.diff(t).mean()) if period > 1 else self.history_step
         if math.isnan(step):
             raise ValueError("this forecaster was compiled without one_period: ask for 2 or more")
-        draws = standard_draws(seed, iterations, per_iteration, period, self.linear_growth)
-        changes = (
-            unit_trend_changes(
-                seed, iterations, per_iteration, period, self.changepoint_count * step, step
-            )
-            if self.linear_growth
-            else None
+        draws = period_major_draws(
+            seed,
+            iterations,
+            per_iteration,
+            period,
+            self.changepoint_count * step if self.linear_growth else None,
+            step,
         )
         simulations = []
-        for i, (_, _, normal) in enumerate(draws):
+        for i, (normal, changes) in enumerate(draws):
             expected = self.trend_expected[i, :period] * self.y_scale + self.floor
             noise_scale = self.sigma_obs[i] * self.y_scale
             if self.additive_only:
@@ -187,21 +165,21 @@ class ProphetForecaster:
                 # the shared draws times this model's two scales, plus its expected path.
                 sample = normal * noise_scale
                 if changes is not None:
-                    sample += changes[i] * (self.mean_abs_delta[i] * self.y_scale)
-                sample += expected + self.additive[i, :period]
+                    sample += changes * (self.mean_abs_delta[i] * self.y_scale)
+                sample += (expected + self.additive[i, :period])[:, None]
                 simulations.append(sample)
                 continue
-            trends = np.broadcast_to(expected, normal.shape)
+            trends = np.broadcast_to(expected[:, None], normal.shape)
             if changes is not None:
-                trends = trends + changes[i] * (self.mean_abs_delta[i] * self.y_scale)
+                trends = trends + changes * (self.mean_abs_delta[i] * self.y_scale)
             simulations.append(
-                trends * (1 + self.multiplicative[i, :period])
-                + self.additive[i, :period]
+                trends * (1 + self.multiplicative[i, :period])[:, None]
+                + self.additive[i, :period][:, None]
                 + normal * noise_scale
             )
         if len(simulations) == 1:
             return simulations[0]
-        samples: FloatArray = np.vstack(simulations)
+        samples: FloatArray = np.hstack(simulations)
         return samples
 
 
@@ -281,22 +259,35 @@ def unit_trend_changes(
 
 @functools.lru_cache(maxsize=4)
 def period_major_draws(
-    seed: int, samples: int, period: int, change_likelihood: float | None, step: float
-) -> tuple[FloatArray, FloatArray | None]:
-    """For a model with one fitted iteration: the observation noise's standard normals
+    seed: int,
+    iterations: int,
+    per_iteration: int,
+    period: int,
+    change_likelihood: float | None,
+    step: float,
+) -> tuple[tuple[FloatArray, FloatArray | None], ...]:
+    """Per iteration, the observation noise's standard normals of :func:`standard_draws`
     and (with a ``change_likelihood``: linear growth) the unit trend changes of
-    :func:`unit_trend_changes`, each with one contiguous row per period. Shared like
-    those (read-only)."""
+    :func:`unit_trend_changes`, each with one contiguous row per period, the layout a
+    forecast's samples are built and sorted in. Shared like those (read-only)."""
     linear = change_likelihood is not None
-    ((_, _, normal),) = standard_draws(seed, 1, samples, period, linear)
-    by_period = np.ascontiguousarray(normal.T)
+    draws = standard_draws(seed, iterations, per_iteration, period, linear)
+    changes: tuple[FloatArray | None, ...] = (
+        unit_trend_changes(seed, iterations, per_iteration, period, change_likelihood, step)
+        if change_likelihood is not None
+        else (None,) * iterations
+    )
+    return tuple(
+        (_period_major(normal), None if change is None else _period_major(change))
+        for (_, _, normal), change in zip(draws, changes, strict=True)
+    )
+
+
+def _period_major(draws: FloatArray) -> FloatArray:
+    """A read-only contiguous copy of one sample per row ``draws``, one period per row."""
+    by_period = np.ascontiguousarray(draws.T)
     by_period.setflags(write=False)
-    if change_likelihood is None:
-        return by_period, None
-    (changes,) = unit_trend_changes(seed, 1, samples, period, change_likelihood, step)
-    changes_by_period = np.ascontiguousarray(changes.T)
-    changes_by_period.setflags(write=False)
-    return by_period, changes_by_period
+    return by_period
 
 
 def forecast_seed(model_version: str, period: int) -> int:
