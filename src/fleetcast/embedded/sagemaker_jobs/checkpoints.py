@@ -36,6 +36,10 @@ class CheckpointSync:
             target=self._loop, daemon=True, name=f"checkpoint-sync {local}"
         )
 
+    @property
+    def local(self) -> Path:
+        return self._local
+
     def start(self) -> None:
         self._thread.start()
 

@@ -44,6 +44,7 @@ from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, split_s3_uri,
 from fleetcast_common.contracts import opt_ml
 from fleetcast_common.contracts import processing as processing_contract
 from fleetcast_common.contracts import training as training_contract
+from fleetcast_common.contracts.layout import MODEL_ARCHIVE_SUFFIX
 
 log = logging.getLogger("fleetcast.embedded.jobs")
 
@@ -72,6 +73,8 @@ class RunningJob:
     name: str
     future: Future[None] | None = None
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # Each instance's local checkpoint folder (training jobs with a CheckpointConfig).
+    checkpoints: list[Path] = field(default_factory=list)
     interrupted: threading.Event = field(default_factory=threading.Event)
 
 
@@ -239,14 +242,36 @@ class JobRunner:
                 kill_instance(process)
         return True
 
-    def crash(self, name: str) -> bool:
+    def crash(self, name: str, after_archives: int = 0, timeout: float = 300.0) -> bool:
         """Kill a running training job's first instance, container and workers, as the
-        kernel's out-of-memory killer would: the job fails, as it would on SageMaker."""
-        job = self._running_training(name)
-        if job is None or not job.processes or job.processes[0].poll() is not None:
-            return False
-        kill_instance(job.processes[0])
-        return True
+        kernel's out-of-memory killer would: the job fails, as it would on SageMaker.
+
+        With ``after_archives``, first wait (up to ``timeout`` seconds) for the job to start
+        and for that instance to write that many model archives to its checkpoint folder,
+        then kill it at once: the kill lands in the middle of its work however fast it
+        trains."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self._running_training(name)
+            if job is None:
+                with self._lock:
+                    started = name in self._jobs
+                if started or after_archives <= 0 or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.01)
+                continue
+            first = job.processes[0] if job.processes else None
+            if first is not None and first.poll() is not None:
+                return False
+            if first is not None and (
+                after_archives <= 0
+                or (job.checkpoints and _archives_in(job.checkpoints[0]) >= after_archives)
+            ):
+                kill_instance(first)
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
 
     def _running_training(self, name: str) -> RunningJob | None:
         with self._lock:
@@ -380,6 +405,7 @@ class JobRunner:
                     job, "Training", "Training image download completed. Training in progress."
                 )
                 syncs = self._start_checkpoint_syncs(job, roots)
+                running.checkpoints = [sync.local for sync in syncs]
                 cpus = str(max(1, self._cpus // instance_count))
                 launches = [
                     (
@@ -486,3 +512,9 @@ class JobRunner:
     def _publish_training(self, job: Any) -> None:
         detail = _jsonable(job.response_object, as_string=True)
         self._publish("SageMaker Training Job State Change", job.arn, detail)
+
+
+def _archives_in(folder: Path) -> int:
+    """Model archives written to a checkpoint folder (whole files only: the container
+    writes each under a temporary name and renames it)."""
+    return sum(1 for _ in folder.rglob(f"*{MODEL_ARCHIVE_SUFFIX}"))
