@@ -64,6 +64,7 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
 ) -> None:
     assert stack.runner is not None and stack.info is not None
     s3, bucket = stack.client("s3"), stack.info.artifacts_bucket
+    models = registry(stack)
     # Given a training job with some customers already checkpointed
     run_id = upload(stack, "crash.csv", to_csv(readings(CUSTOMERS, "2023-01-01", 400, seed=9)))
     job = f"{stack.info.job_name_prefix}-t-{run_id}"
@@ -79,10 +80,10 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
     # And the other instance's models and the killed one's checked archives are live
     record = read_registration_record(s3, bucket, run_id)
     assert record is not None and record.job_failure == status.training_failure
-    progress = registry(stack).run(run_id)
+    progress = models.run(run_id)
     assert progress is not None and progress.complete
     assert status.registration == "registered"
-    registered = {c for c in CUSTOMERS if registry(stack).model(c, run_id) is not None}
+    registered = {c for c in CUSTOMERS if models.model(c, run_id) is not None}
     assert record.hosts_reporting == 1 and progress.failed_training == 0
     assert progress.trained == progress.registered == len(registered)
     archived = {
@@ -96,7 +97,7 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
     # (the killed instance's archives are the recovered ones: no manifest listed them)
     assert 0 < progress.recovered < len(registered)
     for customer_id in registered:
-        live = registry(stack).live(customer_id)
+        live = models.live(customer_id)
         assert live is not None and live.run_id == run_id
         s3.head_object(Bucket=bucket, Key=layout.model_key(customer_id, run_id))
     # And every other customer is lost with the job's reason: none disappears unsaid
@@ -107,8 +108,8 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
     assert status.customers_lost == len(lost)
     assert status.customers_trained == len(registered)
     for customer_id in lost:
-        assert registry(stack).live(customer_id) is None
-        assert registry(stack).models(customer_id) == []
+        assert models.live(customer_id) is None
+        assert models.models(customer_id) == []
     # And the failure event, delivered again, registers nothing twice
     event = json.loads((ROOT / "events" / "training_job_failed.json").read_text())
     event["detail"].update(TrainingJobName=job, FailureReason=status.training_failure)
@@ -119,7 +120,7 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
         len(lost),
     )
     wait_for_chunks(stack)
-    assert registry(stack).run(run_id) == progress
+    assert models.run(run_id) == progress
     for customer_id in registered:
-        live = registry(stack).live(customer_id)
+        live = models.live(customer_id)
         assert live is not None and (live.run_id, live.model_version) == (run_id, 1)

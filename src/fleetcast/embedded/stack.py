@@ -153,6 +153,7 @@ class EmbeddedStack:
         self.costs: LocalCosts | None = None
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
+        self._session: boto3.session.Session | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -300,7 +301,7 @@ class EmbeddedStack:
         """A client of the stack's AWS APIs, made once per service (clients are thread-safe)."""
         with self._clients_lock:
             if service not in self._clients:
-                self._clients[service] = self._session().client(
+                self._clients[service] = self._shared_session().client(
                     service,
                     endpoint_url=self.endpoint_url,
                     config=Config(retries={"mode": "standard"}, max_pool_connections=32),
@@ -308,16 +309,21 @@ class EmbeddedStack:
             return self._clients[service]
 
     def resource(self, service: str) -> Any:
-        # A resource is not thread-safe: a new one each time.
-        return self._session().resource(service, endpoint_url=self.endpoint_url)
+        # A resource is not thread-safe: a new one each time, from the one session (a
+        # session is not thread-safe either: made under the lock; a new session each time
+        # loaded the service models again, about a tenth of a second).
+        with self._clients_lock:
+            return self._shared_session().resource(service, endpoint_url=self.endpoint_url)
 
-    @staticmethod
-    def _session() -> boto3.session.Session:
-        return boto3.session.Session(
-            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=REGION,
-        )
+    def _shared_session(self) -> boto3.session.Session:
+        """The session the stack's clients and resources are made from (under the lock)."""
+        if self._session is None:
+            self._session = boto3.session.Session(
+                aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                region_name=REGION,
+            )
+        return self._session
 
     def client_environment(self) -> dict[str, str]:
         return {
