@@ -17,7 +17,7 @@ from fleetcast_common.prophet_forecaster import (
     UnsupportedModelError,
     compile_model,
     forecast_seed,
-    sorted_quantiles,
+    row_quantiles,
     standard_draws,
     unit_trend_changes,
 )
@@ -396,12 +396,22 @@ def test_a_parsed_model_without_one_period_forecasts_the_same_and_refuses_one_pe
 
 
 @pytest.mark.parametrize("samples", [1, 2, 7, 1000])
-def test_quantiles_of_sorted_samples_are_numpys(samples: int):
-    rows = np.sort(np.random.default_rng(samples).normal(size=(30, samples)), axis=1)
-    shares = [0.0, 0.025, 0.1, 0.5, 0.9, 0.975, 1.0]
-    np.testing.assert_allclose(
-        sorted_quantiles(rows, shares), np.quantile(rows, shares, axis=1), rtol=1e-14, atol=0
-    )
+@pytest.mark.parametrize(
+    "shares",
+    [
+        [0.1, 0.9],  # the interval alone: selected
+        [0.0, 0.025, 0.1, 0.5, 0.9, 0.975, 1.0],  # more order statistics: sorted
+        [0.1, 0.9, 0.1001, 0.5],  # shares sharing order statistics
+        [0.0, 1.0],
+        [0.5],
+    ],
+)
+def test_quantiles_of_the_samples_are_numpys(samples: int, shares: list[float]):
+    rows = np.random.default_rng(samples).normal(size=(30, samples))
+    # (ties too: the same value several times in a row)
+    rows[:, ::3] = rows[:, :1]
+    expected = np.quantile(rows, shares, axis=1)
+    np.testing.assert_array_equal(row_quantiles(rows.copy(), shares), expected)
 
 
 def per_sample_simulation(forecaster: ProphetForecaster, period: int, seed: int) -> np.ndarray:
