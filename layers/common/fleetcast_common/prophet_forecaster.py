@@ -187,7 +187,7 @@ _SELECTED_AT_MOST = 8
 
 def row_quantiles(rows: FloatArray, shares: list[float]) -> FloatArray:
     """``np.quantile(rows, shares, axis=1)`` (its default, linear rule; no NaN) with one
-    row per share; ``rows`` (a new array) is reordered in place.
+    row per share. ``rows`` (a new array) is the scratch space: reordered and overwritten.
 
     Each share needs the two order statistics around its position. A few are selected
     (``np.partition`` at the upper of two neighbours, the lower then the maximum of what
@@ -201,22 +201,21 @@ def row_quantiles(rows: FloatArray, shares: list[float]) -> FloatArray:
     needed = sorted({*below.tolist(), *above.tolist()})
     if len(needed) > _SELECTED_AT_MOST:
         rows.sort(axis=1)
-        ordered = rows
     else:
-        ordered = np.empty((rows.shape[0], last + 1))
         start, i = 0, 0
         while i < len(needed):
             index = needed[i]
             pair = i + 1 < len(needed) and needed[i + 1] == index + 1
             top = index + 1 if pair else index
             # Everything before ``start`` is already at most what is left: select within
-            # the rest, so the values around ``top`` are its order statistics.
+            # the rest, so the value at ``top`` is its order statistic...
             rows[:, start:].partition(top - start, axis=1)
-            ordered[:, top] = rows[:, top]
             if pair:
-                ordered[:, index] = rows[:, start:top].max(axis=1)
+                # ... and the one before it is the largest of those below it (written in
+                # their place: they are not looked at again).
+                rows[:, index] = rows[:, start:top].max(axis=1)
             start, i = top + 1, i + (2 if pair else 1)
-    low, high = ordered[:, below], ordered[:, above]
+    low, high = rows[:, below], rows[:, above]
     # numpy's interpolation, from the nearer end (monotonic in the share).
     found = np.where(weight >= 0.5, high - (high - low) * (1 - weight), low + (high - low) * weight)
     return np.ascontiguousarray(found.T)
@@ -387,17 +386,19 @@ def _compile(
         if last_history is None
         else int(last_history.astype("datetime64[ns]").astype(np.int64))
     )
-    dates = _future_dates(last_ns, frequency, horizon)
-    dates_ns = dates.astype("datetime64[ns]").astype(np.int64)
+    future = _future(last_ns, frequency, horizon)
+    # Its own copy of the dates, which it keeps: what an endpoint counts for a model.
+    dates, dates_ns = future.dates.copy(), future.dates_ns
     t = (dates_ns - start_ns) / t_scale_ns
 
-    seasonal, seasonal_additive = _seasonality_features(model, dates_ns)
+    features, additive_columns = _seasonality_features(model, future)
     holiday = _holiday_features(model, dates_ns)
-    holidays_additive = _holidays_mode(model) == "additive"
-    features = np.hstack([seasonal, holiday])
-    additive_columns = np.concatenate(
-        [seasonal_additive, np.full(holiday.shape[1], holidays_additive)]
-    )
+    if holiday.shape[1]:
+        holidays_additive = _holidays_mode(model) == "additive"
+        features = np.hstack([features, holiday])
+        additive_columns = np.concatenate(
+            [additive_columns, np.full(holiday.shape[1], holidays_additive)]
+        )
     if not features.shape[1]:
         # With neither seasonalities nor holidays Prophet fits one all-zero column.
         features, additive_columns = np.zeros((horizon, 1)), np.zeros(1, dtype=bool)
@@ -433,7 +434,8 @@ def _compile(
     point_additive = _over_iterations(additive)
     point_multiplicative = _over_iterations(multiplicative)
     yhat = (point_trend * y_scale + floor) * (1 + point_multiplicative) + point_additive
-    mean_abs_delta = np.abs(delta).mean(axis=1) + 1e-8
+    # (np.mean's sum and division, without its checks)
+    mean_abs_delta = np.add.reduce(np.abs(delta), axis=1) / delta.shape[1] + 1e-8
     if not all(np.isfinite(a).all() for a in (yhat, sigma_obs, mean_abs_delta)):
         raise ValueError("the model's parameters give non-finite forecasts")
     # Shared by every request thread: make sure none can change them.
@@ -458,7 +460,7 @@ def _compile(
         floor=floor,
         uncertainty_samples=int(model["uncertainty_samples"] or 0),
         interval_width=float(model["interval_width"]),
-        daily_dates=bool((dates_ns % _MIDNIGHT_NS == 0).all()),
+        daily_dates=future.daily,
         additive_only=not multiplicative.any(),
     )
 
@@ -506,6 +508,28 @@ def _last_history_ns(history_dates_json: str) -> int:
     return int(dates.max().astype(np.int64))
 
 
+@dataclass(frozen=True, slots=True)
+class _Future:
+    """The dates a forecast from one last history time covers (read-only, shared)."""
+
+    dates: npt.NDArray[np.datetime64]
+    dates_ns: npt.NDArray[np.int64]
+    key: bytes  # dates_ns's bytes: what features of these dates are cached by
+    daily: bool  # every date at midnight
+
+
+@functools.lru_cache(maxsize=16)
+def _future(last_ns: int, frequency: str, horizon: int) -> _Future:
+    """:func:`_future_dates`, made once for the many models of a fleet that end on the
+    same day (a run's export, an endpoint loading them)."""
+    dates = _future_dates(last_ns, frequency, horizon)
+    dates_ns = dates.astype("datetime64[ns]").astype(np.int64)
+    dates.setflags(write=False)
+    dates_ns.setflags(write=False)
+    daily = bool((dates_ns % _MIDNIGHT_NS == 0).all())
+    return _Future(dates, dates_ns, dates_ns.tobytes(), daily)
+
+
 def _future_dates(last_ns: int, frequency: str, horizon: int) -> npt.NDArray[np.datetime64]:
     """``Prophet.make_future_dataframe(horizon, freq, include_history=False)``.
 
@@ -533,13 +557,13 @@ def _future_dates(last_ns: int, frequency: str, horizon: int) -> npt.NDArray[np.
 
 
 def _seasonality_features(
-    model: dict[str, Any], dates_ns: npt.NDArray[np.int64]
+    model: dict[str, Any], future: _Future
 ) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
     """Prophet's ``make_all_seasonality_features`` for unconditional seasonalities, and
     which columns are additive."""
     names, seasonalities = model["seasonalities"]
     if not names:
-        return np.zeros((dates_ns.shape[0], 0)), np.zeros(0, dtype=bool)
+        return np.zeros((future.dates_ns.shape[0], 0)), np.zeros(0, dtype=bool)
     spec = []
     for name in names:
         seasonality = seasonalities[name]
@@ -548,7 +572,7 @@ def _seasonality_features(
         if order < 1 or period <= 0:
             raise ValueError(f"seasonality {name!r} has period {period} and order {order}")
         spec.append((period, order, seasonality["mode"] == "additive"))
-    return _fourier_features(tuple(spec), dates_ns.tobytes())
+    return _fourier_features(tuple(spec), future.key)
 
 
 @functools.lru_cache(maxsize=16)
