@@ -124,7 +124,9 @@ class ProphetForecaster:
             return Forecast(dates, yhat, None, None, quantiles, None)
         by_period = self._samples(period, seed)
         shares = [(1.0 - self.interval_width) / 2, (1.0 + self.interval_width) / 2, *quantiles]
-        if np.isnan(by_period).any():
+        # (a NaN anywhere makes the sum NaN; so can infinities of both signs, for which
+        # nanquantile gives the same answer)
+        if math.isnan(by_period.sum()):
             found = np.nanquantile(by_period, shares, axis=1)
         else:
             # np.quantile's values from the few order statistics they need, selected in
@@ -143,7 +145,7 @@ class ProphetForecaster:
         iterations = self.sigma_obs.shape[0]
         per_iteration = max(1, math.ceil(self.uncertainty_samples / iterations))
         t = self.t[:period]
-        step = float(np.diff(t).mean()) if period > 1 else self.history_step
+        step = _mean_step(t) if period > 1 else self.history_step
         if math.isnan(step):
             raise ValueError("this forecaster was compiled without one_period: ask for 2 or more")
         draws = period_major_draws(
@@ -413,8 +415,15 @@ def _compile(
     multiplicative = np.ascontiguousarray((features @ beta_multiplicative.T).T)
 
     if linear:
-        trend_expected = np.vstack(
-            [_piecewise_linear(t, delta[i], k[i], m[i], changepoints_t) for i in range(iterations)]
+        trend_expected = (
+            np.vstack(
+                [
+                    _piecewise_linear(t, delta[i], k[i], m[i], changepoints_t)
+                    for i in range(iterations)
+                ]
+            )
+            if iterations > 1
+            else _piecewise_linear(t, delta[0], k[0], m[0], changepoints_t)[None]
         )
         # A MAP fit's one iteration is its own mean: the same trend.
         point_trend = (
@@ -436,14 +445,17 @@ def _compile(
     yhat = (point_trend * y_scale + floor) * (1 + point_multiplicative) + point_additive
     # (np.mean's sum and division, without its checks)
     mean_abs_delta = np.add.reduce(np.abs(delta), axis=1) / delta.shape[1] + 1e-8
-    if not all(np.isfinite(a).all() for a in (yhat, sigma_obs, mean_abs_delta)):
+    if not all(_all_finite(a) for a in (yhat, sigma_obs, mean_abs_delta)):
         raise ValueError("the model's parameters give non-finite forecasts")
     # Shared by every request thread: make sure none can change them.
     for array in (dates, t, yhat, trend_expected, additive, multiplicative, sigma_obs):
         array.setflags(write=False)
     mean_abs_delta.setflags(write=False)
 
-    history_t = _history_t(model["history"]) if one_period else np.array([math.nan, math.nan])
+    history_step = math.nan
+    if one_period:
+        history_t = _history_t(model["history"])
+        history_step = _mean_step(history_t) if history_t.shape[0] > 1 else 0.0
     return ProphetForecaster(
         dates=dates,
         t=t,
@@ -455,7 +467,7 @@ def _compile(
         mean_abs_delta=mean_abs_delta,
         linear_growth=linear,
         changepoint_count=int(changepoints_t.shape[0]),
-        history_step=float(np.diff(history_t).mean()) if history_t.shape[0] > 1 else 0.0,
+        history_step=history_step,
         y_scale=y_scale,
         floor=floor,
         uncertainty_samples=int(model["uncertainty_samples"] or 0),
@@ -683,6 +695,18 @@ def _holidays_mode(model: dict[str, Any]) -> str:
 def _history_t(history_json: str) -> FloatArray:
     rows = json.loads(history_json)["data"]
     return np.array([row["t"] for row in rows], dtype=np.float64)
+
+
+def _mean_step(t: FloatArray) -> float:
+    """``np.diff(t).mean()``, Prophet's step of a future or history, without the
+    overheads of the two calls (the same differences, sum and division)."""
+    return float(np.add.reduce(t[1:] - t[:-1]) / (t.shape[0] - 1))
+
+
+def _all_finite(values: FloatArray) -> bool:
+    """No NaN or infinity in ``values``: one sum (they carry into it), and only a sum
+    that overflows is checked value by value."""
+    return math.isfinite(values.sum()) or bool(np.isfinite(values).all())
 
 
 def _piecewise_linear(
