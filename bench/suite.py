@@ -71,8 +71,9 @@ FULL = SuiteSizes(
     # job's own start-up, a few tenths of a second of CPU, is then spread as it is on an
     # instance that trains thousands, not over a few dozen).
     training=TrainingSizes(customers=480, repetitions=4, overhead_samples=8),
-    # Issue 15's budget is stated at 1000 customers: all of them, with and without.
-    export=ExportSizes(customers=1000, repetitions=2),
+    # Issue 15's budget is stated at 1000 customers: all of them, with and without, four
+    # pairs (two readings gave 104% to 117% for the same code on this shared machine).
+    export=ExportSizes(customers=1000, repetitions=4),
     serving=ServingSizes(
         models=200,
         baseline_models=20,
