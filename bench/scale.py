@@ -54,7 +54,9 @@ console = Console()
 
 
 class S3Requests:
-    """Counts the AWS requests moto answers, S3's by method and by what the key is."""
+    """Counts the AWS requests moto answers, S3's by method and by what the key is, and
+    the objects the local stack writes in process in SageMaker's place (checkpoints,
+    outputs), which on AWS are PUT requests too."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -64,11 +66,18 @@ class S3Requests:
         def counted(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             kind = _kind(environ)
             if kind is not None:
-                with self._lock:
-                    self.counts[kind] += 1
+                self._count(kind)
             return app(environ, start_response)
 
         return counted
+
+    def written(self, method: str, bucket: str, key: str) -> None:
+        """A ``Gateway.observe_s3_writes`` observer."""
+        self._count(_kind_of(method, f"/{bucket}/{key}", ""))
+
+    def _count(self, kind: str) -> None:
+        with self._lock:
+            self.counts[kind] += 1
 
     def snapshot(self) -> Counter[str]:
         with self._lock:
@@ -79,13 +88,18 @@ def _kind(environ: dict[str, Any]) -> str | None:
     """``"PUT models/"`` and the like for an S3 request (path-style), None for others."""
     if "/s3/aws4_request" not in environ.get("HTTP_AUTHORIZATION", ""):
         return None
-    method = environ.get("REQUEST_METHOD", "?")
-    parts = environ.get("PATH_INFO", "/").lstrip("/").split("/")
+    return _kind_of(
+        environ.get("REQUEST_METHOD", "?"),
+        environ.get("PATH_INFO", "/"),
+        environ.get("QUERY_STRING", ""),
+    )
+
+
+def _kind_of(method: str, path: str, query: str) -> str:
+    parts = path.lstrip("/").split("/")
     key = parts[1:] if len(parts) > 1 else []
     if not key or key == [""]:
-        listing = (
-            "LIST" if method == "GET" and "list-type" in environ.get("QUERY_STRING", "") else method
-        )
+        listing = "LIST" if method == "GET" and "list-type" in query else method
         return f"{listing} (bucket)"
     if key[0] == layout.RUNS_PREFIX.rstrip("/") and len(key) > 2:
         where = f"runs/*/{key[2]}/"
@@ -368,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.start()
     assert stack.gateway is not None and stack.info is not None
     stack.gateway.wrap_aws_app(requests.wrap)
+    stack.gateway.observe_s3_writes(requests.written)
     results.stages.append(Stage("start local stack", time.perf_counter() - began, ""))
     try:
         data = state_dir / "scale" / "readings.csv.gz"

@@ -7,6 +7,7 @@ Everything listens on 127.0.0.1 only. ``stack.json`` in the state folder tells c
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -183,6 +184,7 @@ class EmbeddedStack:
                 events=self.client("events"),
                 workdir=self.state_dir,
                 containers_dir=self.root / "containers",
+                put_object=functools.partial(gateway.put_object, ACCOUNT_ID),
             )
             self.runner.install()
             self.gateway.wrap_aws_app(self.runner.keep_processing_environments)

@@ -88,8 +88,10 @@ class JobRunner:
         workdir: Path,
         containers_dir: Path,
         cpus: int | None = None,
+        put_object: Callable[[str, str, bytes], None] | None = None,
     ) -> None:
-        self._transfer = S3Transfer(s3)
+        # ``put_object``: small objects written in process, not as requests (S3Transfer).
+        self._transfer = S3Transfer(s3, put_object)
         self._events = events
         self._workdir = workdir
         self._containers_dir = containers_dir

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,9 @@ class S3Transfer:
     """
 
     s3: Any
+    # Writes a small object in process (``Gateway.put_object`` for the stack's account),
+    # as SageMaker's own copies are no client's requests; None: through ``s3``.
+    put_object: Callable[[str, str, bytes], None] | None = None
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(16))
 
     def keys(self, bucket: str, prefix: str) -> list[str]:
@@ -71,6 +75,8 @@ class S3Transfer:
     def upload(self, path: Path, bucket: str, key: str) -> None:
         if path.stat().st_size > SMALL_OBJECT_BYTES:
             self.s3.upload_file(str(path), bucket, key)
+        elif self.put_object is not None:
+            self.put_object(bucket, key, path.read_bytes())
         else:
             self.s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
 

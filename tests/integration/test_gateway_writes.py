@@ -1,0 +1,61 @@
+"""The local stack writes SageMaker's own S3 copies (checkpoints, job outputs) into moto in
+process, with what a PutObject request would leave (fleetcast.embedded.gateway)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from fleetcast.embedded.gateway import Gateway
+from fleetcast.embedded.sagemaker_jobs import S3Transfer
+from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync
+from fleetcast.embedded.template import ACCOUNT_ID
+
+
+@pytest.fixture
+def gateway(aws_env: str) -> Iterator[Gateway]:
+    gateway = Gateway()
+    gateway.start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def test_a_checkpoint_written_in_process_is_the_object_a_put_request_makes(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    # Given a bucket, a transfer writing in process and someone counting the writes
+    s3: Any = boto3.client("s3", endpoint_url=gateway.url)
+    bucket = f"writes-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    heard: list[tuple[str, str, str]] = []
+    gateway.observe_s3_writes(lambda *write: heard.append(write))
+    transfer = S3Transfer(s3, lambda b, k, body: gateway.put_object(ACCOUNT_ID, b, k, body))
+    local = tmp_path / "checkpoints"
+    local.mkdir()
+    archive = bytes(range(256)) * 100
+    (local / "a.tar.gz").write_bytes(archive)
+    (local / "b.tar.gz.partial").write_bytes(b"half")
+    # When the checkpoint sync copies the folder
+    assert CheckpointSync(transfer, local, f"s3://{bucket}/models/run").sync() == 1
+    # Then a client reads the object back, as a PutObject would have left it
+    got = s3.get_object(Bucket=bucket, Key="models/run/a.tar.gz")
+    assert got["Body"].read() == archive
+    assert got["ETag"] == f'"{hashlib.md5(archive).hexdigest()}"'
+    assert got["ContentLength"] == len(archive)
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="models/")["Contents"]
+    assert [o["Key"] for o in listed] == ["models/run/a.tar.gz"]
+    # And the write was told, as a request counter would count it
+    assert heard == [("PUT", bucket, "models/run/a.tar.gz")]
+
+
+def test_a_write_to_a_missing_bucket_fails_loudly(gateway: Gateway) -> None:
+    with pytest.raises(Exception, match="bucket does not exist"):
+        gateway.put_object(ACCOUNT_ID, f"missing-{uuid.uuid4().hex[:8]}", "k", b"body")
