@@ -7,7 +7,13 @@ CloudFormation would generate.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,8 +68,37 @@ def loads_template(text: str, source: str = "template") -> dict[str, Any]:
     return plain
 
 
-def load_template(path: Path) -> dict[str, Any]:
-    return loads_template(path.read_text(), str(path))
+def load_template(path: Path, cache: Path | None = None) -> dict[str, Any]:
+    """:func:`loads_template` of the file, kept as JSON in ``cache`` (by default the user's
+    cache folder) under a digest of its text and of cfn-lint's version: importing cfn-lint
+    costs about 6 s of CPU, and every local stack and CLI start reads the same template.
+    A change to the template, or another cfn-lint, reads it again."""
+    text = path.read_text()
+    folder = cache if cache is not None else _cache_folder()
+    digest = hashlib.sha256(
+        f"{importlib.metadata.version('cfn-lint')}\n{text}".encode()
+    ).hexdigest()
+    kept = folder / f"template-{digest}.json"
+    with contextlib.suppress(OSError, ValueError):
+        body: dict[str, Any] = json.loads(kept.read_text())
+        return body
+    body = loads_template(text, str(path))
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        # Written whole, then renamed: a reader never finds half of it.
+        handle, partial = tempfile.mkstemp(dir=folder, prefix=".template-", suffix=".json")
+        try:
+            with os.fdopen(handle, "w") as out:
+                json.dump(body, out)
+            Path(partial).replace(kept)
+        except (OSError, TypeError, ValueError):  # (a value JSON cannot hold: not kept)
+            Path(partial).unlink(missing_ok=True)
+    return body
+
+
+def _cache_folder() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "fleetcast"
 
 
 def _plain(value: Any, source: str) -> Any:
