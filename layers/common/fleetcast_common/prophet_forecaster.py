@@ -415,16 +415,11 @@ def _compile(
     multiplicative = np.ascontiguousarray((features @ beta_multiplicative.T).T)
 
     if linear:
-        trend_expected = (
-            np.vstack(
-                [
-                    _piecewise_linear(t, delta[i], k[i], m[i], changepoints_t)
-                    for i in range(iterations)
-                ]
-            )
-            if iterations > 1
-            else _piecewise_linear(t, delta[0], k[0], m[0], changepoints_t)[None]
-        )
+        trends = [
+            _piecewise_linear(t, delta[i], k[i], m[i], changepoints_t) for i in range(iterations)
+        ]
+        # (a MAP fit's one trend as a row of its own: no copy by vstack)
+        trend_expected = trends[0][None] if iterations == 1 else np.vstack(trends)
         # A MAP fit's one iteration is its own mean: the same trend.
         point_trend = (
             trend_expected[0]
