@@ -1,7 +1,11 @@
 """The local stack's pure parts: template resolution, sharding, entrypoints, event fixes."""
 
+import importlib.machinery
 import io
 import json
+import subprocess
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +15,7 @@ from moto import mock_aws
 
 from fleetcast.embedded import persistence
 from fleetcast.embedded.events import normalise_event
-from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.lambdas import LocalFunction, _main_module_by_name
 from fleetcast.embedded.queues import QueueDelivery, event_source_mappings
 from fleetcast.embedded.sagemaker_jobs import (
     JobRunner,
@@ -240,3 +244,32 @@ def test_queue_delivery_serves_the_event_sources_it_is_handed(tmp_path: Path) ->
             template.resources[mapping.queue_logical_id]["Properties"]["VisibilityTimeout"]
         )
     function.close()
+
+
+def test_lambda_workers_preload_a_main_module_run_by_name_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # multiprocessing runs the main module again in each worker: preloaded, its imports
+    # are done once in the forkserver. A path (a script) or a package's __main__ is not
+    # importable by that name, and is left out.
+    main = types.ModuleType("__main__")
+    main.__spec__ = importlib.machinery.ModuleSpec("bench.scale", None)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert _main_module_by_name() == ["bench.scale"]
+    main.__spec__ = importlib.machinery.ModuleSpec("fleetcast.__main__", None)
+    assert _main_module_by_name() == []
+    main.__spec__ = None
+    assert _main_module_by_name() == []
+
+
+def test_the_fleetcast_commands_main_module_imports_nothing_of_the_cli() -> None:
+    # Each Lambda worker of the local stack runs the program's main module again; for the
+    # `fleetcast` command that must not cost the CLI's imports (moto, pandas, the stack).
+    code = "import sys, fleetcast.__main__; print(sorted(m for m in sys.modules if m.startswith(('fleetcast.', 'moto', 'pandas', 'boto3'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['fleetcast.__main__']"
+    # and it is the command: `python -m fleetcast` answers as `fleetcast` does
+    helped = subprocess.run(
+        [sys.executable, "-m", "fleetcast", "--help"], capture_output=True, text=True, check=True
+    )
+    assert helped.stdout.startswith("usage: fleetcast")
