@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from fleetcast.embedded.sqs_poller import Message, QueuePoller
+from fleetcast.embedded.sqs_poller import Message, Pollers, QueuePoller
 
 MAX_RECEIVES = 3
 DEADLINE_SECONDS = 60
@@ -123,3 +123,35 @@ def test_after_stop_nothing_more_is_received(queues: tuple[Any, str, str]) -> No
     sqs.send_message(QueueUrl=url, MessageBody="after")
     assert messages_in(sqs, url) == 1
     assert handled == ["before"]
+
+
+def test_a_stop_request_ends_every_poller_of_a_group_without_waiting_for_each(
+    queues: tuple[Any, str, str],
+) -> None:
+    sqs, url, dead_url = queues
+
+    def handle(messages: list[Message]) -> Iterator[tuple[Message, bool]]:
+        for message in messages:
+            yield message, True
+
+    # Given a group of pollers, long-polling two queues with two threads each
+    group = Pollers()
+    pollers = [
+        QueuePoller(
+            sqs, queue, handle, name=f"test {n}", batch_size=10, retry_delay_seconds=1, threads=2
+        )
+        for n, queue in enumerate((url, dead_url))
+    ]
+    for poller in pollers:
+        group.add(poller)
+    group.start()
+    wait_until(lambda: all(p.polling for p in pollers), "the pollers polling")
+
+    # When the group is asked to stop (request_stop returns at once, joining nothing)
+    group.request_stop()
+
+    # Then every poller's threads end by themselves, each within its long poll
+    wait_until(lambda: not any(p.polling for p in pollers), "every poller stopped")
+    sqs.send_message(QueueUrl=url, MessageBody="after")
+    assert messages_in(sqs, url) == 1
+    group.stop()  # joins ended threads: returns at once

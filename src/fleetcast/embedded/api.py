@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from fleetcast.embedded.gateway import bind_preferred
+from fleetcast.embedded.gateway import SHUTDOWN_POLL_SECONDS, bind_preferred
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 
@@ -208,7 +208,10 @@ class LocalRestApi:
             f"the API {name}",
         )
         self._thread = threading.Thread(
-            target=self._server.serve_forever, daemon=True, name=f"api-{name}"
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
+            daemon=True,
+            name=f"api-{name}",
         )
 
     @property

@@ -118,6 +118,11 @@ class _QuietHandler(MotoRequestHandler):
         pass
 
 
+# How often a server's loop looks for shutdown() (socketserver's default, 0.5 s, is what
+# each server's stop waited).
+SHUTDOWN_POLL_SECONDS = 0.05
+
+
 class Gateway:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         query_partitions_only()
@@ -135,7 +140,10 @@ class Gateway:
                 fd=listener.fileno(),
             )
         self._thread = threading.Thread(
-            target=self._server.serve_forever, daemon=True, name="aws-gateway"
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
+            daemon=True,
+            name="aws-gateway",
         )
 
     @property

@@ -57,9 +57,13 @@ class QueuePoller:
             thread.start()
             self._running.append(thread)
 
+    def request_stop(self) -> None:
+        """Receive no more; a receive under way ends within :data:`WAIT_SECONDS`."""
+        self._stop.set()
+
     def stop(self) -> None:
         """Stop receiving; a batch being handled is finished first (up to a while)."""
-        self._stop.set()
+        self.request_stop()
         for thread in self._running:
             thread.join(timeout=STOP_JOIN_SECONDS)
 
@@ -114,6 +118,12 @@ class Pollers:
         for poller in self._pollers:
             poller.start()
 
+    def request_stop(self) -> None:
+        """Tell every poller to stop, without waiting: their long polls end together."""
+        for poller in self._pollers:
+            poller.request_stop()
+
     def stop(self) -> None:
+        self.request_stop()
         for poller in self._pollers:
             poller.stop()

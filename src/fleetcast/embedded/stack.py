@@ -217,6 +217,10 @@ class EmbeddedStack:
         return self.info
 
     def stop(self) -> None:
+        # Every poller's long poll ends within a second: let them end together.
+        for pollers in (self.delivery, self.queues):
+            if pollers:
+                pollers.request_stop()
         if self.costs:
             self.costs.stop()
         if self.serving:
