@@ -51,7 +51,9 @@ def worker_context() -> multiprocessing.context.BaseContext:
     the ``fleetcast`` command's main module imports nothing (:mod:`fleetcast.__main__`).
     """
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([*PRELOADED_MODULES, *_main_module_by_name()])
+    context.set_forkserver_preload(
+        ["fleetcast.embedded.worker_preload", *PRELOADED_MODULES, *_main_module_by_name()]
+    )
     return context
 
 
