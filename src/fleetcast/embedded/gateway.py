@@ -25,6 +25,8 @@ from moto.moto_server.werkzeug_app import (
 from moto.s3.models import s3_backends
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from fleetcast.embedded.s3_objects import keep_objects_in_files
+
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # Told of each S3 write made in process: method, bucket, key.
 S3WriteObserver = Callable[[str, str, str], None]
@@ -126,6 +128,7 @@ SHUTDOWN_POLL_SECONDS = 0.05
 class Gateway:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         query_partitions_only()
+        keep_objects_in_files()
         self._moto: WsgiApp = MotoDispatcher()
         self._routes: list[Route] = []
         self._s3_observers: list[S3WriteObserver] = []

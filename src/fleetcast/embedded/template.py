@@ -74,7 +74,7 @@ def load_template(path: Path, cache: Path | None = None) -> dict[str, Any]:
     costs about 6 s of CPU, and every local stack and CLI start reads the same template.
     A change to the template, or another cfn-lint, reads it again."""
     text = path.read_text()
-    folder = cache if cache is not None else _cache_folder()
+    folder = cache if cache is not None else cache_folder()
     digest = hashlib.sha256(
         f"{importlib.metadata.version('cfn-lint')}\n{text}".encode()
     ).hexdigest()
@@ -96,7 +96,7 @@ def load_template(path: Path, cache: Path | None = None) -> dict[str, Any]:
     return body
 
 
-def _cache_folder() -> Path:
+def cache_folder() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "fleetcast"
 
