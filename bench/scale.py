@@ -110,8 +110,11 @@ def _kind_of(method: str, path: str, query: str) -> str:
 
 @dataclass
 class MemoryPeaks:
-    """Peak resident memory of each process in this process's tree, and of all of them at
-    once, sampled every ``interval`` seconds."""
+    """Peak resident memory (RSS) of each process in this process's tree, and of all of
+    them at once, sampled every ``interval`` seconds. All at once is the sum of their
+    proportional set sizes (PSS): pages shared by processes (a forkserver's children share
+    its imports, the training workers their parent's) counted once, not once each as a
+    sum of RSS would."""
 
     interval: float = 0.5
     by_process: dict[str, int] = field(default_factory=dict)
@@ -134,15 +137,15 @@ class MemoryPeaks:
             total = 0
             for process in [me, *me.children(recursive=True)]:
                 try:
-                    rss = process.memory_info().rss
+                    memory = process.memory_full_info()
                     cmdline = process.cmdline()
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
                 if not cmdline:
                     continue  # a child that has exited and not yet been waited for
                 label = _label(cmdline)
-                total += rss
-                self.by_process[label] = max(self.by_process.get(label, 0), rss)
+                total += memory.pss
+                self.by_process[label] = max(self.by_process.get(label, 0), memory.rss)
             self.tree = max(self.tree, total)
 
 
@@ -332,7 +335,10 @@ def show(results: Results) -> None:
         requests.add_row(kind, f"{count:,}", f"{results.s3_requests_per_customer[kind]:.3f}")
     console.print(requests)
     memory = Table(
-        title=f"peak memory (whole stack at once: {results.peak_memory_tree_mib:,.0f} MiB)"
+        title=(
+            f"peak memory (whole stack at once, shared pages once: "
+            f"{results.peak_memory_tree_mib:,.0f} MiB)"
+        )
     )
     memory.add_column("process")
     memory.add_column("peak MiB", justify="right")
