@@ -44,6 +44,8 @@ from fleetcast_common.holiday_calendar import holiday_dates
 
 COLUMNS = ("customer_id", "timestamp", "consumption")
 SECONDS_PER_DAY = 86_400
+# write_readings generates this many customers at a time (730 days: about 60 MB of table).
+CUSTOMERS_PER_TABLE = 2000
 _EPOCH = date(1970, 1, 1)
 # A customer's holiday dip is drawn from a generator of its own (this word after the
 # customer's identity), so the days that are not holidays keep their values.
@@ -108,30 +110,37 @@ def write_readings(
     gap_rate: float = 0.01,
     holidays: str | None = None,
 ) -> int:
-    """Write :func:`generate_readings`' rows as CSV to ``path`` (gzip when it ends ``.gz``).
+    """Write :func:`generate_readings`' rows as CSV to ``path`` (gzip when it ends ``.gz``),
+    :data:`CUSTOMERS_PER_TABLE` customers at a time: memory stays bounded whatever the
+    fleet, and the file is the same (a customer's rows do not depend on the others').
 
     Returns the number of rows written.
     """
-    table = _readings(
-        customers=customers,
-        start=start,
-        days=days,
-        readings_per_day=readings_per_day,
-        seed=seed,
-        customer_offset=customer_offset,
-        customer_ids=customer_ids,
-        gap_rate=gap_rate,
-        holidays=holidays,
-    )
+    ids = _customer_ids(customers, customer_offset, customer_ids)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     # Arrow quotes every header name and every string; none of these values needs quotes.
     options = pcsv.WriteOptions(include_header=False, quoting_style="none")
     header = (",".join(COLUMNS) + "\n").encode()
+    rows = 0
     with _open_for_writing(target) as output:
         output.write(header)
-        pcsv.write_csv(table, output, write_options=options)
-    return table.num_rows
+        # At least one table, so that the arguments are checked for an empty fleet too.
+        for first in range(0, max(len(ids), 1), CUSTOMERS_PER_TABLE):
+            table = _readings(
+                customers=0,
+                start=start,
+                days=days,
+                readings_per_day=readings_per_day,
+                seed=seed,
+                customer_offset=0,
+                customer_ids=ids[first : first + CUSTOMERS_PER_TABLE],
+                gap_rate=gap_rate,
+                holidays=holidays,
+            )
+            pcsv.write_csv(table, output, write_options=options)
+            rows += table.num_rows
+    return rows
 
 
 def _open_for_writing(path: Path) -> io.BufferedIOBase:

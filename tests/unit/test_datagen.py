@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fleetcast import datagen
 from fleetcast.datagen import generate_readings, write_readings
 from fleetcast_common.holiday_calendar import holiday_dates
 
@@ -145,6 +146,28 @@ def test_write_matches_generate_and_gzips_by_name(tmp_path: Path, name: str) -> 
     written = pd.read_csv(path, dtype={"customer_id": str, "timestamp": str})
     assert rows == len(expected) == len(written)
     pd.testing.assert_frame_equal(written, expected, check_dtype=False)
+
+
+def test_a_file_written_a_few_customers_at_a_time_is_the_file_written_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the file of 7 customers written in one table (3 readings a day, holidays)
+    arguments = {"days": 40, "readings_per_day": 3, "seed": 5, "holidays": "US"}
+    whole = write_readings(tmp_path / "whole.csv", 7, **arguments)  # type: ignore[arg-type]
+    # When it is written 3 customers at a time (as a fleet of 100,000 is, 2000 at a time)
+    monkeypatch.setattr(datagen, "CUSTOMERS_PER_TABLE", 3)
+    parts = write_readings(tmp_path / "parts.csv", 7, **arguments)  # type: ignore[arg-type]
+    # Then both files are the same, byte for byte
+    assert parts == whole
+    assert (tmp_path / "parts.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+
+
+@pytest.mark.parametrize("arguments", [{"days": 0}, {"gap_rate": 1.0}, {"customers": -1}])
+def test_writing_checks_its_arguments_even_for_no_customers(
+    tmp_path: Path, arguments: dict[str, int | float]
+) -> None:
+    with pytest.raises(ValueError):
+        write_readings(tmp_path / "r.csv", **{"customers": 0, **arguments})  # type: ignore[arg-type]
 
 
 def test_explicit_ids_are_validated() -> None:
