@@ -3,6 +3,7 @@ process, with what a PutObject request would leave (fleetcast.embedded.gateway).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 from collections.abc import Iterator
@@ -59,3 +60,37 @@ def test_a_checkpoint_written_in_process_is_the_object_a_put_request_makes(
 def test_a_write_to_a_missing_bucket_fails_loudly(gateway: Gateway) -> None:
     with pytest.raises(Exception, match="bucket does not exist"):
         gateway.put_object(ACCOUNT_ID, f"missing-{uuid.uuid4().hex[:8]}", "k", b"body")
+
+
+def test_a_jobs_inputs_are_copied_in_process_whole_as_a_client_reads_them(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    # Given an upload of 12 MB put in parts by a client, and a small file beside it
+    s3: Any = boto3.client("s3", endpoint_url=gateway.url)
+    bucket = f"reads-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    large = uuid.uuid4().bytes * (750 * 1024)
+    source = tmp_path / "readings.csv.gz"
+    source.write_bytes(large)
+    s3.upload_file(str(source), bucket, "incoming/readings.csv.gz")
+    s3.put_object(Bucket=bucket, Key="incoming/more/b.csv", Body=b"customer_id\n")
+    heard: list[tuple[str, str, str]] = []
+    gateway.observe_s3_writes(lambda *request: heard.append(request))
+    transfer = S3Transfer(
+        s3, download_object=functools.partial(gateway.download_object, ACCOUNT_ID)
+    )
+    # When a job's input prefix is copied to an instance's folder in process
+    target = tmp_path / "input"
+    keys = transfer.keys(bucket, "incoming/")
+    assert transfer.download(bucket, "incoming/", keys, target) == 2
+    # Then each file holds the object's bytes, at its path below the prefix
+    assert (target / "readings.csv.gz").read_bytes() == large
+    assert (target / "more" / "b.csv").read_bytes() == b"customer_id\n"
+    # and each copy was told as the one GET it is (not 12 MB / 8 MB ranges)
+    assert sorted(heard) == [
+        ("GET", bucket, "incoming/more/b.csv"),
+        ("GET", bucket, "incoming/readings.csv.gz"),
+    ]
+    # A key that is not there fails, naming it
+    with pytest.raises(FileNotFoundError, match=r"incoming/gone\.csv"):
+        gateway.download_object(ACCOUNT_ID, bucket, "incoming/gone.csv", target / "gone.csv")

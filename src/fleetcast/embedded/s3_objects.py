@@ -17,6 +17,7 @@ import shutil
 import threading
 import types
 from pathlib import Path
+from typing import Any
 
 import psutil
 from moto.s3 import models as moto_s3_models
@@ -37,6 +38,10 @@ class ObjectFile:
         self._path = path
         self._position = 0
         path.touch()
+
+    @property
+    def path(self) -> Path:
+        return self._path
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         if whence == os.SEEK_SET:
@@ -106,6 +111,15 @@ def keep_objects_in_files(root: Path | None = None) -> ObjectFiles:
             atexit.register(files.remove)
             _installed = files
         return _installed
+
+
+def copy_value(key: Any, target: Path) -> None:
+    """Write moto's object ``key`` (a FakeKey) to ``target``: a copy of its file, without
+    its bytes passing through this process's memory, when it has one."""
+    if isinstance(key._value_buffer, ObjectFile):
+        shutil.copyfile(key._value_buffer.path, target)
+    else:
+        target.write_bytes(key.value)
 
 
 def _remove_folders_of_ended_processes(root: Path) -> None:

@@ -185,6 +185,7 @@ class EmbeddedStack:
                 workdir=self.state_dir,
                 containers_dir=self.root / "containers",
                 put_object=functools.partial(gateway.put_object, ACCOUNT_ID),
+                download_object=functools.partial(gateway.download_object, ACCOUNT_ID),
             )
             self.runner.install()
             self.gateway.wrap_aws_app(self.runner.keep_processing_environments)

@@ -89,9 +89,11 @@ class JobRunner:
         containers_dir: Path,
         cpus: int | None = None,
         put_object: Callable[[str, str, bytes], None] | None = None,
+        download_object: Callable[[str, str, Path], None] | None = None,
     ) -> None:
-        # ``put_object``: small objects written in process, not as requests (S3Transfer).
-        self._transfer = S3Transfer(s3, put_object)
+        # ``put_object``: small objects written in process, not as requests; likewise
+        # ``download_object`` for the jobs' inputs (S3Transfer).
+        self._transfer = S3Transfer(s3, put_object, download_object)
         self._events = events
         self._workdir = workdir
         self._containers_dir = containers_dir

@@ -45,6 +45,9 @@ class S3Transfer:
     # Writes a small object in process (``Gateway.put_object`` for the stack's account),
     # as SageMaker's own copies are no client's requests; None: through ``s3``.
     put_object: Callable[[str, str, bytes], None] | None = None
+    # Copies an object to a file in process (``Gateway.download_object``), likewise for
+    # a job's inputs; None: through ``s3``.
+    download_object: Callable[[str, str, Path], None] | None = None
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(16))
 
     def keys(self, bucket: str, prefix: str) -> list[str]:
@@ -63,6 +66,9 @@ class S3Transfer:
         def fetch(key: str) -> None:
             path = target / key[len(base) :]
             path.parent.mkdir(parents=True, exist_ok=True)
+            if self.download_object is not None:
+                self.download_object(bucket, key, path)
+                return
             response = self.s3.get_object(Bucket=bucket, Key=key)
             if response["ContentLength"] > SMALL_OBJECT_BYTES:
                 self.s3.download_file(bucket, key, str(path))
