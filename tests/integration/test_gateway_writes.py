@@ -29,15 +29,28 @@ def gateway(aws_env: str) -> Iterator[Gateway]:
         gateway.stop()
 
 
+@pytest.fixture
+def s3_bucket(gateway: Gateway) -> tuple[Any, str]:
+    """A client of the gateway, and a new bucket."""
+    s3: Any = boto3.client("s3", endpoint_url=gateway.url)
+    name = f"gateway-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=name)
+    return s3, name
+
+
+def heard_by(gateway: Gateway) -> list[tuple[str, str, str]]:
+    """What the gateway tells its observers from now on (method, bucket, key)."""
+    heard: list[tuple[str, str, str]] = []
+    gateway.observe_s3_writes(lambda *request: heard.append(request))
+    return heard
+
+
 def test_a_checkpoint_written_in_process_is_the_object_a_put_request_makes(
-    gateway: Gateway, tmp_path: Path
+    gateway: Gateway, s3_bucket: tuple[Any, str], tmp_path: Path
 ) -> None:
     # Given a bucket, a transfer writing in process and someone counting the writes
-    s3: Any = boto3.client("s3", endpoint_url=gateway.url)
-    bucket = f"writes-{uuid.uuid4().hex[:8]}"
-    s3.create_bucket(Bucket=bucket)
-    heard: list[tuple[str, str, str]] = []
-    gateway.observe_s3_writes(lambda *write: heard.append(write))
+    s3, bucket = s3_bucket
+    heard = heard_by(gateway)
     transfer = S3Transfer(s3, lambda b, k, body: gateway.put_object(ACCOUNT_ID, b, k, body))
     local = tmp_path / "checkpoints"
     local.mkdir()
@@ -63,19 +76,16 @@ def test_a_write_to_a_missing_bucket_fails_loudly(gateway: Gateway) -> None:
 
 
 def test_a_jobs_inputs_are_copied_in_process_whole_as_a_client_reads_them(
-    gateway: Gateway, tmp_path: Path
+    gateway: Gateway, s3_bucket: tuple[Any, str], tmp_path: Path
 ) -> None:
     # Given an upload of 12 MB put in parts by a client, and a small file beside it
-    s3: Any = boto3.client("s3", endpoint_url=gateway.url)
-    bucket = f"reads-{uuid.uuid4().hex[:8]}"
-    s3.create_bucket(Bucket=bucket)
+    s3, bucket = s3_bucket
     large = uuid.uuid4().bytes * (750 * 1024)
     source = tmp_path / "readings.csv.gz"
     source.write_bytes(large)
     s3.upload_file(str(source), bucket, "incoming/readings.csv.gz")
     s3.put_object(Bucket=bucket, Key="incoming/more/b.csv", Body=b"customer_id\n")
-    heard: list[tuple[str, str, str]] = []
-    gateway.observe_s3_writes(lambda *request: heard.append(request))
+    heard = heard_by(gateway)
     transfer = S3Transfer(
         s3, download_object=functools.partial(gateway.download_object, ACCOUNT_ID)
     )
