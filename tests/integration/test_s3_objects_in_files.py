@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from fleetcast.embedded.gateway import Gateway
-from fleetcast.embedded.s3_objects import ObjectFile, keep_objects_in_files
+from fleetcast.embedded.s3_objects import ObjectFile, ObjectFiles, keep_objects_in_files
 
 
 @pytest.fixture
@@ -99,3 +100,20 @@ def test_an_object_file_reads_writes_seeks_and_truncates_like_a_file(tmp_path: P
     # closing it (moto's dispose) removes the file
     value.close()
     assert not (tmp_path / "object").exists()
+
+
+def test_a_forked_child_leaves_its_parents_object_files_alone(tmp_path: Path) -> None:
+    # Given object files made by this process
+    files = ObjectFiles(tmp_path / "objects")
+    files.folder.mkdir()
+    files.new().write(b"kept")
+    # When a forked child removes them on its way out, as its atexit would
+    child = os.fork()
+    if child == 0:
+        files.remove()
+        os._exit(0)
+    os.waitpid(child, 0)
+    # Then they are still there; this process removes them
+    assert len(list(files.folder.iterdir())) == 1
+    files.remove()
+    assert not files.folder.exists()

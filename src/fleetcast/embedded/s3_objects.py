@@ -84,13 +84,17 @@ class ObjectFiles:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._names = itertools.count()
+        self._owner = os.getpid()
 
     def new(self, max_size: int = 0, *_: object, **__: object) -> ObjectFile:
         """Called where moto calls ``tempfile.SpooledTemporaryFile(max_size)``."""
         return ObjectFile(self.folder / format(next(self._names), "x"))
 
     def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Remove the folder, from the process that made it only: a forked child that
+        exits through atexit must not take its parent's objects with it."""
+        if os.getpid() == self._owner:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def keep_objects_in_files(root: Path | None = None) -> ObjectFiles:
