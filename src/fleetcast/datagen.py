@@ -85,13 +85,11 @@ def generate_readings(
         and ``consumption`` (float, rounded to 3 decimals).
     """
     return _readings(
-        customers=customers,
+        _customer_ids(customers, customer_offset, customer_ids),
         start=start,
         days=days,
         readings_per_day=readings_per_day,
         seed=seed,
-        customer_offset=customer_offset,
-        customer_ids=customer_ids,
         gap_rate=gap_rate,
         holidays=holidays,
     ).to_pandas()
@@ -128,13 +126,11 @@ def write_readings(
         # At least one table, so that the arguments are checked for an empty fleet too.
         for first in range(0, max(len(ids), 1), CUSTOMERS_PER_TABLE):
             table = _readings(
-                customers=0,
+                ids[first : first + CUSTOMERS_PER_TABLE],
                 start=start,
                 days=days,
                 readings_per_day=readings_per_day,
                 seed=seed,
-                customer_offset=0,
-                customer_ids=ids[first : first + CUSTOMERS_PER_TABLE],
                 gap_rate=gap_rate,
                 holidays=holidays,
             )
@@ -152,18 +148,16 @@ def _open_for_writing(path: Path) -> io.BufferedIOBase:
 
 
 def _readings(
+    ids: list[str],
     *,
-    customers: int,
     start: date | str,
     days: int,
     readings_per_day: int,
     seed: int,
-    customer_offset: int,
-    customer_ids: Sequence[str] | None,
     gap_rate: float,
     holidays: str | None,
 ) -> pa.Table:
-    ids = _customer_ids(customers, customer_offset, customer_ids)
+    """The rows of the customers ``ids`` (checked by :func:`_customer_ids`)."""
     first_day = date.fromisoformat(start) if isinstance(start, str) else start
     if days < 1:
         raise ValueError(f"days must be at least 1, not {days}")
