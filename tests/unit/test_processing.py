@@ -657,6 +657,36 @@ def test_rejected_report_lists_a_bounded_sample_and_counts_the_rest(job: Job) ->
     assert (job.paths.report_output / "rejected.csv").stat().st_size < 300_000
 
 
+def test_repeats_in_every_shard_list_the_first_lines_of_the_file(job: Job) -> None:
+    # Given 600 customers' readings (spread over every history shard), then the whole file
+    # again, with one repeat of a new kind (same instant, other spelling) near the top
+    rows = [f"m{index:04d},2024-01-0{1 + day},{index}" for index in range(600) for day in (0, 1)]
+    rows.insert(1, "m0000,2024-01-01T00:00:00+00:00,7")  # line 3: repeats line 2
+    job.upload(HEADER + "\n".join(rows + rows[:1] + rows[2:]) + "\n")
+
+    # When the job runs
+    assert job.run() == 0
+
+    # Then every repeat is counted, and the report lists the first lines of the file,
+    # in line order, each naming the line that was kept
+    repeats = len(rows)  # line 3, and the second copy of every other row
+    assert job.summary.rejected_by_reason == {"duplicate_row": repeats}
+    assert job.summary.rows_accepted == 1200
+    rejected = job.rejected()
+    listed = [row for row in rejected if row["line"]]
+    lines = [int(row["line"]) for row in listed]
+    assert lines[0] == 3 and "as line 2," in listed[0]["message"]
+    assert listed[0]["timestamp"] == "2024-01-01T00:00:00+00:00"
+    assert lines == sorted(lines) and len(lines) == REJECTED_ROWS_PER_REASON
+    assert lines[1:] == list(range(len(rows) + 2, len(rows) + 2 + len(lines) - 1))
+    assert rejected[-1]["message"].startswith(
+        f"{repeats - REJECTED_ROWS_PER_REASON:,} more rows rejected"
+    )
+    # And each customer keeps the first of its readings
+    assert job.train("m0000") == [("2024-01-01", 0.0), ("2024-01-02", 0.0)]
+    assert job.train("m0599") == [("2024-01-01", 599.0), ("2024-01-02", 599.0)]
+
+
 def test_an_upload_over_the_size_limit_fails_saying_so(
     job: Job, monkeypatch: pytest.MonkeyPatch
 ) -> None:

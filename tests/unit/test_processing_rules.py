@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleetcast_common.contracts.processing import RejectReason
-from fleetcast_processing.aggregate import Frequency, PeriodTotals, Totals
-from fleetcast_processing.duplicates import SeenReadings, find_duplicates, reading_keys
+from fleetcast_processing.aggregate import Frequency, Totals, period_totals
+from fleetcast_processing.duplicates import deduplicate
 from fleetcast_processing.history import customer_file, merge
 from fleetcast_processing.source import _record_boundary
 from fleetcast_processing.validation import (
@@ -157,89 +156,52 @@ def test_rules_apply_in_order_and_first_broken_rule_wins() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    readings=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), min_size=0, max_size=80),
-    cuts=st.lists(st.integers(0, 80), max_size=6),
-)
-def test_duplicates_match_a_plain_set_however_the_file_is_split(
-    readings: list[tuple[int, int]], cuts: list[int]
-) -> None:
-    # Given (customer, instant) readings on lines 2.., split into blocks at arbitrary points
-    seen = SeenReadings()
+@given(readings=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=80))
+def test_duplicates_match_a_plain_set(readings: list[tuple[int, int]]) -> None:
+    # Given (customer, instant) readings on lines 2.., in file order
     codes = np.array([customer for customer, _ in readings], dtype=np.int64)
     instants = np.array(
         [_utc_us("2024-01-01T00:00:00+00:00") + second * US for _, second in readings],
         dtype=np.int64,
     )
     lines = np.arange(2, len(readings) + 2, dtype=np.int64)
-    bounds = sorted({0, len(readings), *(cut for cut in cuts if cut <= len(readings))})
 
-    # When each block is checked in turn
-    repeated: list[bool] = []
-    originals: list[int] = []
-    for start, end in itertools.pairwise(bounds):
-        keys = reading_keys(codes[start:end], instants[start:end])
-        found = find_duplicates(seen, keys, lines[start:end])
-        repeated += found.repeated.tolist()
-        originals += found.original_line[found.repeated].tolist()
+    # When they are deduplicated
+    found = deduplicate(codes, instants, lines)
 
-    # Then the rows marked are exactly those a set finds, each naming the first line
+    # Then the repeats are exactly those a set finds, each naming the first line, and the
+    # rows kept are the first of each reading, in (customer, instant) order
     first_line: dict[tuple[int, int], int] = {}
-    expected_repeated, expected_originals = [], []
+    expected_repeats: dict[int, int] = {}
     for line, reading in zip(lines.tolist(), readings, strict=True):
-        expected_repeated.append(reading in first_line)
         if reading in first_line:
-            expected_originals.append(first_line[reading])
+            expected_repeats[line] = first_line[reading]
         first_line.setdefault(reading, line)
-    assert repeated == expected_repeated
-    assert originals == expected_originals
-    assert len(seen) == len(first_line)
+    repeats = dict(zip(lines[found.repeated].tolist(), found.original_line.tolist(), strict=True))
+    assert repeats == expected_repeats
+    assert lines[found.kept].tolist() == [first_line[key] for key in sorted(first_line)]
 
 
-def test_seen_readings_survive_many_merges_of_interleaved_runs() -> None:
-    # Given blocks of random, interleaving keys (so runs merge by position, not by append)
-    rng = np.random.default_rng(7)
-    seen = SeenReadings()
-    expected: dict[int, int] = {}
-    line = 2
-    for size in (500, 300, 700, 100, 900, 50, 400):
-        keys = np.unique(rng.integers(0, 1_000_000, size))
-        new = np.array([int(key) not in expected for key in keys])
-        lines = np.arange(line, line + len(keys))
-        line += len(keys)
-
-        # When each block's new keys are added
-        seen.add(keys[new], lines[new])
-        expected.update({int(key): int(at) for key, at in zip(keys[new], lines[new], strict=True)})
-
-    # Then every key is found with its first line, and unknown keys are not found
-    probe = np.array([-5, *sorted(expected), 1_000_001], dtype=np.int64)
-    assert seen.first_lines(probe).tolist() == [expected.get(int(key), -1) for key in probe]
-    assert len(seen) == len(expected)
-
-
-def test_period_totals_match_a_plain_sum_over_unsorted_blocks() -> None:
-    # Given readings in random order, added in several blocks
+def test_period_totals_match_a_plain_sum_over_unsorted_readings() -> None:
+    # Given readings in random order
     rng = np.random.default_rng(1)
     codes = rng.integers(0, 5, 2000)
     instants = _utc_us("2024-01-01T00:00:00+00:00") + rng.integers(0, 10 * 86_400, 2000) * US
     values = rng.uniform(0, 10, 2000)
-    totals = PeriodTotals(Frequency("D"))
-    for start in range(0, 2000, 300):
-        block = slice(start, start + 300)
-        totals.add(codes[block], instants[block], values[block])
 
-    # When the totals are taken
-    result = totals.result()
+    # When they are totalled per day
+    result, rows = period_totals(codes, instants, values, Frequency("D"))
 
-    # Then they equal a plain per-(customer, day) sum, sorted by customer then day
-    expected: dict[tuple[int, int], float] = {}
+    # Then the totals equal a plain per-(customer, day) sum, sorted by customer then day,
+    # each with the count of its readings
+    expected: dict[tuple[int, int], list[float]] = {}
     for code, instant, value in zip(codes, instants, values, strict=True):
         key = (int(code), int(instant // (86_400 * US)))
-        expected[key] = expected.get(key, 0.0) + float(value)
+        expected.setdefault(key, []).append(float(value))
     keys = list(zip(result.codes.tolist(), result.periods.tolist(), strict=True))
     assert keys == sorted(expected)
-    assert result.values.tolist() == pytest.approx([expected[key] for key in keys])
+    assert result.values.tolist() == pytest.approx([sum(expected[key]) for key in keys])
+    assert rows.tolist() == [len(expected[key]) for key in keys]
 
 
 def test_frequency_labels() -> None:

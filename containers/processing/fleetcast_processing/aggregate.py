@@ -1,9 +1,4 @@
-"""Totals per (customer, period): what the job keeps of the readings it accepts.
-
-Memory grows with customers x periods, never with the size of the upload: each block is
-reduced to its own totals, and the partial totals are folded together whenever they
-outgrow the ones already folded.
-"""
+"""Totals per (customer, period): what the job keeps of the readings it accepts."""
 
 from __future__ import annotations
 
@@ -18,7 +13,6 @@ from fleetcast_common.contracts.processing import FREQUENCIES
 US_PER_HOUR = 3_600 * 1_000_000
 _PERIOD_BITS = 32
 _PERIOD_MASK = (1 << _PERIOD_BITS) - 1
-_FOLD_AT_LEAST = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -84,24 +78,16 @@ class Totals:
 
 
 def _sum_by_key(
-    keys: npt.NDArray[np.int64],
-    values: npt.NDArray[np.float64],
-    rows: npt.NDArray[np.int64] | None = None,
+    keys: npt.NDArray[np.int64], values: npt.NDArray[np.float64]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
-    """Sums per distinct key, and how many rows each sum is of (``rows``: of each value,
-    one when not given)."""
+    """Sums per distinct key (in key order), and how many values each sum is of."""
     if len(keys) == 0:
         return keys, values, np.zeros(0, np.int64)
     if is_sorted(keys):  # uploads sorted by customer and time skip the sort
         starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
-        counts = (
-            np.diff(starts, append=len(keys)) if rows is None else np.add.reduceat(rows, starts)
-        )
-        return keys[starts], np.add.reduceat(values, starts), counts
+        return keys[starts], np.add.reduceat(values, starts), np.diff(starts, append=len(keys))
     distinct, inverse, occurrences = np.unique(keys, return_inverse=True, return_counts=True)
     sums = np.bincount(inverse, weights=values, minlength=len(distinct)).astype(np.float64)
-    if rows is not None:
-        occurrences = np.bincount(inverse, weights=rows, minlength=len(distinct))
     return distinct, sums, occurrences.astype(np.int64)
 
 
@@ -109,46 +95,13 @@ def is_sorted(values: npt.NDArray[np.int64]) -> bool:
     return bool(np.all(values[1:] >= values[:-1]))
 
 
-class PeriodTotals:
-    """Accumulates accepted readings, block by block, into :class:`Totals`."""
-
-    def __init__(self, frequency: Frequency) -> None:
-        self.frequency = frequency
-        self._keys: list[npt.NDArray[np.int64]] = []
-        self._sums: list[npt.NDArray[np.float64]] = []
-        self._rows: list[npt.NDArray[np.int64]] = []
-        self._pending = 0
-        self._folded = 0
-
-    def add(
-        self,
-        codes: npt.NDArray[np.int64],
-        instants_us: npt.NDArray[np.int64],
-        values: npt.NDArray[np.float64],
-    ) -> None:
-        keys = (codes << _PERIOD_BITS) | self.frequency.periods(instants_us)
-        block_keys, block_sums, block_rows = _sum_by_key(keys, values)
-        self._keys.append(block_keys)
-        self._sums.append(block_sums)
-        self._rows.append(block_rows)
-        self._pending += len(block_keys)
-        if self._pending > 2 * max(self._folded, _FOLD_AT_LEAST):
-            self._fold()
-
-    def _fold(self) -> None:
-        keys, sums, rows = _sum_by_key(
-            np.concatenate(self._keys), np.concatenate(self._sums), np.concatenate(self._rows)
-        )
-        self._keys, self._sums, self._rows = [keys], [sums], [rows]
-        self._pending = self._folded = len(keys)
-
-    def result(self) -> Totals:
-        return self.result_with_rows()[0]
-
-    def result_with_rows(self) -> tuple[Totals, npt.NDArray[np.int64]]:
-        """The totals, and how many readings each one adds up."""
-        if not self._keys:
-            return Totals.empty(), np.zeros(0, np.int64)
-        self._fold()
-        keys, sums = self._keys[0], self._sums[0]
-        return Totals(keys >> _PERIOD_BITS, keys & _PERIOD_MASK, sums), self._rows[0]
+def period_totals(
+    codes: npt.NDArray[np.int64],
+    instants_us: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+    frequency: Frequency,
+) -> tuple[Totals, npt.NDArray[np.int64]]:
+    """Readings summed per (customer code, period), and how many readings each sum adds up."""
+    keys = (codes << _PERIOD_BITS) | frequency.periods(instants_us)
+    keys, sums, rows = _sum_by_key(keys, values)
+    return Totals(keys >> _PERIOD_BITS, keys & _PERIOD_MASK, sums), rows

@@ -1,14 +1,12 @@
 """Finding rows that repeat an earlier accepted reading (same customer, same instant).
 
-Every accepted reading is remembered as one 64-bit key plus the line it came from (12
-bytes), in a few sorted runs merged like a binary counter, so checking a block costs a
-handful of binary searches rather than a Python set of millions of tuples. This is the
-only state that grows with the upload's row count rather than with customers x periods.
+A history shard's accepted rows at a time (fleetcast_processing.spill): every customer's
+readings are in its shard, so a repeat is always found with its original.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -29,93 +27,37 @@ def reading_keys(
     return (codes << _MS_BITS) | milliseconds
 
 
-_Run = tuple[npt.NDArray[np.int64], npt.NDArray[np.uint32]]
-# Lines are kept as 32-bit numbers: 12 bytes per accepted reading in all.
-MAX_LINE = np.iinfo(np.uint32).max
-
-
-@dataclass
-class SeenReadings:
-    """Keys of accepted readings and the line each was first accepted from."""
-
-    _runs: list[_Run] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return sum(len(keys) for keys, _ in self._runs)
-
-    def first_lines(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """The line each key was accepted from, -1 for keys not seen before."""
-        found = np.full(len(keys), -1, dtype=np.int64)
-        for run_keys, run_lines in self._runs:
-            at = np.searchsorted(run_keys, keys)
-            inside = at < len(run_keys)
-            hit = np.zeros(len(keys), dtype=np.bool_)
-            hit[inside] = run_keys[at[inside]] == keys[inside]
-            found[hit] = run_lines[at[hit]]
-        return found
-
-    def add(self, keys: npt.NDArray[np.int64], lines: npt.NDArray[np.int64]) -> None:
-        """Remember new keys (unique, sorted, none seen before)."""
-        if len(keys) == 0:
-            return
-        if int(lines.max()) > MAX_LINE:
-            raise ValueError(f"line numbers above {MAX_LINE:,} are not supported")
-        self._runs.append((keys, lines.astype(np.uint32)))
-        # Merge while the newest run is at least half the size of the one before it: that
-        # keeps about log2(n) runs, and each key is merged about log2(n) times.
-        while len(self._runs) > 1 and 2 * len(self._runs[-1][0]) >= len(self._runs[-2][0]):
-            newer = self._runs.pop()
-            self._runs.append(_merge(self._runs.pop(), newer))
-
-
-def _merge(older: _Run, newer: _Run) -> _Run:
-    """Two sorted runs with no key in common as one sorted run, without a full sort."""
-    (older_keys, older_lines), (newer_keys, newer_lines) = older, newer
-    if older_keys[-1] < newer_keys[0]:  # sorted uploads: the newer run simply follows
-        return np.concatenate([older_keys, newer_keys]), np.concatenate([older_lines, newer_lines])
-    size = len(older_keys) + len(newer_keys)
-    at = np.searchsorted(older_keys, newer_keys) + np.arange(len(newer_keys))
-    from_older = np.ones(size, dtype=np.bool_)
-    from_older[at] = False
-    keys = np.empty(size, dtype=np.int64)
-    keys[at] = newer_keys
-    keys[from_older] = older_keys
-    lines = np.empty(size, dtype=np.uint32)
-    lines[at] = newer_lines
-    lines[from_older] = older_lines
-    return keys, lines
-
-
 def is_strictly_increasing(values: npt.NDArray[np.int64]) -> bool:
     return bool(np.all(values[1:] > values[:-1]))
 
 
 @dataclass(frozen=True)
-class Duplicates:
-    """For the rows given to :func:`find_duplicates`: which repeat a reading, and of which line."""
+class Deduplicated:
+    """Of one shard's accepted rows: those kept and those repeating an earlier reading."""
 
-    repeated: npt.NDArray[np.bool_]
+    # Positions of the rows kept, in (customer code, instant) order.
+    kept: npt.NDArray[np.int64]
+    # Positions of the repeats, and for each the line of the reading that was kept.
+    repeated: npt.NDArray[np.int64]
     original_line: npt.NDArray[np.int64]
 
 
-def find_duplicates(
-    seen: SeenReadings, keys: npt.NDArray[np.int64], lines: npt.NDArray[np.int64]
-) -> Duplicates:
-    """Mark rows whose key was accepted earlier (in this block or before) and remember the rest.
+def deduplicate(
+    codes: npt.NDArray[np.int64],
+    instants_us: npt.NDArray[np.int64],
+    lines: npt.NDArray[np.int64],
+) -> Deduplicated:
+    """Keep the first (lowest line) of the rows that share a customer and instant.
 
-    ``keys`` and ``lines`` are the block's otherwise-accepted rows, in file order.
+    The rows are in file order, so a stable sort by key puts each key's first line first.
     """
-    if is_strictly_increasing(keys):  # the usual sorted upload: no repeats inside the block
-        unique_keys, first_index = keys, np.arange(len(keys))
-        inverse = first_index
-    else:
-        unique_keys, first_index, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    first_in_block = np.zeros(len(keys), dtype=np.bool_)
-    first_in_block[first_index] = True
-    earlier = seen.first_lines(unique_keys)
-    block_first_lines = lines[first_index]
-    original = np.where(earlier >= 0, earlier, block_first_lines)[inverse]
-    repeated = ~first_in_block | (earlier[inverse] >= 0)
-    is_new = earlier < 0
-    seen.add(unique_keys[is_new], block_first_lines[is_new])
-    return Duplicates(repeated, original)
+    keys = reading_keys(codes, instants_us)
+    if is_strictly_increasing(keys):  # the usual sorted upload: nothing repeats
+        empty = np.zeros(0, dtype=np.int64)
+        return Deduplicated(np.arange(len(keys), dtype=np.int64), empty, empty)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    first = np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]])
+    group = np.cumsum(first) - 1
+    kept = order[first]
+    return Deduplicated(kept, order[~first], lines[kept][group[~first]])

@@ -1,10 +1,11 @@
 """One processing job: validate an upload, total it per customer and period, merge it into
-each customer's stored history, write the per-customer files and the report.
+each customer's stored history, write the training parts and the report.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from fleetcast_common.contracts.processing import (
     RAW_INPUT,
@@ -20,15 +22,9 @@ from fleetcast_common.contracts.processing import (
     JobLimits,
     ProcessingPaths,
     ProcessingSummary,
-    RejectReason,
 )
-from fleetcast_processing.aggregate import Frequency, PeriodTotals, Totals
-from fleetcast_processing.duplicates import (
-    MAX_CUSTOMERS,
-    SeenReadings,
-    find_duplicates,
-    reading_keys,
-)
+from fleetcast_processing.aggregate import Frequency, Totals, period_totals
+from fleetcast_processing.duplicates import MAX_CUSTOMERS, deduplicate
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.metadata_store import load_store, write_calendars
 from fleetcast_processing.report import RejectedRows, write_summary
@@ -40,18 +36,16 @@ from fleetcast_processing.source import (
     read_blocks,
     read_header,
 )
+from fleetcast_processing.spill import ShardSpill, ShardTotals
 from fleetcast_processing.validation import (
     ACCEPTED,
     FUTURE_TOLERANCE,
     CheckedBlock,
     CustomerCodes,
     check_rows,
-    reason_code,
 )
 
 logger = logging.getLogger(__name__)
-
-_DUPLICATE = reason_code(RejectReason.DUPLICATE_ROW)
 
 
 @dataclass(frozen=True)
@@ -107,20 +101,26 @@ class _Progress:
 
 
 def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
-    """Process one upload; raises :class:`UnusableInputError` when it cannot be used at all."""
+    """Process one upload; raises :class:`UnusableInputError` when it cannot be used at all.
+
+    Two passes: the upload is read once, its accepted readings set aside per history shard
+    (fleetcast_processing.spill); then each shard's readings are deduplicated and totalled,
+    and each shard's totals merged into its stored history. Memory holds one block of the
+    upload, then one shard.
+    """
     paths = settings.paths
     source_name = settings.source_name or upload_path.name
     customers = CustomerCodes()
-    seen = SeenReadings()
-    totals = PeriodTotals(settings.frequency)
     progress = _Progress()
     latest = settings.now + FUTURE_TOLERANCE
+    paths.scratch.mkdir(parents=True, exist_ok=True)
 
     with (
         UploadReader.open(upload_path, settings.limits.max_upload_bytes) as upload,
         RejectedRows(
             paths.report_output / REJECTED_FILE, latest, settings.limits.max_period_total
         ) as rejected,
+        tempfile.TemporaryDirectory(prefix="job-", dir=paths.scratch) as scratch,
     ):
         header = read_header(upload)
         progress.lines = header.line
@@ -131,47 +131,60 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
             header.delimiter,
             ", ".join(header.columns),
         )
-        for block in read_blocks(upload, header, settings.block_size):
-            checked, original_line = _check_block(
-                block, customers, seen, settings.now, header.delimiter == ";"
+        with ShardSpill(Path(scratch)) as spill:
+            for block in read_blocks(upload, header, settings.block_size):
+                checked = _check_block(block, customers, settings.now, header.delimiter == ";")
+                rejected.add(block, checked.reasons)
+                ok = np.flatnonzero(checked.reasons == ACCEPTED)
+                picked = pa.array(ok)
+                spill.add(
+                    customers.ids,
+                    checked.codes[ok],
+                    checked.instants[ok],
+                    checked.consumption[ok],
+                    block.lines[ok],
+                    block.timestamp.take(picked),
+                    block.consumption.take(picked),
+                )
+                progress.rows_read += len(block) + len(block.malformed)
+                progress.rows_accepted += len(ok)
+                progress.blank_rows += block.blank_rows
+                progress.lines += block.line_count
+                progress.continued_lines += block.continued_lines
+                progress.log(block, rejected.total)
+        uploaded = _total_shards(
+            spill,
+            customers,
+            settings.frequency,
+            settings.limits.max_period_total,
+            rejected,
+            Path(scratch),
+        )
+        progress.rows_accepted = progress.rows_read - rejected.total
+
+        if progress.rows_read == 0:
+            raise UnusableInputError("the file has a header but no data rows.")
+        if progress.rows_accepted == 0:
+            reasons_text = ", ".join(
+                f"{reason} {count:,}" for reason, count in rejected.by_reason.most_common()
             )
-            rejected.add(block, checked.reasons, original_line)
-            ok = checked.reasons == ACCEPTED
-            totals.add(checked.codes[ok], checked.instants[ok], checked.consumption[ok])
-            progress.rows_read += len(block) + len(block.malformed)
-            progress.rows_accepted += int(ok.sum())
-            progress.blank_rows += block.blank_rows
-            progress.lines += block.line_count
-            progress.continued_lines += block.continued_lines
-            progress.log(block, rejected.total)
-        uploaded = _without_implausible_periods(
-            totals, customers, settings.limits.max_period_total, rejected
-        )
-    progress.rows_accepted = progress.rows_read - rejected.total
+            raise UnusableInputError(
+                f"none of its {progress.rows_read:,} data rows is usable ({reasons_text}); "
+                f"the first rejected row is {rejected.first}."
+            )
+        if progress.blank_rows:
+            logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
 
-    if progress.rows_read == 0:
-        raise UnusableInputError("the file has a header but no data rows.")
-    if progress.rows_accepted == 0:
-        reasons_text = ", ".join(
-            f"{reason} {count:,}" for reason, count in rejected.by_reason.most_common()
+        written = write_shards(
+            uploaded,
+            customers.ids,
+            settings.frequency,
+            paths.history_input,
+            paths.history_output,
+            paths.train_output,
+            settings.training_instances,
         )
-        raise UnusableInputError(
-            f"none of its {progress.rows_read:,} data rows is usable ({reasons_text}); "
-            f"the first rejected row is {rejected.first}."
-        )
-    if progress.blank_rows:
-        logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
-
-    touched = {int(code): customers.ids[int(code)] for code in np.unique(uploaded.codes)}
-    written = write_shards(
-        uploaded,
-        customers.ids,
-        settings.frequency,
-        paths.history_input,
-        paths.history_output,
-        paths.train_output,
-        settings.training_instances,
-    )
+    touched = {int(code): customers.ids[int(code)] for code in uploaded.codes.tolist()}
     # The holidays training adds to each customer it trains (metadata/ holds the store).
     write_calendars(paths.calendars_output, touched.values(), load_store(paths.metadata_input))
     summary = ProcessingSummary(
@@ -189,7 +202,7 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         customers=len(touched),
         new_customers=len(touched) - written.customers_with_history,
         days_written=written.rows_written,
-        days_uploaded=len(uploaded),
+        days_uploaded=uploaded.periods,
         days_replaced=written.periods_replaced,
         history_shards_written=written.history_shards,
         train_parts=written.train_parts,
@@ -206,18 +219,67 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
     return summary
 
 
+def _total_shards(
+    spill: ShardSpill,
+    customers: CustomerCodes,
+    frequency: Frequency,
+    limit: float,
+    rejected: RejectedRows,
+    folder: Path,
+) -> ShardTotals:
+    """Each shard's readings without repeats, totalled per customer and period, less the
+    implausible periods; repeats and implausible periods are rejected."""
+    uploaded = ShardTotals(folder)
+    ids = pa.array(customers.ids, type=pa.string())
+    started = time.perf_counter()
+    for done, shard in enumerate(spill.shards, start=1):
+        readings = spill.read(shard)
+        codes = readings.column("code").to_numpy()
+        instants = readings.column("instant").to_numpy()
+        lines = readings.column("line").to_numpy()
+        found = deduplicate(codes, instants, lines)
+        if len(found.repeated):
+            picked = pa.array(found.repeated)
+            rejected.add_duplicates(
+                lines[found.repeated],
+                ids.take(pa.array(codes[found.repeated])),
+                readings.column("timestamp").take(picked),
+                readings.column("consumption").take(picked),
+                found.original_line,
+            )
+        kept = found.kept
+        values = readings.column("value").to_numpy()
+        totals, rows = period_totals(codes[kept], instants[kept], values[kept], frequency)
+        uploaded.put(
+            shard, _without_implausible_periods(totals, rows, customers, frequency, limit, rejected)
+        )
+        if done % 16 == 0 or done == len(spill.shards):
+            logger.info(
+                "totalled %s of %s history shards' readings (%s periods) in %.1f s",
+                done,
+                len(spill.shards),
+                f"{uploaded.periods:,}",
+                time.perf_counter() - started,
+            )
+    return uploaded
+
+
 def _without_implausible_periods(
-    totals: PeriodTotals, customers: CustomerCodes, limit: float, rejected: RejectedRows
+    uploaded: Totals,
+    rows: npt.NDArray[np.int64],
+    customers: CustomerCodes,
+    frequency: Frequency,
+    limit: float,
+    rejected: RejectedRows,
 ) -> Totals:
-    """The upload's totals, less the (customer, period) totals above ``limit``: their rows
-    are rejected, so that one absurd day cannot skew a customer's model."""
-    uploaded, rows = totals.result_with_rows()
+    """The totals, less those above ``limit`` (``rows``: how many readings each adds up):
+    their rows are rejected, so that one absurd day cannot skew a customer's model."""
     implausible = uploaded.values > limit
     if not implausible.any():
         return uploaded
     rejected.add_periods(
         [customers.ids[int(code)] for code in uploaded.codes[implausible]],
-        totals.frequency.format(uploaded.periods[implausible]),
+        frequency.format(uploaded.periods[implausible]),
         uploaded.values[implausible].tolist(),
         rows[implausible].tolist(),
     )
@@ -226,22 +288,10 @@ def _without_implausible_periods(
 
 
 def _check_block(
-    block: RowBlock,
-    customers: CustomerCodes,
-    seen: SeenReadings,
-    now: datetime,
-    decimal_comma: bool,
-) -> tuple[CheckedBlock, npt.NDArray[np.int64]]:
-    """Every rule, duplicates included, and for each duplicate the line that was kept."""
+    block: RowBlock, customers: CustomerCodes, now: datetime, decimal_comma: bool
+) -> CheckedBlock:
+    """Every rule but duplicates, which are found a history shard at a time."""
     codes = customers.encode(block.customer_id)
     if len(customers.ids) > MAX_CUSTOMERS:
         raise UnusableInputError(f"the file has more than {MAX_CUSTOMERS:,} customer ids.")
-    checked = check_rows(codes, block.timestamp, block.consumption, now, decimal_comma)
-    accepted = np.flatnonzero(checked.reasons == ACCEPTED)
-    keys = reading_keys(codes[accepted], checked.instants[accepted])
-    duplicates = find_duplicates(seen, keys, block.lines[accepted])
-    repeated = accepted[duplicates.repeated]
-    checked.reasons[repeated] = _DUPLICATE
-    original_line = np.full(len(block), -1, dtype=np.int64)
-    original_line[repeated] = duplicates.original_line[duplicates.repeated]
-    return checked, original_line
+    return check_rows(codes, block.timestamp, block.consumption, now, decimal_comma)

@@ -1,8 +1,9 @@
-"""The job's report: ``rejected.csv`` (streamed as rows are rejected) and ``summary.json``.
+"""The job's report: ``rejected.csv`` and ``summary.json``.
 
 rejected.csv is opened by people, often in a spreadsheet, and its rows come from whoever
-wrote the upload. So it lists a bounded sample per reason (counts cover every row), cuts
-every value it echoes, and defuses values a spreadsheet would run as a formula.
+wrote the upload. So it lists a bounded sample per reason (the first lines; counts cover
+every row), in line order, cuts every value it echoes, and defuses values a spreadsheet
+would run as a formula.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ SCHEMA = pa.schema(
     ]
 )
 assert tuple(SCHEMA.names) == REJECTED_COLUMNS
-_DUPLICATE = reason_code(RejectReason.DUPLICATE_ROW)
 _MALFORMED = reason_code(RejectReason.MALFORMED_ROW)
 # What a spreadsheet may take for a formula (OWASP, "CSV Injection"); plain numbers such as
 # "-0.5" are left as they are.
@@ -88,8 +88,8 @@ def reason_messages(latest: datetime) -> dict[RejectReason, str]:
 
 
 class RejectedRows:
-    """``rejected.csv``: its header is written at once, rejected rows as they are found, and
-    on closing one row per reason whose rows were not all listed, saying how many more."""
+    """``rejected.csv``: its header is written at once; on closing, the rows listed in line
+    order, then one row per reason whose rows were not all listed, saying how many more."""
 
     def __init__(
         self,
@@ -104,7 +104,9 @@ class RejectedRows:
         self._periods_left_out = 0
         self.by_reason: Counter[str] = Counter()
         self.listed: Counter[str] = Counter()
-        self.first: str | None = None
+        # The rows listed, written in line order on closing (at most per_reason a reason).
+        self._rows: list[pa.Table] = []
+        self._duplicates = SCHEMA.empty_table()
         messages = reason_messages(latest)
         self._messages = pa.array([messages[reason] for reason in REASONS], type=pa.string())
         self._reasons = pa.array([reason.value for reason in REASONS], type=pa.string())
@@ -121,17 +123,9 @@ class RejectedRows:
     def total(self) -> int:
         return sum(self.by_reason.values())
 
-    def add(
-        self,
-        block: RowBlock,
-        reasons: npt.NDArray[np.int8],
-        original_line: npt.NDArray[np.int64],
-    ) -> None:
+    def add(self, block: RowBlock, reasons: npt.NDArray[np.int8]) -> None:
         """Count the block's rejected rows (``reasons`` != 0) and its malformed rows, and list
-        those that fit under the cap.
-
-        ``original_line`` is, for duplicate rows, the line of the reading that was kept.
-        """
+        those that fit under the cap."""
         rejected = np.flatnonzero(reasons != ACCEPTED)
         codes = reasons[rejected].astype(np.int64)
         counts = np.bincount(codes, minlength=len(REASONS) + 1)
@@ -146,36 +140,70 @@ class RejectedRows:
         malformed = block.malformed[: self._room(RejectReason.MALFORMED_ROW)]
         self.listed.update({REASONS[code - 1].value: int(n) for code, n in _counts(codes).items()})
         self.listed[RejectReason.MALFORMED_ROW.value] += len(malformed)
-
-        messages = self._messages.take(pa.array(codes - 1))
-        duplicate = codes == _DUPLICATE
-        if duplicate.any():
-            kept = pc.cast(pa.array(original_line[rejected]), pa.string())
-            named = pc.binary_join_element_wise(
-                "same customer_id and timestamp as line ", kept, ", which was kept", ""
-            )
-            messages = pc.if_else(pa.array(duplicate), named, messages)
         picked = pa.array(rejected, type=pa.int64())
-        table = pa.table(
+        self._rows.append(
+            pa.table(
+                [
+                    pa.array(block.lines[rejected]),
+                    block.customer_id.take(picked),
+                    block.timestamp.take(picked),
+                    block.consumption.take(picked),
+                    self._reasons.take(pa.array(codes - 1)),
+                    self._messages.take(pa.array(codes - 1)),
+                ],
+                schema=SCHEMA,
+            )
+        )
+        if malformed:
+            self._rows.append(self._malformed_table(malformed))
+
+    def add_duplicates(
+        self,
+        lines: npt.NDArray[np.int64],
+        customer_ids: pa.Array,
+        timestamps: pa.Array,
+        consumption: pa.Array,
+        original_line: npt.NDArray[np.int64],
+    ) -> None:
+        """Reject rows that repeat an earlier reading (``original_line``: its line). They come
+        a history shard at a time, not in file order: the first per_reason lines of all the
+        shards are listed."""
+        if len(lines) == 0:
+            return
+        self.by_reason[RejectReason.DUPLICATE_ROW.value] += len(lines)
+        picked = pa.array(np.argsort(lines, kind="stable")[: self.per_reason])
+        kept = pc.cast(pa.array(original_line).take(picked), pa.string())
+        rows = pa.table(
             [
-                pa.array(block.lines[rejected]),
-                block.customer_id.take(picked),
-                block.timestamp.take(picked),
-                block.consumption.take(picked),
-                self._reasons.take(pa.array(codes - 1)),
-                messages,
+                pa.array(lines).take(picked),
+                customer_ids.take(picked),
+                timestamps.take(picked),
+                consumption.take(picked),
+                pa.nulls(len(picked), pa.string()).fill_null(RejectReason.DUPLICATE_ROW.value),
+                pc.binary_join_element_wise(
+                    "same customer_id and timestamp as line ", kept, ", which was kept", ""
+                ),
             ],
             schema=SCHEMA,
         )
-        if malformed:
-            table = pa.concat_tables([table, self._malformed_table(malformed)])
-            table = table.sort_by("line")
+        merged = pa.concat_tables([self._duplicates, rows]).sort_by("line")
+        self._duplicates = merged.slice(0, self.per_reason)
+
+    @property
+    def first(self) -> str | None:
+        """The first rejected row listed, for a message: by line, else the first period."""
+        table = self._listed()
         if table.num_rows == 0:
-            return
-        self._write(table)
-        if self.first is None:
-            row = table.slice(0, 1).to_pylist()[0]
-            self.first = f"line {row['line']}: {row['reason']} ({row['message']})"
+            return None
+        row = table.slice(0, 1).to_pylist()[0]
+        if row["line"] is None:
+            return f"{row['timestamp']} of customer {row['customer_id']}: {row['reason']}"
+        return f"line {row['line']}: {row['reason']} ({row['message']})"
+
+    def _listed(self) -> pa.Table:
+        """Every row listed so far, in line order (rejected periods, which have none, last)."""
+        table = pa.concat_tables([*self._rows, self._duplicates])
+        return table.sort_by("line")  # nulls (periods) last
 
     def add_periods(
         self, customer_ids: list[str], periods: pa.Array, totals: list[float], rows: list[int]
@@ -190,9 +218,7 @@ class RejectedRows:
         self._periods_left_out += len(customer_ids) - len(shown)
         if not shown:
             return
-        if self.first is None:
-            self.first = f"{shown[0][1]} of customer {shown[0][0]}: {reason.value}"
-        self._write(
+        self._rows.append(
             pa.table(
                 {
                     "line": pa.nulls(len(shown), pa.int64()),
@@ -245,7 +271,12 @@ class RejectedRows:
         )
 
     def close(self) -> None:
-        """List, per reason with rows left out, how many were (the report's last rows)."""
+        """Write the rows listed, in line order, then, per reason with rows left out, how many
+        were (the report's last rows)."""
+        self.listed[RejectReason.DUPLICATE_ROW.value] = self._duplicates.num_rows
+        listed = self._listed()
+        if listed.num_rows:
+            self._write(listed)
         unlisted = {
             reason: (f"{count - self.listed[reason]:,} more rows")
             for reason, count in sorted(self.by_reason.items())

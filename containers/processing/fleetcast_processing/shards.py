@@ -3,8 +3,9 @@
 For each history shard holding a customer of the upload: read the shard (and the old
 per-customer files of its customers not yet in it), merge the upload into its customers'
 rows, write the shard back whole, and append the merged rows of the upload's customers
-to their training parts. Memory holds the upload's totals and one shard, whatever the
-size of the fleet; untouched shards are neither read nor written.
+to their training parts. Memory holds one shard's totals of the upload and one stored
+shard, whatever the size of the fleet or the upload; untouched shards are neither read
+nor written.
 
 The shards are fleetcast's own output, so anything unreadable in one fails the job with
 its name rather than being dropped: the merged shard replaces the stored one, and
@@ -37,6 +38,7 @@ from fleetcast_common.contracts.shards import (
 from fleetcast_processing.aggregate import Frequency, Totals
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.history import load_history, merge
+from fleetcast_processing.spill import ShardTotals
 
 SCHEMA = pa.schema(
     [
@@ -60,7 +62,7 @@ class ShardedWrite:
 
 
 def write_shards(
-    uploaded: Totals,
+    uploaded: ShardTotals,
     customer_ids: Sequence[str],
     frequency: Frequency,
     history_input: Path,
@@ -71,7 +73,7 @@ def write_shards(
     """Merge ``uploaded`` (codes index ``customer_ids``) into the stored history shards and
     write the run's training parts for ``instances`` training instances."""
     _refuse_other_shard_counts(history_input)
-    touched = np.unique(uploaded.codes)
+    touched = uploaded.codes
     result = ShardedWrite()
     if len(touched) == 0:
         return result
@@ -84,21 +86,16 @@ def write_shards(
     part_of = np.full(len(customer_ids), -1, dtype=np.int64)
     part_of[by_id] = np.arange(len(by_id)) % result.train_parts
     result.part_rows = [0] * result.train_parts
-    shard_of = np.full(len(customer_ids), -1, dtype=np.int64)
-    shard_of[touched] = [history_shard_of(customer_ids[code]) for code in touched.tolist()]
-
-    # The upload's rows grouped by shard; a stable sort keeps each customer's periods in order.
-    row_shards = shard_of[uploaded.codes]
-    order = np.argsort(row_shards, kind="stable")
-    bounds = np.searchsorted(row_shards[order], np.arange(HISTORY_SHARDS + 1))
     with _TrainParts(train_output) as parts:
-        for shard in range(HISTORY_SHARDS):
-            rows = order[bounds[shard] : bounds[shard + 1]]
-            if len(rows) == 0:
-                continue
-            part = Totals(uploaded.codes[rows], uploaded.periods[rows], uploaded.values[rows])
+        for shard in uploaded.shards:
             merged = _merge_shard(
-                shard, part, customer_ids, frequency, history_input, history_output, result
+                shard,
+                uploaded.get(shard),
+                customer_ids,
+                frequency,
+                history_input,
+                history_output,
+                result,
             )
             written = parts.append(
                 _to_table(merged, customer_ids, frequency), part_of[merged.codes]

@@ -30,6 +30,9 @@ REPORT_OUTPUT = "/opt/ml/processing/output/report"
 METADATA_INPUT = "/opt/ml/processing/input/metadata"
 METADATA_OUTPUT = "/opt/ml/processing/output/metadata"
 CALENDARS_OUTPUT = "/opt/ml/processing/output/calendars"
+# The job's own working files (the upload's readings set aside per shard): on the job's
+# storage volume with its inputs and outputs, named by no input or output, so never uploaded.
+SCRATCH = "/opt/ml/processing/scratch"
 
 INPUT_RAW = "raw"
 INPUT_HISTORY = "history"
@@ -63,6 +66,7 @@ class ProcessingPaths:
     metadata_input: Path
     metadata_output: Path
     calendars_output: Path
+    scratch: Path
 
     @classmethod
     def under(cls, root: Path | None = None) -> ProcessingPaths:
@@ -76,6 +80,7 @@ class ProcessingPaths:
             metadata_input=resolve(METADATA_INPUT, root),
             metadata_output=resolve(METADATA_OUTPUT, root),
             calendars_output=resolve(CALENDARS_OUTPUT, root),
+            scratch=resolve(SCRATCH, root),
         )
 
 
