@@ -119,6 +119,8 @@ class MemoryPeaks:
     interval: float = 0.5
     by_process: dict[str, int] = field(default_factory=dict)
     tree: int = 0
+    # At the moment of ``tree``: each kind of process's share (PSS, summed over its kind).
+    at_peak: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -134,7 +136,7 @@ class MemoryPeaks:
     def _sample(self) -> None:
         me = psutil.Process()
         while not self._stop.wait(self.interval):
-            total = 0
+            shares: dict[str, int] = {}
             for process in [me, *me.children(recursive=True)]:
                 try:
                     memory = process.memory_full_info()
@@ -144,9 +146,10 @@ class MemoryPeaks:
                 if not cmdline:
                     continue  # a child that has exited and not yet been waited for
                 label = _label(cmdline)
-                total += memory.pss
+                shares[label] = shares.get(label, 0) + memory.pss
                 self.by_process[label] = max(self.by_process.get(label, 0), memory.rss)
-            self.tree = max(self.tree, total)
+            if sum(shares.values()) > self.tree:
+                self.tree, self.at_peak = sum(shares.values()), shares
 
 
 def _label(cmdline: Sequence[str]) -> str:
@@ -157,7 +160,7 @@ def _label(cmdline: Sequence[str]) -> str:
         ("fleetcast_training", "training container"),
         ("fleetcast_inference", "inference container"),
         ("multiprocessing.spawn", "function worker"),
-        ("multiprocessing.forkserver", "forkserver"),
+        ("multiprocessing.forkserver", "forkserver and the function workers it forks"),
         ("multiprocessing.resource_tracker", "multiprocessing resource tracker"),
     ):
         if marker in text:
@@ -185,6 +188,8 @@ class Results:
     s3_requests_per_customer: dict[str, float] = field(default_factory=dict)
     peak_memory_mib: dict[str, float] = field(default_factory=dict)
     peak_memory_tree_mib: float = 0.0
+    # What the whole stack's peak was made of: each kind of process's PSS then, summed.
+    peak_memory_tree_by_kind_mib: dict[str, float] = field(default_factory=dict)
     functions: dict[str, dict[str, float]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -341,9 +346,11 @@ def show(results: Results) -> None:
         )
     )
     memory.add_column("process")
-    memory.add_column("peak MiB", justify="right")
+    memory.add_column("its own peak MiB (RSS)", justify="right")
+    memory.add_column("at the stack's peak MiB (PSS, all of its kind)", justify="right")
     for label, mib in sorted(results.peak_memory_mib.items(), key=lambda item: -item[1]):
-        memory.add_row(label, f"{mib:,.0f}")
+        share = results.peak_memory_tree_by_kind_mib.get(label)
+        memory.add_row(label, f"{mib:,.0f}", "-" if share is None else f"{share:,.0f}")
     console.print(memory)
     functions = Table(title="functions: longest invocation against the timeout")
     for column in ("function", "invocations", "longest s", "timeout s", "share"):
@@ -438,6 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     results.peak_memory_mib = {label: rss / 2**20 for label, rss in memory.by_process.items()}
     results.peak_memory_tree_mib = memory.tree / 2**20
+    results.peak_memory_tree_by_kind_mib = {
+        label: pss / 2**20 for label, pss in memory.at_peak.items()
+    }
     show(results)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(asdict(results), indent=1) + "\n")

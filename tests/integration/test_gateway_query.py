@@ -1,5 +1,6 @@
-"""The local stack's moto answers a table Query from the named partition alone, with what
-DynamoDB would answer (fleetcast.embedded.gateway.query_partitions_only)."""
+"""The local stack's moto answers a table Query from the named partition alone, and backs
+up only the partitions a transaction writes, with what DynamoDB would answer
+(fleetcast.embedded.gateway.query_partitions_only, transactions_back_up_partitions)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,15 @@ from typing import Any
 import boto3
 import pytest
 from boto3.dynamodb.conditions import Attr, Key
+from botocore.exceptions import ClientError
+from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.table import Table
 
-from fleetcast.embedded.gateway import Gateway, _query_one_partition
+from fleetcast.embedded.gateway import (
+    Gateway,
+    _query_one_partition,
+    _transact_backing_up_partitions,
+)
 
 
 @pytest.fixture
@@ -73,3 +80,46 @@ def test_a_query_reads_its_partition_in_order_with_conditions_pages_and_counts(
     assert table.query(KeyConditionExpression=Key("pk").eq("nobody"))["Items"] == []
     # And the table itself is as it was: a scan still sees every partition
     assert len(table.scan()["Items"]) == 16
+
+
+def test_a_cancelled_transaction_leaves_every_partition_as_it_was(table: Any) -> None:
+    # Given moto's transactions backing up the partitions they write
+    assert DynamoDBBackend.transact_write_items is _transact_backing_up_partitions
+    client = table.meta.client
+
+    def put(pk: str, sk: str, n: int, condition: str | None = None) -> dict[str, Any]:
+        action: dict[str, Any] = {"TableName": table.name, "Item": {"pk": pk, "sk": sk, "n": n}}
+        if condition:
+            action["ConditionExpression"] = condition
+        return {"Put": action}
+
+    # When a transaction's last action fails its condition, after a change, an update
+    # and a new partition
+    with pytest.raises(ClientError) as cancelled:
+        client.transact_write_items(
+            TransactItems=[
+                put("c1", "CHUNK#1", 100),
+                {
+                    "Update": {
+                        "TableName": table.name,
+                        "Key": {"pk": "c2", "sk": "REGISTRATION"},
+                        "UpdateExpression": "SET n = :n",
+                        "ExpressionAttributeValues": {":n": 200},
+                    }
+                },
+                put("new", "X", 1),
+                put("RUN#a", "CHUNK#1", 300, "attribute_not_exists(pk)"),
+            ]
+        )
+
+    # Then nothing was written, and the reasons name the action that failed
+    reasons = [reason["Code"] for reason in cancelled.value.response["CancellationReasons"]]
+    assert reasons == ["None", "None", "None", "ConditionalCheckFailed"]
+    items = {(item["pk"], item["sk"]): item["n"] for item in table.scan()["Items"]}
+    assert len(items) == 16 and set(items.values()) == {2, 5}
+    # And a transaction whose conditions hold writes every action
+    client.transact_write_items(
+        TransactItems=[put("c1", "CHUNK#1", 100), put("new", "X", 1, "attribute_not_exists(pk)")]
+    )
+    assert table.get_item(Key={"pk": "c1", "sk": "CHUNK#1"})["Item"]["n"] == 100
+    assert table.get_item(Key={"pk": "new", "sk": "X"})["Item"]["n"] == 1

@@ -106,3 +106,25 @@ def test_a_run_record_without_its_fields_is_a_run_not_started(
     registry.start_run(run_id, "job", chunks_total=2, lost=0)
     started = registry.run(run_id)
     assert started is not None and started.chunks_total == 2 and not started.complete
+
+
+def test_promotions_share_transactions_and_a_stale_read_fails_alone(
+    registry: ModelRegistry,
+) -> None:
+    # Given customer "a" live on the old run
+    assert registry.promote(record(OLD, "a")) == 1
+
+    # When 150 customers are promoted on the new run at once (two transactions), "a" on a
+    # stale read (nothing live)
+    others = [f"c{index:03d}" for index in range(149)]
+    versions = registry.promote_many(
+        [(record(NEW, "a"), None), *((record(NEW, customer), None) for customer in others)]
+    )
+
+    # Then "a" is refused (read again and decide again), every other one goes live
+    assert versions == [None] + [1] * len(others)
+    live = registry.live("a")
+    assert live is not None and (live.run_id, live.model_version) == (OLD, 1)
+    for customer in (others[0], others[99], others[-1]):
+        live = registry.live(customer)
+        assert live is not None and (live.run_id, live.model_version) == (NEW, 1)

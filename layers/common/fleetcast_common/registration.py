@@ -54,6 +54,7 @@ from fleetcast_common.processing_report import customers_sent
 from fleetcast_common.registry import (
     ChunkCounts,
     CustomerState,
+    LiveModel,
     ModelRecord,
     ModelRegistry,
     ModelStatus,
@@ -393,76 +394,114 @@ def _model_record(
     )
 
 
-def _decide(
-    record: ModelRecord, state: CustomerState, ratio: float, registry: ModelRegistry
-) -> tuple[CustomerRegistration, ModelRecord | None]:
-    """The customer's registration, and the MODEL record to write (batched by the caller).
-    A promotion is written here, by the conditional update of the LIVE record; None as the
-    registration's status means it was decided by an earlier delivery."""
+class _Promotion(BaseModel):
+    """A customer whose model goes live unless its LIVE record changed since it was read."""
+
+    record: ModelRecord
+    live: LiveModel | None
+    gate_note: str | None = None
+
+
+_Decision = tuple[CustomerRegistration, ModelRecord | None]
+
+
+def _decide(record: ModelRecord, state: CustomerState, ratio: float) -> _Decision | _Promotion:
+    """The customer's registration and the MODEL record to write (batched by the caller),
+    or the promotion to try. None as the registration's status means it was decided by an
+    earlier delivery."""
     customer_id, run_id, target = record.customer_id, record.run_id, record.target_model
     metrics = record.metrics
-    for _ in range(PROMOTION_ATTEMPTS):
-        if state.decided is not None:
+    if state.decided is not None:
+        return CustomerRegistration(
+            customer_id=customer_id,
+            status=None,
+            model_version=state.decided.model_version,
+            target_model=target,
+            repeated=True,
+            earlier_status=state.decided.status,
+            note=f"already registered by an earlier delivery ({state.decided.status})",
+        ), None
+    live = state.live
+    if live is not None and live.run_id >= run_id:
+        if live.run_id == run_id:
+            # Promoted by an earlier delivery that stopped before its MODEL records.
+            repaired = record.model_copy(update={"model_version": live.model_version})
             return CustomerRegistration(
                 customer_id=customer_id,
                 status=None,
-                model_version=state.decided.model_version,
+                model_version=live.model_version,
                 target_model=target,
                 repeated=True,
-                earlier_status=state.decided.status,
-                note=f"already registered by an earlier delivery ({state.decided.status})",
-            ), None
-        live = state.live
-        if live is not None and live.run_id >= run_id:
-            if live.run_id == run_id:
-                # Promoted by an earlier delivery that stopped before its MODEL records.
-                repaired = record.model_copy(update={"model_version": live.model_version})
-                return CustomerRegistration(
-                    customer_id=customer_id,
-                    status=None,
-                    model_version=live.model_version,
-                    target_model=target,
-                    repeated=True,
-                    earlier_status=ModelStatus.LIVE,
-                    note="already registered by an earlier delivery",
-                ), repaired
-            return CustomerRegistration(
-                customer_id=customer_id,
-                status=ModelStatus.SUPERSEDED,
-                target_model=target,
-                note=f"run {live.run_id} is newer and live",
-            ), record.model_copy(update={"status": ModelStatus.SUPERSEDED})
-        gate_note = None
-        if not passes_quality_gate(metrics, ratio):
-            gate_note = (
-                f"holdout sMAPE {metrics.smape:.4f} is over {ratio} x seasonal-naive's "
-                f"{metrics.naive_smape:.4f}"
-            )
-            # The gate keeps a worse model from replacing a live one; a customer without a
-            # live model is better served by this one than by none.
-            if live is not None:
-                return CustomerRegistration(
-                    customer_id=customer_id,
-                    status=ModelStatus.REJECTED,
-                    target_model=target,
-                    note=gate_note,
-                ), record.model_copy(update={"status": ModelStatus.REJECTED})
-        version = registry.promote_from(record, live)
-        if version is not None:
-            return CustomerRegistration(
-                customer_id=customer_id,
-                status=ModelStatus.LIVE,
-                model_version=version,
-                target_model=target,
-                note=gate_note and f"first model, live despite the gate: {gate_note}",
-            ), record.model_copy(update={"model_version": version})
-        # Another run (or delivery) changed the LIVE record meanwhile: decide again.
-        state = CustomerState(
-            live=registry.live(customer_id), decided=registry.model(customer_id, run_id)
+                earlier_status=ModelStatus.LIVE,
+                note="already registered by an earlier delivery",
+            ), repaired
+        return CustomerRegistration(
+            customer_id=customer_id,
+            status=ModelStatus.SUPERSEDED,
+            target_model=target,
+            note=f"run {live.run_id} is newer and live",
+        ), record.model_copy(update={"status": ModelStatus.SUPERSEDED})
+    gate_note = None
+    if not passes_quality_gate(metrics, ratio):
+        gate_note = (
+            f"holdout sMAPE {metrics.smape:.4f} is over {ratio} x seasonal-naive's "
+            f"{metrics.naive_smape:.4f}"
         )
+        # The gate keeps a worse model from replacing a live one; a customer without a
+        # live model is better served by this one than by none.
+        if live is not None:
+            return CustomerRegistration(
+                customer_id=customer_id,
+                status=ModelStatus.REJECTED,
+                target_model=target,
+                note=gate_note,
+            ), record.model_copy(update={"status": ModelStatus.REJECTED})
+    return _Promotion(record=record, live=live, gate_note=gate_note)
+
+
+def _decide_all(
+    records: list[ModelRecord],
+    states: dict[str, CustomerState],
+    ratio: float,
+    registry: ModelRegistry,
+    run_id: str,
+) -> list[_Decision]:
+    """Every customer's decision, the promotions written by conditional Puts of their LIVE
+    records, a hundred to a transaction; those whose LIVE record changed meanwhile (another
+    run, or another delivery) are read again and decided again."""
+    decided: dict[str, _Decision] = {}
+    pending = records
+    for _ in range(PROMOTION_ATTEMPTS):
+        promotions: list[_Promotion] = []
+        for record in pending:
+            outcome = _decide(record, states[record.customer_id], ratio)
+            if isinstance(outcome, _Promotion):
+                promotions.append(outcome)
+            else:
+                decided[record.customer_id] = outcome
+        versions = registry.promote_many([(p.record, p.live) for p in promotions])
+        pending = []
+        for promotion, version in zip(promotions, versions, strict=True):
+            record, gate_note = promotion.record, promotion.gate_note
+            if version is None:
+                pending.append(record)
+                continue
+            decided[record.customer_id] = (
+                CustomerRegistration(
+                    customer_id=record.customer_id,
+                    status=ModelStatus.LIVE,
+                    model_version=version,
+                    target_model=record.target_model,
+                    note=gate_note and f"first model, live despite the gate: {gate_note}",
+                ),
+                record.model_copy(update={"model_version": version}),
+            )
+        if not pending:
+            return [decided[record.customer_id] for record in records]
+        states.update(registry.states([record.customer_id for record in pending], run_id))
     raise RuntimeError(
-        f"customer {customer_id}: the live model kept changing during {PROMOTION_ATTEMPTS} "
-        f"attempts to register run {run_id}"
+        f"customer {pending[0].customer_id} (and {len(pending) - 1} more): the live model "
+        f"kept changing during {PROMOTION_ATTEMPTS} attempts to register run {run_id}"
     )
 
 
@@ -524,15 +563,7 @@ def register_chunk(
         if r.metadata is not None
     ]
     states = registry.states([r.customer_id for r in decidable], chunk.run_id)
-    with ThreadPoolExecutor(PARALLEL_REQUESTS) as pool:
-        decided = list(
-            pool.map(
-                lambda record: _decide(
-                    record, states[record.customer_id], quality_gate_ratio, registry
-                ),
-                decidable,
-            )
-        )
+    decided = _decide_all(decidable, states, quality_gate_ratio, registry, chunk.run_id)
     for registration, unconditional in decided:
         outcomes.append(
             registration.model_copy(update={"recovered": registration.customer_id in recovered})

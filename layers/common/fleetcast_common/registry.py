@@ -39,6 +39,11 @@ RUN_RECORD = "REGISTRATION"
 CHUNK_PREFIX = "CHUNK#"
 # BatchGetItem reads at most 100 keys a request; two per customer (LIVE and MODEL#run).
 _CUSTOMERS_PER_BATCH_GET = 50
+# TransactWriteItems takes at most 100 actions.
+_PUTS_PER_TRANSACTION = 100
+# Why a cancelled transaction's action failed when its customer's LIVE record changed
+# since it was read (or is being changed by a concurrent transaction).
+_DECIDE_AGAIN = frozenset({"ConditionalCheckFailed", "TransactionConflict"})
 
 
 class ModelStatus(StrEnum):
@@ -201,15 +206,55 @@ class ModelRegistry:
         return int(response["Attributes"]["model_version"])
 
     def promote_from(self, record: ModelRecord, seen: LiveModel | None) -> int | None:
-        """Make ``record`` the customer's live model if the LIVE record is still ``seen``
-        (read just before) and older than this run: one conditional PutItem of the whole
-        LIVE record, whose new version is known beforehand so that the MODEL record can be
-        batched. (A PutItem rather than an UpdateItem setting each field: the same record,
-        and moto parses a SET of twenty fields for seven times as long.)
+        """:meth:`promote_many` for one customer."""
+        return self.promote_many([(record, seen)])[0]
 
-        Returns the new version, or None when the LIVE record changed since it was read
-        (another run, or another delivery of this one): read again and decide again.
+    def promote_many(
+        self, promotions: list[tuple[ModelRecord, LiveModel | None]]
+    ) -> list[int | None]:
+        """Make each ``record`` its customer's live model if the LIVE record is still
+        ``seen`` (read just before) and older than this run: a conditional Put of the whole
+        LIVE record each, whose new version is known beforehand so that the MODEL records
+        can be batched; up to 100 of them to a TransactWriteItems request.
+
+        Returns each new version, or None where the LIVE record changed since it was read
+        (another run, or another delivery of this one): read again and decide again. A
+        transaction is all or nothing, so the Puts whose condition held are sent again
+        without those whose condition failed.
         """
+        versions: list[int | None] = [None] * len(promotions)
+        client = self._table.meta.client
+        for start in range(0, len(promotions), _PUTS_PER_TRANSACTION):
+            pending = list(range(start, min(start + _PUTS_PER_TRANSACTION, len(promotions))))
+            while pending:
+                puts = [self._live_put(*promotions[index]) for index in pending]
+                try:
+                    client.transact_write_items(TransactItems=puts)
+                except ClientError as error:
+                    if error_code(error) != "TransactionCanceledException":
+                        raise
+                    reasons = error.response.get("CancellationReasons") or []
+                    codes = [reason.get("Code", "None") for reason in reasons]
+                    if set(codes) - {"None", *_DECIDE_AGAIN} or len(codes) != len(pending):
+                        raise
+                    changed = {
+                        index
+                        for index, code in zip(pending, codes, strict=True)
+                        if code in _DECIDE_AGAIN
+                    }
+                    pending = [index for index in pending if index not in changed]
+                    continue
+                for index in pending:
+                    seen = promotions[index][1]
+                    versions[index] = (seen.model_version if seen else 0) + 1
+                pending = []
+        return versions
+
+    def _live_put(self, record: ModelRecord, seen: LiveModel | None) -> dict[str, Any]:
+        """The conditional Put of :meth:`promote_many` (values as the table resource's
+        client takes them, which serializes them). (A Put of
+        the whole LIVE record rather than an Update setting each field: the same record,
+        and moto parses a SET of twenty fields for seven times as long.)"""
         version = (seen.model_version if seen else 0) + 1
         live = record.model_dump(mode="json", exclude={"status", "model_version"})
         live.update(record=LIVE, updated_at=datetime.now(UTC).isoformat(), model_version=version)
@@ -221,18 +266,18 @@ class ModelRegistry:
         )
         if seen is not None:
             values[":seen_version"] = seen.model_version
-        try:
-            self._table.put_item(
-                Item=_to_item(live),
-                ConditionExpression=condition,
-                ExpressionAttributeNames={"#run_id": "run_id", "#model_version": "model_version"},
-                ExpressionAttributeValues=values,
-            )
-        except Exception as error:
-            if error_code(error) == "ConditionalCheckFailedException":
-                return None
-            raise
-        return version
+        return {
+            "Put": {
+                "TableName": self._table.name,
+                "Item": _to_item(live),
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": {
+                    "#run_id": "run_id",
+                    "#model_version": "model_version",
+                },
+                "ExpressionAttributeValues": values,
+            }
+        }
 
     def record_many(self, records: list[ModelRecord]) -> None:
         """Write MODEL records once their decision is made (the promotion's condition was

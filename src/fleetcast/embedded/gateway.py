@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -116,6 +118,61 @@ def query_partitions_only() -> None:
     Table.query = _query_one_partition  # type: ignore[method-assign,assignment]
 
 
+_moto_transact_write_items = DynamoDBBackend.transact_write_items
+_transacting = threading.local()
+
+
+def _table_deepcopy(table: Table, memo: dict[int, Any]) -> Table:
+    """A table's deep copy, as Python makes one; within a transaction of
+    :func:`_transact_backing_up_partitions`, the table itself (moto's backup of it)."""
+    if getattr(_transacting, "active", False):
+        return table
+    copied = copy.copy(table)
+    memo[id(table)] = copied
+    copied.__dict__.update(copy.deepcopy(table.__dict__, memo))
+    return copied
+
+
+def _transact_backing_up_partitions(
+    backend: DynamoDBBackend, transact_items: list[dict[str, Any]]
+) -> None:
+    """moto's TransactWriteItems, backing up only the partitions its actions name.
+
+    moto 5.2.5 deep-copies every table a transaction writes, to put it back if the
+    transaction is cancelled: at 100k customers the registry holds 200k items, and each
+    transaction of registration's promotions would copy them all. This keeps deep copies
+    of the partitions the actions write (a customer's few records) and puts those back;
+    moto's own restore puts back the table itself.
+    """
+    backups: list[tuple[Table, DynamoType, Any]] = []
+    for action in transact_items:
+        operation: dict[str, Any] = next(iter(action.values()), {})
+        table = backend.tables.get(str(operation.get("TableName")))
+        key = operation.get("Item") or operation.get("Key") or {}
+        if table is None or table.hash_key_attr not in key:
+            continue
+        hash_key = DynamoType(key[table.hash_key_attr])
+        backups.append((table, hash_key, copy.deepcopy(table.items.get(hash_key))))
+    _transacting.active = True
+    try:
+        _moto_transact_write_items(backend, transact_items)
+    except Exception:
+        for table, hash_key, partition in reversed(backups):
+            if partition is None:
+                table.items.pop(hash_key, None)
+            else:
+                table.items[hash_key] = partition
+        raise
+    finally:
+        _transacting.active = False
+
+
+def transactions_back_up_partitions() -> None:
+    """Install :func:`_transact_backing_up_partitions` in moto (idempotent)."""
+    Table.__deepcopy__ = _table_deepcopy  # type: ignore[attr-defined]
+    DynamoDBBackend.transact_write_items = _transact_backing_up_partitions  # type: ignore[method-assign,assignment]
+
+
 class _QuietHandler(MotoRequestHandler):
     def log_request(self, code: Any = "-", size: Any = "-") -> None:
         pass
@@ -129,6 +186,7 @@ SHUTDOWN_POLL_SECONDS = 0.05
 class Gateway:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         query_partitions_only()
+        transactions_back_up_partitions()
         keep_objects_in_files()
         self._moto: WsgiApp = MotoDispatcher()
         self._routes: list[Route] = []
