@@ -273,3 +273,11 @@ def test_the_fleetcast_commands_main_module_imports_nothing_of_the_cli() -> None
         [sys.executable, "-m", "fleetcast", "--help"], capture_output=True, text=True, check=True
     )
     assert helped.stdout.startswith("usage: fleetcast")
+
+
+def test_the_stack_limits_malloc_arenas_on_glibc() -> None:
+    # Given this machine's C library (glibc, as on every Linux the stack runs on here)
+    from fleetcast.embedded.malloc import limit_arenas
+
+    # When the limit is set, then glibc takes it
+    assert limit_arenas() is True

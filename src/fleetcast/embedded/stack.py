@@ -26,6 +26,7 @@ from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_functio
 from fleetcast.embedded.events import EventDelivery
 from fleetcast.embedded.gateway import Gateway, bind_preferred
 from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.malloc import limit_arenas
 from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
 from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.serving import LocalServing, ServingOptions
@@ -171,6 +172,7 @@ class EmbeddedStack:
 
     def start(self) -> StackInfo:
         self._refuse_a_second_stack_here()
+        limit_arenas()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         gateway, notice = bind_preferred(
             self._port, DEFAULT_PORT, lambda port: Gateway(port=port), "the AWS APIs"
