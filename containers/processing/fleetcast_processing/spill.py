@@ -3,7 +3,7 @@
 The job reads the upload once, block by block. What it keeps of each accepted row (the
 customer's code, the instant, the value, the line, and the row's own timestamp and
 consumption text for the report) is appended to one Arrow stream per history shard, on
-the job's volume. The shards are then taken one at a time: their duplicates found, their
+the job's volume, LZ4-compressed. The shards are then taken one at a time: their duplicates found, their
 readings totalled and merged into the stored history. Memory holds one block while
 reading and one shard's readings after, whatever the size of the upload: a two-year
 backfill of 100,000 customers (72 million rows) held about 95 bytes a reading in memory
@@ -32,6 +32,11 @@ SCHEMA = pa.schema(
         ("consumption", pa.string()),
     ]
 )
+
+
+# LZ4: 23 bytes a daily reading on disk instead of 55, for about 0.1 s of CPU per million
+# readings written and read (zstd: 14 bytes, 0.3 s).
+_COMPRESSED = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 class ShardSpill:
@@ -86,7 +91,7 @@ class ShardSpill:
         if writer is None:
             sink = pa.OSFile(str(self._path(shard)), "wb")
             self._sinks.append(sink)
-            writer = self._writers[shard] = pa.ipc.new_stream(sink, SCHEMA)
+            writer = self._writers[shard] = pa.ipc.new_stream(sink, SCHEMA, options=_COMPRESSED)
         return writer
 
     def _path(self, shard: int) -> Path:
@@ -109,8 +114,8 @@ class ShardSpill:
 
     def read(self, shard: int) -> pa.Table:
         """A shard's readings in file order (call after :meth:`close`)."""
-        # Mapped, not read: the text columns are only touched for the few duplicates.
-        return pa.ipc.open_stream(pa.memory_map(str(self._path(shard)))).read_all()
+        with pa.OSFile(str(self._path(shard))) as source:
+            return pa.ipc.open_stream(source).read_all()
 
     def __enter__(self) -> ShardSpill:
         return self
