@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -131,7 +132,7 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
             header.delimiter,
             ", ".join(header.columns),
         )
-        with ShardSpill(Path(scratch)) as spill:
+        with closing(ShardSpill(Path(scratch))) as spill:
             for block in read_blocks(upload, header, settings.block_size):
                 checked = _check_block(block, customers, settings.now, header.delimiter == ";")
                 rejected.add(block, checked.reasons)

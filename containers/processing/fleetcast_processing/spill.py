@@ -13,7 +13,6 @@ before, 6.5 GiB.
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
@@ -116,17 +115,6 @@ class ShardSpill:
         """A shard's readings in file order (call after :meth:`close`)."""
         with pa.OSFile(str(self._path(shard))) as source:
             return pa.ipc.open_stream(source).read_all()
-
-    def __enter__(self) -> ShardSpill:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class ShardTotals:
