@@ -179,7 +179,7 @@ class RejectedRows:
                 customer_ids.take(picked),
                 timestamps.take(picked),
                 consumption.take(picked),
-                pa.nulls(len(picked), pa.string()).fill_null(RejectReason.DUPLICATE_ROW.value),
+                pa.repeat(RejectReason.DUPLICATE_ROW.value, len(picked)),
                 pc.binary_join_element_wise(
                     "same customer_id and timestamp as line ", kept, ", which was kept", ""
                 ),

@@ -2,12 +2,12 @@
 
 The job reads the upload once, block by block. What it keeps of each accepted row (the
 customer's code, the instant, the value, the line, and the row's own timestamp and
-consumption text for the report) is appended to one Arrow stream per history shard, on
-the job's volume, LZ4-compressed. The shards are then taken one at a time: their duplicates found, their
-readings totalled and merged into the stored history. Memory holds one block while
-reading and one shard's readings after, whatever the size of the upload: a two-year
-backfill of 100,000 customers (72 million rows) held about 95 bytes a reading in memory
-before, 6.5 GiB.
+consumption text for the report) is appended to one LZ4-compressed Arrow stream per
+history shard, on the job's volume. The shards are then taken one at a time: their
+duplicates found, their readings totalled and merged into the stored history. Memory
+holds one block while reading and one shard's readings after, whatever the size of the
+upload: a two-year backfill of 100,000 customers (72 million rows) held about 95 bytes a
+reading in memory before, 6.5 GiB.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ class ShardSpill:
         folder.mkdir(parents=True, exist_ok=True)
         self._writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
         self._sinks: list[pa.NativeFile] = []
-        self._closed = False
         self._shard_of_code = np.zeros(0, dtype=np.int64)
-        self.rows = 0
 
     def add(
         self,
@@ -75,7 +73,6 @@ class ShardSpill:
         for shard in np.flatnonzero(np.diff(bounds)).tolist():
             batch = table.slice(bounds[shard], bounds[shard + 1] - bounds[shard])
             self._writer(shard).write_table(batch)
-        self.rows += len(codes)
 
     def _know_shards(self, customer_ids: list[str]) -> None:
         known = len(self._shard_of_code)
@@ -97,14 +94,10 @@ class ShardSpill:
         return self._folder / f"readings-{shard:04d}.arrows"
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
         for writer in self._writers.values():
             writer.close()
         for sink in self._sinks:
             sink.close()
-        self._sinks.clear()
 
     @property
     def shards(self) -> list[int]:

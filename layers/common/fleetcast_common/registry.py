@@ -168,6 +168,11 @@ _UNAVAILABLE_CODES = frozenset(
 )
 
 
+def _next_version(seen: LiveModel | None) -> int:
+    """The version a promotion gives the customer's model, over the LIVE record read."""
+    return (seen.model_version if seen else 0) + 1
+
+
 class ModelRegistry:
     def __init__(self, table: Any) -> None:
         self._table = table
@@ -225,11 +230,12 @@ class ModelRegistry:
         versions: list[int | None] = [None] * len(promotions)
         client = self._table.meta.client
         for start in range(0, len(promotions), _PUTS_PER_TRANSACTION):
-            pending = list(range(start, min(start + _PUTS_PER_TRANSACTION, len(promotions))))
+            indexes = range(start, min(start + _PUTS_PER_TRANSACTION, len(promotions)))
+            puts = {index: self._live_put(*promotions[index]) for index in indexes}
+            pending = list(indexes)
             while pending:
-                puts = [self._live_put(*promotions[index]) for index in pending]
                 try:
-                    client.transact_write_items(TransactItems=puts)
+                    client.transact_write_items(TransactItems=[puts[i] for i in pending])
                 except ClientError as error:
                     if error_code(error) != "TransactionCanceledException":
                         raise
@@ -237,16 +243,14 @@ class ModelRegistry:
                     codes = [reason.get("Code", "None") for reason in reasons]
                     if set(codes) - {"None", *_DECIDE_AGAIN} or len(codes) != len(pending):
                         raise
-                    changed = {
+                    pending = [
                         index
                         for index, code in zip(pending, codes, strict=True)
-                        if code in _DECIDE_AGAIN
-                    }
-                    pending = [index for index in pending if index not in changed]
+                        if code not in _DECIDE_AGAIN
+                    ]
                     continue
                 for index in pending:
-                    seen = promotions[index][1]
-                    versions[index] = (seen.model_version if seen else 0) + 1
+                    versions[index] = _next_version(promotions[index][1])
                 pending = []
         return versions
 
@@ -255,9 +259,12 @@ class ModelRegistry:
         client takes them, which serializes them). (A Put of
         the whole LIVE record rather than an Update setting each field: the same record,
         and moto parses a SET of twenty fields for seven times as long.)"""
-        version = (seen.model_version if seen else 0) + 1
         live = record.model_dump(mode="json", exclude={"status", "model_version"})
-        live.update(record=LIVE, updated_at=datetime.now(UTC).isoformat(), model_version=version)
+        live.update(
+            record=LIVE,
+            updated_at=datetime.now(UTC).isoformat(),
+            model_version=_next_version(seen),
+        )
         values: dict[str, Any] = {":run_id": record.run_id}
         condition = "(attribute_not_exists(#run_id) OR #run_id < :run_id) AND " + (
             "attribute_not_exists(#model_version)"
