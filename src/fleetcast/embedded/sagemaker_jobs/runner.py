@@ -234,10 +234,13 @@ class JobRunner:
         run = self._run_processing if kind == "processing" else self._run_training
         job.future = self._pool.submit(self._guarded, run, backend, name)
 
-    def interrupt(self, name: str) -> bool:
+    def interrupt(self, name: str, after_archives: int = 0, timeout: float = 300.0) -> bool:
         """Emulate a spot interruption of a running training job: its instances are
-        stopped, then the job resumes from its checkpoints, as SageMaker does."""
-        job = self._running_training(name)
+        stopped, then the job resumes from its checkpoints, as SageMaker does.
+
+        With ``after_archives``, first wait as :meth:`crash` does: the interruption lands
+        in the middle of the job's work however fast it trains."""
+        job = self._when_archived(name, after_archives, timeout)
         if job is None:
             return False
         job.interrupted.set()
@@ -254,6 +257,16 @@ class JobRunner:
         and for that instance to write that many model archives to its checkpoint folder,
         then kill it at once: the kill lands in the middle of its work however fast it
         trains."""
+        job = self._when_archived(name, after_archives, timeout)
+        if job is None:
+            return False
+        kill_instance(job.processes[0])
+        return True
+
+    def _when_archived(self, name: str, after_archives: int, timeout: float) -> RunningJob | None:
+        """The running training job ``name`` once its first instance is running and has
+        written ``after_archives`` model archives to its checkpoint folder; None if the job
+        is not running (or has finished, or the wait timed out)."""
         deadline = time.monotonic() + timeout
         while True:
             job = self._running_training(name)
@@ -261,20 +274,19 @@ class JobRunner:
                 with self._lock:
                     started = name in self._jobs
                 if started or after_archives <= 0 or time.monotonic() > deadline:
-                    return False
+                    return None
                 time.sleep(0.01)
                 continue
             first = job.processes[0] if job.processes else None
             if first is not None and first.poll() is not None:
-                return False
+                return None
             if first is not None and (
                 after_archives <= 0
                 or (job.checkpoints and _archives_in(job.checkpoints[0]) >= after_archives)
             ):
-                kill_instance(first)
-                return True
+                return job
             if time.monotonic() > deadline:
-                return False
+                return None
             time.sleep(0.01)
 
     def _running_training(self, name: str) -> RunningJob | None:
