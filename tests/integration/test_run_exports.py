@@ -23,8 +23,7 @@ from fleetcast_common.run_exports import exports_prefix
 from fleetcast_training.export import (
     ExportedCustomer,
     ExportedForecast,
-    write_accuracy_part,
-    write_forecast_parts,
+    ShardExport,
 )
 
 OLD, NEW = "20261129t100000-aaaaaaaaaa", "20261129t110000-bbbbbbbbbb"
@@ -54,10 +53,15 @@ def failed(customer_id: str) -> ExportedCustomer:
 def upload_run(s3: Any, bucket: str, run_id: str, tmp: Path, customers: list[ExportedCustomer]):
     """What the checkpoint sync of one instance leaves in S3."""
     local = tmp / run_id
-    for path in write_forecast_parts(local, "algo-1", run_id, customers):
+    export = ShardExport(tmp / f"spill-{run_id}", run_id)
+    for customer in customers:
+        export.add(customer)
+    forecast_parts, accuracy_part = export.write(local, "algo-1")
+    for path in forecast_parts:
         s3.upload_file(str(path), bucket, exports_prefix(run_id, "forecasts") + path.name)
-    path = write_accuracy_part(local, "algo-1", run_id, customers)
-    s3.upload_file(str(path), bucket, exports_prefix(run_id, "accuracy") + path.name)
+    s3.upload_file(
+        str(accuracy_part), bucket, exports_prefix(run_id, "accuracy") + accuracy_part.name
+    )
 
 
 def decide(registry: ModelRegistry, run_id: str, customer_id: str, status: ModelStatus) -> None:

@@ -26,8 +26,8 @@ from fleetcast_inference.contract import InferenceSettings
 from fleetcast_training.export import (
     ExportedCustomer,
     ExportedForecast,
-    forecast_table,
-    write_forecast_parts,
+    ShardExport,
+    forecast_batch,
 )
 
 GOOD = ["acme", "globex", "initech"]
@@ -190,7 +190,7 @@ def test_a_model_without_uncertainty_samples_exports_null_bounds():
         for c, f in (("a", plain), ("b", full))
     ]
     # Then the bounds are null where there is none, values where there are
-    rows = forecast_table(RUN_ID, customers).to_pylist()
+    rows = forecast_batch(RUN_ID, customers).to_pylist()
     assert [(r["customer_id"], r["yhat_lower"], r["yhat_upper"]) for r in rows] == [
         ("a", None, None),
         ("a", None, None),
@@ -213,8 +213,11 @@ def test_parts_hold_a_bounded_number_of_customers_each(
         for i in range(5)
     ]
     # When written twice (a restart), then three parts, each customer once
-    write_forecast_parts(tmp_path, "algo-1", RUN_ID, customers)
-    paths = write_forecast_parts(tmp_path, "algo-1", RUN_ID, customers)
+    for attempt in range(2):
+        export = ShardExport(tmp_path / f"spill-{attempt}", RUN_ID)
+        for customer in customers:
+            export.add(customer)
+        paths, _ = export.write(tmp_path, "algo-1")
     assert [p.name for p in paths] == [f"part-algo-1-{n:05d}.parquet" for n in range(3)]
     assert sorted(p.name for p in paths[0].parent.iterdir()) == [p.name for p in paths]
     ids = pa.concat_tables(pq.read_table(p) for p in paths).column("customer_id").to_pylist()

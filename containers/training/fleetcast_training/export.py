@@ -4,8 +4,9 @@ A worker forecasts each customer from the model it has just fitted (or the archi
 resumed), with the inference container's own math (:mod:`fleetcast_common.prophet_forecaster`)
 and the seed the endpoint uses for a request of the same period, so an exported row equals
 what ``invoke_endpoint`` answers for that model and period. The parent process writes the
-shard's rows once, at the end of the job, under names fixed by the host: a job restarted
-after a spot interruption writes the same parts again, each customer in them once.
+shard's parts at the end of the job (:class:`ShardExport`), under names fixed by the host:
+a job restarted after a spot interruption writes the same parts again, each customer in
+them once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetcast_common.contracts.training_manifest import CustomerResult
@@ -79,34 +81,115 @@ class ExportedCustomer:
     export_error: str | None = None
 
 
-def write_forecast_parts(
-    checkpoint_dir: Path, host: str, run_id: str, customers: Sequence[ExportedCustomer]
-) -> list[Path]:
-    """The shard's forecasts in ``exports/forecasts/part-{host}-{n}.parquet``, customers in
-    id order, :data:`CUSTOMERS_PER_PART` to a part; the parts this host wrote before (an
-    attempt interrupted after writing them) are replaced."""
-    directory = checkpoint_dir / EXPORTS_DIR / FORECASTS
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob(f"{PART_PREFIX}{host}-*{PARQUET_SUFFIX}"):
-        stale.unlink()
-    exported = sorted(
-        (c for c in customers if c.forecast is not None), key=lambda c: c.result.customer_id
-    )
-    paths = []
-    for number, start in enumerate(range(0, len(exported), CUSTOMERS_PER_PART)):
-        table = forecast_table(run_id, exported[start : start + CUSTOMERS_PER_PART])
-        path = directory / forecast_part_name(host, number)
-        _write_atomically(table, path)
-        paths.append(path)
-    return paths
+class ShardExport:
+    """The shard's forecast parts and accuracy part, gathered as its customers finish in
+    memory that does not grow with their forecasts: every :data:`_BATCH` customers, their
+    forecast rows are appended to a spill file (Arrow IPC, in ``spill_dir`` on the
+    instance's disk) and their accuracy rows kept as one small columnar batch. ``write``
+    then writes the parts, customers in id order."""
+
+    def __init__(self, spill_dir: Path, run_id: str) -> None:
+        spill_dir.mkdir(parents=True, exist_ok=True)
+        self._run_id = run_id
+        self._spill_path = spill_dir / "forecasts.arrows"
+        self._spill: pa.RecordBatchStreamWriter | None = None
+        # Per exported customer, where its rows start in the spill and how many there are.
+        self._rows: dict[str, tuple[int, int]] = {}
+        self._spilled = 0
+        self._pending: list[ExportedCustomer] = []
+        self._accuracy: list[pa.RecordBatch] = []
+        # The customers with a model but no forecast (the forecaster could not read it).
+        self.unexported: list[str] = []
+
+    @property
+    def exported(self) -> int:
+        """Customers with a forecast so far (those gathered but not yet spilled too)."""
+        return len(self._rows) + sum(1 for c in self._pending if c.forecast is not None)
+
+    def add(self, customer: ExportedCustomer) -> None:
+        if customer.export_error is not None:
+            self.unexported.append(customer.result.customer_id)
+        self._pending.append(customer)
+        if len(self._pending) >= _BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        self._accuracy.append(accuracy_batch(self._run_id, pending))
+        exported = [c for c in pending if c.forecast is not None]
+        if not exported:
+            return
+        batch = forecast_batch(self._run_id, exported)
+        if self._spill is None:
+            self._spill = pa.ipc.new_stream(self._spill_path, FORECAST_SCHEMA)
+        self._spill.write_batch(batch)
+        for customer in exported:
+            assert customer.forecast is not None
+            rows = len(customer.forecast.yhat)
+            self._rows[customer.result.customer_id] = (self._spilled, rows)
+            self._spilled += rows
+
+    def write(self, checkpoint_dir: Path, host: str) -> tuple[list[Path], Path]:
+        """The forecast parts (``exports/forecasts/part-{host}-{n}.parquet``,
+        :data:`CUSTOMERS_PER_PART` customers to a part, replacing those this host wrote
+        before: an attempt interrupted after writing them) and the accuracy part
+        (``exports/accuracy/part-{host}.parquet``, one row per customer of the shard)."""
+        self._flush()
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+        return self._write_forecast_parts(checkpoint_dir, host), self._write_accuracy_part(
+            checkpoint_dir, host
+        )
+
+    def _write_forecast_parts(self, checkpoint_dir: Path, host: str) -> list[Path]:
+        directory = checkpoint_dir / EXPORTS_DIR / FORECASTS
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob(f"{PART_PREFIX}{host}-*{PARQUET_SUFFIX}"):
+            stale.unlink()
+        if not self._rows:
+            return []
+        # Uncompressed and memory-mapped: the rows are read from the page cache, not copied.
+        with pa.memory_map(str(self._spill_path)) as source:
+            spilled = pa.ipc.open_stream(source).read_all()
+        ordered = sorted(self._rows)
+        paths = []
+        for number, first in enumerate(range(0, len(ordered), CUSTOMERS_PER_PART)):
+            indices = np.concatenate(
+                [
+                    np.arange(start, start + rows)
+                    for start, rows in map(
+                        self._rows.__getitem__, ordered[first : first + CUSTOMERS_PER_PART]
+                    )
+                ]
+            )
+            path = directory / forecast_part_name(host, number)
+            _write_atomically(spilled.take(indices), path)
+            paths.append(path)
+        return paths
+
+    def _write_accuracy_part(self, checkpoint_dir: Path, host: str) -> Path:
+        directory = checkpoint_dir / EXPORTS_DIR / ACCURACY
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / accuracy_part_name(host)
+        table = pa.Table.from_batches(self._accuracy, schema=ACCURACY_SCHEMA)
+        _write_atomically(table.take(pc.sort_indices(table, [("customer_id", "ascending")])), path)
+        return path
 
 
-def forecast_table(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.Table:
+# Customers gathered before their rows are spilled: a few hundred KB of forecasts.
+_BATCH = 1000
+
+
+def forecast_batch(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.RecordBatch:
+    """The forecast rows of ``customers`` (each with a forecast), in their order."""
     forecasts = [c.forecast for c in customers if c.forecast is not None]
     ids = [c.result.customer_id for c in customers if c.forecast is not None]
     counts = [len(f.yhat) for f in forecasts]
     if not forecasts:
-        return FORECAST_SCHEMA.empty_table()
+        return pa.RecordBatch.from_pylist([], schema=FORECAST_SCHEMA)
 
     def bound(name: str) -> pa.Array:
         parts = [getattr(f, name) for f in forecasts]
@@ -119,7 +202,7 @@ def forecast_table(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.Tab
         return pa.array(values, type=pa.float64(), mask=mask)
 
     dates = np.concatenate([f.dates.astype("datetime64[ms]") for f in forecasts])
-    return pa.table(
+    return pa.RecordBatch.from_pydict(
         {
             "customer_id": pa.array(np.repeat(ids, counts), type=pa.string()),
             "run_id": pa.array([run_id] * len(dates), type=pa.string()),
@@ -132,20 +215,10 @@ def forecast_table(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.Tab
     )
 
 
-def write_accuracy_part(
-    checkpoint_dir: Path, host: str, run_id: str, customers: Sequence[ExportedCustomer]
-) -> Path:
-    """One row per customer of the shard, in id order, in ``exports/accuracy/part-{host}``."""
-    directory = checkpoint_dir / EXPORTS_DIR / ACCURACY
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / accuracy_part_name(host)
-    _write_atomically(accuracy_table(run_id, customers), path)
-    return path
-
-
-def accuracy_table(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.Table:
+def accuracy_batch(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.RecordBatch:
+    """One accuracy row per customer, in their order."""
     rows = []
-    for customer in sorted(customers, key=lambda c: c.result.customer_id):
+    for customer in customers:
         result, metrics = customer.result, customer.result.metrics
         row: dict[str, object] = {
             "customer_id": result.customer_id,
@@ -162,7 +235,7 @@ def accuracy_table(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.Tab
             row[name] = getattr(metrics, name) if metrics else None
             row[f"naive_{name}"] = getattr(metrics, f"naive_{name}") if metrics else None
         rows.append(row)
-    return pa.Table.from_pylist(rows, schema=ACCURACY_SCHEMA)
+    return pa.RecordBatch.from_pylist(rows, schema=ACCURACY_SCHEMA)
 
 
 def _write_atomically(table: pa.Table, path: Path) -> None:

@@ -15,11 +15,10 @@ import logging
 import math
 import multiprocessing
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,30 +39,22 @@ from fleetcast_common.contracts.training import (
     METRIC_MODELS_RESUMED,
     METRIC_MODELS_TRAINED,
     TRAIN_CHANNEL,
-    manifest_name,
-    manifest_summary_name,
     metric_line,
     progress_name,
 )
 from fleetcast_common.contracts.training_manifest import (
     CustomerOutcome,
-    ManifestSummary,
-    TrainingManifest,
     TrainingProgress,
-    manifest_pages,
 )
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
-from fleetcast_training.export import (
-    ExportedCustomer,
-    write_accuracy_part,
-    write_forecast_parts,
-)
+from fleetcast_training.export import ShardExport
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
 from fleetcast_training.grid_fit import ShapeTemplates
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.parts import unpack_parts
+from fleetcast_training.shard_results import ShardResults, write_atomically
 from fleetcast_training.stan_backend import IN_PROCESS, scratch_parent, silence_stan_logging
 
 logger = logging.getLogger(__name__)
@@ -88,8 +79,7 @@ class CustomerFile:
 
 @dataclass(frozen=True)
 class JobResult:
-    manifest: TrainingManifest
-    reports: list[CustomerReport]
+    results: ShardResults
     seconds: float
     required_rows: int
     # CPU time of the forecast export alone: the workers' forecasts and the parts written
@@ -97,23 +87,21 @@ class JobResult:
     export_cpu_seconds: float = 0.0
 
     def count(self, outcome: CustomerOutcome) -> int:
-        return self.manifest.count(outcome)
+        return self.results.count(outcome)
 
     @property
     def all_failed(self) -> str | None:
         """When the shard had customers and none produced a model, a summary of why. The
         instance still succeeds: each customer's reason is in the manifest, and another
         instance's models must not be lost with this one's."""
-        failed = sorted(
-            (r for r in self.reports if r.failure_kind is not None),
-            key=lambda r: r.result.customer_id,
-        )
-        if not self.reports or len(failed) < len(self.reports):
+        total = len(self.results)
+        failed = sorted(self.results.failures, key=lambda failure: failure[1].customer_id)
+        if not total or len(failed) < total:
             return None
         return summarise_failures(
-            [r.failure_kind for r in failed if r.failure_kind is not None],
-            [f"{r.result.customer_id}: {r.result.reason}" for r in failed],
-            total=len(self.reports),
+            [kind for kind, _ in failed],
+            [f"{result.customer_id}: {result.reason}" for _, result in failed],
+            total=total,
             min_rows=self.required_rows,
         )
 
@@ -125,18 +113,17 @@ class JobResult:
             metric_line(METRIC_MODELS_RESUMED, self.count(CustomerOutcome.RESUMED)),
             metric_line(METRIC_MODELS_FAILED, self.count(CustomerOutcome.FAILED)),
         ]
-        scored = [r.metrics for r in self.manifest.customers if r.metrics is not None]
-        if scored:
+        medians = self.results.median_errors()
+        if medians is not None:
+            smape, naive_smape, mae = medians
             lines += [
-                metric_line(METRIC_MEDIAN_SMAPE, statistics.median(m.smape for m in scored)),
-                metric_line(
-                    METRIC_MEDIAN_NAIVE_SMAPE, statistics.median(m.naive_smape for m in scored)
-                ),
-                metric_line(METRIC_MEDIAN_MAE, statistics.median(m.mae for m in scored)),
+                metric_line(METRIC_MEDIAN_SMAPE, smape),
+                metric_line(METRIC_MEDIAN_NAIVE_SMAPE, naive_smape),
+                metric_line(METRIC_MEDIAN_MAE, mae),
             ]
         if trained and self.seconds > 0:
             lines.append(metric_line(METRIC_MODELS_PER_SECOND, trained / self.seconds))
-        fits = self.manifest.fit_methods()
+        fits = self.results.fit_methods()
         in_process = fits.pop(IN_PROCESS, 0)
         lines += [
             metric_line(METRIC_FITS_IN_PROCESS, in_process),
@@ -150,22 +137,22 @@ def run_job(environment: TrainingEnvironment, hyperparameters: Hyperparameters) 
     for a fault of the instance itself (no training data, say). Customers that fail are
     recorded in the manifest with their reasons, even when all of them fail."""
     started = time.perf_counter()
-    unpacked = Path(tempfile.mkdtemp(prefix="fleetcast-parts-"))
+    scratch = Path(tempfile.mkdtemp(prefix="fleetcast-job-"))
     try:
-        return _run_job(environment, hyperparameters, started, unpacked)
+        return _run_job(environment, hyperparameters, started, scratch)
     finally:
-        shutil.rmtree(unpacked, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _run_job(
     environment: TrainingEnvironment,
     hyperparameters: Hyperparameters,
     started: float,
-    unpacked: Path,
+    scratch: Path,
 ) -> JobResult:
     host = environment.current_host
-    customers, reports = plan_shard(
-        environment.channel_dir(TRAIN_CHANNEL), len(environment.hosts), unpacked
+    customers, rejected = plan_shard(
+        environment.channel_dir(TRAIN_CHANNEL), len(environment.hosts), scratch / "parts"
     )
     calendars = CustomerCalendars.load(
         environment.channel_dir(CALENDARS_CHANNEL), hyperparameters.default_holiday_country
@@ -179,7 +166,7 @@ def _run_job(
         "%s: training %d customers (%d more rejected by name) with %d worker process(es)",
         host,
         len(customers),
-        len(reports),
+        len(rejected),
         workers,
     )
     if hyperparameters.required_rows > hyperparameters.min_rows:
@@ -189,33 +176,29 @@ def _run_job(
             hyperparameters.min_rows,
             hyperparameters.holdout_days,
         )
-    progress = Progress(host, total=len(customers) + len(reports), directory=checkpoint_dir)
-    progress.advance(len(reports))
-    reports += train_customers(
-        customers, hyperparameters, checkpoint_dir, workers, progress, calendars
+    export = (
+        ShardExport(scratch / "export", hyperparameters.run_id)
+        if hyperparameters.forecast_export_days
+        else None
+    )
+    results = ShardResults(hyperparameters.run_id, host, environment.hosts, export)
+    for report in rejected:
+        results.add(report)
+    progress = Progress(host, total=len(customers) + len(rejected), directory=checkpoint_dir)
+    progress.advance(len(rejected))
+    train_customers(
+        customers, hyperparameters, checkpoint_dir, workers, progress, results, calendars
     )
 
     export_cpu_seconds = 0.0
-    if hyperparameters.forecast_export_days:
-        export_cpu_seconds = write_exports(checkpoint_dir, host, hyperparameters.run_id, reports)
-    manifest = TrainingManifest(
-        run_id=hyperparameters.run_id,
-        host=host,
-        hosts=environment.hosts,
-        customers=sorted((r.result for r in reports), key=lambda result: result.customer_id),
-    )
-    logger.info("%s: %s", host, describe_fits(manifest))
-    # The pages and summary first: a manifest in the checkpoints means they are there too.
-    for name, page in manifest_pages(manifest):
-        _write_atomically(checkpoint_dir / name, page.model_dump_json())
-    summary = ManifestSummary.of(manifest).model_dump_json()
-    _write_atomically(checkpoint_dir / manifest_summary_name(host), summary)
-    text = manifest.model_dump_json(indent=1)
-    _write_atomically(checkpoint_dir / manifest_name(host), text)
-    _write_atomically(environment.model_dir / manifest_name(host), text)
+    if export is not None:
+        export_cpu_seconds = write_exports(export, checkpoint_dir, host, results)
+    logger.info("%s: %s", host, describe_fits(results.fit_methods()))
+    # Pages, summary, then the manifest: a manifest in the checkpoints means the rest is
+    # there too (the export as well, written above).
+    results.write_manifest(checkpoint_dir, environment.model_dir)
     return JobResult(
-        manifest=manifest,
-        reports=reports,
+        results=results,
         seconds=time.perf_counter() - started,
         required_rows=hyperparameters.required_rows,
         export_cpu_seconds=export_cpu_seconds,
@@ -223,22 +206,19 @@ def _run_job(
 
 
 def write_exports(
-    checkpoint_dir: Path, host: str, run_id: str, reports: list[CustomerReport]
+    export: ShardExport, checkpoint_dir: Path, host: str, results: ShardResults
 ) -> float:
     """The shard's forecast parts and accuracy part, before the manifest: a run whose
     manifests are all there has all its exports too. Returns the CPU seconds the export
     took: its forecasts in the workers and these parts."""
     started = time.thread_time()
-    customers = [ExportedCustomer(r.result, r.forecast, r.export_error) for r in reports]
-    parts = write_forecast_parts(checkpoint_dir, host, run_id, customers)
-    write_accuracy_part(checkpoint_dir, host, run_id, customers)
-    cpu_seconds = time.thread_time() - started + sum(r.export_cpu_seconds for r in reports)
-    exported = sum(1 for c in customers if c.forecast is not None)
-    unexported = [c.result.customer_id for c in customers if c.export_error is not None]
+    parts, _ = export.write(checkpoint_dir, host)
+    cpu_seconds = time.thread_time() - started + results.export_cpu_seconds
+    unexported = export.unexported
     logger.info(
         "%s: exported %d customers' forecasts in %d part(s), %.1f s of CPU%s",
         host,
-        exported,
+        export.exported,
         len(parts),
         cpu_seconds,
         f"; none for {len(unexported)}: {', '.join(unexported[:5])}" if unexported else "",
@@ -246,9 +226,9 @@ def write_exports(
     return cpu_seconds
 
 
-def describe_fits(manifest: TrainingManifest) -> str:
+def describe_fits(fits: dict[str, int]) -> str:
     """How many Prophet fits ran in-process, how many in CmdStan and why."""
-    fits = manifest.fit_methods()
+    fits = dict(fits)
     in_process = fits.pop(IN_PROCESS, 0)
     fallbacks = "".join(f", {count} {method}" for method, count in sorted(fits.items()))
     return f"Prophet fits: {in_process} {IN_PROCESS}{fallbacks}"
@@ -320,9 +300,11 @@ def train_customers(
     checkpoint_dir: Path,
     workers: int,
     progress: Progress,
+    reports: ShardResults,
     calendars: CustomerCalendars | None = None,
-) -> list[CustomerReport]:
-    """Train every customer; never lets one customer stop the others.
+) -> None:
+    """Train every customer, adding its report to ``reports``; never lets one customer
+    stop the others.
 
     A worker process that dies (killed when out of memory, say) breaks the whole pool and
     takes its batch with it. The customers then in flight become suspects and the rest
@@ -330,16 +312,15 @@ def train_customers(
     so only a customer that kills its worker on its own is recorded as failed.
     """
     if not customers:
-        return []
+        return
     pool = _Pool(hyperparameters, checkpoint_dir, scratch_parent(workers), calendars)
     try:
-        reports: dict[str, CustomerReport] = {}
         queue = sorted(customers, key=lambda c: (-c.size, c.customer_id))
         # One customer of typical size is trained here first: the workers fork after it
         # and start with its model shape's template instead of each paying Prophet's
         # preprocessing for it (fleetcast_training.grid_fit).
         first = queue.pop(len(queue) // 2)
-        reports[first.customer_id] = pool.warm_up(first)
+        reports.add(pool.warm_up(first))
         progress.advance(1)
         suspects: list[CustomerFile] = []
         while queue:
@@ -361,16 +342,20 @@ def train_customers(
                 break
             # Alone in the pool, the customer in flight is the one that killed its worker.
             # With none in flight the worker dies starting up: retrying would never end.
-            culprits = in_flight or {c.customer_id for c in suspects} - reports.keys()
+            culprits = in_flight or {
+                c.customer_id for c in suspects if c.customer_id not in reports
+            }
             for customer_id in sorted(culprits):
-                reports[customer_id] = CustomerReport.failed(
-                    customer_id,
-                    FailureKind.WORKER_DIED,
-                    "the worker process died while training this customer alone (out of memory?)",
+                reports.add(
+                    CustomerReport.failed(
+                        customer_id,
+                        FailureKind.WORKER_DIED,
+                        "the worker process died while training this customer alone "
+                        "(out of memory?)",
+                    )
                 )
             progress.advance(len(culprits))
             suspects = [c for c in suspects if c.customer_id not in reports]
-        return list(reports.values())
     finally:
         pool.close()
 
@@ -411,7 +396,7 @@ class _Pool:
         customers: list[CustomerFile],
         workers: int,
         batch_size: int,
-        reports: dict[str, CustomerReport],
+        reports: ShardResults,
         progress: Progress,
     ) -> set[str] | None:
         """Add a report per finished customer to ``reports``. Return None when all
@@ -436,22 +421,24 @@ class _Pool:
                 ),
             ) as executor,
         ):
-            futures: list[Future[list[CustomerReport]]] = [
+            # No list of the futures is kept here: as_completed lets go of each one it
+            # yields, so a finished batch's reports are freed once they are added.
+            futures = (
                 executor.submit(_train_batch, [(c.customer_id, c.path) for c in batch])
                 for batch in batches
-            ]
+            )
             for future in as_completed(futures):
                 try:
-                    batch_reports = future.result()
+                    batch_reports: list[CustomerReport] = future.result()
                 except BrokenProcessPool:
                     broken = True  # every unfinished future says so; keep the finished ones
                     continue
                 for report in batch_reports:
-                    reports[report.result.customer_id] = report
+                    reports.add(report)
                 progress.advance(len(batch_reports))
         in_flight = {marker.read_text() for marker in scratch.glob(f"*/{_TRAINING_MARKER}")} - {""}
         shutil.rmtree(scratch, ignore_errors=True)
-        return in_flight - reports.keys() if broken else None
+        return {c for c in in_flight if c not in reports} if broken else None
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)
@@ -518,7 +505,7 @@ class Progress:
     def _write(self) -> None:
         if self._file is not None:
             state = TrainingProgress(host=self._host, done=self._done, total=self._total)
-            _write_atomically(self._file, state.model_dump_json())
+            write_atomically(self._file, state.model_dump_json())
             self._written = time.perf_counter()
 
     def advance(self, count: int) -> None:
@@ -547,10 +534,3 @@ def _remove_partial_files(checkpoint_dir: Path) -> None:
     """Half-written archives and manifests from an interrupted attempt; never valid."""
     for partial in checkpoint_dir.rglob("*.partial"):
         partial.unlink(missing_ok=True)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    partial.replace(path)

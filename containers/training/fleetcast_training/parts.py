@@ -3,7 +3,7 @@
 Each part is read once, in the parent process, and each customer's rows are saved to a
 small ``{customer_id}.series`` in a local folder (the raw records of
 :data:`SERIES_DTYPE`, with no header to parse): workers then load one customer at a time,
-in microseconds, and the parent never holds more than one part in memory.
+in microseconds, and the parent holds a slice of a part at a time, never a whole one.
 """
 
 from __future__ import annotations
@@ -39,30 +39,64 @@ def unpack_parts(parts: list[Path], target: Path) -> UnpackedParts:
     target.mkdir(parents=True, exist_ok=True)
     unpacked = UnpackedParts()
     for part in parts:
+        before = set(unpacked.series)
         try:
-            table = pq.read_table(part)
+            reader = pq.ParquetFile(part)
+            if reader.schema_arrow.names != list(COLUMNS):
+                unpacked.problems.append(
+                    (part.name, f"has the columns {reader.schema_arrow.names}, not {list(COLUMNS)}")
+                )
+                continue
+            _unpack(part.name, reader, target, unpacked)
         except (pa.ArrowInvalid, OSError) as error:
+            # Half read: none of its customers is trained, as if none of it could be read.
+            for customer_id in set(unpacked.series) - before:
+                unpacked.series.pop(customer_id)[0].unlink(missing_ok=True)
             unpacked.problems.append((part.name, f"is not a readable Parquet file: {error}"))
-            continue
-        if table.schema.names != list(COLUMNS):
-            unpacked.problems.append(
-                (part.name, f"has the columns {table.schema.names}, not {list(COLUMNS)}")
-            )
-            continue
-        _unpack(part.name, table, target, unpacked)
     return unpacked
 
 
-def _unpack(name: str, table: pa.Table, target: Path, unpacked: UnpackedParts) -> None:
-    ids = table.column("customer_id").combine_chunks()
-    encoded = pc.dictionary_encode(ids)
-    # Each customer's rows are together: sort by customer keeps their order within.
-    order = np.argsort(encoded.indices.to_numpy(zero_copy_only=False), kind="stable")
-    codes = encoded.indices.to_numpy(zero_copy_only=False)[order]
-    ds = table.column("ds").cast(pa.timestamp("us")).to_numpy()[order]
-    y = table.column("y").cast(pa.float64()).to_numpy(zero_copy_only=False)[order]
+# Rows read at a time: a part of 12,500 two-year customers is 9 million rows, read in
+# slices of a few MB rather than whole (each customer's rows are together in a part).
+ROWS_PER_READ = 1 << 18
+
+
+def _unpack(name: str, reader: pq.ParquetFile, target: Path, unpacked: UnpackedParts) -> None:
+    """Each customer of the part to its ``.series`` file, read :data:`ROWS_PER_READ` rows
+    at a time; the last customer of a slice waits for the next slice, which may go on
+    with its rows."""
+    finished: set[str] = set()
+    carried: pa.Table | None = None
+    for batch in reader.iter_batches(batch_size=ROWS_PER_READ):
+        table = pa.Table.from_batches([batch])
+        if carried is not None:
+            table = pa.concat_tables([carried, table])
+        carried = _unpack_customers(name, table, target, unpacked, finished, keep_last=True)
+    if carried is not None:
+        _unpack_customers(name, carried, target, unpacked, finished, keep_last=False)
+
+
+def _unpack_customers(
+    name: str,
+    table: pa.Table,
+    target: Path,
+    unpacked: UnpackedParts,
+    finished: set[str],
+    keep_last: bool,
+) -> pa.Table | None:
+    """Unpack the runs of rows of one customer in ``table``; with ``keep_last``, return
+    the last run instead (it may go on in the next slice)."""
+    if table.num_rows == 0:
+        return None
+    encoded = pc.dictionary_encode(table.column("customer_id").combine_chunks())
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
     ends = np.append(starts[1:], len(codes))
+    kept = table.slice(int(starts[-1])) if keep_last else None
+    if keep_last:
+        starts, ends = starts[:-1], ends[:-1]
+    ds = table.column("ds").cast(pa.timestamp("us")).to_numpy()
+    y = table.column("y").cast(pa.float64()).to_numpy(zero_copy_only=False)
     dictionary = encoded.dictionary.to_pylist()
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         customer_id = dictionary[codes[start]]
@@ -70,6 +104,19 @@ def _unpack(name: str, table: pa.Table, target: Path, unpacked: UnpackedParts) -
             shown = customer_id if len(customer_id) <= 80 else customer_id[:77] + "..."
             unpacked.problems.append((shown, f"in {name} is not a valid customer id"))
             continue
+        if customer_id in finished:
+            # Parts keep each customer's rows together: which rows are all of them?
+            if unpacked.series.pop(customer_id, None) is None:
+                continue
+            unpacked.problems.append(
+                (
+                    customer_id,
+                    f"has rows in more than one place in {name}, which keeps each "
+                    "customer's rows together",
+                )
+            )
+            continue
+        finished.add(customer_id)
         if customer_id in unpacked.series or customer_id in unpacked.repeated:
             # Which copy is right cannot be known: neither is trained.
             unpacked.series.pop(customer_id, None)
@@ -84,3 +131,4 @@ def _unpack(name: str, table: pa.Table, target: Path, unpacked: UnpackedParts) -
         path = target / f"{customer_id}{SERIES_SUFFIX}"
         series.tofile(path)
         unpacked.series[customer_id] = (path, end - start)
+    return kept
