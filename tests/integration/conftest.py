@@ -1,17 +1,11 @@
 """Integration tests talk to a real moto server on 127.0.0.1, started once per session."""
 
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from moto.server import ThreadedMotoServer
-
-from fleetcast.embedded.template import LocalTemplate
-
-ROOT = Path(__file__).resolve().parents[2]
+from registry_tables import create_registry_table
 
 
 @pytest.fixture(scope="session")
@@ -40,15 +34,6 @@ def aws_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def registry_table(aws_env: str) -> Iterator[Any]:
     """A fresh model-registry table, built from template.yaml's own properties."""
-    template = LocalTemplate(ROOT / "template.yaml")
-    properties = template.resolve(template.resources["ModelRegistryTable"]["Properties"])
-    name = f"registry-{uuid.uuid4().hex[:8]}"
-    client = boto3.client("dynamodb")
-    client.create_table(
-        TableName=name,
-        KeySchema=properties["KeySchema"],
-        AttributeDefinitions=properties["AttributeDefinitions"],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    yield boto3.resource("dynamodb").Table(name)
-    client.delete_table(TableName=name)
+    table = create_registry_table()
+    yield table
+    table.delete()

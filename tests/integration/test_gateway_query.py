@@ -4,6 +4,7 @@ up only the partitions a transaction writes, with what DynamoDB would answer
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -84,7 +85,7 @@ def test_a_query_reads_its_partition_in_order_with_conditions_pages_and_counts(
 
 def test_a_cancelled_transaction_leaves_every_partition_as_it_was(table: Any) -> None:
     # Given moto's transactions backing up the partitions they write
-    assert DynamoDBBackend.transact_write_items is _transact_backing_up_partitions
+    assert inspect.unwrap(DynamoDBBackend.transact_write_items) is _transact_backing_up_partitions
     client = table.meta.client
 
     def put(pk: str, sk: str, n: int, condition: str | None = None) -> dict[str, Any]:

@@ -1,16 +1,22 @@
 """The model registry against DynamoDB (moto server), with the table built from template.yaml."""
 
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from registry_tables import create_registry_table
 
+from fleetcast.embedded.gateway import Gateway
 from fleetcast_common.contracts.model_archive import HoldoutMetrics
 from fleetcast_common.registration import passes_quality_gate
 from fleetcast_common.registry import (
+    CHUNK_PREFIX,
     RUN_PARTITION_PREFIX,
     RUN_RECORD,
+    ChunkCounts,
     ModelRecord,
     ModelRegistry,
     ModelStatus,
@@ -106,6 +112,96 @@ def test_a_run_record_without_its_fields_is_a_run_not_started(
     registry.start_run(run_id, "job", chunks_total=2, lost=0)
     started = registry.run(run_id)
     assert started is not None and started.chunks_total == 2 and not started.complete
+
+
+@pytest.fixture
+def stack_registry(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelRegistry]:
+    """The registry on the local stack's moto, whose writes are atomic as DynamoDB's are
+    (fleetcast.embedded.gateway.dynamodb_writes_one_at_a_time); plain moto's are not."""
+    gateway = Gateway()
+    gateway.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", gateway.url)
+    try:
+        yield ModelRegistry(create_registry_table())
+    finally:
+        gateway.stop()
+
+
+CHUNK = ChunkCounts(
+    trained=10,
+    registered=7,
+    rejected=2,
+    superseded=1,
+    failed_training=1,
+    lost=1,
+    models_decided=10,
+    models_live=7,
+)
+
+
+def test_chunks_finishing_together_add_up_on_the_run_record_once_each(
+    stack_registry: ModelRegistry,
+) -> None:
+    registry = stack_registry
+    # Given a run of 40 chunks, one customer lost before any chunk
+    run_id = "q0000000010-20261201t000000"
+    registry.start_run(run_id, "job", chunks_total=40, lost=1)
+    # When eight threads finish them at once, every chunk delivered twice
+    deliveries = [f"{number:05d}" for number in range(40) for _ in range(2)]
+    with ThreadPoolExecutor(8) as pool:
+        first = list(
+            pool.map(lambda c: registry.finish_chunk(run_id, c, CHUNK, {}, int(c)), deliveries)
+        )
+    # Then each chunk counts once, in the run's totals read from its record alone
+    assert sum(first) == 40
+    run = registry.run(run_id)
+    assert run is not None and run.chunks_done == 40
+    assert (run.trained, run.registered, run.rejected, run.superseded) == (400, 280, 80, 40)
+    assert (run.failed_training, run.lost, run.models_decided, run.models_live) == (
+        40,
+        41,
+        400,
+        280,
+    )
+    assert registry.mark_registered_if_complete(run_id)
+    assert not registry.finish_chunk(run_id, "00000", CHUNK, {}, 0)
+    # and a late redelivery changes nothing
+    again = registry.run(run_id)
+    assert again is not None and (again.chunks_done, again.trained) == (40, 400)
+
+
+def test_a_run_started_before_totals_were_kept_adds_up_its_chunks_records(
+    registry: ModelRegistry, registry_table: Any
+) -> None:
+    # Given a run record and two chunk records as releases before running totals wrote them
+    run_id = "q0000000011-20261201t000000"
+    partition = RUN_PARTITION_PREFIX + run_id
+    registry_table.put_item(
+        Item={
+            "customer_id": partition,
+            "record": RUN_RECORD,
+            "run_id": run_id,
+            "training_job": "job",
+            "chunks_total": 3,
+            "started_at": "2026-12-01T00:00:00+00:00",
+            "lost_at_start": 0,
+        }
+    )
+    for number in range(2):
+        registry_table.put_item(
+            Item={
+                "customer_id": partition,
+                "record": f"{CHUNK_PREFIX}{number:05d}",
+                "counts": CHUNK.model_dump(),
+                "notes": {},
+                "finished_at": "2026-12-01T00:01:00+00:00",
+            }
+        )
+    # When its start event comes again
+    registry.start_run(run_id, "job", chunks_total=3, lost=0)
+    # Then its progress is still its chunks' records added up
+    run = registry.run(run_id)
+    assert run is not None and (run.chunks_done, run.trained, run.models_live) == (2, 20, 14)
 
 
 def test_promotions_share_transactions_and_a_stale_read_fails_alone(

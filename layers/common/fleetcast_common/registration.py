@@ -109,6 +109,9 @@ class RegistrationChunk(BaseModel):
     start: int = 0
     stop: int = 0
     unlisted: list[str] = Field(default_factory=list)
+    # Its place in the run's plan, by which the run's record counts it once (None in
+    # chunks planned before the record kept the run's totals).
+    number: int | None = None
 
     @property
     def size(self) -> int:
@@ -184,7 +187,7 @@ def plan_chunks(
         )
         for start, stop in chunk_slices(len(ordered), size)
     ]
-    return chunks
+    return [chunk.model_copy(update={"number": n}) for n, chunk in enumerate(chunks)]
 
 
 def passes_quality_gate(metrics: HoldoutMetrics, ratio: float) -> bool:
@@ -595,6 +598,7 @@ def register_chunk(
         chunk.chunk_id,
         counts,
         {"lost": [c.model_dump() for c in lost]} if lost else {},
+        chunk.number,
     )
     return ChunkReport(
         chunk_id=chunk.chunk_id,

@@ -37,6 +37,13 @@ MODEL_PREFIX = "MODEL#"
 RUN_PARTITION_PREFIX = "RUN#"
 RUN_RECORD = "REGISTRATION"
 CHUNK_PREFIX = "CHUNK#"
+# On a run's record: its chunks add their counts to it as they finish (runs registered
+# before it was there are added up from their chunks' records).
+TOTALS_KEPT = "totals_kept"
+# On a run's record: the numbers of the chunks whose counts its totals hold (a number
+# set, a few bytes a chunk: 20,000 chunks, 10M customers at 500 a chunk, are ~100 KB of
+# DynamoDB's 400 KB an item).
+COUNTED_CHUNKS = "counted_chunks"
 # BatchGetItem reads at most 100 keys a request; two per customer (LIVE and MODEL#run).
 _CUSTOMERS_PER_BATCH_GET = 50
 # TransactWriteItems takes at most 100 actions.
@@ -325,40 +332,93 @@ class ModelRegistry:
 
     def start_run(self, run_id: str, training_job: str, chunks_total: int, lost: int) -> None:
         """Create (or, for a repeated event, keep) the run's record with its chunk count.
-        Counters already added by chunks are kept."""
-        self._table.update_item(
-            Key=self._run_key(run_id, RUN_RECORD),
-            UpdateExpression=(
-                "SET run_id = :run_id, training_job = :job, chunks_total = :total, "
-                "started_at = if_not_exists(started_at, :now), #lost_at_start = :lost"
-            ),
-            ExpressionAttributeNames={"#lost_at_start": "lost_at_start"},
-            ExpressionAttributeValues={
-                ":run_id": run_id,
-                ":job": training_job,
-                ":total": chunks_total,
-                ":now": datetime.now(UTC).isoformat(),
-                ":lost": lost,
-            },
+        Counters already added by chunks are kept. A new record says its chunks add their
+        counts to it (:data:`TOTALS_KEPT`); one from before that never says so."""
+        update = (
+            "SET run_id = :run_id, training_job = :job, chunks_total = :total, "
+            "started_at = if_not_exists(started_at, :now), #lost_at_start = :lost"
         )
+        names = {"#lost_at_start": "lost_at_start"}
+        values = {
+            ":run_id": run_id,
+            ":job": training_job,
+            ":total": chunks_total,
+            ":now": datetime.now(UTC).isoformat(),
+            ":lost": lost,
+        }
+        key = self._run_key(run_id, RUN_RECORD)
+        try:
+            self._table.update_item(
+                Key=key,
+                UpdateExpression=update + ", #totals_kept = :kept",
+                ConditionExpression="attribute_not_exists(started_at)",
+                ExpressionAttributeNames={**names, "#totals_kept": TOTALS_KEPT},
+                ExpressionAttributeValues={**values, ":kept": True},
+            )
+        except ClientError as error:
+            if error_code(error) != "ConditionalCheckFailedException":
+                raise
+            self._table.update_item(
+                Key=key,
+                UpdateExpression=update,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
 
-    def finish_chunk(self, run_id: str, chunk_id: str, counts: ChunkCounts, notes: Any) -> bool:
-        """Record a chunk done, with its outcomes, exactly once (a conditional PutItem of
-        its record). False when it was recorded before."""
+    def finish_chunk(
+        self,
+        run_id: str,
+        chunk_id: str,
+        counts: ChunkCounts,
+        notes: Any,
+        number: int | None = None,
+    ) -> bool:
+        """Record a chunk done, with its outcomes, and count it in its run exactly once.
+        False when it was counted before.
+
+        The chunk's record is written first (the same record on every delivery), then one
+        conditional UpdateItem of the run's record adds the chunk's counts to its totals
+        and the chunk's ``number`` to the set of chunks counted, unless the set has it: so
+        the run's progress is one read, whatever its chunk count. A chunk without a number
+        (planned before the run's record kept totals) is counted by its record alone, a
+        conditional PutItem."""
+        record = {
+            **self._run_key(run_id, CHUNK_PREFIX + chunk_id),
+            "counts": counts.model_dump(),
+            "notes": notes,
+            "finished_at": datetime.now(UTC).isoformat(),
+        }
+        if number is None:
+            return self._put_if_new(record)
+        self._table.put_item(Item=_to_item(record))
+        # The run's totals: each count the chunk kept (None where it did not), one chunk.
+        added: dict[str, Any] = {
+            name: value for name, value in counts.model_dump().items() if value is not None
+        }
+        added |= {"chunks_done": 1, COUNTED_CHUNKS: {number}}
+        try:
+            self._table.update_item(
+                Key=self._run_key(run_id, RUN_RECORD),
+                UpdateExpression="ADD " + ", ".join(f"#{n} :{n}" for n in added),
+                ConditionExpression=f"NOT contains(#{COUNTED_CHUNKS}, :number)",
+                ExpressionAttributeNames={f"#{n}": n for n in added},
+                ExpressionAttributeValues={f":{n}": v for n, v in added.items()}
+                | {":number": number},
+            )
+        except ClientError as error:
+            if error_code(error) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def _put_if_new(self, record: dict[str, Any]) -> bool:
         try:
             self._table.put_item(
-                Item=_to_item(
-                    {
-                        **self._run_key(run_id, CHUNK_PREFIX + chunk_id),
-                        "counts": counts.model_dump(),
-                        "notes": notes,
-                        "finished_at": datetime.now(UTC).isoformat(),
-                    }
-                ),
+                Item=_to_item(record),
                 ConditionExpression="attribute_not_exists(#r)",
                 ExpressionAttributeNames={"#r": "record"},
             )
-        except Exception as error:
+        except ClientError as error:
             if error_code(error) == "ConditionalCheckFailedException":
                 return False
             raise
@@ -417,13 +477,21 @@ class ModelRegistry:
         if not item or "chunks_total" not in item:
             return None
         values = _from_item(item)
-        chunks = self._chunks(run_id)
-        totals = {
-            name: _total([getattr(chunk, name) for chunk in chunks])
-            for name in ChunkCounts.model_fields
-        }
+        if values.pop(TOTALS_KEPT, False):
+            # Each chunk added its counts to the record as it finished (finish_chunk).
+            totals = {name: values.pop(name, 0) for name in ChunkCounts.model_fields}
+            chunks_done = values.pop("chunks_done", 0)
+            values.pop(COUNTED_CHUNKS, None)
+        else:
+            # A run started before the record kept totals: its chunks' records added up.
+            chunks = self._chunks(run_id)
+            totals = {
+                name: _total([getattr(chunk, name) for chunk in chunks])
+                for name in ChunkCounts.model_fields
+            }
+            chunks_done = len(chunks)
         totals["lost"] += values.pop("lost_at_start", 0)
-        return RunRegistration.model_validate({**values, **totals, "chunks_done": len(chunks)})
+        return RunRegistration.model_validate({**values, **totals, "chunks_done": chunks_done})
 
     def live(self, customer_id: str) -> LiveModel | None:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import functools
 import logging
 import socket
 import threading
@@ -173,6 +174,35 @@ def transactions_back_up_partitions() -> None:
     DynamoDBBackend.transact_write_items = _transact_backing_up_partitions  # type: ignore[method-assign,assignment]
 
 
+_dynamodb_writes = threading.RLock()
+
+
+def _one_at_a_time(write: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(write)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _dynamodb_writes:
+            return write(*args, **kwargs)
+
+    locked._one_at_a_time = True  # type: ignore[attr-defined]
+    return locked
+
+
+def dynamodb_writes_one_at_a_time() -> None:
+    """Make moto's DynamoDB writes atomic, as DynamoDB's are (idempotent).
+
+    moto 5.2.5 reads an item, checks a write's condition and changes the item with no
+    lock, and its server answers requests on many threads: two conditional writes at once
+    can both pass their condition, and two ``ADD`` updates of one item can lose one (the
+    run's record, which every finishing registration chunk adds to). Here each write
+    (a Put, an Update, a Delete, a whole transaction; BatchWriteItem's Puts one by one)
+    runs alone; reads do not wait.
+    """
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        write = getattr(DynamoDBBackend, name)
+        if not getattr(write, "_one_at_a_time", False):
+            setattr(DynamoDBBackend, name, _one_at_a_time(write))
+
+
 class _QuietHandler(MotoRequestHandler):
     def log_request(self, code: Any = "-", size: Any = "-") -> None:
         pass
@@ -187,6 +217,7 @@ class Gateway:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         query_partitions_only()
         transactions_back_up_partitions()
+        dynamodb_writes_one_at_a_time()
         keep_objects_in_files()
         self._moto: WsgiApp = MotoDispatcher()
         self._routes: list[Route] = []
