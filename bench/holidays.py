@@ -72,7 +72,7 @@ def train(files: list[Path], root: Path, calendar: tuple[str, str] | None) -> di
     started, cpu = time.perf_counter(), _cpu_seconds()
     result = run_job(environment, Hyperparameters.parse(environment.hyperparameters))
     seconds, cpu = time.perf_counter() - started, _cpu_seconds() - cpu
-    trained = [r for r in result.manifest.customers if r.outcome is CustomerOutcome.TRAINED]
+    trained = [r for r in result.results.customers() if r.outcome is CustomerOutcome.TRAINED]
     methods: Counter[str] = Counter()
     for customer in trained:
         methods.update(customer.fit_methods or {})

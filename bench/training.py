@@ -138,7 +138,7 @@ def fleetcast_training(
 
     seconds = timed(train)
     assert result is not None
-    trained = [r for r in result.manifest.customers if r.outcome is CustomerOutcome.TRAINED]
+    trained = [r for r in result.results.customers() if r.outcome is CustomerOutcome.TRAINED]
     if len(trained) != len(customer_files):
         raise AssertionError(f"fleetcast trained {len(trained)} of {len(customer_files)}")
     return FleetcastRun(

@@ -100,6 +100,11 @@ class ShardResults:
             statistics.median(self._mae),
         )
 
+    def customers(self) -> Iterator[CustomerResult]:
+        """Every customer's result in id order (the manifest's customers), one at a time."""
+        for customer_id in sorted(self._json):
+            yield CustomerResult.model_validate_json(self._json[customer_id])
+
     def pages(self, size: int = MANIFEST_PAGE_SIZE) -> Iterator[tuple[str, ManifestPage]]:
         """The manifest's pages in customer id order, as
         :func:`~fleetcast_common.contracts.training_manifest.manifest_pages` cuts it."""
