@@ -2,6 +2,10 @@
 
 from collections.abc import Iterator
 
+# Powertools' Tracer imports the X-Ray SDK, whose recorder opens a UDP socket (sending
+# nothing) when it is first imported: imported here, before sockets are disabled, so a
+# test that is the first to load a function's handler does not fail for it.
+import aws_xray_sdk.core  # noqa: F401  (imported for that side effect)
 import pytest
 from pytest_socket import disable_socket, enable_socket
 
