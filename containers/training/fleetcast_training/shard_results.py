@@ -21,7 +21,6 @@ from pathlib import Path
 from fleetcast_common.contracts.training import (
     MANIFEST_PAGE_SIZE,
     manifest_name,
-    manifest_page_name,
     manifest_summary_name,
 )
 from fleetcast_common.contracts.training_manifest import (
@@ -30,6 +29,7 @@ from fleetcast_common.contracts.training_manifest import (
     ManifestPage,
     ManifestSummary,
     TrainingManifest,
+    paged,
 )
 from fleetcast_training.customer_training import CustomerReport
 from fleetcast_training.export import ExportedCustomer, ShardExport
@@ -52,8 +52,7 @@ class ShardResults:
         self._smape = array("d")
         self._naive_smape = array("d")
         self._mae = array("d")
-        # The customers that failed, with why (the kind, when the job knows it).
-        self._failed: list[CustomerResult] = []
+        # The customers that failed (CustomerReport.failed: every FAILED one has a kind).
         self.failures: list[tuple[FailureKind, CustomerResult]] = []
         # The CPU the workers spent on the export's forecasts.
         self.export_cpu_seconds = 0.0
@@ -69,8 +68,6 @@ class ShardResults:
             self._smape.append(result.metrics.smape)
             self._naive_smape.append(result.metrics.naive_smape)
             self._mae.append(result.metrics.mae)
-        if result.outcome is CustomerOutcome.FAILED:
-            self._failed.append(result)
         if report.failure_kind is not None:
             self.failures.append((report.failure_kind, result))
         if self._export is not None:
@@ -106,23 +103,9 @@ class ShardResults:
             yield CustomerResult.model_validate_json(self._json[customer_id])
 
     def pages(self, size: int = MANIFEST_PAGE_SIZE) -> Iterator[tuple[str, ManifestPage]]:
-        """The manifest's pages in customer id order, as
-        :func:`~fleetcast_common.contracts.training_manifest.manifest_pages` cuts it."""
-        ordered = sorted(self._json)
-        for start in range(0, len(ordered), size):
-            yield (
-                manifest_page_name(self._host, start // size),
-                ManifestPage(
-                    run_id=self._run_id,
-                    host=self._host,
-                    hosts=self._hosts,
-                    customers=[
-                        CustomerResult.model_validate_json(self._json[customer_id])
-                        for customer_id in ordered[start : start + size]
-                    ],
-                    first=start,
-                ),
-            )
+        """The manifest's pages in customer id order, each read back from the kept JSON
+        as it is cut (:func:`~fleetcast_common.contracts.training_manifest.paged`)."""
+        return paged(self._run_id, self._host, self._hosts, self.customers(), size)
 
     def write_manifest(self, *directories: Path) -> None:
         """The manifest's pages and summary into the first of ``directories`` (the
@@ -148,8 +131,8 @@ class ShardResults:
             host=self._host,
             hosts=self._hosts,
             customers=len(self),
-            trained=len(self) - len(self._failed),
-            failures=sorted(self._failed, key=lambda result: result.customer_id),
+            trained=len(self) - len(self.failures),
+            failures=sorted((result for _, result in self.failures), key=lambda r: r.customer_id),
         )
 
     def _write_whole(self, path: Path) -> Path:

@@ -94,7 +94,7 @@ def _query_one_partition(
 
     moto 5.2.5 answers every Query by sorting all of the table's items and keeping those
     of the partition: at 100k customers the registry holds 200k items, and each query of
-    a run's chunk records (a finishing chunk, every ``fleetcast status``) took about half
+    a run's chunk records (each finishing chunk's, before runs kept totals) took about half
     a second, and failed ("dictionary changed size during iteration") when a write landed
     meanwhile. DynamoDB reads the partition alone; so does this, by handing moto's own
     query a shallow copy of the table whose items are that partition's. Index queries

@@ -7,6 +7,8 @@ with the models). register-models reads the manifests; ``fleetcast status`` the 
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Iterator
 from enum import StrEnum
 
 from pydantic import BaseModel, Field
@@ -88,19 +90,29 @@ def manifest_pages(
     manifest: TrainingManifest, size: int = MANIFEST_PAGE_SIZE
 ) -> list[tuple[str, ManifestPage]]:
     """The manifest cut into pages, with each page's file name."""
-    return [
-        (
-            manifest_page_name(manifest.host, start // size),
+    return list(paged(manifest.run_id, manifest.host, manifest.hosts, manifest.customers, size))
+
+
+def paged(
+    run_id: str,
+    host: str,
+    hosts: list[str],
+    customers: Iterable[CustomerResult],
+    size: int = MANIFEST_PAGE_SIZE,
+) -> Iterator[tuple[str, ManifestPage]]:
+    """The pages of the manifest of these ``customers`` (in its order), with each page's
+    file name; ``customers`` is read a page at a time."""
+    remaining = iter(customers)
+    for number in itertools.count():
+        page = list(itertools.islice(remaining, size))
+        if not page:
+            return
+        yield (
+            manifest_page_name(host, number),
             ManifestPage(
-                run_id=manifest.run_id,
-                host=manifest.host,
-                hosts=manifest.hosts,
-                customers=manifest.customers[start : start + size],
-                first=start,
+                run_id=run_id, host=host, hosts=hosts, customers=page, first=number * size
             ),
         )
-        for start in range(0, len(manifest.customers), size)
-    ]
 
 
 class TrainingProgress(BaseModel):
