@@ -11,7 +11,6 @@ from registry_tables import create_registry_table
 
 from fleetcast.embedded.gateway import Gateway
 from fleetcast_common.contracts.model_archive import HoldoutMetrics
-from fleetcast_common.registration import passes_quality_gate
 from fleetcast_common.registry import (
     CHUNK_PREFIX,
     RUN_PARTITION_PREFIX,
@@ -88,14 +87,6 @@ def test_every_model_is_recorded_once_per_run(registry: ModelRegistry) -> None:
         (OLD, ModelStatus.LIVE),
         (NEW, ModelStatus.REJECTED),
     ]
-
-
-def test_quality_gate_compares_with_seasonal_naive() -> None:
-    assert passes_quality_gate(METRICS, ratio=1.5)
-    worse = METRICS.model_copy(update={"smape": 0.2})
-    assert not passes_quality_gate(worse, ratio=1.5)
-    perfect_naive = METRICS.model_copy(update={"naive_smape": 0.0, "smape": 0.01})
-    assert not passes_quality_gate(perfect_naive, ratio=1.5)
 
 
 def test_a_run_record_without_its_fields_is_a_run_not_started(

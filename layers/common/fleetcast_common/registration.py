@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from fleetcast_common import storage
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.ids import validate_customer_id
-from fleetcast_common.contracts.model_archive import HoldoutMetrics, read_archive
+from fleetcast_common.contracts.model_archive import read_archive
 from fleetcast_common.contracts.training import (
     MANIFEST_PAGE_SIZE,
     host_of_manifest,
@@ -51,6 +51,7 @@ from fleetcast_common.contracts.training_manifest import (
     TrainingManifest,
 )
 from fleetcast_common.processing_report import customers_sent
+from fleetcast_common.quality_gate import passes_quality_gate, rejection_reason
 from fleetcast_common.registry import (
     ChunkCounts,
     CustomerState,
@@ -188,13 +189,6 @@ def plan_chunks(
         for start, stop in chunk_slices(len(ordered), size)
     ]
     return [chunk.model_copy(update={"number": n}) for n, chunk in enumerate(chunks)]
-
-
-def passes_quality_gate(metrics: HoldoutMetrics, ratio: float) -> bool:
-    """Clearly worse than seasonal-naive = holdout sMAPE above ``ratio`` times naive's."""
-    if metrics.naive_smape == 0:
-        return metrics.smape == 0
-    return metrics.smape <= ratio * metrics.naive_smape
 
 
 def read_manifests(s3: Any, bucket: str, run_id: str) -> list[TrainingManifest]:
@@ -446,10 +440,7 @@ def _decide(record: ModelRecord, state: CustomerState, ratio: float) -> _Decisio
         ), record.model_copy(update={"status": ModelStatus.SUPERSEDED})
     gate_note = None
     if not passes_quality_gate(metrics, ratio):
-        gate_note = (
-            f"holdout sMAPE {metrics.smape:.4f} is over {ratio} x seasonal-naive's "
-            f"{metrics.naive_smape:.4f}"
-        )
+        gate_note = rejection_reason(metrics, ratio)
         # The gate keeps a worse model from replacing a live one; a customer without a
         # live model is better served by this one than by none.
         if live is not None:
