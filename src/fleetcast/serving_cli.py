@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fleetcast.embedded.stack import StackInfo
@@ -121,6 +122,9 @@ def forecast_summary(forecast: dict[str, Any]) -> str:
     clipped = forecast.get("clipped_at_zero")
     if clipped:
         summary += f"\n[yellow]{clipped} values below 0 are shown as 0 (consumption)[/]"
+    newer = forecast.get("newer_model")
+    if newer:
+        summary += f"\n[yellow]note: {escape(newer['message'])}[/]"
     return summary
 
 

@@ -47,10 +47,11 @@ from fleetcast_common.registration import (
 from fleetcast_common.registry import ModelRegistry, ModelStatus, RunRegistration
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_1, RUN_2, RUN_0 = (
+RUN_1, RUN_2, RUN_0, RUN_3 = (
     "20261129t100000-aaaaaaaaaa",
     "20261129t110000-bbbbbbbbbb",
     "20261129t090000-cccccccccc",
+    "20261129t120000-dddddddddd",
 )
 GOOD = HoldoutMetrics(holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0)
 BAD = HoldoutMetrics(holdout_days=7, smape=0.30, mae=50.0, naive_smape=0.05, naive_mae=8.0)
@@ -354,6 +355,34 @@ def test_a_clearly_worse_model_is_recorded_but_does_not_replace_the_live_one(
     assert live_b is not None and (live_b.model_version, live_b.run_id) == (2, RUN_2)
     rejected = world["registry"].model("a", RUN_2)
     assert rejected is not None and rejected.status is ModelStatus.REJECTED
+
+
+def test_the_live_record_says_which_newer_model_was_held_back_until_one_goes_live(
+    world: dict[str, Any],
+) -> None:
+    # Given a live at run 1, and run 2's much worse model of a rejected
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": GOOD})
+    register(world, RUN_1)
+    trained(world["s3"], world["bucket"], RUN_2, {"a": BAD, "b": GOOD})
+    register(world, RUN_2)
+    # Then a's live record names run 2's model and why it is not live; b's names none
+    live_a, live_b = world["registry"].live("a"), world["registry"].live("b")
+    assert live_a is not None and live_a.run_id == RUN_1
+    assert live_a.held_back is not None
+    assert (live_a.held_back.run_id, live_a.held_back.status) == (RUN_2, ModelStatus.REJECTED)
+    assert "over 1.5 x seasonal naive's" in live_a.held_back.reason
+    assert live_b is not None and live_b.held_back is None
+    # And a redelivery of run 2, or an older run finishing late, leaves the note as it is
+    register(world, RUN_2)
+    trained(world["s3"], world["bucket"], RUN_0, {"a": BAD})
+    register(world, RUN_0)
+    assert world["registry"].live("a") == live_a
+    # When a later run's model of a goes live
+    trained(world["s3"], world["bucket"], RUN_3, {"a": GOOD})
+    register(world, RUN_3)
+    # Then the note is gone with the model it was about
+    live = world["registry"].live("a")
+    assert live is not None and (live.run_id, live.held_back) == (RUN_3, None)
 
 
 def test_a_new_customers_first_model_goes_live_even_below_the_gate(world: dict[str, Any]) -> None:

@@ -564,6 +564,9 @@ def register_chunk(
         )
         if unconditional is not None:
             records.append(unconditional)
+        if registration.status is ModelStatus.REJECTED and unconditional is not None:
+            # Before its MODEL record: a redelivery that finds none decides, and notes, again.
+            registry.hold_back(unconditional, registration.note or "rejected")
     registry.record_many(records)
 
     def count(status: ModelStatus) -> int:
