@@ -119,7 +119,12 @@ def _status_table(runs: list[RunStatus]) -> Table:
                 if run.customers_trained is not None
                 else run.customers_checkpointed
             ),
-            str(run.customers_failed if run.customers_failed is not None else "-")
+            "\n".join(
+                [
+                    str(run.customers_failed if run.customers_failed is not None else "-"),
+                    *run.failure_summary(),
+                ]
+            )
             + (f"\n{run.customers_lost} lost: {run.first_lost}" if run.customers_lost else ""),
             str(run.customers_registered)
             + (f"\n{run.registration}" if run.chunks_total is not None else ""),

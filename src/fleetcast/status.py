@@ -6,11 +6,12 @@ from __future__ import annotations
 import functools
 import posixpath
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from fleetcast_common import storage
 from fleetcast_common.contracts import layout
@@ -31,6 +32,18 @@ from fleetcast_common.upload_queue import UploadQueue
 POLL_SECONDS = 0.5
 # An upload whose processing job waits for the one running (fleetcast_common.upload_queue).
 WAITING = "Waiting"
+
+
+# The kind of a failure recorded before manifests kept kinds.
+UNCLASSIFIED = "unclassified"
+
+
+class TrainingFailure(BaseModel):
+    """A customer the run could not train, as its instance's manifest says."""
+
+    customer_id: str
+    kind: str
+    reason: str
 
 
 class RunStatus(BaseModel):
@@ -56,6 +69,10 @@ class RunStatus(BaseModel):
     customers_checkpointed: int = 0
     customers_trained: int | None = None
     customers_failed: int | None = None
+    # From the run's registration record: every customer training failed, with the kind
+    # of failure and its reason, and how many of each kind (most first).
+    failures: list[TrainingFailure] = Field(default_factory=list)
+    failures_by_kind: dict[str, int] = Field(default_factory=dict)
     # From the run's registration record: customers sent to training that have neither a
     # model nor a manifest entry saying why (their instance failed), and the first of them.
     customers_lost: int | None = None
@@ -106,6 +123,15 @@ class RunStatus(BaseModel):
         if self.chunks_total is None:
             return "-"
         return f"chunks {self.chunks_done}/{self.chunks_total}"
+
+    def failure_summary(self) -> list[str]:
+        """One line per kind of training failure, most first, with its first customer:
+        ``2 too_few_rows (first 0042: has 20 rows, needs at least 28)``."""
+        lines = []
+        for kind, count in self.failures_by_kind.items():
+            first = next(f for f in self.failures if f.kind == kind)
+            lines.append(f"{count} {kind} (first {first.customer_id}: {first.reason})")
+        return lines
 
     @property
     def processing_seconds(self) -> float | None:
@@ -214,6 +240,16 @@ def run_status(
         if plan is not None:
             status.customers_trained = plan.customers_to_register
             status.customers_failed = len(plan.failures)
+            status.failures = [
+                TrainingFailure(
+                    customer_id=failure.customer_id,
+                    kind=failure.kind or UNCLASSIFIED,
+                    reason=failure.reason or "no reason recorded",
+                )
+                for failure in sorted(plan.failures, key=lambda failure: failure.customer_id)
+            ]
+            kinds = Counter(failure.kind for failure in status.failures)
+            status.failures_by_kind = dict(kinds.most_common())
             status.customers_lost = len(plan.lost)
             if plan.lost:
                 status.first_lost = f"{plan.lost[0].customer_id}: {plan.lost[0].reason}"

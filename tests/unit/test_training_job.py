@@ -203,6 +203,13 @@ def test_customer_with_too_few_rows_fails_alone(trained: tuple[Instance, Run]):
     assert result.outcome is CustomerOutcome.FAILED
     assert result.reason == "has 3 rows, needs at least 28"
     assert not instance.archive("tiny").exists()
+    # And the manifest says what kind of failure it is, for `fleetcast status` to count
+    assert result.kind == "too_few_rows"
+    # (only failures carry one: the manifest lists every trained customer too)
+    written = json.loads((instance.checkpoints / manifest_name("algo-1")).read_text())
+    with_kind = [c["customer_id"] for c in written["customers"] if "kind" in c]
+    assert with_kind == [c["customer_id"] for c in written["customers"] if c["outcome"] == "failed"]
+    assert "tiny" in with_kind and not set(GOOD) & set(with_kind)
 
 
 def test_invalid_file_names_are_failed_and_never_used(trained: tuple[Instance, Run]):

@@ -95,7 +95,7 @@ class CustomerReport:
     @classmethod
     def failed(cls, customer_id: str, kind: FailureKind, reason: str) -> CustomerReport:
         result = CustomerResult(
-            customer_id=customer_id, outcome=CustomerOutcome.FAILED, reason=reason
+            customer_id=customer_id, outcome=CustomerOutcome.FAILED, reason=reason, kind=kind
         )
         return cls(result=result, failure_kind=kind)
 
