@@ -22,6 +22,7 @@ from prophet.models import CmdStanPyBackend
 from prophet.serialize import model_to_dict
 
 from fleetcast_common.contracts.model_archive import (
+    PROPHET_KIND,
     HoldoutMetrics,
     ModelMetadata,
     read_archive,
@@ -243,6 +244,7 @@ class CustomerTrainer:
                 result.customer_id,
                 settings.run_id,
                 model,
+                result.metadata.model_kind if result.metadata else PROPHET_KIND,
                 settings.frequency,
                 settings.export_periods,
                 last_history,

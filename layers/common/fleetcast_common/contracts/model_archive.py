@@ -2,8 +2,10 @@
 
 ``{customer_id}.tar.gz`` holds two members:
 
-- ``model.json``: the fitted model, the JSON of ``prophet.serialize.model_to_json``
-  (training writes it without spaces: ``fleetcast_training.model_json``);
+- ``model.json``: the fitted model, as its family serialises it (``model_kind`` in the
+  metadata names the family): for Prophet the JSON of ``prophet.serialize.model_to_json``
+  (training writes it without spaces: ``fleetcast_training.model_json``), loadable with
+  ``prophet.serialize.model_from_json``;
 - ``metadata.json``: :class:`ModelMetadata`.
 
 The archive is what a SageMaker multi-model endpoint downloads as one TargetModel.
@@ -21,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from fleetcast_common.holiday_calendar import HolidayCalendar
 
 MODEL_MEMBER = "model.json"
+# The family of every archive written before families existed.
+PROPHET_KIND = "prophet"
 METADATA_MEMBER = "metadata.json"
 
 
@@ -63,6 +67,8 @@ class ModelMetadata(BaseModel):
     # The public holidays the model was fitted with; None for a model without any (and
     # for every archive written before calendars existed).
     holiday_calendar: HolidayCalendar | None = None
+    # Which family made model.json (fleetcast_common.forecasters.families compiles it).
+    model_kind: str = PROPHET_KIND
 
 
 def write_archive(path: Path, model_json: str | bytes, metadata: ModelMetadata) -> None:
