@@ -22,6 +22,7 @@ from fleetcast_common.forecasters.forecast import Forecaster
 # serving only Prophet models never imports the others, and the reverse.
 _MODULES = {
     PROPHET_KIND: "fleetcast_common.forecasters.prophet_family",
+    "seasonal_naive": "fleetcast_common.forecasters.seasonal_naive",
 }
 
 
