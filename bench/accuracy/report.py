@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -45,6 +46,8 @@ class MethodResult:
 class DataSetResult:
     data_set: DataSet
     customers: list[str]
+    # The customers every method forecast the whole horizon for: the summaries' customers.
+    scored: list[str]
     too_short: list[str]
     readings: int
     horizon: int
@@ -90,12 +93,24 @@ def versions() -> dict[str, str]:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             found[package] = "-"
+    # The code measured: the commit of this checkout (fleetcast's engine included).
+    found["fleetcast commit"] = _git("rev-parse", "HEAD")
+    found["fleetcast branch"] = _git("rev-parse", "--abbrev-ref", "HEAD")
+    changed = _git("status", "--porcelain", "--", "containers", "layers", "src", "template.yaml")
+    found["fleetcast engine changed since that commit"] = "yes" if changed else "no"
     # statsforecast lives in .venv-peers, not here: its pin is requirements/peers.in's.
     peers_in = Path(__file__).resolve().parents[2] / "requirements" / "peers.in"
     for line in peers_in.read_text().splitlines():
         if line.startswith("statsforecast=="):
             found["statsforecast"] = line.split("==", 1)[1]
     return found
+
+
+def _git(*arguments: str) -> str:
+    completed = subprocess.run(
+        ["git", *arguments], capture_output=True, text=True, cwd=Path(__file__).resolve().parent
+    )
+    return completed.stdout.strip() if completed.returncode == 0 else "-"
 
 
 def _n(value: float, digits: int = 3) -> str:
@@ -190,6 +205,7 @@ def write_results(
                 "horizon_days": r.horizon,
                 "min_fit_days": MIN_FIT_DAYS,
                 "customers": len(r.customers),
+                "scored_customers": len(r.scored),
                 "left_out_too_short": r.too_short,
                 "fit_days": {
                     "min": min(r.fit_days),
@@ -270,11 +286,19 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
             mean = result.methods[name].summary.mean_wape
             if math.isfinite(mean):
                 axis.plot(mean, position, marker="D", color="#c0392b", markersize=5, zorder=4)
+        ours = result.methods[FLEETCAST].summary.median_wape
+        if math.isfinite(ours):
+            axis.axvline(ours, color="#e67e22", linestyle="--", linewidth=1, zorder=1)
         axis.set_yticks(range(1, len(names) + 1), names)
         axis.invert_yaxis()
         upper = max(np.percentile(v, 95) for v in data if v)
         axis.set_xlim(0, upper * 1.1)
-        axis.set_xlabel("WAPE per customer (red diamond: mean; boxes: quartiles)")
+        hidden = sum(w > upper * 1.1 for values in data for w in values)
+        axis.set_xlabel(
+            "WAPE per customer over the held-back days (box: quartiles; red diamond: mean;\n"
+            f"dashed: fleetcast's median; {hidden} points beyond the axis's end not drawn)",
+            fontsize=9,
+        )
         axis.set_title(
             f"{result.data_set.title}\n{len(result.customers)} customers, last {result.horizon} days held back",
             fontsize=10,
@@ -307,10 +331,17 @@ def readme_section(
             if result.too_short
             else ""
         )
+        missing = sorted(set(result.customers) - set(result.scored))
+        why = {
+            **{c: "its export ends before the horizon does" for c in result.fleetcast_incomplete},
+            **{c: f"training failed ({r})" for c, r in result.fleetcast_failed.items()},
+        }
         failed = (
-            f" fleetcast trained {result.fleetcast_trained}; no forecast for "
-            f"{len(result.customers) - result.methods[FLEETCAST].forecasts + len(result.fleetcast_incomplete)}."
-            if result.fleetcast_failed or result.fleetcast_incomplete
+            f" Summaries over the {len(result.scored)} customers every method forecast the "
+            "whole horizon for; left out of them, and counted as losses against naive: "
+            + "; ".join(f"{c}, {why.get(c, 'no fleetcast forecast')}" for c in missing)
+            + "."
+            if missing
             else ""
         )
         parts.append(
@@ -320,24 +351,33 @@ def readme_section(
             f"{_markdown_table(result)}\n\nIssue 26's targets on this set: {verdicts}.\n"
         )
     members = ", ".join(results[0].median_members) if results else ""
+    horizon = results[0].horizon if results else 0
+    code = versions()
+    engine = (
+        f"fleetcast at commit `{code['fleetcast commit'][:12]}` (branch "
+        f"`{code['fleetcast branch']}`)"
+    )
     return f"""{README_HEADING}
 
-`make accuracy` on {machine.summary()} ({seconds / 60:.0f} min). Real public meter readings
-([`bench/accuracy/data/README.md`](bench/accuracy/data/README.md): sources, commits,
-licences), never generated data. For every customer the last
-{results[0].horizon if results else 30} days (the forecast export's horizon,
-`ForecastExportDays`' default) are held back from every method. **fleetcast** is the
-forecast a customer is served: its processing and training jobs run on the readings as
-uploaded, with the settings a deployed stack gives them, and each forecast is read from the
-run's forecast export. The peers get the same readings' daily totals (pandas' per-day sums):
-stock `Prophet()`, seasonal naive (last week repeated), statsforecast's AutoETS, AutoTheta
-and AutoARIMA (season length 7) and the day-by-day {MEDIAN} ({members}). WAPE = sum
-|error| / sum actual over the 30 days; MASE = mean |error| / seasonal naive's in-sample MAE
-on the fit window; both per customer, then the median and mean over customers. "beats
-naive": customers whose WAPE is lower than seasonal naive's. CPU per customer: fleetcast's
-training job (every worker, all candidates, export and archives) divided by its customers;
-Prophet's fit and predict with its CmdStan process; statsforecast's fit and forecast on one
-core (its numba compilation left out).
+`make accuracy` ({seconds / 60:.0f} min) on {machine.summary()}; {engine}.
+
+Real public meter readings, never generated data: sources, commits and licences in
+[`bench/accuracy/data/README.md`](bench/accuracy/data/README.md). For every customer the
+last {horizon} days are held back from every method ({horizon}: the forecast export's
+horizon, `ForecastExportDays`' default). **fleetcast** is the forecast a customer is
+served: its processing and training jobs run on the readings as uploaded, with the
+settings a deployed stack gives them, and each forecast is read from the run's forecast
+export. The peers get the same readings as daily totals (pandas' per-day sums, a day
+without readings 0): stock `Prophet()`, seasonal naive (last week repeated),
+statsforecast's AutoETS, AutoTheta and AutoARIMA (season length 7), and the day-by-day
+{MEDIAN} ({members}).
+
+WAPE = sum |error| / sum actual over the held-back days; MASE = mean |error| / seasonal
+naive's in-sample MAE on the fit window; both per customer, then the median and mean over
+customers. "beats naive": customers whose WAPE is below seasonal naive's. CPU per
+customer: fleetcast's training job (every worker process, all candidates, export and
+archives) divided by its customers; Prophet's fit and predict with its CmdStan process;
+statsforecast's fit and forecast on one core (numba's compilation left out).
 
 {chr(10).join(parts)}
 Every figure, per customer too: [`{figures}`]({figures}); chart: [`{chart}`]({chart}).

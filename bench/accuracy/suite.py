@@ -70,13 +70,25 @@ def evaluate(
         forecasts.update(peers.statsforecast_models(customers, horizon, models))
     forecasts[MEDIAN] = peers.median_of([forecasts[m] for m in models])
     check_forecasts(customers, forecasts, horizon)
-    results = {name: score(name, customers, f) for name, f in forecasts.items()}
+    # Every method is summarised over the same customers: those all of them forecast every
+    # day of the horizon for. A customer fleetcast's export misses days of is listed (and
+    # counts as a loss against seasonal naive), not dropped from fleetcast's figures alone.
+    scored = [
+        c
+        for c in customers
+        if all(
+            c.customer_id in f.values and not np.isnan(f.values[c.customer_id]).any()
+            for f in forecasts.values()
+        )
+    ]
+    results = {name: score(name, customers, scored, f) for name, f in forecasts.items()}
     wins, total = metrics.beats_share(
         results[FLEETCAST].wapes_list(customers), results[NAIVE].wapes_list(customers)
     )
     return DataSetResult(
         data_set=split_set.data_set,
         customers=[c.customer_id for c in customers],
+        scored=[c.customer_id for c in scored],
         too_short=split_set.too_short,
         readings=split_set.readings,
         horizon=horizon,
@@ -96,7 +108,13 @@ def evaluate(
     )
 
 
-def score(name: str, customers: list[CustomerSplit], forecasts: peers.Forecasts) -> MethodResult:
+def score(
+    name: str,
+    customers: list[CustomerSplit],
+    scored: list[CustomerSplit],
+    forecasts: peers.Forecasts,
+) -> MethodResult:
+    """Per-customer WAPE and MASE for every customer; the summary over ``scored``."""
     wapes: dict[str, float] = {}
     mases: dict[str, float] = {}
     for customer in customers:
@@ -112,7 +130,9 @@ def score(name: str, customers: list[CustomerSplit], forecasts: peers.Forecasts)
         name=name,
         wape=wapes,
         mase=mases,
-        summary=metrics.Summary.of(list(wapes.values()), list(mases.values())),
+        summary=metrics.Summary.of(
+            [wapes[c.customer_id] for c in scored], [mases[c.customer_id] for c in scored]
+        ),
         cpu_ms_per_customer=1000 * float(np.mean(cpu)) if cpu else math.nan,
         forecasts=len(forecasts.values),
     )
