@@ -23,6 +23,9 @@ from fleetcast_common.forecasters.forecast import Forecaster
 _MODULES = {
     PROPHET_KIND: "fleetcast_common.forecasters.prophet_family",
     "seasonal_naive": "fleetcast_common.forecasters.seasonal_naive",
+    "ets": "fleetcast_common.forecasters.ets",
+    "theta": "fleetcast_common.forecasters.theta",
+    "combination": "fleetcast_common.forecasters.combination",
 }
 
 

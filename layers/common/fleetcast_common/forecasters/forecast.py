@@ -45,6 +45,11 @@ class Forecaster(Protocol):
         ...
 
     @property
+    def yhat(self) -> FloatArray:
+        """The point forecast of every period, without simulating anything."""
+        ...
+
+    @property
     def daily_dates(self) -> bool:
         """Every forecast date is at midnight: render them as plain dates."""
         ...

@@ -59,9 +59,9 @@ class PathForecaster:
         dates, yhat = self.dates[:period], self.yhat[:period]
         if not self.uncertainty_samples:
             return Forecast(dates, yhat, None, None, quantiles, None)
-        samples = standard_normals(seed, period, self.uncertainty_samples) * self.sigma[
-            :period, None
-        ]
+        samples = (
+            standard_normals(seed, period, self.uncertainty_samples) * self.sigma[:period, None]
+        )
         samples += yhat[:, None]
         shares = [(1.0 - self.interval_width) / 2, (1.0 + self.interval_width) / 2, *quantiles]
         found = row_quantiles(samples, shares)
