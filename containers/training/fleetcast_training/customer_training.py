@@ -242,10 +242,12 @@ class CustomerTrainer:
         return outcomes
 
     def _numpy_fits(self, grids: Histories, plan: BacktestPlan) -> dict[str, Any]:
+        # Seasonal naive is always fitted: it is every model's yardstick, served or not.
+        wanted = {seasonal_naive.KIND, *self._hyperparameters.candidates}
         return {
-            kind: NUMPY_FAMILIES[kind].fit(grids, plan)
-            for kind in self._hyperparameters.candidates
-            if kind in NUMPY_FAMILIES
+            kind: family.fit(grids, plan)
+            for kind, family in NUMPY_FAMILIES.items()
+            if kind in wanted
         }
 
     def _train_short(self, customer: _Loaded) -> _Fitted:
@@ -253,8 +255,9 @@ class CustomerTrainer:
         ``holdout_days`` (fewer periods if it must), the same number of them."""
         settings = self._hyperparameters
         grids = on_grids([customer.history], settings)
-        windows = settings.backtest_windows
-        horizon = min(settings.holdout_rows, (grids.periods - 3 * grids.season) // windows)
+        spare = grids.periods - 3 * grids.season
+        windows = max(1, min(settings.backtest_windows, spare))
+        horizon = min(settings.holdout_rows, spare // windows)
         if horizon < 1:
             raise CustomerFailure(
                 FailureKind.TOO_FEW_ROWS,
@@ -295,6 +298,7 @@ class CustomerTrainer:
             _naive_scale(values[: plan.origins[0]], grids.season),
             common_fields(last, settings.uncertainty_samples, INTERVAL_WIDTH),
             settings.periods_per_day,
+            servable=set(settings.candidates),
         )
         if choice is None:
             raise CustomerFailure(FailureKind.FIT_FAILED, "no candidate could be fitted and scored")

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleetcast_common.contracts.model_archive import HoldoutMetrics
 from fleetcast_common.contracts.training_manifest import CustomerResult
 from fleetcast_common.forecasters.families import compile_archive
 from fleetcast_common.forecasters.forecast import forecast_seed
@@ -30,6 +31,7 @@ from fleetcast_common.quantiles import FORECAST_FLOOR
 from fleetcast_common.run_exports import (
     ACCURACY,
     ACCURACY_SCHEMA,
+    CANDIDATE_KINDS,
     CUSTOMERS_PER_PART,
     EXPORTS_DIR,
     FORECAST_SCHEMA,
@@ -235,15 +237,31 @@ def accuracy_batch(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.Rec
             "failure_reason": result.reason,
             "rows": result.rows,
             "holdout_days": metrics.holdout_days if metrics else None,
-            "beats_naive": metrics.smape < metrics.naive_smape if metrics else None,
+            "beats_naive": _beats_naive(metrics) if metrics else None,
             "forecast_rows": 0 if customer.forecast is None else len(customer.forecast.yhat),
             "export_error": customer.export_error,
         }
         for name in MEASURES:
             row[name] = getattr(metrics, name) if metrics else None
             row[f"naive_{name}"] = getattr(metrics, f"naive_{name}") if metrics else None
+        metadata = result.metadata
+        backtest = metadata.backtest if metadata else None
+        row["model_kind"] = metadata.model_kind if metadata else None
+        row["runner_up"] = backtest.runner_up if backtest else None
+        row["backtest_windows"] = backtest.windows if backtest else None
+        for kind in CANDIDATE_KINDS:
+            score = backtest.score(kind) if backtest else None
+            row[f"backtest_wape_{kind}"] = score.wape if score else None
         rows.append(row)
     return pa.RecordBatch.from_pylist(rows, schema=ACCURACY_SCHEMA)
+
+
+def _beats_naive(metrics: HoldoutMetrics) -> bool:
+    """Strictly better than seasonal naive: on the backtest's MAE where there is one (the
+    measure the gate uses), else on the holdout's sMAPE."""
+    if metrics.windows is not None:
+        return metrics.mae < metrics.naive_mae
+    return metrics.smape < metrics.naive_smape
 
 
 def _write_atomically(table: pa.Table, path: Path) -> None:

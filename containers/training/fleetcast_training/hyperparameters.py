@@ -64,7 +64,9 @@ def _candidates(value: object) -> object:
     unknown = sorted(set(names) - set(CANDIDATES))
     if unknown:
         raise ValueError(f"unknown {', '.join(unknown)}; known: {', '.join(CANDIDATES)}")
-    return tuple(name for name in CANDIDATES if name in names or name == "seasonal_naive")
+    if not names:
+        raise ValueError(f"name at least one of {', '.join(CANDIDATES)}")
+    return tuple(name for name in CANDIDATES if name in names)
 
 
 Seasonality = Annotated[Literal["auto"] | bool | int, BeforeValidator(_seasonality)]
@@ -82,8 +84,8 @@ class Hyperparameters(BaseModel):
     weekly_seasonality: Seasonality
     daily_seasonality: Seasonality
     uncertainty_samples: int = Field(ge=0, le=100_000)
-    # The model families scored for each customer (fleetcast_training.candidates);
-    # seasonal naive is always one: it is the yardstick every served model must meet.
+    # The model families a customer may be served (fleetcast_training.selection). Seasonal
+    # naive is scored whether listed or not: it is the yardstick every model must meet.
     candidates: Annotated[tuple[str, ...], BeforeValidator(_candidates)]
     # Rolling-origin windows of the backtest every candidate is scored on.
     backtest_windows: int = Field(ge=1, le=12)

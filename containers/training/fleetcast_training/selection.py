@@ -89,14 +89,18 @@ def choose(
     scale: float | None,
     common: dict[str, Any],
     periods_per_day: int,
+    servable: set[str] | None = None,
 ) -> Choice | None:
     """The customer's model: ``candidates`` (seasonal naive among them) with their
     backtests over ``actual`` (windows by steps, NaN where there is no usable value);
     ``scale`` MASE's (the in-sample seasonal-naive MAE before the first origin),
     ``common`` the fields every served model's JSON carries. None when no candidate has
-    a model or no point of the backtest is scored."""
+    a model or no point of the backtest is scored. Only kinds in ``servable`` (all, if
+    None) are served or combined; the others (seasonal naive, when it is left out of the
+    candidates) are scored as the yardstick."""
     fitted = [c for c in candidates if c.model is not None]
-    members = [c for c in fitted if c.kind in COMBINED]
+    allowed = servable if servable is not None else {c.kind for c in fitted} | {COMBINATION}
+    members = [c for c in fitted if c.kind in COMBINED and c.kind in allowed]
     if len(members) >= 2:
         mean = np.mean([m.backtest for m in members], axis=0)
         fitted.append(Candidate(COMBINATION, mean, None))
@@ -122,18 +126,21 @@ def choose(
     by_kind = {score.model_kind: score for score in scores}
     ranked = sorted(scores, key=_rank_error)
     naive = by_kind.get(NAIVE)
+    choosable = [s for s in ranked if s.model_kind in allowed or s.model_kind == COMBINATION]
+    if not choosable:
+        return None
     if COMBINATION in by_kind and (
         naive is None or _rank_error(by_kind[COMBINATION]) <= _rank_error(naive)
     ):
         chosen = COMBINATION
         why = "the combination, not worse than seasonal naive on the backtest"
     else:
-        chosen = ranked[0].model_kind
+        chosen = choosable[0].model_kind
         why = "the least backtest error" + (
             " (the combination was worse than seasonal naive)" if COMBINATION in by_kind else ""
         )
     runner_up = next((s.model_kind for s in ranked if s.model_kind != chosen), None)
-    model = _model(chosen, fitted, by_kind, common)
+    model = _model(chosen, fitted, by_kind, common, allowed)
     horizon = actual.shape[1]
     backtest = Backtest(
         horizon=horizon,
@@ -167,6 +174,7 @@ def _model(
     fitted: list[Candidate],
     by_kind: dict[str, CandidateScore],
     common: dict[str, Any],
+    allowed: set[str],
 ) -> dict[str, Any]:
     if chosen != COMBINATION:
         model = next(c.model for c in fitted if c.kind == chosen)
@@ -178,7 +186,7 @@ def _model(
         "members": [
             {"kind": c.kind, "model": c.model}
             for c in fitted
-            if c.kind in COMBINED and c.model is not None
+            if c.kind in COMBINED and c.model is not None and c.kind in allowed
         ],
         "sigma": sigma if np.isfinite(sigma) else 0.0,
         **common,

@@ -191,7 +191,13 @@ def plan_chunks(
 
 
 def passes_quality_gate(metrics: HoldoutMetrics, ratio: float) -> bool:
-    """Clearly worse than seasonal-naive = holdout sMAPE above ``ratio`` times naive's."""
+    """A model scored on a backtest (``windows`` set) passes when its backtest error is
+    not worse than seasonal naive's on the same points (MAE: WAPE's order, defined at
+    zeros too); seasonal naive is one of the training's candidates, so every customer has
+    a model that passes. One scored on a holdout before backtests passes unless clearly
+    worse: holdout sMAPE above ``ratio`` times naive's."""
+    if metrics.windows is not None:
+        return metrics.mae <= metrics.naive_mae
     if metrics.naive_smape == 0:
         return metrics.smape == 0
     return metrics.smape <= ratio * metrics.naive_smape
@@ -394,6 +400,8 @@ def _model_record(
         data_end=metadata.data_end,
         rows=metadata.rows,
         metrics=metadata.metrics,
+        model_kind=metadata.model_kind,
+        backtest=metadata.backtest,
     )
 
 
@@ -402,7 +410,6 @@ class _Promotion(BaseModel):
 
     record: ModelRecord
     live: LiveModel | None
-    gate_note: str | None = None
 
 
 _Decision = tuple[CustomerRegistration, ModelRecord | None]
@@ -444,22 +451,27 @@ def _decide(record: ModelRecord, state: CustomerState, ratio: float) -> _Decisio
             target_model=target,
             note=f"run {live.run_id} is newer and live",
         ), record.model_copy(update={"status": ModelStatus.SUPERSEDED})
-    gate_note = None
     if not passes_quality_gate(metrics, ratio):
-        gate_note = (
-            f"holdout sMAPE {metrics.smape:.4f} is over {ratio} x seasonal-naive's "
-            f"{metrics.naive_smape:.4f}"
+        # A first model follows the same rule: one worse than seasonal naive is not made
+        # live (training always offers one that passes: naive is a candidate).
+        return CustomerRegistration(
+            customer_id=customer_id,
+            status=ModelStatus.REJECTED,
+            target_model=target,
+            note=_gate_note(metrics, ratio),
+        ), record.model_copy(update={"status": ModelStatus.REJECTED})
+    return _Promotion(record=record, live=live)
+
+
+def _gate_note(metrics: HoldoutMetrics, ratio: float) -> str:
+    if metrics.windows is not None:
+        return (
+            f"backtest MAE {metrics.mae:.4g} is worse than seasonal-naive's {metrics.naive_mae:.4g}"
         )
-        # The gate keeps a worse model from replacing a live one; a customer without a
-        # live model is better served by this one than by none.
-        if live is not None:
-            return CustomerRegistration(
-                customer_id=customer_id,
-                status=ModelStatus.REJECTED,
-                target_model=target,
-                note=gate_note,
-            ), record.model_copy(update={"status": ModelStatus.REJECTED})
-    return _Promotion(record=record, live=live, gate_note=gate_note)
+    return (
+        f"holdout sMAPE {metrics.smape:.4f} is over {ratio} x seasonal-naive's "
+        f"{metrics.naive_smape:.4f}"
+    )
 
 
 def _decide_all(
@@ -485,7 +497,7 @@ def _decide_all(
         versions = registry.promote_many([(p.record, p.live) for p in promotions])
         pending = []
         for promotion, version in zip(promotions, versions, strict=True):
-            record, gate_note = promotion.record, promotion.gate_note
+            record = promotion.record
             if version is None:
                 pending.append(record)
                 continue
@@ -495,7 +507,6 @@ def _decide_all(
                     status=ModelStatus.LIVE,
                     model_version=version,
                     target_model=record.target_model,
-                    note=gate_note and f"first model, live despite the gate: {gate_note}",
                 ),
                 record.model_copy(update={"model_version": version}),
             )

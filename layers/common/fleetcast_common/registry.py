@@ -30,7 +30,7 @@ from botocore.exceptions import ConnectionError as EndpointUnreachableError
 from pydantic import BaseModel
 
 from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
+from fleetcast_common.contracts.model_archive import PROPHET_KIND, Backtest, HoldoutMetrics
 
 LIVE = "LIVE"
 MODEL_PREFIX = "MODEL#"
@@ -72,6 +72,9 @@ class _TrainedModel(BaseModel):
     data_end: date
     rows: int
     metrics: HoldoutMetrics
+    # The family that made the model and how it was chosen (None before backtests).
+    model_kind: str = PROPHET_KIND
+    backtest: Backtest | None = None
 
 
 class ModelRecord(_TrainedModel):
