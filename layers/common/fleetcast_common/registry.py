@@ -200,7 +200,9 @@ class ModelRegistry:
         already (a repeated event) or from a newer one.
         """
         now = datetime.now(UTC).isoformat()
-        fields = record.model_dump(mode="json", exclude={"status", "model_version", "customer_id"})
+        fields = record.model_dump(
+            mode="json", exclude={"status", "model_version", "customer_id"}, exclude_none=True
+        )
         fields["updated_at"] = now
         names = {f"#{k}": k for k in fields}
         values = _to_item({f":{k}": v for k, v in fields.items()})
