@@ -12,12 +12,14 @@ CHECKOV_VENV := .venv-checkov
 SDK_VENV := .venv-sdk
 # The AWS CLI v1: the README's tour uses it against the local stack.
 AWSCLI_VENV := .venv-awscli
+# statsforecast for make accuracy's peers: it needs pandas < 3, fleetcast pins pandas 3.
+PEERS_VENV := .venv-peers
 STAMP := $(VENV)/.installed
 LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lock.txt \
-         requirements/sdk.lock.txt requirements/awscli.lock.txt
+         requirements/sdk.lock.txt requirements/awscli.lock.txt requirements/peers.lock.txt
 
 .PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck chromium \
-        bench load scale clean openapi email-preview images
+        bench bench-smoke accuracy accuracy-smoke load scale clean openapi email-preview images
 
 help:  ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -36,6 +38,8 @@ $(STAMP): $(UV) pyproject.toml $(LOCKS)
 	$(UV) pip install --quiet -p $(SDK_VENV)/bin/python -r requirements/sdk.lock.txt
 	[ -x $(AWSCLI_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(AWSCLI_VENV)
 	$(UV) pip install --quiet -p $(AWSCLI_VENV)/bin/python -r requirements/awscli.lock.txt
+	[ -x $(PEERS_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(PEERS_VENV)
+	$(UV) pip install --quiet -p $(PEERS_VENV)/bin/python -r requirements/peers.lock.txt
 	touch $@
 
 install: $(STAMP)  ## Create the virtual environments (idempotent)
@@ -46,6 +50,7 @@ lock: $(UV)  ## Re-resolve the pinned lock files from pyproject.toml and require
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/checkov.in -o requirements/checkov.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/sdk.in -o requirements/sdk.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/awscli.in -o requirements/awscli.lock.txt
+	$(UV) pip compile --quiet -p $(BIN)/python requirements/peers.in -o requirements/peers.lock.txt
 
 demo: $(STAMP)  ## Run the whole pipeline locally: 1000 customers, 2 training instances
 	$(BIN)/fleetcast demo --customers 1000 --instances 2
@@ -85,6 +90,7 @@ test: $(STAMP) lint typecheck chromium  ## Everything: lint, types, unit, integr
 	$(BIN)/pytest tests/e2e -q --durations=10 -m "not own_stack"
 	$(BIN)/pytest tests/e2e -q -m own_stack
 	$(BIN)/python -m bench --smoke
+	$(BIN)/python -m bench.accuracy --smoke
 
 openapi: $(STAMP)  ## Regenerate docs/openapi.json from the forecast API's routes
 	$(BIN)/python -m fleetcast.openapi
@@ -105,6 +111,12 @@ bench: $(STAMP)  ## Benchmark suite vs the public AWS sample (~8 min): bench/res
 bench-smoke: $(STAMP)  ## The benchmark suite at tiny sizes: checks its answers, not its speed
 	$(BIN)/python -m bench --smoke
 
+accuracy: $(STAMP)  ## Forecast accuracy on real meter data vs Prophet, naive, statsforecast (~15 min): bench/accuracy-results.json, chart, README table
+	$(BIN)/python -m bench.accuracy --results bench/accuracy-results.json --chart bench/accuracy.png --readme README.md
+
+accuracy-smoke: $(STAMP)  ## make accuracy on a handful of series: checks its answers, not its speed
+	$(BIN)/python -m bench.accuracy --smoke
+
 scale: $(STAMP)  ## 100,000 customers x 730 days end to end on the local stack, then a 1% incremental run (long: see docs/scale.md)
 	$(BIN)/python -m bench.scale --customers 100000 --results bench/scale-results.json
 
@@ -112,4 +124,4 @@ load: $(STAMP)  ## Load test on the local stack: 1000 customers, 50 clients for 
 	$(BIN)/python bench/load.py --customers 1000 --clients 50 --seconds 60
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) $(AWSCLI_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) $(AWSCLI_VENV) $(PEERS_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache

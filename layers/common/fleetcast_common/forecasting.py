@@ -25,6 +25,7 @@ from fleetcast_common.contracts.ids import (
     is_valid_customer_id,
     is_valid_run_id,
 )
+from fleetcast_common.contracts.model_archive import Backtest
 from fleetcast_common.quantiles import FORECAST_FLOOR, normalise_quantiles, quantile_key
 from fleetcast_common.registry import LiveModel
 from fleetcast_common.settings import _FromEnvironment
@@ -148,9 +149,16 @@ class CustomerForecast(BaseModel):
 
 
 class HoldoutAccuracy(BaseModel):
-    """How the model did on the last days of history, which the scored fit did not see."""
+    """How the model did out of sample, beside seasonal naive on the same days: on its
+    rolling-origin backtest (``windows`` of ``holdout_days`` each), or for a model from
+    before backtests on the last ``holdout_days`` of history."""
 
-    holdout_days: int = Field(description="Days of history held out to score the model")
+    holdout_days: int = Field(description="Days forecast from each origin")
+    windows: int | None = Field(
+        default=None, description="Backtest windows scored (null: one holdout, before backtests)"
+    )
+    wape: float | None = Field(default=None, description="sum|F - A| / sum|A| of the model")
+    naive_wape: float | None = Field(default=None, description="The same of seasonal naive")
     smape: float = Field(description="Symmetric MAPE of the model on those days, 0..2")
     mae: float = Field(description="Mean absolute error of the model on those days")
     naive_smape: float = Field(
@@ -178,6 +186,14 @@ class CustomerModel(BaseModel):
     newer_model: NewerModel | None = Field(
         default=None, exclude_if=_empty, description=_NEWER_MODEL
     )
+    model_kind: str = Field(
+        default="prophet",
+        description="The model family: prophet, ets, theta, seasonal_naive or combination",
+    )
+    backtest: Backtest | None = Field(
+        default=None,
+        description="Every candidate family's backtest errors, the chosen one and the runner-up",
+    )
 
     @classmethod
     def from_live(cls, live: LiveModel) -> CustomerModel:
@@ -193,6 +209,8 @@ class CustomerModel(BaseModel):
             rows=live.rows,
             metrics=HoldoutAccuracy.model_validate(live.metrics.model_dump()),
             newer_model=NewerModel.of(live),
+            model_kind=live.model_kind,
+            backtest=live.backtest,
         )
 
 

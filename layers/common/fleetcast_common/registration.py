@@ -388,6 +388,8 @@ def _model_record(
         data_end=metadata.data_end,
         rows=metadata.rows,
         metrics=metadata.metrics,
+        model_kind=metadata.model_kind,
+        backtest=metadata.backtest,
     )
 
 
@@ -396,7 +398,6 @@ class _Promotion(BaseModel):
 
     record: ModelRecord
     live: LiveModel | None
-    gate_note: str | None = None
 
 
 _Decision = tuple[CustomerRegistration, ModelRecord | None]
@@ -438,19 +439,16 @@ def _decide(record: ModelRecord, state: CustomerState, ratio: float) -> _Decisio
             target_model=target,
             note=f"run {live.run_id} is newer and live",
         ), record.model_copy(update={"status": ModelStatus.SUPERSEDED})
-    gate_note = None
     if not passes_quality_gate(metrics, ratio):
-        gate_note = rejection_reason(metrics, ratio)
-        # The gate keeps a worse model from replacing a live one; a customer without a
-        # live model is better served by this one than by none.
-        if live is not None:
-            return CustomerRegistration(
-                customer_id=customer_id,
-                status=ModelStatus.REJECTED,
-                target_model=target,
-                note=gate_note,
-            ), record.model_copy(update={"status": ModelStatus.REJECTED})
-    return _Promotion(record=record, live=live, gate_note=gate_note)
+        # A first model follows the same rule: one worse than seasonal naive is not made
+        # live (training always offers one that passes: naive is a candidate).
+        return CustomerRegistration(
+            customer_id=customer_id,
+            status=ModelStatus.REJECTED,
+            target_model=target,
+            note=rejection_reason(metrics, ratio),
+        ), record.model_copy(update={"status": ModelStatus.REJECTED})
+    return _Promotion(record=record, live=live)
 
 
 def _decide_all(
@@ -476,7 +474,7 @@ def _decide_all(
         versions = registry.promote_many([(p.record, p.live) for p in promotions])
         pending = []
         for promotion, version in zip(promotions, versions, strict=True):
-            record, gate_note = promotion.record, promotion.gate_note
+            record = promotion.record
             if version is None:
                 pending.append(record)
                 continue
@@ -486,7 +484,6 @@ def _decide_all(
                     status=ModelStatus.LIVE,
                     model_version=version,
                     target_model=record.target_model,
-                    note=gate_note and f"first model, live despite the gate: {gate_note}",
                 ),
                 record.model_copy(update={"model_version": version}),
             )

@@ -148,7 +148,11 @@ class ModelRegistry:
         already (a repeated event) or from a newer one.
         """
         now = datetime.now(UTC).isoformat()
-        fields = record.model_dump(mode="json", exclude={"status", "model_version", "customer_id"})
+        dumped = record.model_dump(mode="json", exclude={"status", "model_version", "customer_id"})
+        # DynamoDB stores no nulls: a field the new model lacks (a backtest, for a model
+        # from before backtests) is removed, so the LIVE record never keeps an older one's.
+        fields = {k: v for k, v in dumped.items() if v is not None}
+        cleared = "".join(f", #{k}" for k, v in dumped.items() if v is None)
         fields["updated_at"] = now
         names = {f"#{k}": k for k in fields}
         values = to_item({f":{k}": v for k, v in fields.items()})
@@ -158,10 +162,15 @@ class ModelRegistry:
                 Key={"customer_id": record.customer_id, "record": LIVE},
                 # A newer model live drops the note of an older one held back.
                 UpdateExpression=(
-                    f"SET {assignments}, #v = if_not_exists(#v, :zero) + :one REMOVE held_back"
+                    f"SET {assignments}, #v = if_not_exists(#v, :zero) + :one "
+                    f"REMOVE held_back{cleared}"
                 ),
                 ConditionExpression="attribute_not_exists(#run_id) OR #run_id < :run_id",
-                ExpressionAttributeNames={**names, "#v": "model_version"},
+                ExpressionAttributeNames={
+                    **names,
+                    **{f"#{k}": k for k, v in dumped.items() if v is None},
+                    "#v": "model_version",
+                },
                 ExpressionAttributeValues={**values, ":zero": 0, ":one": 1},
                 ReturnValues="UPDATED_NEW",
             )

@@ -1,0 +1,148 @@
+"""The accuracy benchmark's data sets: real meter readings, and how each is split.
+
+Each set is a Parquet file in fleetcast's upload shape (``customer_id, timestamp,
+consumption``), the readings as the source publishes them (``bench/accuracy/data/README.md``
+says where from and how they were taken). For each customer:
+
+- its **last complete day** is the last day with as many readings as its most common
+  count per day (a file that stops mid-day leaves a partial last day that no forecaster
+  could be asked about);
+- the **held-back horizon** is the last ``horizon`` days up to and including it; nothing
+  of those days is shown to any method;
+- the **fit readings** are every reading before the horizon, uploaded to fleetcast as they
+  are;
+- the **daily series** the peers get is what a user would compute with pandas: the fit
+  readings summed per calendar day (``resample("D").sum()``, so a day without readings is
+  0 and a partial day is its partial total), from the customer's first reading day to the
+  day before the horizon. The actuals are the held-back days summed the same way.
+
+A customer with fewer than :data:`MIN_FIT_DAYS` days before the horizon is left out of
+every method and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+# Four weeks of weekly pattern before the horizon at the least: below that neither a
+# weekly seasonal model nor seasonal naive's in-sample scale (MASE) means much.
+MIN_FIT_DAYS = 28
+
+
+@dataclass(frozen=True)
+class DataSet:
+    key: str
+    title: str
+    file: str
+    description: str
+
+    @property
+    def path(self) -> Path:
+        return DATA_DIR / self.file
+
+
+DATA_SETS = (
+    DataSet(
+        key="london-lcl",
+        title="London households (Low Carbon London, 2013)",
+        file="london-lcl-2013.parquet",
+        description="100 London households of UK Power Networks' Low Carbon London "
+        "smart-meter trial, half-hourly kWh, calendar year 2013",
+    ),
+    DataSet(
+        key="sgsc-nsw",
+        title="NSW households (Smart Grid, Smart City, 2013)",
+        file="sgsc-nsw-2013.parquet",
+        description="50 New South Wales households of Ausgrid's Smart Grid, Smart City "
+        "customer trial, half-hourly kWh (general supply), 2013",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class CustomerSplit:
+    customer_id: str
+    # Days of the held-back horizon, in order.
+    horizon_days: pd.DatetimeIndex
+    actuals: np.ndarray
+    # The daily series every peer is fitted on (index: days, values: totals).
+    daily: pd.Series
+    # The readings before the horizon, as uploaded to fleetcast.
+    fit_readings: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class SplitSet:
+    data_set: DataSet
+    customers: list[CustomerSplit]
+    # Customers left out for too short a history, and how many readings the set has.
+    too_short: list[str]
+    readings: int
+
+
+def load_readings(path: Path) -> pd.DataFrame:
+    frame = pq.read_table(path).to_pandas()
+    frame["customer_id"] = frame["customer_id"].astype(str)
+    return frame.sort_values(["customer_id", "timestamp"], kind="stable", ignore_index=True)
+
+
+def split(
+    data_set: DataSet,
+    horizon: int,
+    customers: int | None = None,
+    readings: pd.DataFrame | None = None,
+) -> SplitSet:
+    """Every customer's split (the first ``customers`` of the sorted ids, if given)."""
+    frame = load_readings(data_set.path) if readings is None else readings
+    splits: list[CustomerSplit] = []
+    too_short: list[str] = []
+    for customer_id, rows in frame.groupby("customer_id", sort=True):
+        if customers is not None and len(splits) >= customers:
+            break
+        customer = split_customer(str(customer_id), rows, horizon)
+        if customer is None:
+            too_short.append(str(customer_id))
+        else:
+            splits.append(customer)
+    return SplitSet(data_set, splits, too_short, len(frame))
+
+
+def split_customer(customer_id: str, rows: pd.DataFrame, horizon: int) -> CustomerSplit | None:
+    days = rows["timestamp"].dt.normalize()
+    per_day = days.value_counts()
+    complete = per_day[per_day == per_day.mode().max()].index.max()
+    horizon_days = pd.date_range(end=complete, periods=horizon, freq="D")
+    fit = rows[days < horizon_days[0]]
+    if fit.empty:
+        return None
+    daily = daily_totals(fit, end=horizon_days[0] - pd.Timedelta(days=1))
+    if len(daily) < MIN_FIT_DAYS:
+        return None
+    held = rows[(days >= horizon_days[0]) & (days <= horizon_days[-1])]
+    actuals = (
+        held.set_index("timestamp")["consumption"]
+        .resample("D")
+        .sum()
+        .reindex(horizon_days, fill_value=0.0)
+        .to_numpy(np.float64)
+    )
+    return CustomerSplit(
+        customer_id=customer_id,
+        horizon_days=horizon_days,
+        actuals=actuals,
+        daily=daily,
+        fit_readings=fit[["customer_id", "timestamp", "consumption"]].reset_index(drop=True),
+    )
+
+
+def daily_totals(readings: pd.DataFrame, end: pd.Timestamp) -> pd.Series:
+    """The readings summed per calendar day, from the first reading's day to ``end``."""
+    totals = readings.set_index("timestamp")["consumption"].resample("D").sum()
+    index = pd.date_range(totals.index[0], end, freq="D")
+    return totals.reindex(index, fill_value=0.0).astype(np.float64)
