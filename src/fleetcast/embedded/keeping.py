@@ -13,6 +13,7 @@ Stacks that keep nothing (``fleetcast demo``, the tests, the benchmarks) take th
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class StateKeeping:
         self.objects: ObjectFiles | None = None
         self.snapshots: Snapshots | None = None
         self._held = False
+        self._stopped = threading.Event()
         # True once moto holds this stack's state (restored or new): only then is it saved.
         self._loaded = False
 
@@ -135,19 +137,24 @@ class StateKeeping:
         anywhere; from now on each number handed out is written down as it is."""
         if not self.keep or not self._queue_table:
             return
-        sagemaker = persistence.sagemaker_backend(self._account_id, self._region)
-        jobs = [
-            name
-            for attr in persistence.JOB_COLLECTIONS.values()
-            for name in getattr(sagemaker, attr)
-        ]
-        texts = run_counter.kept_texts(
-            get_backend("s3")[self._account_id][persistence.S3_REGION],
-            get_backend("dynamodb")[self._account_id][self._region],
-            jobs,
-            self.state_dir / JOBS_FOLDER,
-        )
-        floor = max(run_counter.handed_out(self.counter_path), run_counter.highest_in(texts))
+        floor = run_counter.handed_out(self.counter_path)
+        if self.dead is not None:
+            # After a crash, every run number anything holds too (a clean stop's snapshot
+            # holds the counter as it was at the end: the file suffices then). Seconds
+            # at 10,000 customers, so not at every start.
+            sagemaker = persistence.sagemaker_backend(self._account_id, self._region)
+            jobs = [
+                name
+                for attr in persistence.JOB_COLLECTIONS.values()
+                for name in getattr(sagemaker, attr)
+            ]
+            texts = run_counter.kept_texts(
+                get_backend("s3")[self._account_id][persistence.S3_REGION],
+                get_backend("dynamodb")[self._account_id][self._region],
+                jobs,
+                self.state_dir / JOBS_FOLDER,
+            )
+            floor = max(floor, run_counter.highest_in(texts))
         before = run_counter.raise_counter(dynamodb_client, self._queue_table, floor)
         if before is not None:
             self.notices.append(
@@ -157,8 +164,10 @@ class StateKeeping:
         run_counter.record_handed_out(self._queue_table, self.counter_path)
 
     def run(self, gateway: Gateway) -> None:
-        """Snapshot as the state changes, while the stack runs."""
+        """Snapshot as the state changes, while the stack runs (and mark the lease as
+        held: the snapshots' thread does that for a stack that keeps its state)."""
         if not self.keep or self.objects is None:
+            threading.Thread(target=self._heartbeat, daemon=True, name="lease").start()
             return
         self.snapshots = Snapshots(
             self.snapshot_path, self.state_dir, self._account_id, self._region, self.objects
@@ -169,6 +178,10 @@ class StateKeeping:
         self.notices.append(
             f"its buckets, tables and jobs are kept in {self.snapshot_path} as they change"
         )
+
+    def _heartbeat(self) -> None:
+        while not self._stopped.wait(lease.HEARTBEAT_SECONDS):
+            lease.heartbeat(self.state_dir)
 
     def save(self) -> None:
         """The last snapshot, at a clean stop (everything else has stopped)."""
@@ -187,6 +200,7 @@ class StateKeeping:
 
     def release(self) -> None:
         """The lease given up: the last thing of a clean stop."""
+        self._stopped.set()
         run_counter.stop_recording(self._queue_table)
         if self._held:
             lease.release(self.state_dir)

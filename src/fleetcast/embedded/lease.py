@@ -114,6 +114,16 @@ def own_lease() -> Lease:
     return Lease(me.pid, me.create_time(), datetime.now(UTC).isoformat(timespec="seconds"))
 
 
+def refuse_if_held(state_dir: Path) -> None:
+    """:class:`StackRunningError` when a live stack other than this process holds it."""
+    found = _read(state_dir / LEASE_FILE)
+    if found is not None and found.pid != os.getpid() and found.is_alive():
+        raise StackRunningError(
+            f"a local stack (pid {found.pid}) already runs from {state_dir}: "
+            "stop it, or give this one a folder of its own (--state-dir)"
+        )
+
+
 def take(state_dir: Path) -> DeadStack | None:
     """Hold ``state_dir`` for this process; the dead stack found holding it, if any (its
     processes stopped). Raises :class:`StackRunningError` when a live stack holds it,
@@ -121,13 +131,9 @@ def take(state_dir: Path) -> DeadStack | None:
     path = state_dir / LEASE_FILE
     mine = own_lease()
     dead: DeadStack | None = None
+    refuse_if_held(state_dir)
     found = _read(path)
     if found is not None and found.pid != mine.pid:
-        if found.is_alive():
-            raise StackRunningError(
-                f"a local stack (pid {found.pid}) already runs from {state_dir}: "
-                "stop it, or give this one a folder of its own (--state-dir)"
-            )
         last_seen = datetime.fromtimestamp(path.stat().st_mtime, UTC)
         dead = DeadStack(found, last_seen, stop_left_behind(found))
     # Every process this stack starts from now on carries its mark.

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from moto.backends import get_backend
+from moto.dynamodb.models.dynamo_type import LimitedSizeDict
 from moto.s3.models import FakeKey
 
 from fleetcast.embedded.s3_objects import ObjectFile, ObjectFiles
@@ -116,6 +117,20 @@ def _key_by_file(objects: ObjectFiles) -> Any:
     return reduce
 
 
+def _item_attributes(attributes: LimitedSizeDict) -> Any:
+    """An item's attributes as a plain dict, put back without moto's size check: its
+    ``__setitem__`` sums the sizes of all the item's attributes for each one set, which
+    made reading a snapshot of 10,000 customers take 31 s, 25 of them there (a stored
+    item was within the limit when it was written)."""
+    return _attributes_from, (type(attributes), dict(attributes))
+
+
+def _attributes_from(cls: type[LimitedSizeDict], attributes: dict[str, Any]) -> Any:
+    restored = cls.__new__(cls)
+    dict.update(restored, attributes)  # dict's own update: no per-key size check
+    return restored
+
+
 # While a snapshot is read: the object files its keys name, and the folder they are in.
 _reading = threading.local()
 
@@ -137,11 +152,14 @@ def save(path: Path, account_id: str, region: str, objects: ObjectFiles | None =
     sagemaker = sagemaker_backend(account_id, region)
     jobs = {kind: dict(getattr(sagemaker, attr)) for kind, attr in JOB_COLLECTIONS.items()}
     taken_at = datetime.now(UTC)
-    partial = path.with_name(path.name + ".partial")
+    # Named by the writing process: a snapshot's child and a clean stop never share one.
+    partial = path.with_name(f"{path.name}.partial-{os.getpid()}")
     with partial.open("wb", buffering=1 << 20) as file:
         pickler = pickle.Pickler(file, pickle.HIGHEST_PROTOCOL)
+        table: dict[type, Any] = {**copyreg.dispatch_table, LimitedSizeDict: _item_attributes}
         if objects is not None and objects.kept:
-            pickler.dispatch_table = {**copyreg.dispatch_table, FakeKey: _key_by_file(objects)}
+            table[FakeKey] = _key_by_file(objects)
+        pickler.dispatch_table = table
         pickler.dump({"s3": s3, "dynamodb": dynamodb, "jobs": jobs, "taken_at": taken_at})
         file.flush()
         os.fsync(file.fileno())
@@ -158,6 +176,9 @@ def restore(
     the snapshot names (written after it by a stack that then died, or released before
     it) are removed. The file is the stack's own, written by :func:`save` under the
     user's state folder."""
+    for stale in path.parent.glob(f"{path.name}.partial*"):
+        # Half written by a stack (or its snapshot's child) that died writing it.
+        stale.unlink(missing_ok=True)
     if not path.is_file():
         return None
     _reading.objects, _reading.names = objects, set()
@@ -187,10 +208,15 @@ def restore(
     return kept
 
 
-def set_aside(path: Path) -> Path | None:
-    """Move a snapshot out of the way (``fleetcast up --fresh``) without deleting it."""
+def set_aside(path: Path, objects_folder: Path | None = None) -> Path | None:
+    """Move a snapshot out of the way (``fleetcast up --fresh``) without deleting it, and
+    with it ``objects_folder``, the object files it names (the next start would remove
+    them as named by no snapshot of its own)."""
     if not path.is_file():
         return None
-    kept = path.with_name(f"{path.name}.{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
+    stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    kept = path.with_name(f"{path.name}.{stamp}")
     path.replace(kept)
+    if objects_folder is not None and objects_folder.is_dir():
+        objects_folder.replace(objects_folder.with_name(f"{objects_folder.name}.{stamp}"))
     return kept

@@ -98,6 +98,8 @@ class Snapshots:
         self._changed = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # One snapshot at a time (the thread's, or a caller's such as a benchmark's).
+        self._taking = threading.Lock()
         self.times = SnapshotTimes()
         self.last: persistence.KeptState | None = None
 
@@ -131,6 +133,10 @@ class Snapshots:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
+        with self._taking:
+            return self._last()
+
+    def _last(self) -> persistence.KeptState:
         released = self._objects.take_released()
         self.last = persistence.save(self.path, self._account_id, self._region, self._objects)
         _remove(released)
@@ -152,6 +158,10 @@ class Snapshots:
 
     def take(self) -> float:
         """Write a snapshot from a forked child; how long it took."""
+        with self._taking:
+            return self._take()
+
+    def _take(self) -> float:
         released = self._objects.take_released()
         started = time.monotonic()
         with dynamodb_writes_held():
@@ -164,7 +174,8 @@ class Snapshots:
         times = self.times
         times.pauses = [*times.pauses[-99:], paused]
         times.longest_pause = max(times.longest_pause, paused)
-        if os.waitstatus_to_exitcode(status) == 0:
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0:
             _remove(released)
             times.count += 1
             times.last_write = took
@@ -173,7 +184,7 @@ class Snapshots:
         else:
             self._objects.give_back(released)
             times.failures += 1
-            log.error("snapshot %s failed (exit %s): see the stack's output", self.path, status)
+            log.error("snapshot %s failed (exit %s): see the stack's output", self.path, code)
         return took
 
     def _write_and_exit(self) -> None:
