@@ -22,7 +22,7 @@ from rich.table import Table
 
 from fleetcast import images
 from fleetcast.cost_cli import add_cost_commands
-from fleetcast.embedded import persistence
+from fleetcast.embedded import keeping, lease, persistence
 from fleetcast.embedded.api import DEFAULT_PORT as DEFAULT_API_PORT
 from fleetcast.embedded.gateway import PortTakenError
 from fleetcast.embedded.serving import ServingOptions
@@ -161,9 +161,19 @@ def cmd_up(args: argparse.Namespace) -> int:
             keep_state=True,
         )
         if args.fresh:
-            aside = persistence.set_aside(stack.snapshot_path)
+            try:  # never the folder of a stack that runs
+                lease.refuse_if_held(stack.state_dir)
+            except RuntimeError as error:
+                console.print(f"[red]{error}[/]")
+                return 1
+            aside = persistence.set_aside(
+                stack.snapshot_path, stack.state_dir / keeping.OBJECTS_FOLDER
+            )
             if aside:
-                console.print(f"starting empty; the last stop's state is in {aside}")
+                console.print(
+                    f"starting empty; the last state is in {aside} (its objects' files "
+                    f"beside it, in {keeping.OBJECTS_FOLDER}.{aside.suffix.lstrip('.')})"
+                )
         try:
             info = stack.start()
         except (RuntimeError, PortTakenError) as error:
