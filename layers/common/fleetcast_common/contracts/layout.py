@@ -8,6 +8,7 @@ distribution spreads over the instances; ``history/`` holds the history shards.
 from __future__ import annotations
 
 from fleetcast_common.contracts.ids import is_valid_customer_id, validate_customer_id
+from fleetcast_common.contracts.object_keys import staged_upload_name
 from fleetcast_common.contracts.shards import (
     SHARD_SUFFIX,
     history_shard_name,
@@ -72,10 +73,18 @@ def report_prefix(run_id: str) -> str:
     return f"{run_prefix(run_id)}report/"
 
 
-def staged_upload_key(run_id: str, file_name: str) -> str:
-    """A copy of the run's upload under a short, safe name, for keys SageMaker cannot take
-    as they are (see :func:`fleetcast_common.contracts.ids.staged_file_name`)."""
-    return f"{run_prefix(run_id)}upload/{file_name}"
+def staged_upload_key(run_id: str, upload_key: str) -> str:
+    """The run's copy of its upload, the processing job's one raw input: every upload is
+    copied by its version under a short, safe name
+    (:func:`fleetcast_common.contracts.object_keys.staged_upload_name`), so the job reads
+    exactly the bytes its event named, whatever the key's shape."""
+    return f"{run_prefix(run_id)}upload/{staged_upload_name(upload_key)}"
+
+
+def upload_record_key(run_id: str) -> str:
+    """The run's upload as its event named it (bucket, key, version): what reports and
+    ``fleetcast status`` show as its source, failed runs' included."""
+    return f"{run_prefix(run_id)}upload.json"
 
 
 def checkpoint_prefix(run_id: str) -> str:
