@@ -338,7 +338,7 @@ def test_status_reports_each_upload_with_its_jobs_and_counts(
     assert failed and all(run["processing_failure"] for run in failed)
 
 
-def test_upload_puts_files_in_the_raw_bucket_and_only_incoming_starts_a_run(
+def test_upload_puts_files_only_under_incoming_and_only_incoming_starts_a_run(
     stack: EmbeddedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert stack.info is not None
@@ -348,10 +348,13 @@ def test_upload_puts_files_in_the_raw_bucket_and_only_incoming_starts_a_run(
     jobs_before = len(sagemaker.list_processing_jobs()["ProcessingJobSummaries"])
     path = tmp_path / "notes.csv"
     path.write_text("customer_id,timestamp,consumption\n1,2024-01-01,1\n")
-    # When a file is uploaded outside incoming/
-    assert main(["upload", str(path), "--prefix", "manual/"]) == 0
-    # Then it is stored, and no rule fires for it
-    stack.client("s3").head_object(Bucket=stack.info.raw_bucket, Key="manual/notes.csv")
+    # When fleetcast upload is asked to put a file outside incoming/
+    assert main(["upload", str(path), "--prefix", "manual/"]) == 2
+    # Then it refuses, uploading nothing (tests/unit/test_cli_upload.py: saying why)
+    s3 = stack.client("s3")
+    assert "Contents" not in s3.list_objects_v2(Bucket=stack.info.raw_bucket, Prefix="manual/")
+    # And a file put there by other means is stored, and no rule fires for it
+    s3.put_object(Bucket=stack.info.raw_bucket, Key="manual/notes.csv", Body=path.read_bytes())
     wait_for_events(stack, "StartProcessingFunction")
     assert len(sagemaker.list_processing_jobs()["ProcessingJobSummaries"]) == jobs_before
     # And a missing file is a clear error, not a traceback

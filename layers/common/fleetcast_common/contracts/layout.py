@@ -8,7 +8,12 @@ distribution spreads over the instances; ``history/`` holds the history shards.
 from __future__ import annotations
 
 from fleetcast_common.contracts.ids import is_valid_customer_id, validate_customer_id
-from fleetcast_common.contracts.object_keys import staged_upload_name
+from fleetcast_common.contracts.object_keys import (
+    KEY_MAX_BYTES,
+    path_problem,
+    shown_key,
+    staged_upload_name,
+)
 from fleetcast_common.contracts.shards import (
     SHARD_SUFFIX,
     history_shard_name,
@@ -54,6 +59,26 @@ def train_prefix(run_id: str) -> str:
 def calendars_prefix(run_id: str) -> str:
     """The run's ``calendars.csv``: the training job's ``calendars`` channel."""
     return f"{run_prefix(run_id)}calendars/"
+
+
+def upload_key_problem(key: str) -> str | None:
+    """Why putting a file at ``key`` in the raw bucket would not make the upload its user
+    means; None when nothing is wrong. The pipeline reads only keys under
+    :data:`INCOMING_PREFIX` (template.yaml's UploadedCsv rule), and S3 keeps '..', '.'
+    and '//' as characters, never as a path: ``incoming/../a.csv`` is a key under
+    ``incoming/``, not ``a.csv``."""
+    size = len(key.encode())
+    if size > KEY_MAX_BYTES:
+        return f"the key {shown_key(key)} is {size} bytes; S3 keys hold at most {KEY_MAX_BYTES}"
+    if not key.startswith(INCOMING_PREFIX):
+        return (
+            f"the key {shown_key(key)} is not under {INCOMING_PREFIX}: the pipeline processes "
+            f"only uploads under {INCOMING_PREFIX}, so it would be stored and never processed"
+        )
+    problem = path_problem(key[len(INCOMING_PREFIX) :])
+    if problem is not None:
+        return f"the key {shown_key(key)} {problem} (S3 keeps it as characters, not as a path)"
+    return None
 
 
 def is_metadata_upload(key: str) -> bool:
