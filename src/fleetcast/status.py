@@ -4,7 +4,6 @@ its processing job and report, its training job and manifests, and the registry.
 from __future__ import annotations
 
 import functools
-import posixpath
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,9 +21,11 @@ from fleetcast_common.contracts.ids import (
     training_job_name,
     upload_sequence,
 )
+from fleetcast_common.contracts.object_keys import upload_file_name
 from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
 from fleetcast_common.contracts.training import host_names, progress_name
 from fleetcast_common.contracts.training_manifest import TrainingProgress
+from fleetcast_common.jobs import UploadRecord
 from fleetcast_common.registration import read_registration_record
 from fleetcast_common.registry import ModelRegistry, RunRegistration
 from fleetcast_common.upload_queue import UploadQueue
@@ -48,7 +49,9 @@ class TrainingFailure(BaseModel):
 
 class RunStatus(BaseModel):
     run_id: str
+    # The upload's file name, and its whole S3 key (from the run's upload record).
     source: str | None = None
+    source_key: str | None = None
     processing_job: str
     processing_status: str
     processing_failure: str | None = None
@@ -204,10 +207,15 @@ def run_status(
         processing_started_at=described.get("ProcessingStartTime"),
         processing_ended_at=described.get("ProcessingEndTime"),
     )
+    record = storage.read_text_if_exists(s3, bucket, layout.upload_record_key(run_id))
+    if record is not None:
+        # Written before the job started: a run that failed before its report has it too.
+        status.source_key = UploadRecord.model_validate_json(record).upload.key
+        status.source = upload_file_name(status.source_key)
     report = storage.read_text_if_exists(s3, bucket, layout.report_prefix(run_id) + SUMMARY_FILE)
     if report is not None:
         summary = ProcessingSummary.model_validate_json(report)
-        status.source = summary.source_name
+        status.source = status.source or summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected
         status.days_replaced = summary.days_replaced
@@ -357,7 +365,8 @@ def pipeline_status(
     runs += [
         RunStatus(
             run_id=w.run_id,
-            source=posixpath.basename(w.upload.key),
+            source=upload_file_name(w.upload.key),
+            source_key=w.upload.key,
             processing_job=processing_job_name(prefix, w.run_id),
             processing_status=WAITING,
             created_at=w.upload.uploaded_at,
