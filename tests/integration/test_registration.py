@@ -396,7 +396,7 @@ def test_a_new_customers_first_model_below_the_gate_is_not_made_live(
     report = register(world, RUN_1)
     # Then it is recorded as rejected, like any model below the gate, and nothing is live
     assert (report.count("registered"), report.count("rejected")) == (0, 1)
-    assert "seasonal-naive" in (report.customers[0].note or "")
+    assert "seasonal naive" in (report.customers[0].note or "")
     assert world["registry"].live("new") is None
 
 
