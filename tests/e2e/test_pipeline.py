@@ -19,8 +19,9 @@ from fleetcast.cli import main
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import read_archive
+from fleetcast_common.contracts.model_archive import PROPHET_KIND, read_archive
 from fleetcast_common.contracts.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_common.forecasters.families import compile_archive
 from fleetcast_common.registry import ModelRegistry
 
 pytestmark = pytest.mark.e2e
@@ -163,17 +164,22 @@ def test_every_customer_gets_a_live_loadable_model(
         live = registry(stack).live(customer_id)
         assert live is not None and live.model_version == 1 and live.run_id == first_run["run_id"]
         assert live.rows == DAYS
-        # The model served is a real, loadable Prophet model, at a path of its own: the
-        # key the training job wrote it to (registration copies nothing)
+        # The model served is a real, loadable model of the family the backtest chose, at a
+        # path of its own: the key the training job wrote it to (registration copies
+        # nothing)
         key = layout.MODELS_PREFIX + live.target_model
         assert key == layout.checkpoint_prefix(first_run["run_id"]) + f"{customer_id}.tar.gz"
         model_json, metadata = read_archive(
             s3.get_object(Bucket=stack.info.artifacts_bucket, Key=key)["Body"].read()
         )
         assert metadata.customer_id == customer_id
-        model = model_from_json(model_json)
-        future = model.make_future_dataframe(periods=7, include_history=False)
-        assert len(model.predict(future)) == 7
+        assert metadata.model_kind == live.model_kind
+        if metadata.model_kind == PROPHET_KIND:
+            model = model_from_json(model_json)
+            future = model.make_future_dataframe(periods=7, include_history=False)
+            assert len(model.predict(future)) == 7
+        forecast = compile_archive(model_json, metadata.model_kind, "D").forecast(7, seed=1)
+        assert len(forecast.yhat) == 7 and np.isfinite(forecast.yhat).all()
 
 
 def test_each_customer_is_trained_once_across_instances_and_shards_are_even(
