@@ -122,6 +122,19 @@ def test_customer_codes_validate_each_id_and_keep_codes_stable() -> None:
     assert codes.ids == ["007", "7", "a" * 64, "new"]
 
 
+@pytest.mark.parametrize("raw", ["2024-02", "2024", " 2024-02 ", "+2024"])
+def test_a_month_or_a_year_is_not_a_reading_time(raw: str) -> None:
+    # Given a timestamp that names a month or a year, not a time
+    ids = CustomerCodes().encode(pa.array(["ok", "ok"]))
+
+    # When checked beside a proper date
+    checked = check_rows(ids, pa.array([raw, "2024-02-01"]), pa.array(["1", "1"]), NOW)
+
+    # Then it is rejected as a month or a year, and the date is not
+    assert checked.reasons.tolist() == [reason_code(RejectReason.MONTH_OR_YEAR_TIMESTAMP), 0]
+    assert not parse_instants(pa.array([raw]))[1].any()
+
+
 def test_rules_apply_in_order_and_first_broken_rule_wins() -> None:
     # Given rows breaking one or more rules
     ids = CustomerCodes().encode(pa.array(["ok", "bad id", "ok", "ok", "ok", "ok", "ok", "ok"]))

@@ -67,6 +67,10 @@ def reason_messages(latest: datetime) -> dict[RejectReason, str]:
             "timestamp is not an ISO 8601 date or date-time (like 2024-01-31 or "
             "2024-01-31T13:45:00Z)"
         ),
+        RejectReason.MONTH_OR_YEAR_TIMESTAMP: (
+            "timestamp is a month or a year (like 2024-02 or 2024), not the time of a "
+            "reading: give the reading's date or date-time"
+        ),
         RejectReason.OUT_OF_RANGE_TIMESTAMP: (
             f"timestamp is a date outside the supported range: before {EARLIEST:%Y-%m-%d} or "
             f"after {latest:%Y-%m-%dT%H:%M:%SZ} (more than a day after the job ran)"

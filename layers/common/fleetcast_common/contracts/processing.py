@@ -144,6 +144,9 @@ class RejectReason(StrEnum):
 
     INVALID_CUSTOMER_ID = "invalid_customer_id"
     INVALID_TIMESTAMP = "invalid_timestamp"
+    # "2024-02" or "2024": a month or a year, not the time of a reading (ISO 8601 allows
+    # them, and taken as the 1st they would put a month's total on one day).
+    MONTH_OR_YEAR_TIMESTAMP = "month_or_year_timestamp"
     OUT_OF_RANGE_TIMESTAMP = "out_of_range_timestamp"
     INVALID_CONSUMPTION = "invalid_consumption"
     NEGATIVE_CONSUMPTION = "negative_consumption"
