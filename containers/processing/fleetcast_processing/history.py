@@ -22,7 +22,7 @@ from fleetcast_common.contracts.layout import CUSTOMER_FILE_SUFFIX
 from fleetcast_common.contracts.processing import HISTORY_COLUMNS
 from fleetcast_processing.aggregate import Frequency, Totals
 from fleetcast_processing.errors import UnusableInputError
-from fleetcast_processing.source import UTF8_BOM
+from fleetcast_processing.upload import UTF8_BOM
 from fleetcast_processing.validation import parse_consumption, parse_instants
 
 

@@ -33,11 +33,11 @@ from fleetcast_processing.shards import write_shards
 from fleetcast_processing.source import (
     DEFAULT_BLOCK_SIZE,
     RowBlock,
-    UploadReader,
     read_blocks,
     read_header,
 )
 from fleetcast_processing.spill import ShardSpill, ShardTotals
+from fleetcast_processing.upload import UploadReader
 from fleetcast_processing.validation import (
     ACCEPTED,
     FUTURE_TOLERANCE,

@@ -46,7 +46,7 @@ from fleetcast_processing.metadata_store import (
 )
 from fleetcast_processing.report import write_summary
 from fleetcast_processing.shards import write_stored_parts
-from fleetcast_processing.source import UTF8_BOM, UploadReader
+from fleetcast_processing.upload import UTF8_BOM, UploadReader
 
 logger = logging.getLogger(__name__)
 
