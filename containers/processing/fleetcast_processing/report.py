@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from fleetcast_common.contracts.ids import CUSTOMER_ID_RULE
 from fleetcast_common.contracts.processing import (
     DEFAULT_MAX_PERIOD_TOTAL,
     MAX_PERIOD_TOTAL_ENV,
@@ -60,8 +61,7 @@ def reason_messages(latest: datetime) -> dict[RejectReason, str]:
     """What rejected.csv says about each reason (duplicates also name the line kept)."""
     return {
         RejectReason.INVALID_CUSTOMER_ID: (
-            "customer_id must be 1 to 64 letters, digits, '_' or '-', "
-            "starting with a letter or digit"
+            f"customer_id must be {CUSTOMER_ID_RULE}, kept exactly as written (' 7' is not '7')"
         ),
         RejectReason.INVALID_TIMESTAMP: (
             "timestamp is not an ISO 8601 date or date-time (like 2024-01-31 or "

@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from fleetcast_common.contracts.processing import REQUIRED_COLUMNS
-from fleetcast_processing.errors import UnusableInputError
-from fleetcast_processing.upload import UploadReader, check_first_bytes
+from fleetcast_processing.errors import UnusableInputError, visible
+from fleetcast_processing.upload import UTF8_BOM, UploadReader, check_first_bytes, sniff_delimiter
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,6 @@ DEFAULT_BLOCK_SIZE = 8 * 1024 * 1024
 # A header longer than this is not a header; a line longer than LINE_LIMIT is not a reading.
 HEADER_LIMIT = 1024 * 1024
 LINE_LIMIT = 64 * 1024 * 1024
-DELIMITERS = (",", ";", "\t")
 # Raw values copied from a malformed row into rejected.csv are cut to this length.
 RAW_VALUE_LIMIT = 200
 
@@ -90,6 +89,9 @@ def read_header(upload: UploadReader) -> Header:
             raise UnusableInputError(f"the file {what}: there is no header and no data.")
         if line_number == 1:
             first = check_first_bytes(first)
+        # A byte order mark may also follow blank lines (files pasted together): it is not
+        # part of the first column's name.
+        first = first.removeprefix(UTF8_BOM)
     if not first.endswith(b"\n") and len(first) >= HEADER_LIMIT:
         raise UnusableInputError(
             f"the first line is longer than {HEADER_LIMIT // 1024} KiB, so it is not a CSV "
@@ -105,7 +107,7 @@ def read_header(upload: UploadReader) -> Header:
             f"{first[error.start : error.start + 1]!r} at position {error.start}): the file is "
             "binary or in another encoding such as Latin-1. Upload it as UTF-8 CSV."
         ) from error
-    delimiter = max(DELIMITERS, key=text.count) if any(d in text for d in DELIMITERS) else ","
+    delimiter = sniff_delimiter(text)
     try:
         names = next(csv.reader([text], delimiter=delimiter))
     except csv.Error as error:
@@ -121,7 +123,7 @@ def _check_columns(columns: tuple[str, ...]) -> None:
     repeated: list[str] = []
     for index, name in enumerate(columns, start=1):
         if name and name in seen:
-            repeated.append(f"'{_shorten(name)}' (columns {seen[name]} and {index})")
+            repeated.append(f"'{visible(_shorten(name))}' (columns {seen[name]} and {index})")
         seen.setdefault(name, index)
     if repeated:
         raise UnusableInputError(
@@ -130,7 +132,7 @@ def _check_columns(columns: tuple[str, ...]) -> None:
         )
     missing = [name for name in REQUIRED_COLUMNS if name not in seen]
     if missing:
-        shown = ", ".join(f"'{_shorten(name)}'" for name in columns[:12])
+        shown = ", ".join(f"'{visible(_shorten(name))}'" for name in columns[:12])
         if len(columns) > 12:
             shown += f" and {len(columns) - 12} more"
         raise UnusableInputError(

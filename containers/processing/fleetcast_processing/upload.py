@@ -15,6 +15,8 @@ from fleetcast_processing.errors import UnusableInputError
 GZIP_MAGIC = b"\x1f\x8b"
 _WHITESPACE = b" \t\r\n\f\v"
 UTF8_BOM = b"\xef\xbb\xbf"
+# Readings and metadata files alike; the header's most frequent one is the file's.
+DELIMITERS = (",", ";", "\t")
 
 # First bytes of formats people upload by mistake, and what to call them in the message.
 _OTHER_FORMATS = (
@@ -59,6 +61,12 @@ class UploadReader:
         # keeps reading many short lines linear in their size).
         self._offset = 0
         self._pending = self._read_stream(self._SNIFF_SIZE)
+        if compressed and self._pending.startswith(GZIP_MAGIC):
+            # Otherwise read as text, the inner gzip "contains NUL bytes".
+            raise UnusableInputError(
+                "the file is gzip-compressed twice (a .gz inside a .gz): decompress it once "
+                "and upload the result (a .csv.gz), or upload the plain CSV."
+            )
         if b"\r" in self._pending and b"\n" not in self._pending:
             self.bare_cr_lines = True
             self._pending = self._pending.replace(b"\r", b"\n")
@@ -133,11 +141,7 @@ class UploadReader:
         try:
             data = self._stream.read(size)
         except EOFError as error:
-            raise UnusableInputError(
-                f"the gzip file is truncated: it ends after {self.bytes_read:,} bytes of data, "
-                "before gzip's end-of-stream marker. The upload was probably cut short; "
-                "upload the complete file again."
-            ) from error
+            raise self._truncated() from error
         except (gzip.BadGzipFile, zlib.error) as error:
             raise UnusableInputError(
                 f"the file starts like gzip but its compressed data is corrupt ({error}). "
@@ -153,6 +157,18 @@ class UploadReader:
             )
         return data.replace(b"\r", b"\n") if self.bare_cr_lines else data
 
+    def _truncated(self) -> UnusableInputError:
+        """What a gzip stream that stops before its end-of-stream marker holds: the reader
+        loses the last read's data with the error, so the file is decompressed again for
+        the count."""
+        size = self.path.stat().st_size
+        decompressed = _decompressible_bytes(self.path)
+        return UnusableInputError(
+            f"the gzip file is truncated: its {size:,} compressed bytes stop before gzip's "
+            f"end-of-stream marker, after {decompressed:,} bytes of CSV (the rest of the file "
+            "is missing). The upload was probably cut short; upload the complete file again."
+        )
+
 
 def check_first_bytes(first: bytes) -> bytes:
     """The file's first line without its byte order mark; raise when the first bytes are
@@ -161,3 +177,28 @@ def check_first_bytes(first: bytes) -> bytes:
         if first.startswith(magic):
             raise UnusableInputError(f"the file is {kind}, not a CSV text file.")
     return first.removeprefix(UTF8_BOM)
+
+
+def _decompressible_bytes(path: Path, piece: int = 1 << 20) -> int:
+    """How many bytes the gzip members of ``path`` decompress to before the data stops,
+    counted a piece at a time (never held whole)."""
+    total = 0
+    inflate = zlib.decompressobj(wbits=31)
+    with path.open("rb") as raw:
+        while data := raw.read(piece):
+            while data:
+                try:
+                    total += len(inflate.decompress(data, piece))
+                except zlib.error:
+                    return total
+                data = inflate.unconsumed_tail
+                if inflate.eof:  # a member ended: the next one starts in unused_data
+                    data = inflate.unused_data  # (the tail holds these bytes too)
+                    inflate = zlib.decompressobj(wbits=31)
+    return total
+
+
+def sniff_delimiter(header: str) -> str:
+    """The delimiter of a file whose header line is ``header``: the one of
+    :data:`DELIMITERS` it holds most of (a comma when it holds none)."""
+    return max(DELIMITERS, key=header.count) if any(d in header for d in DELIMITERS) else ","
