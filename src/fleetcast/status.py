@@ -41,9 +41,11 @@ class RunStatus(BaseModel):
     processing_failure: str | None = None
     rows_read: int | None = None
     rows_rejected: int | None = None
-    # Stored (customer, day) totals this upload replaced: an earlier upload had readings
-    # for them (the later upload's values are kept).
-    days_replaced: int | None = None
+    # Stored readings this upload replaced (same customer and instant), and of them those it
+    # gave another value: conflicting uploads, listed in the run's changed.csv (the later
+    # upload's values are kept).
+    readings_replaced: int | None = None
+    readings_changed: int | None = None
     customers_processed: int | None = None
     # Customers processing sent to training: all of them for readings, those whose holiday
     # calendar changed (and who have history) for a metadata upload; 0 means no training job.
@@ -184,7 +186,8 @@ def run_status(
         status.source = summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected
-        status.days_replaced = summary.days_replaced
+        status.readings_replaced = summary.readings_replaced
+        status.readings_changed = summary.readings_changed
         status.customers_processed = summary.customers
         if summary.metadata is not None:
             status.customers_to_train = len(summary.metadata.retrained)

@@ -386,7 +386,6 @@ def run_metadata(
         new_customers=new_customers,
         days_written=rows_written,
         days_uploaded=0,
-        days_replaced=0,
         customers_list=sorted(checked.accepted),
         metadata=MetadataSummary(
             attribute_columns=list(checked.header.attributes),

@@ -366,9 +366,17 @@ def success_message(summary: ProcessingSummary) -> str:
             f"retrained on their history and {len(metadata.waiting_for_readings):,} have no "
             "readings yet."
         )
+    changed = ""
+    if summary.readings_changed:
+        changed = (
+            f", {summary.readings_changed:,} of them with another value than the stored one "
+            "(kept: the upload's; see changed.csv)"
+        )
     return (
         f"Processed {summary.source_name}: {summary.rows_read:,} rows read, "
         f"{summary.rows_accepted:,} accepted, {summary.rows_rejected:,} rejected{rejected}. "
+        f"Readings: {summary.readings_new:,} new, {summary.readings_replaced:,} replacing a "
+        f"stored reading of the same instant{changed}. "
         f"Customers: {summary.customers:,} ({summary.new_customers:,} new); "
         f"periods written: {summary.days_written:,} (frequency {summary.frequency})."
     )

@@ -4,7 +4,7 @@ The job reads the upload once, block by block. What it keeps of each accepted ro
 customer's code, the instant, the value, the line, and the row's own timestamp and
 consumption text for the report) is appended to one LZ4-compressed Arrow stream per
 history shard, on the job's volume. The shards are then taken one at a time: their
-duplicates found, their readings totalled and merged into the stored history. Memory
+duplicates found, their readings merged into the stored history. Memory
 holds one block while reading and one shard's readings after, whatever the size of the
 upload: a two-year backfill of 100,000 customers (72 million rows) held about 95 bytes a
 reading in memory before, 6.5 GiB.
@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from fleetcast_common.contracts.shards import HISTORY_SHARDS, history_shard_of
-from fleetcast_processing.aggregate import Totals
+from fleetcast_processing.history import Periods
 
 SCHEMA = pa.schema(
     [
@@ -110,42 +110,53 @@ class ShardSpill:
             return pa.ipc.open_stream(source).read_all()
 
 
-class ShardTotals:
-    """The upload's totals per history shard, each kept on disk from the moment its shard's
-    readings are totalled until the history merge takes it."""
+class ShardPeriods:
+    """The training rows of the upload's customers per history shard, each kept on disk
+    from the moment its shard is merged until the training parts are written (which needs
+    every customer of the upload known first, to deal them over the parts)."""
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self._customers: list[npt.NDArray[np.int64]] = []
         self._shards: list[int] = []
-        self.periods = 0
 
-    def put(self, shard: int, totals: Totals) -> None:
-        if len(totals) == 0:
+    def put(self, shard: int, periods: Periods) -> None:
+        """``periods`` of the job's customer codes."""
+        if len(periods) == 0:
             return
         np.savez(
-            self._path(shard), codes=totals.codes, periods=totals.periods, values=totals.values
+            self._path(shard),
+            codes=periods.customers,
+            periods=periods.periods,
+            values=periods.values,
+            readings=periods.readings,
+            intervals=periods.intervals,
         )
-        self._customers.append(np.unique(totals.codes))
+        self._customers.append(np.unique(periods.customers))
         self._shards.append(shard)
-        self.periods += len(totals)
 
-    def get(self, shard: int) -> Totals:
+    def get(self, shard: int) -> Periods:
         with np.load(self._path(shard)) as saved:
-            return Totals(saved["codes"], saved["periods"], saved["values"])
+            return Periods(
+                saved["codes"],
+                saved["periods"],
+                saved["values"],
+                saved["readings"],
+                saved["intervals"],
+            )
 
     def _path(self, shard: int) -> Path:
-        return self._folder / f"totals-{shard:04d}.npz"
+        return self._folder / f"periods-{shard:04d}.npz"
 
     @property
     def shards(self) -> list[int]:
-        """The shards with totals, in order."""
+        """The shards with periods, in order."""
         return sorted(self._shards)
 
     @property
     def codes(self) -> npt.NDArray[np.int64]:
-        """Every customer with a total, once each (shards share no customer)."""
+        """Every customer with a period, once each (shards share no customer)."""
         if not self._customers:
             return np.zeros(0, dtype=np.int64)
         return np.sort(np.concatenate(self._customers))

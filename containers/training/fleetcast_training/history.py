@@ -32,10 +32,20 @@ _ARROW_CONVERSION = pa_csv.ConvertOptions(
 class History:
     """One customer's rows as arrays: ``times`` sorted and unique (datetime64, naive UTC),
     ``values`` finite floats. Training works on these; a DataFrame is made only for the
-    customers that go through Prophet itself."""
+    customers that go through Prophet itself.
+
+    From a training part also ``readings``, how many readings make each row's total, and
+    ``interval_s``, the customer's reading interval in seconds (contracts.shards), so that
+    a period with fewer readings than the interval implies can be told from low
+    consumption; None where the input does not say (a customer file of runs before parts,
+    a part's rows that needed sorting or dropping, or a customer with a single reading for
+    the interval).
+    """
 
     times: npt.NDArray[np.datetime64]
     values: npt.NDArray[np.float64]
+    readings: npt.NDArray[np.int64] | None = None
+    interval_s: float | None = None
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> History:
@@ -46,7 +56,8 @@ class History:
 
     def head(self, rows: int) -> History:
         """The first ``rows`` rows (all but the last ``-rows`` when negative)."""
-        return History(self.times[:rows], self.values[:rows])
+        readings = None if self.readings is None else self.readings[:rows]
+        return History(self.times[:rows], self.values[:rows], readings, self.interval_s)
 
     def frame(self) -> pd.DataFrame:
         """``ds`` and ``y``, as Prophet takes them."""
@@ -67,7 +78,13 @@ def read_series(path: Path) -> History:
     ``.series`` of a training part) never becomes a DataFrame on the way."""
     if path.suffix == SERIES_SUFFIX:
         series = np.fromfile(path, dtype=SERIES_DTYPE)
-        loaded = History(np.ascontiguousarray(series["ds"]), np.ascontiguousarray(series["y"]))
+        interval = float(series["interval_s"][0]) if len(series) else np.nan
+        loaded = History(
+            np.ascontiguousarray(series["ds"]),
+            np.ascontiguousarray(series["y"]),
+            np.ascontiguousarray(series["readings"]),
+            None if np.isnan(interval) else interval,
+        )
         if np.isinf(loaded.values).any():
             raise CustomerFailure(FailureKind.UNREADABLE, "a value is not a finite number")
         if _clean(loaded):

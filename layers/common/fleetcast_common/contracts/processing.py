@@ -50,6 +50,11 @@ INPUT_KINDS = (READINGS, METADATA)
 
 SUMMARY_FILE = "summary.json"
 REJECTED_FILE = "rejected.csv"
+# Accepted readings that replaced a stored reading of the same customer and instant with
+# another value: conflicting values between uploads, reported rather than silently resolved.
+CHANGED_FILE = "changed.csv"
+CHANGED_COLUMNS = ("line", "customer_id", "timestamp", "stored", "uploaded")
+CHANGED_ROWS_LISTED = 1000
 # The first 1 KB of this file becomes the job's ExitMessage (and FailureReason on failure).
 MESSAGE_FILE = "/opt/ml/output/message"
 MESSAGE_LIMIT = 1024
@@ -125,9 +130,6 @@ class JobLimits(BaseModel):
 
 # --- What the job writes, read back by the local stack and the pipeline's Lambdas ---
 
-# Per-customer files in train_output and history_output (and history_input): ``ds,y``,
-# ds as ``YYYY-MM-DD`` (daily) or ``YYYY-MM-DDTHH:00:00`` (hourly), sorted by ds.
-HISTORY_COLUMNS = ("ds", "y")
 REQUIRED_COLUMNS = ("customer_id", "timestamp", "consumption")
 # rejected.csv: one row per rejected input row, values as they appeared in the upload.
 REJECTED_COLUMNS = ("line", "customer_id", "timestamp", "consumption", "reason", "message")
@@ -241,8 +243,34 @@ class ProcessingSummary(BaseModel):
         description="Rows (days, or hours) written over all training parts: the whole "
         "history of every customer in the upload."
     )
-    days_uploaded: int = Field(description="(customer, period) totals built from the upload.")
-    days_replaced: int = Field(description="Stored history periods replaced by uploaded ones.")
+    days_uploaded: int = Field(
+        description="(customer, period) pairs the upload's accepted readings fall in."
+    )
+    readings_new: int = Field(
+        default=0,
+        description="Accepted readings of a customer and instant the history did not hold: "
+        "added to it, beside the period's other readings.",
+    )
+    readings_replaced: int = Field(
+        default=0,
+        description="Accepted readings that replaced the stored reading of the same customer "
+        "and instant (to the millisecond). rows_accepted = readings_new + readings_replaced.",
+    )
+    readings_changed: int = Field(
+        default=0,
+        description="Of readings_replaced, those whose value differs from the stored one: "
+        "conflicting values between uploads, the first of them listed in changed.csv. The "
+        "upload's value is kept.",
+    )
+    readings_stored: int = Field(
+        default=0,
+        description="Readings in the history of the upload's customers after the merge: "
+        "those stored before plus readings_new.",
+    )
+    changed_list_limit: int = Field(
+        default=CHANGED_ROWS_LISTED,
+        description="changed.csv lists at most this many changed readings, the first by line.",
+    )
     history_shards_written: int = Field(
         default=0, description="History shards rewritten: those holding a customer of the upload."
     )
