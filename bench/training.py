@@ -108,6 +108,7 @@ def write_parts(customer_files: list[Path], channel: Path) -> None:
                     # The benchmark's daily files: one reading a day
                     "readings": pa.array([1] * len(frame), pa.int64()),
                     "interval_s": pa.array([86_400.0] * len(frame), pa.float64()),
+                    "use": pa.array(["ok"] * len(frame), pa.string()),
                 }
             )
         )

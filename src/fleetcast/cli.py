@@ -116,6 +116,12 @@ def _status_table(runs: list[RunStatus]) -> Table:
                 f"{run.readings_changed or 0} changed (changed.csv)"
                 if run.readings_replaced
                 else ""
+            )
+            + (
+                f"\nnot fitted: {run.periods_incomplete or 0} incomplete, "
+                f"{run.periods_inactive or 0} inactive periods"
+                if run.periods_incomplete or run.periods_inactive
+                else ""
             ),
             training,
             str(run.customers_processed if run.customers_processed is not None else "-"),

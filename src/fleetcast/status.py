@@ -22,6 +22,7 @@ from fleetcast_common.contracts.ids import (
     upload_sequence,
 )
 from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
+from fleetcast_common.contracts.shards import USE_INACTIVE, USE_INCOMPLETE
 from fleetcast_common.contracts.training import host_names, progress_name
 from fleetcast_common.contracts.training_manifest import TrainingProgress
 from fleetcast_common.registration import read_registration_record
@@ -46,6 +47,9 @@ class RunStatus(BaseModel):
     # upload's values are kept).
     readings_replaced: int | None = None
     readings_changed: int | None = None
+    # Periods sent to training but left out of fitting: too few readings, or the meter off.
+    periods_incomplete: int | None = None
+    periods_inactive: int | None = None
     customers_processed: int | None = None
     # Customers processing sent to training: all of them for readings, those whose holiday
     # calendar changed (and who have history) for a metadata upload; 0 means no training job.
@@ -188,6 +192,8 @@ def run_status(
         status.rows_rejected = summary.rows_rejected
         status.readings_replaced = summary.readings_replaced
         status.readings_changed = summary.readings_changed
+        status.periods_incomplete = summary.periods_by_use.get(USE_INCOMPLETE, 0)
+        status.periods_inactive = summary.periods_by_use.get(USE_INACTIVE, 0)
         status.customers_processed = summary.customers
         if summary.metadata is not None:
             status.customers_to_train = len(summary.metadata.retrained)

@@ -103,6 +103,7 @@ class Instance:
                     # One reading a day each
                     "readings": pa.array([1] * len(frame), pa.int64()),
                     "interval_s": pa.array([86_400.0] * len(frame), pa.float64()),
+                    "use": pa.array(frame["use"] if "use" in frame else ["ok"] * len(frame)),
                 }
             )
             for customer_id, frame in customers.items()

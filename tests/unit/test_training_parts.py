@@ -32,6 +32,7 @@ def part(path: Path, customers: list[tuple[str, int]]) -> dict[str, np.ndarray]:
             # Each customer's readings per day: its row number, an interval of 1 hour
             "readings": pa.array(np.concatenate([np.arange(len(v)) for v in values]), pa.int64()),
             "interval_s": pa.array([3600.0] * len(ids), pa.float64()),
+            "use": pa.array(["ok"] * len(ids), pa.string()),
         }
     )
     pq.write_table(table, path, row_group_size=7)

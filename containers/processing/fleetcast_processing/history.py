@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_processing.aggregate import Frequency
+from fleetcast_processing.usage import UseRules, period_use
 
 _PERIOD_BITS = 32
 _US_PER_MS = 1000
@@ -98,42 +99,39 @@ def _scatter(size: int, *runs: tuple[Readings, npt.NDArray[np.int64]]) -> Readin
 @dataclass(frozen=True)
 class Periods:
     """Training rows: per (customer, period), sorted, the total of the readings, how many
-    readings made it, and the customer's reading interval (NaN: one reading only).
+    readings made it, the customer's reading interval (NaN: one reading only) and the
+    period's use (an index into contracts.shards.USES: fleetcast_processing.usage).
 
-    ``customers`` are small integers: ranks in a shard while merging, then the job's
-    customer codes (:meth:`with_customers`)."""
+    ``customers`` are the customers' ranks in their shard (indices into its sorted ids)."""
 
     customers: npt.NDArray[np.int64]
     periods: npt.NDArray[np.int64]
     values: npt.NDArray[np.float64]
     readings: npt.NDArray[np.int64]
     intervals: npt.NDArray[np.float64]
+    use: npt.NDArray[np.int8]
 
     def __len__(self) -> int:
         return len(self.customers)
 
-    def with_customers(self, customers: npt.NDArray[np.int64]) -> Periods:
-        return Periods(customers, self.periods, self.values, self.readings, self.intervals)
 
-
-def training_periods(readings: Readings, frequency: Frequency) -> Periods:
+def training_periods(readings: Readings, frequency: Frequency, rules: UseRules) -> Periods:
     """The periods of ``readings`` (sorted by rank, then instant) as training gets them."""
     if len(readings) == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return Periods(empty, empty, np.zeros(0), empty, np.zeros(0))
+        return Periods(empty, empty, np.zeros(0), empty, np.zeros(0), np.zeros(0, np.int8))
     keys = (readings.ranks << _PERIOD_BITS) | frequency.periods(readings.instants)
     starts = _run_starts(keys)
     ranks = readings.ranks[starts]
     intervals = reading_intervals(readings.ranks, readings.instants)
     # Periods are sorted by rank: each rank's interval is repeated over its periods.
     customer_starts = _run_starts(ranks)
-    return Periods(
-        customers=ranks,
-        periods=keys[starts] & ((1 << _PERIOD_BITS) - 1),
-        values=np.add.reduceat(readings.values, starts),
-        readings=np.diff(starts, append=len(keys)),
-        intervals=np.repeat(intervals, np.diff(customer_starts, append=len(ranks))),
-    )
+    periods = keys[starts] & ((1 << _PERIOD_BITS) - 1)
+    values = np.add.reduceat(readings.values, starts)
+    counts = np.diff(starts, append=len(keys))
+    intervals = np.repeat(intervals, np.diff(customer_starts, append=len(ranks)))
+    use = period_use(ranks, periods, values, counts, intervals, frequency, rules)
+    return Periods(ranks, periods, values, counts, intervals, use)
 
 
 def reading_intervals(

@@ -28,18 +28,19 @@ from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.changes import ChangedReadings
 from fleetcast_processing.duplicates import MAX_CUSTOMERS
 from fleetcast_processing.errors import UnusableInputError
-from fleetcast_processing.merging import MergeSettings, merge_upload
+from fleetcast_processing.merging import MergeSettings, TrainingOutput, merge_upload
 from fleetcast_processing.metadata_store import load_store, write_calendars
 from fleetcast_processing.report import RejectedRows, write_summary
-from fleetcast_processing.shards import write_train_parts
+from fleetcast_processing.shards import TrainParts, part_assignment
 from fleetcast_processing.source import (
     DEFAULT_BLOCK_SIZE,
     RowBlock,
     read_blocks,
     read_header,
 )
-from fleetcast_processing.spill import ShardPeriods, ShardSpill
+from fleetcast_processing.spill import ShardSpill
 from fleetcast_processing.upload import UploadReader
+from fleetcast_processing.usage import UseRules
 from fleetcast_processing.validation import (
     ACCEPTED,
     FUTURE_TOLERANCE,
@@ -157,20 +158,24 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
                 progress.continued_lines += block.continued_lines
                 progress.log(block, rejected.total)
         changed = ChangedReadings()
-        uploaded = ShardPeriods(Path(scratch))
-        merged = merge_upload(
-            spill,
-            customers.ids,
-            MergeSettings(
-                settings.frequency,
-                settings.limits.max_period_total,
-                paths.history_input,
-                paths.history_output,
-            ),
-            rejected,
-            changed,
-            uploaded,
-        )
+        # The parts are known once the file is read, so each shard's customers go to them
+        # as it is merged (a customer whose every period is rejected then has none).
+        part_of = part_assignment(customers.ids, spill.codes, settings.training_instances)
+        with TrainParts(paths.train_output) as parts:
+            merged = merge_upload(
+                spill,
+                customers.ids,
+                MergeSettings(
+                    settings.frequency,
+                    settings.limits.max_period_total,
+                    paths.history_input,
+                    paths.history_output,
+                    UseRules(settings.limits.incomplete_below, settings.limits.zero_run_days),
+                ),
+                rejected,
+                changed,
+                TrainingOutput(parts, part_of),
+            )
         changed.write(paths.report_output / CHANGED_FILE)
         progress.rows_accepted = progress.rows_read - rejected.total
 
@@ -187,14 +192,7 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         if progress.blank_rows:
             logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
 
-        written = write_train_parts(
-            uploaded,
-            customers.ids,
-            settings.frequency,
-            paths.train_output,
-            settings.training_instances,
-        )
-    touched = {int(code): customers.ids[int(code)] for code in uploaded.codes.tolist()}
+    touched = {code: customers.ids[code] for code in sorted(merged.customers)}
     # The holidays training adds to each customer it trains (metadata/ holds the store).
     write_calendars(paths.calendars_output, touched.values(), load_store(paths.metadata_input))
     summary = ProcessingSummary(
@@ -211,14 +209,17 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         rejected_list_limit=rejected.per_reason,
         customers=len(touched),
         new_customers=len(touched) - merged.customers_with_history,
-        days_written=written.rows,
+        days_written=merged.periods_written,
         days_uploaded=merged.periods_uploaded,
         readings_new=merged.readings_new,
         readings_replaced=merged.readings_replaced,
         readings_changed=merged.readings_changed,
         readings_stored=merged.readings_stored,
+        periods_by_use=dict(sorted(merged.use.by_use.items())),
+        unused_periods=dict(sorted(merged.use.unused.items())),
+        customers_by_interval_s=dict(sorted(merged.use.by_interval.items())),
         history_shards_written=merged.history_shards,
-        train_parts=written.parts,
+        train_parts=parts.written,
         customers_list=sorted(touched.values()),
     )
     write_summary(paths.report_output / SUMMARY_FILE, summary)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +26,15 @@ from fleetcast_processing.changes import ChangedReadings
 from fleetcast_processing.duplicates import deduplicate, reading_keys
 from fleetcast_processing.history import Readings, merge_readings, training_periods
 from fleetcast_processing.report import RejectedRows
-from fleetcast_processing.shards import check_store, read_shard, write_shard
-from fleetcast_processing.spill import ShardPeriods, ShardSpill
+from fleetcast_processing.shards import (
+    TrainParts,
+    check_store,
+    read_shard,
+    train_table,
+    write_shard,
+)
+from fleetcast_processing.spill import ShardSpill
+from fleetcast_processing.usage import UseCounts, UseRules
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +50,10 @@ class MergeCounts:
     readings_stored: int = 0
     customers_with_history: int = 0
     history_shards: int = 0
+    periods_written: int = 0
+    # The customer codes with periods written (each in one shard only).
+    customers: list[int] = field(default_factory=list)
+    use: UseCounts = field(default_factory=UseCounts)
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,16 @@ class MergeSettings:
     max_period_total: float
     history_input: Path
     history_output: Path
+    rules: UseRules = field(default_factory=UseRules)
+
+
+@dataclass(frozen=True)
+class TrainingOutput:
+    """Where the upload's customers' periods go: ``parts``, each customer code's part in
+    ``part_of`` (shards.part_assignment)."""
+
+    parts: TrainParts
+    part_of: npt.NDArray[np.int64]
 
 
 def merge_upload(
@@ -59,15 +80,15 @@ def merge_upload(
     settings: MergeSettings,
     rejected: RejectedRows,
     changed: ChangedReadings,
-    periods: ShardPeriods,
+    training: TrainingOutput,
 ) -> MergeCounts:
     """Merge every shard of ``spill`` (codes index ``customer_ids``) into its stored shard,
-    writing each merged shard and putting its upload customers' periods in ``periods``."""
+    writing each merged shard and its upload customers' periods to their training parts."""
     check_store(settings.history_input)
     counts = MergeCounts()
     started = time.perf_counter()
     for done, shard in enumerate(spill.shards, start=1):
-        _merge_shard(shard, spill, customer_ids, settings, rejected, changed, periods, counts)
+        _merge_shard(shard, spill, customer_ids, settings, rejected, changed, training, counts)
         if done % 16 == 0 or done == len(spill.shards):
             logger.info(
                 "merged %s of %s history shards (%s readings new, %s replaced) in %.1f s",
@@ -87,7 +108,7 @@ def _merge_shard(
     settings: MergeSettings,
     rejected: RejectedRows,
     changed: ChangedReadings,
-    periods: ShardPeriods,
+    training: TrainingOutput,
     counts: MergeCounts,
 ) -> None:
     upload = spill.read(shard)
@@ -125,8 +146,14 @@ def _merge_shard(
     in_upload = np.zeros(len(names), dtype=np.bool_)
     in_upload[uploaded.ranks] = True
     theirs = merged.readings.take(in_upload[merged.readings.ranks])
-    training = training_periods(theirs, settings.frequency)
-    periods.put(shard, training.with_customers(code_of_rank[training.customers]))
+    periods = training_periods(theirs, settings.frequency, settings.rules)
+    training.parts.append(
+        train_table(periods, ids, settings.frequency),
+        training.part_of[code_of_rank[periods.customers]],
+    )
+    counts.use.add(names, periods.customers, periods.use, periods.intervals)
+    counts.periods_written += len(periods)
+    counts.customers += code_of_rank[np.unique(periods.customers)].tolist()
 
     counts.history_shards += 1
     counts.periods_uploaded += _runs(

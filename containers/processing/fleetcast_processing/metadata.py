@@ -47,6 +47,7 @@ from fleetcast_processing.metadata_store import (
 from fleetcast_processing.report import write_summary
 from fleetcast_processing.shards import write_stored_parts
 from fleetcast_processing.upload import UTF8_BOM, UploadReader, sniff_delimiter
+from fleetcast_processing.usage import UseCounts, UseRules
 
 logger = logging.getLogger(__name__)
 
@@ -330,6 +331,7 @@ def run_metadata(
     run_id: str,
     frequency: str,
     training_instances: int = 1,
+    rules: UseRules | None = None,
 ) -> ProcessingSummary:
     """Process one metadata upload; raises :class:`UnusableInputError` when the file
     cannot be used at all (no store change then)."""
@@ -354,13 +356,16 @@ def run_metadata(
     write_store(paths.metadata_output, store)
 
     # Customers with stored history, and the changed ones among them sent to training.
+    use = UseCounts()
     stored = write_stored_parts(
         sorted(checked.accepted),
         set(changed),
         Frequency(frequency),
+        rules or UseRules(),
         paths.history_input,
         paths.train_output,
         training_instances,
+        use,
     )
     waiting = sorted(set(checked.accepted) - stored.keys())
     retrained = sorted(set(changed) & stored.keys())
@@ -386,6 +391,9 @@ def run_metadata(
         new_customers=new_customers,
         days_written=rows_written,
         days_uploaded=0,
+        periods_by_use=dict(sorted(use.by_use.items())),
+        unused_periods=dict(sorted(use.unused.items())),
+        customers_by_interval_s=dict(sorted(use.by_interval.items())),
         customers_list=sorted(checked.accepted),
         metadata=MetadataSummary(
             attribute_columns=list(checked.header.attributes),

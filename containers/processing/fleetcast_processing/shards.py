@@ -27,6 +27,7 @@ from fleetcast_common.contracts.shards import (
     SHARD_SUFFIX,
     TOTALS_HISTORY_COLUMNS,
     TRAIN_COLUMNS,
+    USES,
     history_shard_name,
     history_shard_of,
     parse_history_shard_name,
@@ -37,7 +38,7 @@ from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.duplicates import reading_keys
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.history import Periods, Readings, training_periods
-from fleetcast_processing.spill import ShardPeriods
+from fleetcast_processing.usage import UseCounts, UseRules
 from fleetcast_processing.validation import EARLIEST, US_PER_SECOND
 
 HISTORY_SCHEMA = pa.schema(
@@ -55,16 +56,19 @@ TRAIN_SCHEMA = pa.schema(
         pa.field("y", pa.float64(), nullable=False),
         pa.field("readings", pa.int64(), nullable=False),
         pa.field("interval_s", pa.float64()),
+        pa.field("use", pa.string(), nullable=False),
     ]
 )
 assert tuple(TRAIN_SCHEMA.names) == TRAIN_COLUMNS
+_USES = pa.array(USES, type=pa.string())
 _EARLIEST_US = int(EARLIEST.timestamp()) * US_PER_SECOND
-# Readings sorted by time compress to about 2 bytes an instant as deltas, a quarter of
-# what zstd makes of the plain values, and write faster.
+# Readings sorted by time take about a byte an instant as deltas. Uncompressed: writing is
+# most of a shard's cost and compression (zstd) took three times as long for a fifth fewer
+# bytes of random readings.
 _WRITE_OPTIONS = {
-    "compression": "zstd",
+    "compression": "none",
     "use_dictionary": ["customer_id"],
-    "column_encoding": {"ts": "DELTA_BINARY_PACKED", "y": "BYTE_STREAM_SPLIT"},
+    "column_encoding": {"ts": "DELTA_BINARY_PACKED", "y": "PLAIN"},
 }
 
 
@@ -216,37 +220,17 @@ def write_shard(path: Path, names: pa.Array, readings: Readings) -> None:
     partial.replace(path)
 
 
-@dataclass
-class PartsWritten:
-    rows: int = 0
-    parts: int = 0
-
-
-def write_train_parts(
-    uploaded: ShardPeriods,
-    customer_ids: Sequence[str],
-    frequency: Frequency,
-    train_output: Path,
-    instances: int,
-) -> PartsWritten:
-    """The run's training parts for ``instances`` training instances: the periods of every
-    customer of the upload, its customers dealt round-robin in id order."""
-    touched = uploaded.codes
-    written = PartsWritten()
-    if len(touched) == 0:
-        return written
-    by_id = sorted(touched.tolist(), key=lambda code: customer_ids[code])
-    written.parts = train_part_count(instances, len(by_id))
+def part_assignment(
+    customer_ids: Sequence[str], codes: npt.NDArray[np.int64], instances: int
+) -> npt.NDArray[np.int64]:
+    """The training part of each customer code (-1: none) for ``instances`` training
+    instances: ``codes`` dealt round-robin in id order over train_part_count parts, so the
+    parts are within a customer of even."""
+    by_id = sorted(codes.tolist(), key=customer_ids.__getitem__)
+    count = train_part_count(instances, len(by_id))
     part_of = np.full(len(customer_ids), -1, dtype=np.int64)
-    part_of[by_id] = np.arange(len(by_id)) % written.parts
-    ids = pa.array(customer_ids, type=pa.string())
-    with _TrainParts(train_output) as parts:
-        for shard in uploaded.shards:
-            # Each shard's rows are in customer id order, then time (see merging.py).
-            periods = uploaded.get(shard)
-            parts.append(train_table(periods, ids, frequency), part_of[periods.customers])
-            written.rows += len(periods)
-    return written
+    part_of[by_id] = np.arange(len(by_id)) % count
+    return part_of
 
 
 def train_table(periods: Periods, ids: pa.Array, frequency: Frequency) -> pa.Table:
@@ -260,24 +244,30 @@ def train_table(periods: Periods, ids: pa.Array, frequency: Frequency) -> pa.Tab
             pa.array(periods.values, type=pa.float64()),
             pa.array(periods.readings, type=pa.int64()),
             pa.array(periods.intervals, type=pa.float64(), from_pandas=True),  # NaN: null
+            _USES.take(pa.array(periods.use)),
         ],
         schema=TRAIN_SCHEMA,
     )
 
 
-class _TrainParts:
+class TrainParts:
     """The run's training parts, each opened at its first rows and appended to after."""
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         self._writers: dict[int, pq.ParquetWriter] = {}
 
-    def __enter__(self) -> _TrainParts:
+    def __enter__(self) -> TrainParts:
         return self
 
     def __exit__(self, *_: object) -> None:
         for writer in self._writers.values():
             writer.close()
+
+    @property
+    def written(self) -> int:
+        """Parts written so far."""
+        return len(self._writers)
 
     def append(self, table: pa.Table, parts: npt.NDArray[np.int64]) -> dict[int, int]:
         """Append each row of ``table`` to its part (``parts``, one per row; -1: to none),
@@ -302,14 +292,17 @@ def write_stored_parts(
     customer_ids: Sequence[str],
     retrain: set[str],
     frequency: Frequency,
+    rules: UseRules,
     history_input: Path,
     train_output: Path,
     instances: int,
+    counts: UseCounts,
 ) -> dict[str, int]:
     """How many training rows (periods) each of ``customer_ids`` has (none: not in the
     result), and the stored histories of those in ``retrain`` written, unchanged, as
     training parts: what a metadata upload that changes customers' holiday calendars sends
-    to training. Reads the shards of ``customer_ids`` one at a time; writes no history."""
+    to training (their use decisions counted in ``counts``). Reads the shards of
+    ``customer_ids`` one at a time; writes no history."""
     check_store(history_input)
     wanted = sorted(set(customer_ids))
     to_train = sorted(retrain & set(wanted))
@@ -319,16 +312,23 @@ def write_stored_parts(
     for customer_id in wanted:
         by_shard.setdefault(history_shard_of(customer_id), []).append(customer_id)
     found: dict[str, int] = {}
-    with _TrainParts(train_output) as train_parts:
+    with TrainParts(train_output) as train_parts:
         for shard, ids in sorted(by_shard.items()):
             stored = read_shard(history_input / history_shard_name(shard))
             ranks = np.arange(len(stored.names))
             readings = stored.readings(ranks)
             wanted_rank = np.isin(np.array(stored.names, dtype=object), ids)
-            periods = training_periods(readings.take(wanted_rank[readings.ranks]), frequency)
+            periods = training_periods(readings.take(wanted_rank[readings.ranks]), frequency, rules)
             names = pa.array(stored.names, type=pa.string())
-            counts = np.bincount(periods.customers, minlength=len(stored.names))
-            found.update((stored.names[rank], int(counts[rank])) for rank in np.flatnonzero(counts))
+            rows = np.bincount(periods.customers, minlength=len(stored.names))
+            found.update((stored.names[rank], int(rows[rank])) for rank in np.flatnonzero(rows))
             part = np.array([part_of_id.get(name, -1) for name in stored.names], dtype=np.int64)
             train_parts.append(train_table(periods, names, frequency), part[periods.customers])
+            trained = part[periods.customers] >= 0
+            counts.add(
+                stored.names,
+                periods.customers[trained],
+                periods.use[trained],
+                periods.intervals[trained],
+            )
     return found

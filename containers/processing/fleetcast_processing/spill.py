@@ -19,7 +19,6 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from fleetcast_common.contracts.shards import HISTORY_SHARDS, history_shard_of
-from fleetcast_processing.history import Periods
 
 SCHEMA = pa.schema(
     [
@@ -47,6 +46,7 @@ class ShardSpill:
         self._writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
         self._sinks: list[pa.NativeFile] = []
         self._shard_of_code = np.zeros(0, dtype=np.int64)
+        self._seen = np.zeros(0, dtype=np.bool_)
 
     def add(
         self,
@@ -62,6 +62,7 @@ class ShardSpill:
         if len(codes) == 0:
             return
         self._know_shards(customer_ids)
+        self._seen[codes] = True
         shards = self._shard_of_code[codes]
         # A stable sort keeps each shard's rows in file order: the first of two readings of
         # one instant is the one kept.
@@ -81,6 +82,7 @@ class ShardSpill:
             self._shard_of_code = np.concatenate(
                 [self._shard_of_code, np.array(new, dtype=np.int64)]
             )
+            self._seen = np.concatenate([self._seen, np.zeros(len(new), dtype=np.bool_)])
 
     def _writer(self, shard: int) -> pa.ipc.RecordBatchStreamWriter:
         writer = self._writers.get(shard)
@@ -100,6 +102,11 @@ class ShardSpill:
             sink.close()
 
     @property
+    def codes(self) -> npt.NDArray[np.int64]:
+        """The customer codes with readings, in order."""
+        return np.flatnonzero(self._seen)
+
+    @property
     def shards(self) -> list[int]:
         """The shards with readings, in order."""
         return sorted(self._writers)
@@ -108,55 +115,3 @@ class ShardSpill:
         """A shard's readings in file order (call after :meth:`close`)."""
         with pa.OSFile(str(self._path(shard))) as source:
             return pa.ipc.open_stream(source).read_all()
-
-
-class ShardPeriods:
-    """The training rows of the upload's customers per history shard, each kept on disk
-    from the moment its shard is merged until the training parts are written (which needs
-    every customer of the upload known first, to deal them over the parts)."""
-
-    def __init__(self, folder: Path) -> None:
-        self._folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self._customers: list[npt.NDArray[np.int64]] = []
-        self._shards: list[int] = []
-
-    def put(self, shard: int, periods: Periods) -> None:
-        """``periods`` of the job's customer codes."""
-        if len(periods) == 0:
-            return
-        np.savez(
-            self._path(shard),
-            codes=periods.customers,
-            periods=periods.periods,
-            values=periods.values,
-            readings=periods.readings,
-            intervals=periods.intervals,
-        )
-        self._customers.append(np.unique(periods.customers))
-        self._shards.append(shard)
-
-    def get(self, shard: int) -> Periods:
-        with np.load(self._path(shard)) as saved:
-            return Periods(
-                saved["codes"],
-                saved["periods"],
-                saved["values"],
-                saved["readings"],
-                saved["intervals"],
-            )
-
-    def _path(self, shard: int) -> Path:
-        return self._folder / f"periods-{shard:04d}.npz"
-
-    @property
-    def shards(self) -> list[int]:
-        """The shards with periods, in order."""
-        return sorted(self._shards)
-
-    @property
-    def codes(self) -> npt.NDArray[np.int64]:
-        """Every customer with a period, once each (shards share no customer)."""
-        if not self._customers:
-            return np.zeros(0, dtype=np.int64)
-        return np.sort(np.concatenate(self._customers))

@@ -292,12 +292,15 @@ class CustomerTrainer:
         on."""
         settings = self._hyperparameters
         fits_before = self._backend.fit_methods.copy()
-        history = read_series(source)
+        stored = read_series(source)
+        history = stored.for_fitting()  # incomplete and inactive periods are gaps
         rows = len(history)
         if rows < settings.required_rows:
+            unused = ", ".join(f"{n} {use}" for use, n in stored.left_out().items())
             raise CustomerFailure(
                 FailureKind.TOO_FEW_ROWS,
-                f"has {rows} rows, needs at least {settings.required_rows}",
+                f"has {rows} rows{f' to fit ({unused} left out)' if unused else ''}, "
+                f"needs at least {settings.required_rows}",
             )
         orders = self._seasonality_orders(history)
         calendar = self._calendars.of(customer_id)

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from fleetcast_common.contracts.shards import USE_OK, USES
 from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.parts import SERIES_DTYPE, SERIES_SUFFIX
 
@@ -46,6 +47,8 @@ class History:
     values: npt.NDArray[np.float64]
     readings: npt.NDArray[np.int64] | None = None
     interval_s: float | None = None
+    # Each row's use, an index into contracts.shards.USES (None: every row is ok).
+    use: npt.NDArray[np.uint8] | None = None
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> History:
@@ -56,8 +59,30 @@ class History:
 
     def head(self, rows: int) -> History:
         """The first ``rows`` rows (all but the last ``-rows`` when negative)."""
-        readings = None if self.readings is None else self.readings[:rows]
-        return History(self.times[:rows], self.values[:rows], readings, self.interval_s)
+        return self._take(slice(None, rows))
+
+    def for_fitting(self) -> History:
+        """The rows to fit: those whose use is ok. Incomplete and inactive periods are gaps
+        (contracts.shards): left out, not filled in."""
+        if self.use is None or not self.use.any():
+            return self
+        return self._take(self.use == USES.index(USE_OK))
+
+    def left_out(self) -> dict[str, int]:
+        """How many rows :meth:`for_fitting` leaves out, by use."""
+        if self.use is None:
+            return {}
+        counts = np.bincount(self.use, minlength=len(USES))
+        return {USES[code]: int(counts[code]) for code in np.flatnonzero(counts) if code}
+
+    def _take(self, rows: slice | npt.NDArray[np.bool_]) -> History:
+        return History(
+            self.times[rows],
+            self.values[rows],
+            None if self.readings is None else self.readings[rows],
+            self.interval_s,
+            None if self.use is None else self.use[rows],
+        )
 
     def frame(self) -> pd.DataFrame:
         """``ds`` and ``y``, as Prophet takes them."""
@@ -84,6 +109,7 @@ def read_series(path: Path) -> History:
             np.ascontiguousarray(series["y"]),
             np.ascontiguousarray(series["readings"]),
             None if np.isnan(interval) else interval,
+            np.ascontiguousarray(series["use"]),
         )
         if np.isinf(loaded.values).any():
             raise CustomerFailure(FailureKind.UNREADABLE, "a value is not a finite number")

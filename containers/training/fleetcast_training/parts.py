@@ -17,15 +17,23 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetcast_common.contracts.ids import is_valid_customer_id
-from fleetcast_common.contracts.shards import TRAIN_COLUMNS
+from fleetcast_common.contracts.shards import TRAIN_COLUMNS, USES
 
 SERIES_SUFFIX = ".series"
 # One customer's rows: what processing wrote, as numpy reads it back without parsing
 # (written and read by the same job on the same machine: native byte order). The reading
-# interval is the customer's, on every row (NaN: unknown, a single reading).
+# interval is the customer's, on every row (NaN: unknown, a single reading); use is the
+# index of the period's use in contracts.shards.USES.
 SERIES_DTYPE = np.dtype(
-    [("ds", "datetime64[us]"), ("y", "float64"), ("readings", "int64"), ("interval_s", "float64")]
+    [
+        ("ds", "datetime64[us]"),
+        ("y", "float64"),
+        ("readings", "int64"),
+        ("interval_s", "float64"),
+        ("use", "uint8"),
+    ]
 )
+_USES = pa.array(USES, type=pa.string())
 
 
 @dataclass
@@ -110,6 +118,8 @@ def _unpack_customers(
         .fill_null(np.nan)
         .to_numpy(zero_copy_only=False)
     )
+    use_codes = pc.index_in(table.column("use"), value_set=_USES)
+    use = use_codes.fill_null(-1).to_numpy(zero_copy_only=False)
     dictionary = encoded.dictionary.to_pylist()
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         customer_id = dictionary[codes[start]]
@@ -139,9 +149,16 @@ def _unpack_customers(
                     (customer_id, f"appears in {name} and in another part: which is right?")
                 )
             continue
+        if (use[start:end] < 0).any():
+            unknown = table.column("use")[start + int(np.argmin(use[start:end]))].as_py()
+            unpacked.problems.append(
+                (customer_id, f"in {name} has a period of use {unknown!r:.40}, not one of {USES}")
+            )
+            continue
         series = np.empty(end - start, dtype=SERIES_DTYPE)
         series["ds"], series["y"] = ds[start:end], y[start:end]
         series["readings"], series["interval_s"] = readings[start:end], interval[start:end]
+        series["use"] = use[start:end]
         path = target / f"{customer_id}{SERIES_SUFFIX}"
         series.tofile(path)
         unpacked.series[customer_id] = (path, end - start)

@@ -98,6 +98,15 @@ MAX_PERIOD_TOTAL_ENV = "FLEETCAST_MAX_PERIOD_TOTAL"
 DEFAULT_MAX_UPLOAD_BYTES = 10 * 2**30
 # 1e9 is the largest single reading; a day (or hour) adding up to ten of them is not a meter.
 DEFAULT_MAX_PERIOD_TOTAL = 1e10
+INCOMPLETE_BELOW_ENV = "FLEETCAST_INCOMPLETE_BELOW"
+ZERO_RUN_DAYS_ENV = "FLEETCAST_ZERO_RUN_DAYS"
+# A period with fewer than 90% of the readings its customer's interval implies is missing
+# for fitting (a day of half-hourly readings: fewer than 44 of 48), not low consumption.
+DEFAULT_INCOMPLETE_BELOW = 0.9
+# Zeros for a week or longer, inside a history or at its end, are a meter that was off (a
+# vacant home, a stuck or disconnected meter), not a week of using nothing; a household
+# uses something every day. Leading zeros are inactive at any length (not connected yet).
+DEFAULT_ZERO_RUN_DAYS = 7.0
 
 
 class JobLimits(BaseModel):
@@ -119,6 +128,28 @@ class JobLimits(BaseModel):
         description=(
             "Largest plausible total of one customer's readings in one period (a UTC day, "
             "or an hour for hourly models); the rows of a period above it are rejected."
+        ),
+    )
+
+    incomplete_below: float = Field(
+        default=DEFAULT_INCOMPLETE_BELOW,
+        ge=0,
+        le=1,
+        alias="FLEETCAST_INCOMPLETE_BELOW",  # INCOMPLETE_BELOW_ENV
+        description=(
+            "A period with fewer readings than this share of what the customer's reading "
+            "interval implies is 'incomplete' in the training parts: not fitted (0: never)."
+        ),
+    )
+    zero_run_days: float = Field(
+        default=DEFAULT_ZERO_RUN_DAYS,
+        gt=0,
+        allow_inf_nan=False,
+        alias="FLEETCAST_ZERO_RUN_DAYS",  # ZERO_RUN_DAYS_ENV
+        description=(
+            "Periods of zero consumption spanning at least this many days, inside a history "
+            "or at its end, are 'inactive' in the training parts: not fitted. A leading run "
+            "of zeros is inactive at any length."
         ),
     )
 
@@ -266,6 +297,21 @@ class ProcessingSummary(BaseModel):
         default=0,
         description="Readings in the history of the upload's customers after the merge: "
         "those stored before plus readings_new.",
+    )
+    periods_by_use: dict[str, int] = Field(
+        default_factory=dict,
+        description="Training rows (periods) by their use column (contracts.shards): ok, "
+        "incomplete, inactive; they add up to days_written.",
+    )
+    unused_periods: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="Per customer with any, its periods left out of fitting by use "
+        "(incomplete, inactive).",
+    )
+    customers_by_interval_s: dict[str, int] = Field(
+        default_factory=dict,
+        description="Customers sent to training by their reading interval in seconds "
+        "('unknown': a single reading).",
     )
     changed_list_limit: int = Field(
         default=CHANGED_ROWS_LISTED,

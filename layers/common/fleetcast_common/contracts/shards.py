@@ -58,7 +58,27 @@ TOTALS_HISTORY_COLUMNS = ("customer_id", "ds", "y")
 #                whole history, so missing readings, which make a few long gaps, do not
 #                move it); null for a customer with a single reading. A period of
 #                ``period seconds / interval_s`` readings is complete; fewer, incomplete.
-TRAIN_COLUMNS = ("customer_id", "ds", "y", "readings", "interval_s")
+#   use          string: what training is to do with the period (USES); the row is kept
+#                whatever it says, so every reading stays accounted for
+TRAIN_COLUMNS = ("customer_id", "ds", "y", "readings", "interval_s", "use")
+
+# ``use``, decided by processing per customer and period (thresholds: the job's
+# FLEETCAST_INCOMPLETE_BELOW and FLEETCAST_ZERO_RUN_DAYS, contracts.processing.JobLimits):
+# - ok: fit it.
+# - incomplete: fewer readings than FLEETCAST_INCOMPLETE_BELOW (0.9) of the
+#   ``period seconds / interval_s`` the interval implies (at least one). Its total is too
+#   low because readings are missing, not because less was used: a missing period for
+#   fitting, not a low one. A customer without an interval (one reading) has none.
+# - inactive: zero consumption while the meter was not in use: the leading run of zero
+#   periods (before the customer was connected), and any later run of zero periods that
+#   spans at least FLEETCAST_ZERO_RUN_DAYS (7) days, inside the history or at its end.
+#   Not consumption of nothing; not fitted. Inactive wins over incomplete.
+# Model families fit the ok periods only, treating the others as gaps: none of them is
+# filled in or invented; the stored readings keep all of them.
+USE_OK = "ok"
+USE_INCOMPLETE = "incomplete"
+USE_INACTIVE = "inactive"
+USES = (USE_OK, USE_INCOMPLETE, USE_INACTIVE)
 
 _HISTORY_SHARD = re.compile(r"shard-(\d{4})-of-(\d{4})\.parquet")
 
