@@ -7,9 +7,10 @@ rewrites only the shards an upload touches. It writes a run's training input as
 the training instances, so ``ShardedByS3Key`` gives every instance the same number of
 parts, with customers dealt round-robin so the parts are within a customer of even.
 
-Both kinds of object are Parquet files sorted by customer then time, each customer's rows
-together. Customer ids pass the allow-list before they reach a file; readers check them
-again.
+Both kinds of object are Parquet files with each customer's rows together, in time order
+(a history shard also sorted by customer id; a training part by id within each history
+shard's customers, shard after shard). Customer ids pass the allow-list before they reach
+a file; readers check them again.
 
 A **history shard** keeps readings, not totals (:data:`HISTORY_COLUMNS`): one row per
 reading as it was uploaded, so an upload merges reading by reading. A reading of the same
@@ -47,7 +48,7 @@ HISTORY_COLUMNS = ("customer_id", "ts", "y")
 # History shards of releases that kept one total per customer and period (ds: the period).
 TOTALS_HISTORY_COLUMNS = ("customer_id", "ds", "y")
 
-# A training part: one row per customer and period, sorted by customer_id then ds.
+# A training part: one row per customer and period, each customer's rows together by ds.
 #   customer_id  string
 #   ds           timestamp[us] without a zone (UTC): the period's start (a UTC day, or an
 #                hour for hourly models)
