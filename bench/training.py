@@ -105,6 +105,10 @@ def write_parts(customer_files: list[Path], channel: Path) -> None:
                     "customer_id": pa.array([path.stem] * len(frame), pa.string()),
                     "ds": pa.array(frame["ds"].to_numpy("datetime64[us]")),
                     "y": pa.array(frame["y"].to_numpy(np.float64)),
+                    # The benchmark's daily files: one reading a day
+                    "readings": pa.array([1] * len(frame), pa.int64()),
+                    "interval_s": pa.array([86_400.0] * len(frame), pa.float64()),
+                    "use": pa.array(["ok"] * len(frame), pa.string()),
                 }
             )
         )

@@ -112,7 +112,18 @@ def _status_table(runs: list[RunStatus]) -> Table:
             run.source or "-",
             processing,
             f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})"
-            + (f"\n{run.days_replaced} stored days replaced" if run.days_replaced else ""),
+            + (
+                f"\n{run.readings_replaced} stored readings replaced, "
+                f"{run.readings_changed or 0} changed (changed.csv)"
+                if run.readings_replaced
+                else ""
+            )
+            + (
+                f"\nnot fitted: {run.periods_incomplete or 0} incomplete, "
+                f"{run.periods_inactive or 0} inactive periods"
+                if run.periods_incomplete or run.periods_inactive
+                else ""
+            ),
             training,
             str(run.customers_processed if run.customers_processed is not None else "-"),
             str(

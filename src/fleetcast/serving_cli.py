@@ -8,7 +8,6 @@ env``, or a deployed stack's outputs), else from the running local stack.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import urllib.error
@@ -27,7 +26,7 @@ from fleetcast.embedded.stack import StackInfo
 from fleetcast_common import storage
 from fleetcast_common.contracts.ids import InvalidCustomerIdError, is_valid_customer_id
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
-from fleetcast_common.contracts.layout import history_shard_key, legacy_history_key
+from fleetcast_common.contracts.layout import history_shard_key
 from fleetcast_common.forecasting import (
     DEFAULT_PERIOD,
     QUANTILES_EXAMPLE,
@@ -169,22 +168,24 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def read_history(s3: Any, bucket: str, customer_id: str) -> Any:
-    """The customer's stored history (``ds``, ``y``), or None when there is none: its rows
-    of its history shard, else its file from before history shards."""
-    import pandas as pd
+def read_history(s3: Any, bucket: str, customer_id: str, hourly: bool = False) -> Any:
+    """The customer's stored history (``ds``, ``y``) as totals per UTC day (or hour), or
+    None when there is none: its readings in its history shard, added up."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     body = storage.read_bytes_if_exists(s3, bucket, history_shard_key(customer_id))
-    if body is not None:
-        shard = pq.read_table(pa.BufferReader(body), columns=["customer_id", "ds", "y"])
-        rows = shard.filter(pc.equal(shard.column("customer_id"), customer_id))
-        if rows.num_rows:
-            return rows.select(["ds", "y"]).to_pandas()
-    body = storage.read_bytes_if_exists(s3, bucket, legacy_history_key(customer_id))
-    return None if body is None else pd.read_csv(io.BytesIO(body), parse_dates=["ds"])
+    if body is None:
+        return None
+    shard = pq.read_table(pa.BufferReader(body), columns=["customer_id", "ts", "y"])
+    rows = shard.filter(pc.equal(shard.column("customer_id"), customer_id))
+    if not rows.num_rows:
+        return None
+    readings = rows.select(["ts", "y"]).to_pandas()
+    periods = readings["ts"].dt.floor("h" if hourly else "D")
+    totals = readings.groupby(periods, sort=True)["y"].sum()
+    return totals.rename_axis("ds").reset_index()
 
 
 def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:
@@ -279,7 +280,10 @@ def show_forecast(
     if plot is not None:
         history = None
         if s3 is not None and artifacts_bucket:
-            history = read_history(s3, artifacts_bucket, customer_id)
+            # An hourly model's forecast has several points a day: its history is hourly too.
+            days = {str(point["ds"])[:10] for point in forecast["forecast"]}
+            hourly = len(days) < len(forecast["forecast"])
+            history = read_history(s3, artifacts_bucket, customer_id, hourly)
         plot_forecast(forecast, history, plot)
         if not as_json:
             out.print(f"plot: {plot}")

@@ -23,6 +23,7 @@ from fleetcast_common.contracts.ids import (
 )
 from fleetcast_common.contracts.object_keys import upload_file_name
 from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
+from fleetcast_common.contracts.shards import USE_INACTIVE, USE_INCOMPLETE
 from fleetcast_common.contracts.training import host_names, progress_name
 from fleetcast_common.contracts.training_manifest import TrainingProgress
 from fleetcast_common.jobs import UploadRecord
@@ -57,9 +58,14 @@ class RunStatus(BaseModel):
     processing_failure: str | None = None
     rows_read: int | None = None
     rows_rejected: int | None = None
-    # Stored (customer, day) totals this upload replaced: an earlier upload had readings
-    # for them (the later upload's values are kept).
-    days_replaced: int | None = None
+    # Stored readings this upload replaced (same customer and instant), and of them those it
+    # gave another value: conflicting uploads, listed in the run's changed.csv (the later
+    # upload's values are kept).
+    readings_replaced: int | None = None
+    readings_changed: int | None = None
+    # Periods sent to training but left out of fitting: too few readings, or the meter off.
+    periods_incomplete: int | None = None
+    periods_inactive: int | None = None
     customers_processed: int | None = None
     # Customers processing sent to training: all of them for readings, those whose holiday
     # calendar changed (and who have history) for a metadata upload; 0 means no training job.
@@ -218,7 +224,10 @@ def run_status(
         status.source = status.source or summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected
-        status.days_replaced = summary.days_replaced
+        status.readings_replaced = summary.readings_replaced
+        status.readings_changed = summary.readings_changed
+        status.periods_incomplete = summary.periods_by_use.get(USE_INCOMPLETE, 0)
+        status.periods_inactive = summary.periods_by_use.get(USE_INACTIVE, 0)
         status.customers_processed = summary.customers
         if summary.metadata is not None:
             status.customers_to_train = len(summary.metadata.retrained)

@@ -146,8 +146,10 @@ def test_twelve_uploads_in_one_second_are_processed_and_promoted_in_arrival_orde
     shown = [run for run in _statuses(stack) if run.run_id not in known]
     assert [run.run_id for run in shown] == in_order
     assert all(run.upload_order is not None for run in shown)
-    # And each second file's run says it replaced the first file's days
-    assert [statuses[r].days_replaced for r in in_order] == [0, PAIR_DAYS] * len(PAIRS)
+    # And each second file's run says it replaced the first file's readings, every one of
+    # them with another value (listed in its changed.csv)
+    assert [statuses[r].readings_replaced for r in in_order] == [0, PAIR_DAYS] * len(PAIRS)
+    assert [statuses[r].readings_changed for r in in_order] == [0, PAIR_DAYS] * len(PAIRS)
     # And each customer's history holds the second file's readings, and its live model
     # came from the second file's run
     run_of = {statuses[r].source: r for r in in_order}

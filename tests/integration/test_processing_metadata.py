@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from function_helpers import load_function
@@ -88,8 +90,19 @@ def test_metadata_uploads_merge_into_the_store_and_retrain_changed_calendars(
     # Given a customer with history, and a metadata file for it, a customer without
     # readings yet, and a row with a country the holidays package does not know
     s3, bucket = world["s3"], world["bucket"]
-    history = "ds,y\n" + "".join(f"2026-10-{day:02d},{100 + day}\n" for day in range(1, 31))
-    s3.put_object(Bucket=bucket, Key=layout.legacy_history_key("a1"), Body=history.encode())
+    history = pa.table(
+        {
+            "customer_id": ["a1"] * 30,
+            "ts": pa.array(
+                [np.datetime64(f"2026-10-{day:02d}", "us") for day in range(1, 31)],
+                pa.timestamp("us"),
+            ),
+            "y": [float(100 + day) for day in range(1, 31)],
+        }
+    )
+    shard = io.BytesIO()
+    pq.write_table(history, shard)
+    s3.put_object(Bucket=bucket, Key=layout.history_shard_key("a1"), Body=shard.getvalue())
     first = upload(
         world,
         "incoming/metadata/customers-1.csv",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -18,19 +17,15 @@ from fleetcast_common.contracts.ids import (
     InvalidCustomerIdError,
     is_valid_customer_id,
 )
-from fleetcast_processing.history import customer_file
 
 RUN_ID = "20261130t100000-0123456789"
-FOLDER = Path("/opt/ml/processing/output/train")
 SENTINEL = "Sentinel0Id"
 ALLOWED = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 # Everything that turns a customer id into a name, a key or a path.
 BUILDERS: dict[str, Callable[[str], str]] = {
-    "history key": layout.legacy_history_key,
     "TargetModel": lambda customer_id: layout.target_model(customer_id, RUN_ID),
     "model key": lambda customer_id: layout.model_key(customer_id, RUN_ID),
-    "processing output file": lambda customer_id: str(customer_file(FOLDER, customer_id)),
 }
 # Ids an attacker or a broken export would send; hypothesis adds arbitrary text to these.
 HOSTILE = [

@@ -121,6 +121,14 @@ CORPUS: dict[str, tuple[bytes, Usable | Unusable]] = {
         ).encode(),
         Usable(GOOD_TRAIN, {"out_of_range_timestamp": 2, "invalid_timestamp": 3}),
     ),
+    # Issue 25: a monthly total written as "2024-02" landed on the 1st as one reading.
+    "months and years as timestamps": (
+        (HEADER + GOOD + "a,2024-02,30\na, 2024 ,365\nb,2023-12,31\nb,2024-02-01,1\n").encode(),
+        Usable(
+            {**GOOD_TRAIN, "b": [*GOOD_TRAIN["b"], ("2024-02-01", 1.0)]},
+            {"month_or_year_timestamp": 3},
+        ),
+    ),
     "nan, infinite, negative and huge consumption": (
         (
             HEADER + GOOD + "c,2024-01-01,NaN\nc,2024-01-02,inf\nc,2024-01-03,-inf\n"

@@ -65,7 +65,7 @@ def rejected(paths: MetadataPaths) -> list[dict[str, str]]:
 
 def test_every_row_of_the_corpus_is_accepted_or_rejected_with_its_line(paths: MetadataPaths):
     # Given a file with every kind of bad row, and history for a1
-    (paths.history_input / "a1.csv").write_text("ds,y\n2026-11-01,1\n2026-11-02,2\n")
+    write_history(paths.history_input, "a1", [("2026-11-01", 1.0), ("2026-11-02", 2.0)])
     # When it is processed
     summary = process(paths, CORPUS)
     # Then rows read = accepted + rejected, and lines add up
@@ -100,7 +100,7 @@ def test_every_row_of_the_corpus_is_accepted_or_rejected_with_its_line(paths: Me
 def test_accepted_rows_reach_the_store_and_changed_calendars_with_history_are_retrained(
     paths: MetadataPaths,
 ):
-    (paths.history_input / "a1.csv").write_text("ds,y\n2026-11-01,1\n2026-11-02,2\n")
+    write_history(paths.history_input, "a1", [("2026-11-01", 1.0), ("2026-11-02", 2.0)])
     summary = process(paths, CORPUS)
     store = load_store(paths.metadata_output)
     assert sorted(store) == ["a1", "b2", "d9"]
@@ -112,7 +112,6 @@ def test_accepted_rows_reach_the_store_and_changed_calendars_with_history_are_re
     assert summary.metadata is not None
     assert summary.metadata.retrained == ["a1"]
     assert summary.metadata.waiting_for_readings == ["b2", "d9"]
-    # (a1's history is a file from before history shards: still read)
     assert read_rows(parts_in(paths.train_output)) == {
         "a1": [("2026-11-01", 1.0), ("2026-11-02", 2.0)]
     }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -12,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleetcast_common.contracts.processing import RejectReason
-from fleetcast_processing.aggregate import Frequency, Totals, period_totals
-from fleetcast_processing.duplicates import deduplicate
-from fleetcast_processing.history import customer_file, merge
+from fleetcast_processing.aggregate import Frequency, period_totals
+from fleetcast_processing.duplicates import _EPOCH_2000_US, deduplicate, reading_keys
+from fleetcast_processing.history import Readings, merge_readings, reading_intervals
 from fleetcast_processing.source import _record_boundary
 from fleetcast_processing.validation import (
     CustomerCodes,
@@ -122,6 +121,19 @@ def test_customer_codes_validate_each_id_and_keep_codes_stable() -> None:
     assert codes.ids == ["007", "7", "a" * 64, "new"]
 
 
+@pytest.mark.parametrize("raw", ["2024-02", "2024", " 2024-02 ", "+2024"])
+def test_a_month_or_a_year_is_not_a_reading_time(raw: str) -> None:
+    # Given a timestamp that names a month or a year, not a time
+    ids = CustomerCodes().encode(pa.array(["ok", "ok"]))
+
+    # When checked beside a proper date
+    checked = check_rows(ids, pa.array([raw, "2024-02-01"]), pa.array(["1", "1"]), NOW)
+
+    # Then it is rejected as a month or a year, and the date is not
+    assert checked.reasons.tolist() == [reason_code(RejectReason.MONTH_OR_YEAR_TIMESTAMP), 0]
+    assert not parse_instants(pa.array([raw]))[1].any()
+
+
 def test_rules_apply_in_order_and_first_broken_rule_wins() -> None:
     # Given rows breaking one or more rules
     ids = CustomerCodes().encode(pa.array(["ok", "bad id", "ok", "ok", "ok", "ok", "ok", "ok"]))
@@ -219,39 +231,56 @@ def test_frequency_labels() -> None:
         Frequency("W")
 
 
-def test_merge_prefers_uploaded_values_per_customer_and_period() -> None:
-    # Given stored totals for customers 0 and 1, and uploaded ones overlapping customer 0
-    stored = Totals(np.array([0, 0, 1]), np.array([10, 11, 10]), np.array([1.0, 2.0, 3.0]))
-    uploaded = Totals(np.array([0, 0]), np.array([11, 12]), np.array([20.0, 30.0]))
-
-    # When merged
-    merged, replaced = merge(stored, uploaded)
-
-    # Then the overlap takes the uploaded value and everything stays sorted
-    assert list(
-        zip(merged.codes.tolist(), merged.periods.tolist(), merged.values.tolist(), strict=True)
-    ) == [
-        (0, 10, 1.0),
-        (0, 11, 20.0),
-        (0, 12, 30.0),
-        (1, 10, 3.0),
-    ]
-    assert replaced == 1
+def _readings(rows: dict[tuple[int, int], float]) -> Readings:
+    ranks = np.array([rank for rank, _ in sorted(rows)], dtype=np.int64)
+    instants = np.array([_EPOCH_2000_US + second * US for _, second in sorted(rows)], np.int64)
+    values = np.array([rows[key] for key in sorted(rows)], dtype=np.float64)
+    return Readings(reading_keys(ranks, instants), ranks, instants, values)
 
 
-@pytest.mark.parametrize("customer_id", ["../x", "..", "a/b", "", "x" * 65, "é", "a\n"])
-def test_customer_file_refuses_ids_that_are_not_plain_names(
-    tmp_path: Path, customer_id: str
+_READINGS = st.dictionaries(
+    st.tuples(st.integers(0, 3), st.integers(0, 20)), st.sampled_from([1.0, 2.0]), max_size=40
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(stored=_READINGS, uploaded=_READINGS)
+def test_merging_readings_matches_a_plain_dict_update(
+    stored: dict[tuple[int, int], float], uploaded: dict[tuple[int, int], float]
 ) -> None:
-    # Given an id that is not a valid customer id
-    # When its file path is asked for
-    # Then it is refused
-    with pytest.raises(ValueError, match="invalid customer id"):
-        customer_file(tmp_path, customer_id)
+    # When two sets of readings are merged
+    merged = merge_readings(_readings(stored), _readings(uploaded))
+
+    # Then the result is the stored readings updated with the uploaded ones, sorted
+    expected = {**stored, **uploaded}
+    assert merged.readings.keys.tolist() == _readings(expected).keys.tolist()
+    assert merged.readings.values.tolist() == [expected[key] for key in sorted(expected)]
+    # And the replaced and the changed readings are counted, with the values they replaced
+    upload_keys = sorted(uploaded)
+    replaced = [upload_keys[i] for i in merged.replaced.tolist()]
+    assert replaced == [key for key in upload_keys if key in stored]
+    changed = [upload_keys[i] for i in merged.changed.tolist()]
+    assert changed == [key for key in replaced if stored[key] != uploaded[key]]
+    assert merged.stored_values.tolist() == [stored[key] for key in changed]
 
 
-def test_customer_file_is_directly_in_its_folder(tmp_path: Path) -> None:
-    assert customer_file(tmp_path, "007") == tmp_path / "007.csv"
+@settings(max_examples=80, deadline=None)
+@given(
+    series=st.lists(
+        st.lists(st.integers(0, 10_000), min_size=1, max_size=12, unique=True), max_size=6
+    )
+)
+def test_reading_intervals_are_each_customers_median_gap(series: list[list[int]]) -> None:
+    # Given customers' reading times (seconds), sorted, one customer after the other
+    ranks = np.repeat(np.arange(len(series)), [len(times) for times in series]).astype(np.int64)
+    instants = np.array([t * US for times in series for t in sorted(times)], dtype=np.int64)
+
+    # When their intervals are worked out
+    intervals = reading_intervals(ranks, instants)
+
+    # Then each is the median of the customer's gaps (NaN for a single reading)
+    expected = [np.median(np.diff(sorted(times))) if len(times) > 1 else np.nan for times in series]
+    np.testing.assert_allclose(intervals, expected)
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,8 @@ def test_an_upload_rewrites_only_its_customers_shards_and_keeps_their_other_cust
     assert job.train("7") == stored["7"]
     summary = job.summary
     assert (summary.history_shards_written, summary.train_parts) == (1, 1)
-    assert (summary.new_customers, summary.days_replaced, summary.days_written) == (0, 1, 3)
+    assert (summary.new_customers, summary.days_written) == (0, 3)
+    assert (summary.readings_new, summary.readings_replaced, summary.readings_changed) == (1, 1, 1)
 
 
 def test_training_parts_are_a_multiple_of_the_instances_and_within_a_customer_of_even(
@@ -78,19 +79,35 @@ def test_fewer_customers_than_parts_give_one_part_each(job: Job) -> None:
     assert len(parts_in(job.paths.train_output)) == 2
 
 
-def test_a_customer_in_its_shard_ignores_its_file_from_before_shards(job: Job) -> None:
-    # Given a customer both in its shard and in an old per-customer file
-    write_history(job.paths.history_input, "a", [("2024-01-01", 1.0)])
-    job.store_history("a", "ds,y\n2024-01-01,100\n2023-12-31,100\n")
-    # And another only in an old file
-    job.store_history("b", "ds,y\n2024-01-01,7\n")
-    job.upload(HEADER + "a,2024-01-02,2\nb,2024-01-02,8\n")
-    assert job.run() == 0
-    # Then the shard is a's history; b's old file is read and moved into its shard
-    assert job.train("a") == [("2024-01-01", 1.0), ("2024-01-02", 2.0)]
-    assert job.train("b") == [("2024-01-01", 7.0), ("2024-01-02", 8.0)]
-    assert job.history("b") == job.train("b")
-    assert job.summary.new_customers == 0
+def test_per_customer_files_of_releases_before_shards_are_refused(job: Job) -> None:
+    # Given a history holding a customer's CSV file of a release before history shards
+    job.paths.history_input.mkdir(parents=True)
+    (job.paths.history_input / "b.csv").write_text("ds,y\n2024-01-01,7\n")
+    job.upload(HEADER + "b,2024-01-02,8\n")
+    # When the job runs, it fails saying what the file is instead of ignoring b's past
+    assert job.run() == 1
+    assert "b.csv" in job.message and "before history shards" in job.message
+
+
+def test_a_shard_of_totals_from_before_readings_is_refused(job: Job) -> None:
+    # Given a shard in the totals format (one row per customer and day)
+    name = history_shard_name(history_shard_of("a"))
+    job.paths.history_input.mkdir(parents=True)
+    totals = pa.table(
+        {
+            "customer_id": ["a"],
+            "ds": pa.array([0], pa.timestamp("us")),
+            "y": [24.0],
+        }
+    )
+    pq.write_table(totals, job.paths.history_input / name)
+    job.upload(HEADER + "a,2024-01-01,1\n")
+    # When the job runs, it fails naming the shard, its format and what to do
+    assert job.run() == 1
+    message = job.message
+    assert name in message and "totals format" in message
+    assert "upload the customers' readings again" in message
+    assert job.train_customers() == set()
 
 
 def test_an_unreadable_shard_fails_the_job_naming_it(job: Job) -> None:
@@ -125,4 +142,5 @@ def test_hourly_rows_keep_their_hours_in_parts_and_shards(job: Job, tmp_path: Pa
     job.upload(HEADER + "a,2024-01-01T05:10:00Z,1\na,2024-01-01T05:50:00Z,2\n")
     assert job.run("--frequency", "H") == 0
     assert job.train("a") == [("2024-01-01T05:00:00", 3.0)]
-    assert job.history("a") == job.train("a")
+    # And the history keeps the readings themselves
+    assert job.history("a") == [("2024-01-01T05:10:00", 1.0), ("2024-01-01T05:50:00", 2.0)]

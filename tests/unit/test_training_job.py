@@ -104,6 +104,10 @@ class Instance:
                     "customer_id": pa.array([customer_id] * len(frame), pa.string()),
                     "ds": pa.array(pd.to_datetime(frame["ds"]).to_numpy("datetime64[us]")),
                     "y": pa.array(frame["y"].to_numpy(np.float64)),
+                    # One reading a day each
+                    "readings": pa.array([1] * len(frame), pa.int64()),
+                    "interval_s": pa.array([86_400.0] * len(frame), pa.float64()),
+                    "use": pa.array(frame["use"] if "use" in frame else ["ok"] * len(frame)),
                 }
             )
             for customer_id, frame in customers.items()

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fleetcast_training import parts
+from fleetcast_training.history import read_series as read_customer
 from fleetcast_training.parts import SERIES_DTYPE, unpack_parts
 
 
@@ -28,6 +29,10 @@ def part(path: Path, customers: list[tuple[str, int]]) -> dict[str, np.ndarray]:
             "customer_id": pa.array(ids, pa.string()),
             "ds": pa.array(np.concatenate(days)),
             "y": pa.array(np.concatenate(values)),
+            # Each customer's readings per day: its row number, an interval of 1 hour
+            "readings": pa.array(np.concatenate([np.arange(len(v)) for v in values]), pa.int64()),
+            "interval_s": pa.array([3600.0] * len(ids), pa.float64()),
+            "use": pa.array(["ok"] * len(ids), pa.string()),
         }
     )
     pq.write_table(table, path, row_group_size=7)
@@ -36,6 +41,18 @@ def part(path: Path, customers: list[tuple[str, int]]) -> dict[str, np.ndarray]:
 
 def read_series(path: Path) -> np.ndarray:
     return np.fromfile(path, dtype=SERIES_DTYPE)["y"]
+
+
+def test_each_customer_keeps_its_reading_counts_and_interval(tmp_path: Path) -> None:
+    # Given a part whose rows say how many readings each period has, and the interval
+    part(tmp_path / "part-00000.parquet", [("a", 3), ("b", 2)])
+    # When unpacked and read as training reads a customer
+    unpacked = unpack_parts([tmp_path / "part-00000.parquet"], tmp_path / "out")
+    history = read_customer(unpacked.series["a"][0])
+    # Then its history carries them beside its totals
+    assert history.readings is not None and history.readings.tolist() == [0, 1, 2]
+    assert history.interval_s == 3600.0
+    assert history.head(-1).readings.tolist() == [0, 1]  # type: ignore[union-attr]
 
 
 def test_customers_across_slices_are_unpacked_whole(

@@ -37,6 +37,7 @@ from fleetcast_processing.job import JobSettings, find_upload, run
 from fleetcast_processing.metadata import MetadataPaths, run_metadata
 from fleetcast_processing.report import success_message
 from fleetcast_processing.source import DEFAULT_BLOCK_SIZE
+from fleetcast_processing.usage import UseRules
 
 logger = logging.getLogger("fleetcast_processing")
 
@@ -123,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 os.environ.get("FLEETCAST_RUN_ID", ""),
                 args.frequency,
                 max(args.training_instances, 1),
+                UseRules(limits.incomplete_below, limits.zero_run_days),
             )
             _write_message(paths.message_file, success_message(summary))
             logger.info("%s", success_message(summary))

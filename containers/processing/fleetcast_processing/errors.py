@@ -9,3 +9,13 @@ class UnusableInputError(Exception):
     The message is written for the person who uploaded the file: it becomes the job's
     FailureReason, so it says what is wrong and, where it can, how to fix it.
     """
+
+
+def visible(text: str) -> str:
+    """``text`` for a message, with characters that print as nothing (a byte order mark,
+    control characters, zero-width spaces) written as escapes: "columns found:
+    'customer_id'" is no help when the name is really '\\ufeffcustomer_id'."""
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )

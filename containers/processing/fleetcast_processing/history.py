@@ -1,147 +1,179 @@
-"""Stored history in the per-customer files of releases before history shards, and the merge.
+"""A history shard's readings with an upload's merged in, and the training periods of them.
 
-Those files (``{customer_id}.csv``, ``ds,y``) are read for the customers an upload
-touches that are not in their shard yet (:mod:`fleetcast_processing.shards`); the merged
-rows then go to the shard. They are fleetcast's own output, so anything unreadable in
-them fails the job rather than being dropped.
+Everything here works on one shard's rows as numpy arrays keyed by the customer's
+*rank* (its place among the shard's customer ids in sorted order) and the reading's
+instant: ``rank << 41 | milliseconds since 2000`` (:func:`duplicates.reading_keys`), so
+that sorting by key sorts by customer id, then time, which is the order the shard is kept
+in, and two readings less than a millisecond apart are one reading, as duplicates are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pcsv
+import numpy.typing as npt
 
-from fleetcast_common.contracts.ids import validate_customer_id
-from fleetcast_common.contracts.layout import CUSTOMER_FILE_SUFFIX
-from fleetcast_common.contracts.processing import HISTORY_COLUMNS
-from fleetcast_processing.aggregate import Frequency, Totals
-from fleetcast_processing.errors import UnusableInputError
-from fleetcast_processing.source import UTF8_BOM
-from fleetcast_processing.validation import parse_consumption, parse_instants
+from fleetcast_processing.aggregate import Frequency
+from fleetcast_processing.usage import UseRules, period_use
+
+_PERIOD_BITS = 32
+_US_PER_MS = 1000
+_MS_PER_SECOND = 1000
+# Gaps in milliseconds up to 2^40 (34 years) beside 23 bits of customer in one int64.
+_GAP_BITS = 40
+_GAP_MASK = (1 << _GAP_BITS) - 1
 
 
 @dataclass(frozen=True)
-class _StoredFile:
-    code: int
-    customer_id: str
-    body: bytes
-    rows: int
+class Readings:
+    """Readings sorted by key (rank, then instant), one per key."""
+
+    keys: npt.NDArray[np.int64]
+    ranks: npt.NDArray[np.int64]
+    instants: npt.NDArray[np.int64]  # microseconds since 1970, UTC
+    values: npt.NDArray[np.float64]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def take(self, positions: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> Readings:
+        return Readings(
+            self.keys[positions],
+            self.ranks[positions],
+            self.instants[positions],
+            self.values[positions],
+        )
 
 
-def load_history(folder: Path, customers: Mapping[int, str], frequency: Frequency) -> Totals:
-    """The stored totals of ``customers`` (code -> customer id) that have a history file.
+@dataclass(frozen=True)
+class Merged:
+    """The stored readings with the upload's merged in, and what the merge did.
 
-    All files are read into one buffer and parsed in one go: a thousand small parses would
-    cost more than the data in them.
+    ``replaced``: positions in the upload of readings that replaced a stored reading of the
+    same customer and instant; ``changed``: those of them with another value, and
+    ``stored_values`` the values they replaced (the same length as ``changed``).
     """
-    stored = [
-        found
-        for code, customer_id in customers.items()
-        if (found := _read_file(folder, code, customer_id)) is not None
-    ]
-    if not stored:
-        return Totals.empty()
 
-    table = _parse(b"".join(stored_file.body for stored_file in stored), stored)
-    owners = np.repeat(np.arange(len(stored)), [stored_file.rows for stored_file in stored])
-    ds, y = table.column("ds").combine_chunks(), table.column("y").combine_chunks()
-    blank = pc.and_(pc.equal(pc.binary_length(ds), 0), pc.equal(pc.binary_length(y), 0))
-    keep = pc.invert(blank).to_numpy(zero_copy_only=False)
-    instants, parsed = parse_instants(ds)
-    values = parse_consumption(y, decimal_comma=False)
-    unreadable = keep & ~(parsed & np.isfinite(values))
-    if unreadable.any():
-        row = int(np.flatnonzero(unreadable)[0])
-        owner = stored[int(owners[row])]
-        line = row - int(np.flatnonzero(owners == owners[row])[0]) + 2
-        raise UnusableInputError(
-            f"the stored history of customer {owner.customer_id} ({owner.customer_id}.csv) "
-            f"has an unreadable row at line {line}: ds={ds[row].as_py()!r}, "
-            f"y={y[row].as_py()!r}. Fix or remove that history file and run the upload again."
-        )
-    codes = np.array([stored_file.code for stored_file in stored], dtype=np.int64)[owners]
-    return Totals.of(codes[keep], frequency.periods(instants[keep]), values[keep])
+    readings: Readings
+    replaced: npt.NDArray[np.int64]
+    changed: npt.NDArray[np.int64]
+    stored_values: npt.NDArray[np.float64]
 
 
-def customer_file(folder: Path, customer_id: str) -> Path:
-    """``folder/{customer_id}.csv``, refusing any id that is not a valid customer id (so the
-    name never holds a path separator)."""
-    return folder / f"{validate_customer_id(customer_id)}{CUSTOMER_FILE_SUFFIX}"
-
-
-def _read_file(folder: Path, code: int, customer_id: str) -> _StoredFile | None:
-    path = customer_file(folder, customer_id)
-    if not path.is_file():
-        return None
-    header, _, body = path.read_bytes().removeprefix(UTF8_BOM).partition(b"\n")
-    if not header.strip() and not body.strip():
-        return None
-    names = tuple(name.strip().lower() for name in header.decode("utf-8", "replace").split(","))
-    if names != HISTORY_COLUMNS:
-        raise UnusableInputError(
-            f"the stored history of customer {customer_id} ({path.name}) has the header "
-            f"{header[:80].decode('utf-8', 'replace').strip()!r}, not 'ds,y'. "
-            "Fix or remove that history file and run the upload again."
-        )
-    if not body.strip():
-        return None
-    if not body.endswith(b"\n"):
-        body += b"\n"
-    return _StoredFile(code, customer_id, body, body.count(b"\n"))
-
-
-def _parse(buffer: bytes, stored: list[_StoredFile]) -> pa.Table:
-    malformed: list[int] = []
-
-    def on_invalid_row(row: pcsv.InvalidRow) -> str:
-        malformed.append(row.number)
-        return "skip"
-
-    table = pcsv.read_csv(
-        pa.py_buffer(buffer),
-        read_options=pcsv.ReadOptions(column_names=list(HISTORY_COLUMNS), use_threads=False),
-        parse_options=pcsv.ParseOptions(
-            ignore_empty_lines=False, invalid_row_handler=on_invalid_row
-        ),
-        convert_options=pcsv.ConvertOptions(
-            column_types=dict.fromkeys(HISTORY_COLUMNS, pa.string()),
-            strings_can_be_null=False,
-            quoted_strings_can_be_null=False,
-        ),
-    )
-    if malformed or table.num_rows != sum(stored_file.rows for stored_file in stored):
-        ends = np.cumsum([stored_file.rows for stored_file in stored])
-        first = malformed[0] - 1 if malformed else int(ends[-1]) - 1
-        owner = stored[int(np.searchsorted(ends, first, side="right"))]
-        raise UnusableInputError(
-            f"the stored history of customer {owner.customer_id} ({owner.customer_id}.csv) "
-            "is not a two-column ds,y CSV. Fix or remove that history file and run the "
-            "upload again."
-        )
-    return table
-
-
-def merge(stored: Totals, uploaded: Totals) -> tuple[Totals, int]:
-    """Stored and uploaded totals together; where both have a period, the upload wins.
-
-    Returns the merged totals (sorted by customer, then period) and how many stored
-    periods the upload replaced.
-    """
+def merge_readings(stored: Readings, uploaded: Readings) -> Merged:
+    """``uploaded`` merged into ``stored`` (both sorted by key, keys unique in each): a
+    reading of a key both have is the upload's; every other reading of either is kept."""
+    empty = np.zeros(0, dtype=np.int64)
     if len(stored) == 0:
-        return uploaded, 0
-    codes = np.concatenate([stored.codes, uploaded.codes])
-    periods = np.concatenate([stored.periods, uploaded.periods])
-    values = np.concatenate([stored.values, uploaded.values])
-    from_upload = np.concatenate([np.zeros(len(stored), np.int8), np.ones(len(uploaded), np.int8)])
-    order = np.lexsort((from_upload, periods, codes))
-    codes, periods, values = codes[order], periods[order], values[order]
-    # Each (customer, period) appears at most twice, the uploaded one last: keep the last.
-    last = np.ones(len(codes), dtype=np.bool_)
-    last[:-1] = (codes[1:] != codes[:-1]) | (periods[1:] != periods[:-1])
-    return Totals(codes[last], periods[last], values[last]), int((~last).sum())
+        return Merged(uploaded, empty, empty, np.zeros(0, dtype=np.float64))
+    at = np.searchsorted(stored.keys, uploaded.keys)
+    inside = at < len(stored)
+    hit = np.zeros(len(uploaded), dtype=np.bool_)
+    hit[inside] = stored.keys[at[inside]] == uploaded.keys[inside]
+    replaced = np.flatnonzero(hit)
+    old_values = stored.values[at[replaced]]
+    differs = old_values != uploaded.values[replaced]
+    kept = np.ones(len(stored), dtype=np.bool_)
+    kept[at[replaced]] = False
+    rest = stored.take(kept)
+    # Both runs sorted, no key in both: each element's place in the merged run is its own
+    # index plus how many of the other run's keys come before it.
+    place_rest = np.arange(len(rest)) + np.searchsorted(uploaded.keys, rest.keys)
+    place_uploaded = np.arange(len(uploaded)) + np.searchsorted(rest.keys, uploaded.keys)
+    merged = _scatter(len(rest) + len(uploaded), (rest, place_rest), (uploaded, place_uploaded))
+    return Merged(merged, replaced, replaced[differs], old_values[differs])
+
+
+def _scatter(size: int, *runs: tuple[Readings, npt.NDArray[np.int64]]) -> Readings:
+    keys = np.empty(size, dtype=np.int64)
+    ranks = np.empty(size, dtype=np.int64)
+    instants = np.empty(size, dtype=np.int64)
+    values = np.empty(size, dtype=np.float64)
+    for run, places in runs:
+        keys[places], ranks[places] = run.keys, run.ranks
+        instants[places], values[places] = run.instants, run.values
+    return Readings(keys, ranks, instants, values)
+
+
+@dataclass(frozen=True)
+class Periods:
+    """Training rows: per (customer, period), sorted, the total of the readings, how many
+    readings made it, the customer's reading interval (NaN: one reading only) and the
+    period's use (an index into contracts.shards.USES: fleetcast_processing.usage).
+
+    ``customers`` are the customers' ranks in their shard (indices into its sorted ids)."""
+
+    customers: npt.NDArray[np.int64]
+    periods: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+    readings: npt.NDArray[np.int64]
+    intervals: npt.NDArray[np.float64]
+    use: npt.NDArray[np.int8]
+
+    def __len__(self) -> int:
+        return len(self.customers)
+
+
+def training_periods(readings: Readings, frequency: Frequency, rules: UseRules) -> Periods:
+    """The periods of ``readings`` (sorted by rank, then instant) as training gets them."""
+    if len(readings) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return Periods(empty, empty, np.zeros(0), empty, np.zeros(0), np.zeros(0, np.int8))
+    keys = (readings.ranks << _PERIOD_BITS) | frequency.periods(readings.instants)
+    starts = _run_starts(keys)
+    ranks = readings.ranks[starts]
+    intervals = reading_intervals(readings.ranks, readings.instants)
+    # Periods are sorted by rank: each rank's interval is repeated over its periods.
+    customer_starts = _run_starts(ranks)
+    periods = keys[starts] & ((1 << _PERIOD_BITS) - 1)
+    values = np.add.reduceat(readings.values, starts)
+    counts = np.diff(starts, append=len(keys))
+    intervals = np.repeat(intervals, np.diff(customer_starts, append=len(ranks)))
+    use = period_use(ranks, periods, values, counts, intervals, frequency, rules)
+    return Periods(ranks, periods, values, counts, intervals, use)
+
+
+def reading_intervals(
+    ranks: npt.NDArray[np.int64], instants: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """Per customer (distinct rank, in order), the median gap in seconds between its
+    consecutive readings (sorted by rank, then instant), to the millisecond; of an even
+    number of gaps, the mean of the middle two; NaN for a single reading.
+
+    A meter's gaps are mostly its interval, with longer ones where readings are missing:
+    when the shortest gap is more than half of a customer's gaps it is their median, which
+    costs no sort. The other customers' gaps are sorted in one go, keyed by customer.
+    """
+    starts = _run_starts(ranks)
+    medians = np.full(len(starts), np.nan)
+    counts = np.diff(starts, append=len(ranks)) - 1  # gaps per customer
+    with_gaps = np.flatnonzero(counts > 0)
+    if len(with_gaps) == 0:
+        return medians
+    counts = counts[with_gaps]
+    gaps = np.diff(instants // _US_PER_MS)[ranks[1:] == ranks[:-1]]
+    group = np.repeat(np.arange(len(with_gaps)), counts)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    shortest = np.minimum.reduceat(gaps, first)
+    majority = np.add.reduceat(gaps == shortest[group], first) * 2 > counts
+    medians[with_gaps[majority]] = shortest[majority] / _MS_PER_SECOND
+    if not majority.all():
+        # One sort of int64 keys (customer, then gap) is many times faster than lexsort.
+        irregular = ~majority
+        picked = irregular[group]
+        local = (np.cumsum(irregular) - 1)[group[picked]]
+        keys = np.sort((local << _GAP_BITS) | np.minimum(gaps[picked], _GAP_MASK))
+        ordered = keys & _GAP_MASK
+        n = counts[irregular]
+        lo = np.concatenate([[0], np.cumsum(n)[:-1]])
+        middle = (ordered[lo + (n - 1) // 2] + ordered[lo + n // 2]) / 2
+        medians[with_gaps[irregular]] = middle / _MS_PER_SECOND
+    return medians
+
+
+def _run_starts(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Where each run of equal values starts (``values`` grouped, e.g. sorted)."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.concatenate([[True], values[1:] != values[:-1]]))

@@ -1,5 +1,5 @@
-"""One processing job: validate an upload, total it per customer and period, merge it into
-each customer's stored history, write the training parts and the report.
+"""One processing job: validate an upload, merge its readings into each customer's stored
+history, write the training parts (totals per customer and period) and the report.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
 from fleetcast_common.contracts.processing import (
+    CHANGED_FILE,
     RAW_INPUT,
     REJECTED_FILE,
     SUMMARY_FILE,
@@ -24,20 +24,23 @@ from fleetcast_common.contracts.processing import (
     ProcessingPaths,
     ProcessingSummary,
 )
-from fleetcast_processing.aggregate import Frequency, Totals, period_totals
-from fleetcast_processing.duplicates import MAX_CUSTOMERS, deduplicate
+from fleetcast_processing.aggregate import Frequency
+from fleetcast_processing.changes import ChangedReadings
+from fleetcast_processing.duplicates import MAX_CUSTOMERS
 from fleetcast_processing.errors import UnusableInputError
+from fleetcast_processing.merging import MergeSettings, TrainingOutput, merge_upload
 from fleetcast_processing.metadata_store import load_store, write_calendars
 from fleetcast_processing.report import RejectedRows, write_summary
-from fleetcast_processing.shards import write_shards
+from fleetcast_processing.shards import TrainParts, part_assignment
 from fleetcast_processing.source import (
     DEFAULT_BLOCK_SIZE,
     RowBlock,
-    UploadReader,
     read_blocks,
     read_header,
 )
-from fleetcast_processing.spill import ShardSpill, ShardTotals
+from fleetcast_processing.spill import ShardSpill
+from fleetcast_processing.upload import UploadReader
+from fleetcast_processing.usage import UseRules
 from fleetcast_processing.validation import (
     ACCEPTED,
     FUTURE_TOLERANCE,
@@ -105,9 +108,10 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
     """Process one upload; raises :class:`UnusableInputError` when it cannot be used at all.
 
     Two passes: the upload is read once, its accepted readings set aside per history shard
-    (fleetcast_processing.spill); then each shard's readings are deduplicated and totalled,
-    and each shard's totals merged into its stored history. Memory holds one block of the
-    upload, then one shard.
+    (fleetcast_processing.spill); then each shard's readings are deduplicated and merged
+    into its stored readings (fleetcast_processing.merging), and the upload's customers'
+    periods written as the training parts. Memory holds one block of the upload, then one
+    shard.
     """
     paths = settings.paths
     source_name = settings.source_name or upload_path.name
@@ -153,14 +157,26 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
                 progress.lines += block.line_count
                 progress.continued_lines += block.continued_lines
                 progress.log(block, rejected.total)
-        uploaded = _total_shards(
-            spill,
-            customers,
-            settings.frequency,
-            settings.limits.max_period_total,
-            rejected,
-            Path(scratch),
-        )
+        changed = ChangedReadings()
+        # The parts are known once the file is read, so each shard's customers go to them
+        # as it is merged (a customer whose every period is rejected then has none).
+        part_of = part_assignment(customers.ids, spill.codes, settings.training_instances)
+        with TrainParts(paths.train_output) as parts:
+            merged = merge_upload(
+                spill,
+                customers.ids,
+                MergeSettings(
+                    settings.frequency,
+                    settings.limits.max_period_total,
+                    paths.history_input,
+                    paths.history_output,
+                    UseRules(settings.limits.incomplete_below, settings.limits.zero_run_days),
+                ),
+                rejected,
+                changed,
+                TrainingOutput(parts, part_of),
+            )
+        changed.write(paths.report_output / CHANGED_FILE)
         progress.rows_accepted = progress.rows_read - rejected.total
 
         if progress.rows_read == 0:
@@ -176,16 +192,7 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         if progress.blank_rows:
             logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
 
-        written = write_shards(
-            uploaded,
-            customers.ids,
-            settings.frequency,
-            paths.history_input,
-            paths.history_output,
-            paths.train_output,
-            settings.training_instances,
-        )
-    touched = {int(code): customers.ids[int(code)] for code in uploaded.codes.tolist()}
+    touched = {code: customers.ids[code] for code in sorted(merged.customers)}
     # The holidays training adds to each customer it trains (metadata/ holds the store).
     write_calendars(paths.calendars_output, touched.values(), load_store(paths.metadata_input))
     summary = ProcessingSummary(
@@ -201,12 +208,18 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         rejected_by_reason=dict(sorted(rejected.by_reason.items())),
         rejected_list_limit=rejected.per_reason,
         customers=len(touched),
-        new_customers=len(touched) - written.customers_with_history,
-        days_written=written.rows_written,
-        days_uploaded=uploaded.periods,
-        days_replaced=written.periods_replaced,
-        history_shards_written=written.history_shards,
-        train_parts=written.train_parts,
+        new_customers=len(touched) - merged.customers_with_history,
+        days_written=merged.periods_written,
+        days_uploaded=merged.periods_uploaded,
+        readings_new=merged.readings_new,
+        readings_replaced=merged.readings_replaced,
+        readings_changed=merged.readings_changed,
+        readings_stored=merged.readings_stored,
+        periods_by_use=dict(sorted(merged.use.by_use.items())),
+        unused_periods=dict(sorted(merged.use.unused.items())),
+        customers_by_interval_s=dict(sorted(merged.use.by_interval.items())),
+        history_shards_written=merged.history_shards,
+        train_parts=parts.written,
         customers_list=sorted(touched.values()),
     )
     write_summary(paths.report_output / SUMMARY_FILE, summary)
@@ -218,74 +231,6 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         time.perf_counter() - progress.started,
     )
     return summary
-
-
-def _total_shards(
-    spill: ShardSpill,
-    customers: CustomerCodes,
-    frequency: Frequency,
-    limit: float,
-    rejected: RejectedRows,
-    folder: Path,
-) -> ShardTotals:
-    """Each shard's readings without repeats, totalled per customer and period, less the
-    implausible periods; repeats and implausible periods are rejected."""
-    uploaded = ShardTotals(folder)
-    ids = pa.array(customers.ids, type=pa.string())
-    started = time.perf_counter()
-    for done, shard in enumerate(spill.shards, start=1):
-        readings = spill.read(shard)
-        codes = readings.column("code").to_numpy()
-        instants = readings.column("instant").to_numpy()
-        lines = readings.column("line").to_numpy()
-        found = deduplicate(codes, instants, lines)
-        if len(found.repeated):
-            picked = pa.array(found.repeated)
-            rejected.add_duplicates(
-                lines[found.repeated],
-                ids.take(pa.array(codes[found.repeated])),
-                readings.column("timestamp").take(picked),
-                readings.column("consumption").take(picked),
-                found.original_line,
-            )
-        kept = found.kept
-        values = readings.column("value").to_numpy()
-        totals, rows = period_totals(codes[kept], instants[kept], values[kept], frequency)
-        uploaded.put(
-            shard, _without_implausible_periods(totals, rows, customers, frequency, limit, rejected)
-        )
-        if done % 16 == 0 or done == len(spill.shards):
-            logger.info(
-                "totalled %s of %s history shards' readings (%s periods) in %.1f s",
-                done,
-                len(spill.shards),
-                f"{uploaded.periods:,}",
-                time.perf_counter() - started,
-            )
-    return uploaded
-
-
-def _without_implausible_periods(
-    uploaded: Totals,
-    rows: npt.NDArray[np.int64],
-    customers: CustomerCodes,
-    frequency: Frequency,
-    limit: float,
-    rejected: RejectedRows,
-) -> Totals:
-    """The totals, less those above ``limit`` (``rows``: how many readings each adds up):
-    their rows are rejected, so that one absurd day cannot skew a customer's model."""
-    implausible = uploaded.values > limit
-    if not implausible.any():
-        return uploaded
-    rejected.add_periods(
-        [customers.ids[int(code)] for code in uploaded.codes[implausible]],
-        frequency.format(uploaded.periods[implausible]),
-        uploaded.values[implausible].tolist(),
-        rows[implausible].tolist(),
-    )
-    keep = ~implausible
-    return Totals(uploaded.codes[keep], uploaded.periods[keep], uploaded.values[keep])
 
 
 def _check_block(

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetcast_common.contracts.ids import is_valid_customer_id
+from fleetcast_common.contracts.ids import CUSTOMER_ID_RULE, is_valid_customer_id
 from fleetcast_common.contracts.processing import (
     MAX_ATTRIBUTE_COLUMNS,
     MAX_COLUMN_NAME_CHARS,
@@ -37,7 +37,7 @@ from fleetcast_common.contracts.processing import (
 )
 from fleetcast_common.holiday_calendar import check_calendar
 from fleetcast_processing.aggregate import Frequency
-from fleetcast_processing.errors import UnusableInputError
+from fleetcast_processing.errors import UnusableInputError, visible
 from fleetcast_processing.metadata_store import (
     CustomerMetadata,
     load_store,
@@ -46,10 +46,12 @@ from fleetcast_processing.metadata_store import (
 )
 from fleetcast_processing.report import write_summary
 from fleetcast_processing.shards import write_stored_parts
-from fleetcast_processing.source import UTF8_BOM, UploadReader
+from fleetcast_processing.upload import UTF8_BOM, UploadReader, sniff_delimiter
+from fleetcast_processing.usage import UseCounts, UseRules
 
 logger = logging.getLogger(__name__)
 
+_BOM = UTF8_BOM.decode()
 _ATTRIBUTE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 # What a spreadsheet may take for a formula (OWASP, "CSV Injection"), as in the readings'
 # rejected.csv; numbers such as "-0.5" are left alone.
@@ -118,10 +120,10 @@ def parse_header(names: list[str], line: int) -> MetadataHeader:
     columns = tuple(name.strip().lower() for name in names)
     missing = [name for name in METADATA_REQUIRED_COLUMNS if name not in columns]
     if missing:
-        found = ",".join(columns)[:200]
+        found = visible(",".join(columns)[:200])
         raise UnusableInputError(
             f"a metadata file needs the columns {', '.join(METADATA_REQUIRED_COLUMNS)} "
-            f"(optional: {SUBDIVISION_COLUMN} and free attributes); line {line} has {found!r}, "
+            f"(optional: {SUBDIVISION_COLUMN} and free attributes); line {line} has '{found}', "
             f"without {', '.join(missing)}."
         )
     repeated = sorted({name for name in columns if columns.count(name) > 1})
@@ -146,7 +148,7 @@ def parse_header(names: list[str], line: int) -> MetadataHeader:
 
 def check_file(text: str, source_name: str, run_id: str) -> CheckedFile:
     """Every row of the file accepted (the last for each customer) or rejected."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=_delimiter(text))
     header: MetadataHeader | None = None
     accepted: dict[str, tuple[int, CustomerMetadata]] = {}
     rejected: list[Rejection] = []
@@ -154,6 +156,9 @@ def check_file(text: str, source_name: str, run_id: str) -> CheckedFile:
     try:
         for fields in reader:
             line = reader.line_num - text_lines(fields) + 1
+            if header is None and fields:
+                # A byte order mark after blank lines (files pasted together) is no name.
+                fields[0] = fields[0].removeprefix(_BOM)
             if not any(value.strip() for value in fields):
                 if header is not None:
                     blank += 1
@@ -188,6 +193,15 @@ def check_file(text: str, source_name: str, run_id: str) -> CheckedFile:
     return CheckedFile(header, accepted, rejected, rows_read, blank, reader.line_num)
 
 
+def _delimiter(text: str) -> str:
+    """The delimiter readings files may use too (``,``, ``;`` or tab), sniffed from the
+    header: the first line that is not blank."""
+    for line in io.StringIO(text):
+        if line.removeprefix(_BOM).strip():
+            return sniff_delimiter(line)
+    return ","
+
+
 def text_lines(fields: list[str]) -> int:
     """Physical lines a row spans (a quoted value may hold line breaks)."""
     return 1 + sum(value.count("\n") for value in fields)
@@ -202,11 +216,18 @@ def _check_row(
             f"{len(fields)} fields where the header has {len(header.columns)}",
         )
     values = dict(zip(header.columns, fields, strict=True))
-    customer_id = values["customer_id"].strip()
+    customer_id = values["customer_id"]
+    if customer_id != customer_id.strip() and is_valid_customer_id(customer_id.strip()):
+        # Readings keep ids exactly as written, so ' 7' here would describe nobody's '7'.
+        return (
+            MetadataRejectReason.INVALID_CUSTOMER_ID,
+            f"customer_id {visible(customer_id)!r} has spaces around it: ids are kept exactly "
+            "as written, in readings files too, so remove the spaces",
+        )
     if not is_valid_customer_id(customer_id):
         return (
             MetadataRejectReason.INVALID_CUSTOMER_ID,
-            "not a valid customer id (letters, digits, '.', '_' and '-', at most 64)",
+            f"not a valid customer id: it must be {CUSTOMER_ID_RULE}",
         )
     for name, value in values.items():
         if len(value) > MAX_VALUE_CHARS:
@@ -246,7 +267,7 @@ def _record(
     values: dict[str, str], header: MetadataHeader, source_name: str, run_id: str
 ) -> CustomerMetadata:
     return CustomerMetadata(
-        customer_id=values["customer_id"].strip(),
+        customer_id=values["customer_id"],
         country=values["country"].strip().upper(),
         subdivision=_subdivision(
             values["country"].strip().upper(), values.get(SUBDIVISION_COLUMN, "")
@@ -310,6 +331,7 @@ def run_metadata(
     run_id: str,
     frequency: str,
     training_instances: int = 1,
+    rules: UseRules | None = None,
 ) -> ProcessingSummary:
     """Process one metadata upload; raises :class:`UnusableInputError` when the file
     cannot be used at all (no store change then)."""
@@ -334,13 +356,16 @@ def run_metadata(
     write_store(paths.metadata_output, store)
 
     # Customers with stored history, and the changed ones among them sent to training.
+    use = UseCounts()
     stored = write_stored_parts(
         sorted(checked.accepted),
         set(changed),
         Frequency(frequency),
+        rules or UseRules(),
         paths.history_input,
         paths.train_output,
         training_instances,
+        use,
     )
     waiting = sorted(set(checked.accepted) - stored.keys())
     retrained = sorted(set(changed) & stored.keys())
@@ -366,7 +391,9 @@ def run_metadata(
         new_customers=new_customers,
         days_written=rows_written,
         days_uploaded=0,
-        days_replaced=0,
+        periods_by_use=dict(sorted(use.by_use.items())),
+        unused_periods=dict(sorted(use.unused.items())),
+        customers_by_interval_s=dict(sorted(use.by_interval.items())),
         customers_list=sorted(checked.accepted),
         metadata=MetadataSummary(
             attribute_columns=list(checked.header.attributes),

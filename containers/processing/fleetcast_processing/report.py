@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from fleetcast_common.contracts.ids import CUSTOMER_ID_RULE
 from fleetcast_common.contracts.processing import (
     DEFAULT_MAX_PERIOD_TOTAL,
     MAX_PERIOD_TOTAL_ENV,
@@ -60,12 +61,15 @@ def reason_messages(latest: datetime) -> dict[RejectReason, str]:
     """What rejected.csv says about each reason (duplicates also name the line kept)."""
     return {
         RejectReason.INVALID_CUSTOMER_ID: (
-            "customer_id must be 1 to 64 letters, digits, '_' or '-', "
-            "starting with a letter or digit"
+            f"customer_id must be {CUSTOMER_ID_RULE}, kept exactly as written (' 7' is not '7')"
         ),
         RejectReason.INVALID_TIMESTAMP: (
             "timestamp is not an ISO 8601 date or date-time (like 2024-01-31 or "
             "2024-01-31T13:45:00Z)"
+        ),
+        RejectReason.MONTH_OR_YEAR_TIMESTAMP: (
+            "timestamp is a month or a year (like 2024-02 or 2024), not the time of a "
+            "reading: give the reading's date or date-time"
         ),
         RejectReason.OUT_OF_RANGE_TIMESTAMP: (
             f"timestamp is a date outside the supported range: before {EARLIEST:%Y-%m-%d} or "
@@ -362,9 +366,17 @@ def success_message(summary: ProcessingSummary) -> str:
             f"retrained on their history and {len(metadata.waiting_for_readings):,} have no "
             "readings yet."
         )
+    changed = ""
+    if summary.readings_changed:
+        changed = (
+            f", {summary.readings_changed:,} of them with another value than the stored one "
+            "(kept: the upload's; see changed.csv)"
+        )
     return (
         f"Processed {summary.source_name}: {summary.rows_read:,} rows read, "
         f"{summary.rows_accepted:,} accepted, {summary.rows_rejected:,} rejected{rejected}. "
+        f"Readings: {summary.readings_new:,} new, {summary.readings_replaced:,} replacing a "
+        f"stored reading of the same instant{changed}. "
         f"Customers: {summary.customers:,} ({summary.new_customers:,} new); "
         f"periods written: {summary.days_written:,} (frequency {summary.frequency})."
     )

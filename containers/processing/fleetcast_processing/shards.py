@@ -1,21 +1,16 @@
-"""The history shards an upload touches, merged one at a time, and the run's training parts.
-
-For each history shard holding a customer of the upload: read the shard (and the old
-per-customer files of its customers not yet in it), merge the upload into its customers'
-rows, write the shard back whole, and append the merged rows of the upload's customers
-to their training parts. Memory holds one shard's totals of the upload and one stored
-shard, whatever the size of the fleet or the upload; untouched shards are neither read
-nor written.
+"""History shards read and written, and the run's training parts.
 
 The shards are fleetcast's own output, so anything unreadable in one fails the job with
 its name rather than being dropped: the merged shard replaces the stored one, and
-silently losing customers' past is worse than a failed job.
+silently losing customers' past is worse than a failed job. A shard in the totals format
+of earlier releases is refused the same way: merged as if its totals were readings, a day
+uploaded again would count twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,138 +20,254 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetcast_common.contracts.ids import is_valid_customer_id
+from fleetcast_common.contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_common.contracts.shards import (
-    COLUMNS,
+    HISTORY_COLUMNS,
     HISTORY_SHARDS,
     SHARD_SUFFIX,
+    TOTALS_HISTORY_COLUMNS,
+    TRAIN_COLUMNS,
+    USES,
     history_shard_name,
     history_shard_of,
     parse_history_shard_name,
     train_part_count,
     train_part_name,
 )
-from fleetcast_processing.aggregate import Frequency, Totals
+from fleetcast_processing.aggregate import Frequency
+from fleetcast_processing.duplicates import reading_keys
 from fleetcast_processing.errors import UnusableInputError
-from fleetcast_processing.history import load_history, merge
-from fleetcast_processing.spill import ShardTotals
+from fleetcast_processing.history import Periods, Readings, training_periods
+from fleetcast_processing.usage import UseCounts, UseRules
+from fleetcast_processing.validation import EARLIEST, US_PER_SECOND
 
-SCHEMA = pa.schema(
+HISTORY_SCHEMA = pa.schema(
+    [
+        pa.field("customer_id", pa.string(), nullable=False),
+        pa.field("ts", pa.timestamp("us"), nullable=False),
+        pa.field("y", pa.float64(), nullable=False),
+    ]
+)
+assert tuple(HISTORY_SCHEMA.names) == HISTORY_COLUMNS
+TRAIN_SCHEMA = pa.schema(
     [
         pa.field("customer_id", pa.string(), nullable=False),
         pa.field("ds", pa.timestamp("us"), nullable=False),
         pa.field("y", pa.float64(), nullable=False),
+        pa.field("readings", pa.int64(), nullable=False),
+        pa.field("interval_s", pa.float64()),
+        pa.field("use", pa.string(), nullable=False),
     ]
 )
+assert tuple(TRAIN_SCHEMA.names) == TRAIN_COLUMNS
+_USES = pa.array(USES, type=pa.string())
+_EARLIEST_US = int(EARLIEST.timestamp()) * US_PER_SECOND
+# Readings sorted by time take about a byte an instant as deltas. Uncompressed: writing is
+# most of a shard's cost and compression (zstd) took three times as long for a fifth fewer
+# bytes of random readings.
+_WRITE_OPTIONS = {
+    "compression": "none",
+    "use_dictionary": ["customer_id"],
+    "column_encoding": {"ts": "DELTA_BINARY_PACKED", "y": "PLAIN"},
+}
 
 
-@dataclass
-class ShardedWrite:
-    """What :func:`write_shards` did, for the job's summary."""
+@dataclass(frozen=True)
+class StoredShard:
+    """A stored shard's readings: ``names`` its customer ids in sorted order, and each
+    reading's customer as an index into them (its rank)."""
 
-    customers_with_history: int = 0
-    rows_written: int = 0
-    periods_replaced: int = 0
-    history_shards: int = 0
-    train_parts: int = 0
-    part_rows: list[int] = field(default_factory=list)
+    names: list[str]
+    ranks: npt.NDArray[np.int64]
+    instants: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+
+    def __len__(self) -> int:
+        return len(self.ranks)
+
+    @classmethod
+    def empty(cls) -> StoredShard:
+        none = np.zeros(0, dtype=np.int64)
+        return cls([], none, none, np.zeros(0, dtype=np.float64))
+
+    def readings(self, ranks_of: npt.NDArray[np.int64]) -> Readings:
+        """The readings with each customer's rank mapped through ``ranks_of`` (a rank among
+        more names), keyed and sorted as :mod:`fleetcast_processing.history` expects."""
+        ranks = ranks_of[self.ranks]
+        return Readings(reading_keys(ranks, self.instants), ranks, self.instants, self.values)
 
 
-def write_shards(
-    uploaded: ShardTotals,
-    customer_ids: Sequence[str],
-    frequency: Frequency,
-    history_input: Path,
-    history_output: Path,
-    train_output: Path,
-    instances: int,
-) -> ShardedWrite:
-    """Merge ``uploaded`` (codes index ``customer_ids``) into the stored history shards and
-    write the run's training parts for ``instances`` training instances."""
-    _refuse_other_shard_counts(history_input)
-    touched = uploaded.codes
-    result = ShardedWrite()
-    if len(touched) == 0:
-        return result
-    history_output.mkdir(parents=True, exist_ok=True)
-    train_output.mkdir(parents=True, exist_ok=True)
+def read_shard(path: Path) -> StoredShard:
+    """A stored shard's readings (none when it does not exist yet), checked: the columns
+    and types of :data:`HISTORY_SCHEMA`, valid customer ids, finite values, instants from
+    2000 on, sorted by customer then time with one reading per customer and instant."""
+    if not path.is_file():
+        return StoredShard.empty()
+    try:
+        table = pq.read_table(path, read_dictionary=["customer_id"])
+    except (pa.ArrowInvalid, OSError) as error:
+        raise _unusable(path, f"is not a readable Parquet file ({error})") from error
+    names = tuple(table.schema.names)
+    if names == TOTALS_HISTORY_COLUMNS:
+        raise UnusableInputError(
+            f"the stored history shard {path.name} is in the totals format of earlier "
+            f"releases ({', '.join(TOTALS_HISTORY_COLUMNS)}: one total per customer and "
+            f"period), not readings ({', '.join(HISTORY_COLUMNS)}): an upload cannot be "
+            "merged into totals reading by reading. Remove the history/ prefix (keep a copy) "
+            "and upload the customers' readings again."
+        )
+    if names != HISTORY_COLUMNS:
+        raise _unusable(path, f"has the columns {list(names)}, not {list(HISTORY_COLUMNS)}")
+    if table.num_rows == 0:
+        return StoredShard.empty()
+    try:
+        ids = table.column("customer_id").combine_chunks()
+        if not pa.types.is_dictionary(ids.type):
+            ids = pc.dictionary_encode(ids)
+        ids = ids.cast(pa.dictionary(pa.int32(), pa.string()))
+        ts = table.column("ts").cast(pa.timestamp("us")).cast(pa.int64())
+        y = table.column("y").cast(pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise _unusable(path, f"has a column of the wrong type ({error})") from error
+    if ts.null_count or y.null_count or ids.null_count:
+        raise _unusable(path, "has an empty value")
+    dictionary = ids.dictionary.to_pylist()
+    bad_ids = [name for name in dictionary if not is_valid_customer_id(name)]
+    if bad_ids:
+        raise _unusable(path, f"holds the invalid customer id {bad_ids[0]!r:.80}")
+    values = y.to_numpy()
+    if not np.isfinite(values).all():
+        raise _unusable(path, "holds a value that is not a finite number")
+    instants = ts.to_numpy()
+    if instants.min() < _EARLIEST_US:
+        raise _unusable(path, f"holds a reading before {EARLIEST:%Y-%m-%d}")
+    # Ranks: each reading's customer among the shard's ids sorted.
+    order = sorted(range(len(dictionary)), key=dictionary.__getitem__)
+    rank_of = np.empty(len(dictionary), dtype=np.int64)
+    rank_of[order] = np.arange(len(dictionary))
+    stored = StoredShard(
+        [dictionary[index] for index in order],
+        rank_of[ids.indices.to_numpy().astype(np.int64)],
+        instants,
+        values,
+    )
+    _check_order(path, stored)
+    return stored
 
-    # Customers dealt round-robin in id order: parts within a customer of even.
-    by_id = sorted(touched.tolist(), key=lambda code: customer_ids[code])
-    result.train_parts = train_part_count(instances, len(by_id))
+
+def _check_order(path: Path, stored: StoredShard) -> None:
+    keys = reading_keys(stored.ranks, stored.instants)
+    if len(keys) < 2 or bool((keys[1:] > keys[:-1]).all()):
+        return
+    repeated = np.flatnonzero(keys[1:] == keys[:-1])
+    if len(repeated):
+        at = int(repeated[0])
+        when = np.datetime64(int(stored.instants[at]), "us")
+        raise _unusable(
+            path,
+            f"holds two readings of customer {stored.names[int(stored.ranks[at])]} at {when}",
+        )
+    raise _unusable(path, "is not sorted by customer_id, then ts")
+
+
+def _unusable(path: Path, problem: str) -> UnusableInputError:
+    return UnusableInputError(
+        f"the stored history shard {path.name} {problem}. Restore it from the bucket's "
+        "versions (or remove it, losing its customers' history) and run the upload again."
+    )
+
+
+def check_store(history_input: Path) -> None:
+    """Refuse a store this release would half read: in another number of shards, or
+    holding the per-customer files of releases before shards (which it no longer reads:
+    merged without them, those customers' past would be lost)."""
+    if not history_input.is_dir():
+        return
+    for path in history_input.glob(f"*{CUSTOMER_FILE_SUFFIX}"):
+        if customer_id_from_file_name(path.name, CUSTOMER_FILE_SUFFIX) is not None:
+            raise UnusableInputError(
+                f"the stored history holds {path.name}, a customer's history file of the "
+                "releases before history shards, which this release does not read. Remove "
+                "the history/ prefix's .csv files (keep a copy) and upload those customers' "
+                "readings again."
+            )
+    for path in history_input.glob(f"shard-*{SHARD_SUFFIX}"):
+        parsed = parse_history_shard_name(path.name)
+        if parsed is not None and parsed[1] != HISTORY_SHARDS:
+            raise UnusableInputError(
+                f"the stored history is in {parsed[1]} shards ({path.name}); this release "
+                f"keeps it in {HISTORY_SHARDS}. Reshard the history/ prefix first."
+            )
+
+
+def write_shard(path: Path, names: pa.Array, readings: Readings) -> None:
+    """The shard's readings (``names``: the ids their ranks index), replacing the stored
+    shard only once written whole."""
+    # The ids as a dictionary array: Parquet dictionary-encodes them anyway, and a
+    # shard's millions of rows are not copied into strings first. Without Arrow's own
+    # schema in the file, readers get plain strings back, as HISTORY_SCHEMA says.
+    table = pa.table(
+        [
+            pa.DictionaryArray.from_arrays(pa.array(readings.ranks, type=pa.int32()), names),
+            pa.array(readings.instants, type=pa.int64()).cast(pa.timestamp("us")),
+            pa.array(readings.values, type=pa.float64()),
+        ],
+        names=list(HISTORY_COLUMNS),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    pq.write_table(table, partial, store_schema=False, **_WRITE_OPTIONS)
+    partial.replace(path)
+
+
+def part_assignment(
+    customer_ids: Sequence[str], codes: npt.NDArray[np.int64], instances: int
+) -> npt.NDArray[np.int64]:
+    """The training part of each customer code (-1: none) for ``instances`` training
+    instances: ``codes`` dealt round-robin in id order over train_part_count parts, so the
+    parts are within a customer of even."""
+    by_id = sorted(codes.tolist(), key=customer_ids.__getitem__)
+    count = train_part_count(instances, len(by_id))
     part_of = np.full(len(customer_ids), -1, dtype=np.int64)
-    part_of[by_id] = np.arange(len(by_id)) % result.train_parts
-    result.part_rows = [0] * result.train_parts
-    with _TrainParts(train_output) as parts:
-        for shard in uploaded.shards:
-            merged = _merge_shard(
-                shard,
-                uploaded.get(shard),
-                customer_ids,
-                frequency,
-                history_input,
-                history_output,
-                result,
-            )
-            written = parts.append(
-                _to_table(merged, customer_ids, frequency), part_of[merged.codes]
-            )
-            for index, rows_written in written.items():
-                result.part_rows[index] += rows_written
-    return result
+    part_of[by_id] = np.arange(len(by_id)) % count
+    return part_of
 
 
-def _merge_shard(
-    shard: int,
-    uploaded: Totals,
-    customer_ids: Sequence[str],
-    frequency: Frequency,
-    history_input: Path,
-    history_output: Path,
-    result: ShardedWrite,
-) -> Totals:
-    """Write the shard with the upload merged in; return the merged rows of the upload's
-    customers (their whole history)."""
-    name = history_shard_name(shard)
-    codes = np.unique(uploaded.codes)
-    ids = pa.array([customer_ids[code] for code in codes.tolist()], type=pa.string())
-    stored = read_shard(history_input / name)
-    in_upload = pc.is_in(stored.column("customer_id"), value_set=ids)
-    kept = stored.filter(pc.invert(in_upload))
-    stored_rows = _to_totals(stored.filter(in_upload), codes, ids, frequency, name)
-    # Old per-customer files, for customers written before shards and not moved yet.
-    in_shard = set(pc.unique(stored.filter(in_upload).column("customer_id")).to_pylist())
-    legacy = {
-        int(code): customer_ids[code]
-        for code in codes.tolist()
-        if customer_ids[code] not in in_shard
-    }
-    if legacy:
-        old = load_history(history_input, legacy, frequency)
-        stored_rows = _concat(stored_rows, old)
-    result.customers_with_history += len(np.unique(stored_rows.codes))
-    merged, replaced = merge(stored_rows, uploaded)
-    result.periods_replaced += replaced
-    result.rows_written += len(merged)
-    table = pa.concat_tables([kept, _to_table(merged, customer_ids, frequency)])
-    table = table.sort_by([("customer_id", "ascending"), ("ds", "ascending")])
-    _write_atomically(table, history_output / name)
-    result.history_shards += 1
-    return merged
+def train_table(periods: Periods, ids: pa.Array, frequency: Frequency) -> pa.Table:
+    """Training rows as :data:`TRAIN_SCHEMA` (``periods.customers`` index ``ids``)."""
+    return pa.table(
+        [
+            ids.take(pa.array(periods.customers)),
+            pa.array(periods.periods * frequency.period_us, type=pa.int64()).cast(
+                pa.timestamp("us")
+            ),
+            pa.array(periods.values, type=pa.float64()),
+            pa.array(periods.readings, type=pa.int64()),
+            pa.array(periods.intervals, type=pa.float64(), from_pandas=True),  # NaN: null
+            _USES.take(pa.array(periods.use)),
+        ],
+        schema=TRAIN_SCHEMA,
+    )
 
 
-class _TrainParts:
+class TrainParts:
     """The run's training parts, each opened at its first rows and appended to after."""
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         self._writers: dict[int, pq.ParquetWriter] = {}
 
-    def __enter__(self) -> _TrainParts:
+    def __enter__(self) -> TrainParts:
         return self
 
     def __exit__(self, *_: object) -> None:
         for writer in self._writers.values():
             writer.close()
+
+    @property
+    def written(self) -> int:
+        """Parts written so far."""
+        return len(self._writers)
 
     def append(self, table: pa.Table, parts: npt.NDArray[np.int64]) -> dict[int, int]:
         """Append each row of ``table`` to its part (``parts``, one per row; -1: to none),
@@ -170,151 +281,54 @@ class _TrainParts:
             if writer is None:
                 self._folder.mkdir(parents=True, exist_ok=True)
                 writer = self._writers[part] = pq.ParquetWriter(
-                    self._folder / train_part_name(part), SCHEMA, compression="zstd"
+                    self._folder / train_part_name(part), TRAIN_SCHEMA, compression="zstd"
                 )
             writer.write_table(table.take(pa.array(order[lo:hi])))
             added[part] = int(hi - lo)
         return added
 
 
-def read_shard(path: Path) -> pa.Table:
-    """A stored shard's rows (none when it does not exist yet), checked: the columns and
-    types of :data:`SCHEMA`, valid customer ids, finite values."""
-    if not path.is_file():
-        return SCHEMA.empty_table()
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as error:
-        raise _unusable(path, f"is not a readable Parquet file ({error})") from error
-    if table.schema.names != list(COLUMNS):
-        raise _unusable(path, f"has the columns {table.schema.names}, not {list(COLUMNS)}")
-    try:
-        table = table.cast(SCHEMA)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-        raise _unusable(path, f"has a column of the wrong type ({error})") from error
-    bad_ids = [
-        i for i in pc.unique(table.column("customer_id")).to_pylist() if not is_valid_customer_id(i)
-    ]
-    if bad_ids:
-        raise _unusable(path, f"holds the invalid customer id {bad_ids[0]!r:.80}")
-    if not pc.all(pc.is_finite(table.column("y"))).as_py():
-        raise _unusable(path, "holds a value that is not a finite number")
-    return table
-
-
-def _unusable(path: Path, problem: str) -> UnusableInputError:
-    return UnusableInputError(
-        f"the stored history shard {path.name} {problem}. Restore it from the bucket's "
-        "versions (or remove it, losing its customers' history) and run the upload again."
-    )
-
-
-def _refuse_other_shard_counts(history_input: Path) -> None:
-    if not history_input.is_dir():
-        return
-    for path in history_input.glob(f"shard-*{SHARD_SUFFIX}"):
-        parsed = parse_history_shard_name(path.name)
-        if parsed is not None and parsed[1] != HISTORY_SHARDS:
-            raise UnusableInputError(
-                f"the stored history is in {parsed[1]} shards ({path.name}); this release "
-                f"keeps it in {HISTORY_SHARDS}. Reshard the history/ prefix first."
-            )
-
-
-def _to_totals(
-    table: pa.Table,
-    codes: npt.NDArray[np.int64],
-    ids: pa.Array,
-    frequency: Frequency,
-    name: str,
-) -> Totals:
-    """Stored rows of the upload's customers in the job's customer codes."""
-    if table.num_rows == 0:
-        return Totals.empty()
-    positions = pc.index_in(table.column("customer_id"), value_set=ids).to_numpy(
-        zero_copy_only=False
-    )
-    instants = table.column("ds").cast(pa.int64()).to_numpy(zero_copy_only=False)
-    periods = frequency.periods(instants)
-    return Totals.of(
-        codes[positions.astype(np.int64)],
-        periods,
-        table.column("y").to_numpy(zero_copy_only=False).astype(np.float64),
-    )
-
-
-def _to_table(totals: Totals, customer_ids: Sequence[str], frequency: Frequency) -> pa.Table:
-    ids = pa.array(customer_ids, type=pa.string())
-    return pa.table(
-        {
-            "customer_id": ids.take(pa.array(totals.codes)),
-            "ds": pa.array(totals.periods * frequency.period_us, type=pa.int64()).cast(
-                pa.timestamp("us")
-            ),
-            "y": pa.array(totals.values, type=pa.float64()),
-        },
-        schema=SCHEMA,
-    )
-
-
-def _concat(first: Totals, second: Totals) -> Totals:
-    if len(first) == 0:
-        return second
-    if len(second) == 0:
-        return first
-    return Totals.of(
-        np.concatenate([first.codes, second.codes]),
-        np.concatenate([first.periods, second.periods]),
-        np.concatenate([first.values, second.values]),
-    )
-
-
-def _write_atomically(table: pa.Table, path: Path) -> None:
-    partial = path.with_name(path.name + ".partial")
-    pq.write_table(table, partial, compression="zstd")
-    partial.replace(path)
-
-
 def write_stored_parts(
     customer_ids: Sequence[str],
     retrain: set[str],
     frequency: Frequency,
+    rules: UseRules,
     history_input: Path,
     train_output: Path,
     instances: int,
+    counts: UseCounts,
 ) -> dict[str, int]:
-    """How many stored rows each of ``customer_ids`` has (none: not in the result), and
-    the stored histories of those in ``retrain`` written, unchanged, as training parts:
-    what a metadata upload that changes customers' holiday calendars sends to training.
-    Reads the shards of ``customer_ids`` one at a time; writes no history."""
-    _refuse_other_shard_counts(history_input)
+    """How many training rows (periods) each of ``customer_ids`` has (none: not in the
+    result), and the stored histories of those in ``retrain`` written, unchanged, as
+    training parts: what a metadata upload that changes customers' holiday calendars sends
+    to training (their use decisions counted in ``counts``). Reads the shards of
+    ``customer_ids`` one at a time; writes no history."""
+    check_store(history_input)
     wanted = sorted(set(customer_ids))
-    to_train = pa.array(sorted(retrain & set(wanted)), pa.string())
+    to_train = sorted(retrain & set(wanted))
     parts = train_part_count(instances, len(to_train))
+    part_of_id = {customer_id: index % parts for index, customer_id in enumerate(to_train)}
     by_shard: dict[int, list[str]] = {}
     for customer_id in wanted:
         by_shard.setdefault(history_shard_of(customer_id), []).append(customer_id)
     found: dict[str, int] = {}
-    with _TrainParts(train_output) as train_parts:
+    with TrainParts(train_output) as train_parts:
         for shard, ids in sorted(by_shard.items()):
-            table = read_shard(history_input / history_shard_name(shard))
-            table = table.filter(pc.is_in(table.column("customer_id"), value_set=pa.array(ids)))
-            in_shard = set(pc.unique(table.column("customer_id")).to_pylist())
-            legacy = {code: c for code, c in enumerate(ids) if c not in in_shard}
-            if legacy:
-                old = load_history(history_input, legacy, frequency)
-                table = pa.concat_tables([table, _to_table(old, ids, frequency)])
-            counts = pc.value_counts(table.column("customer_id"))
-            found.update(
-                zip(
-                    counts.field("values").to_pylist(),
-                    counts.field("counts").to_pylist(),
-                    strict=True,
-                )
+            stored = read_shard(history_input / history_shard_name(shard))
+            ranks = np.arange(len(stored.names))
+            readings = stored.readings(ranks)
+            wanted_rank = np.isin(np.array(stored.names, dtype=object), ids)
+            periods = training_periods(readings.take(wanted_rank[readings.ranks]), frequency, rules)
+            names = pa.array(stored.names, type=pa.string())
+            rows = np.bincount(periods.customers, minlength=len(stored.names))
+            found.update((stored.names[rank], int(rows[rank])) for rank in np.flatnonzero(rows))
+            part = np.array([part_of_id.get(name, -1) for name in stored.names], dtype=np.int64)
+            train_parts.append(train_table(periods, names, frequency), part[periods.customers])
+            trained = part[periods.customers] >= 0
+            counts.add(
+                stored.names,
+                periods.customers[trained],
+                periods.use[trained],
+                periods.intervals[trained],
             )
-            table = table.sort_by([("customer_id", "ascending"), ("ds", "ascending")])
-            # Customers dealt round-robin in id order, as write_shards does; -1: not retrained.
-            rank = pc.index_in(table.column("customer_id"), value_set=to_train)
-            ranks = rank.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-            train_parts.append(table, np.where(ranks >= 0, ranks % parts, -1))
     return found

@@ -10,13 +10,10 @@ what a value means, and rejected rows are reported exactly as they were written.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import logging
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -24,14 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fleetcast_common.contracts.processing import MAX_UPLOAD_BYTES_ENV, REQUIRED_COLUMNS
-from fleetcast_processing.errors import UnusableInputError
+from fleetcast_common.contracts.processing import REQUIRED_COLUMNS
+from fleetcast_processing.errors import UnusableInputError, visible
+from fleetcast_processing.upload import UTF8_BOM, UploadReader, check_first_bytes, sniff_delimiter
 
 logger = logging.getLogger(__name__)
 
-GZIP_MAGIC = b"\x1f\x8b"
-_WHITESPACE = b" \t\r\n\f\v"
-UTF8_BOM = b"\xef\xbb\xbf"
 # A block's working set (text, Arrow columns, parsed arrays, report rows) is about ten times
 # its size: 8 MiB keeps a 1 GB upload's peak memory under 1 GB at the same speed as larger
 # blocks (tests/integration/test_processing_large_upload.py).
@@ -39,22 +34,8 @@ DEFAULT_BLOCK_SIZE = 8 * 1024 * 1024
 # A header longer than this is not a header; a line longer than LINE_LIMIT is not a reading.
 HEADER_LIMIT = 1024 * 1024
 LINE_LIMIT = 64 * 1024 * 1024
-DELIMITERS = (",", ";", "\t")
 # Raw values copied from a malformed row into rejected.csv are cut to this length.
 RAW_VALUE_LIMIT = 200
-
-# First bytes of formats people upload by mistake, and what to call them in the message.
-_OTHER_FORMATS = (
-    (b"PK\x03\x04", "a zip archive (an Excel .xlsx workbook is one)"),
-    (b"\xd0\xcf\x11\xe0", "an old Excel .xls / OLE2 file"),
-    (b"PAR1", "a Parquet file"),
-    (b"BZh", "bzip2-compressed"),
-    (b"\xfd7zXZ\x00", "xz-compressed"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
-    (b"%PDF", "a PDF document"),
-    (b"\xff\xfe", "UTF-16 text (save it as UTF-8)"),
-    (b"\xfe\xff", "UTF-16 text (save it as UTF-8)"),
-)
 
 
 @dataclass(frozen=True)
@@ -96,130 +77,6 @@ class RowBlock:
         return len(self.lines)
 
 
-class UploadReader:
-    """The upload's decompressed bytes, with read errors turned into readable messages.
-
-    A file with old Mac OS line endings (bare CRs and no LF in its first 64 KiB) is read
-    with every CR turned into an LF, so the rest of the reader sees ordinary lines.
-
-    ``max_bytes`` bounds the decompressed size: uploads are processed one at a time, so
-    one huge (or highly compressed) file would hold every later upload back.
-    """
-
-    _SNIFF_SIZE = 64 * 1024
-
-    def __init__(
-        self,
-        path: Path,
-        stream: io.BufferedIOBase,
-        compressed: bool,
-        max_bytes: int | None = None,
-    ) -> None:
-        self.path = path
-        self.compressed = compressed
-        self.max_bytes = max_bytes
-        self._stream = stream
-        self.bytes_read = 0
-        self.bare_cr_lines = False
-        # Bytes read ahead of the caller: ``_pending[_offset:]`` (an offset, not slicing,
-        # keeps reading many short lines linear in their size).
-        self._offset = 0
-        self._pending = self._read_stream(self._SNIFF_SIZE)
-        if b"\r" in self._pending and b"\n" not in self._pending:
-            self.bare_cr_lines = True
-            self._pending = self._pending.replace(b"\r", b"\n")
-
-    @classmethod
-    def open(cls, path: Path, max_bytes: int | None = None) -> UploadReader:
-        # The name says nothing reliable about the content: look at the first bytes.
-        raw = path.open("rb")
-        compressed = raw.read(2) == GZIP_MAGIC
-        raw.seek(0)
-        stream: io.BufferedIOBase = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
-        try:
-            return cls(path, stream, compressed, max_bytes)
-        except BaseException:
-            stream.close()
-            raise
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def __enter__(self) -> UploadReader:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    def read(self, size: int) -> bytes:
-        """Up to ``size`` bytes (b"" at the end)."""
-        if self._offset < len(self._pending):
-            data = self._pending[self._offset :]
-            self._pending, self._offset = b"", 0
-            return data
-        return self._read_stream(size)
-
-    def readline(self, limit: int) -> bytes:
-        """One line with its LF, or ``limit`` bytes when no LF comes sooner."""
-        while (
-            self._pending.find(b"\n", self._offset, self._offset + limit) < 0
-            and len(self._pending) - self._offset < limit
-        ):
-            data = self._read_stream(self._SNIFF_SIZE)
-            if not data:
-                break
-            self._pending = self._pending[self._offset :] + data
-            self._offset = 0
-        start = self._offset
-        end = self._pending.find(b"\n", start, start + limit)
-        cut = end + 1 if end >= 0 else min(start + limit, len(self._pending))
-        self._offset = cut
-        return self._pending[start:cut]
-
-    def skip_blank_lines(self) -> int:
-        """Skip lines holding only whitespace; how many were skipped.
-
-        Whole runs of them are skipped at once: a file may start with millions.
-        """
-        skipped = 0
-        while True:
-            rest = self._pending[self._offset :]
-            text = rest.lstrip(_WHITESPACE)
-            blank = rest[: len(rest) - len(text)]
-            skipped += blank.count(b"\n")
-            if text:
-                # Keep the start of the line the text is on.
-                self._pending, self._offset = rest, blank.rfind(b"\n") + 1
-                return skipped
-            self._pending, self._offset = self._read_stream(self._SNIFF_SIZE), 0
-            if not self._pending:
-                return skipped
-
-    def _read_stream(self, size: int) -> bytes:
-        try:
-            data = self._stream.read(size)
-        except EOFError as error:
-            raise UnusableInputError(
-                f"the gzip file is truncated: it ends after {self.bytes_read:,} bytes of data, "
-                "before gzip's end-of-stream marker. The upload was probably cut short; "
-                "upload the complete file again."
-            ) from error
-        except (gzip.BadGzipFile, zlib.error) as error:
-            raise UnusableInputError(
-                f"the file starts like gzip but its compressed data is corrupt ({error}). "
-                "Compress it again with gzip, or upload the plain CSV."
-            ) from error
-        self.bytes_read += len(data)
-        if self.max_bytes is not None and self.bytes_read > self.max_bytes:
-            unpacked = " when decompressed" if self.compressed else ""
-            raise UnusableInputError(
-                f"the file is larger than the processing limit of {self.max_bytes:,} bytes"
-                f"{unpacked} (setting {MAX_UPLOAD_BYTES_ENV}); it was not processed, so that "
-                "later uploads are not held up. Split it into smaller files and upload those."
-            )
-        return data.replace(b"\r", b"\n") if self.bare_cr_lines else data
-
-
 def read_header(upload: UploadReader) -> Header:
     """Read the header line, skipping blank lines before it, and check its columns."""
     line_number = 0
@@ -231,7 +88,10 @@ def read_header(upload: UploadReader) -> Header:
             what = "decompresses to nothing" if upload.compressed else "is empty"
             raise UnusableInputError(f"the file {what}: there is no header and no data.")
         if line_number == 1:
-            first = _check_first_bytes(first)
+            first = check_first_bytes(first)
+        # A byte order mark may also follow blank lines (files pasted together): it is not
+        # part of the first column's name.
+        first = first.removeprefix(UTF8_BOM)
     if not first.endswith(b"\n") and len(first) >= HEADER_LIMIT:
         raise UnusableInputError(
             f"the first line is longer than {HEADER_LIMIT // 1024} KiB, so it is not a CSV "
@@ -247,7 +107,7 @@ def read_header(upload: UploadReader) -> Header:
             f"{first[error.start : error.start + 1]!r} at position {error.start}): the file is "
             "binary or in another encoding such as Latin-1. Upload it as UTF-8 CSV."
         ) from error
-    delimiter = max(DELIMITERS, key=text.count) if any(d in text for d in DELIMITERS) else ","
+    delimiter = sniff_delimiter(text)
     try:
         names = next(csv.reader([text], delimiter=delimiter))
     except csv.Error as error:
@@ -258,19 +118,12 @@ def read_header(upload: UploadReader) -> Header:
     return Header(line_number, delimiter, columns, positions)
 
 
-def _check_first_bytes(first: bytes) -> bytes:
-    for magic, kind in _OTHER_FORMATS:
-        if first.startswith(magic):
-            raise UnusableInputError(f"the file is {kind}, not a CSV text file.")
-    return first.removeprefix(UTF8_BOM)
-
-
 def _check_columns(columns: tuple[str, ...]) -> None:
     seen: dict[str, int] = {}
     repeated: list[str] = []
     for index, name in enumerate(columns, start=1):
         if name and name in seen:
-            repeated.append(f"'{_shorten(name)}' (columns {seen[name]} and {index})")
+            repeated.append(f"'{visible(_shorten(name))}' (columns {seen[name]} and {index})")
         seen.setdefault(name, index)
     if repeated:
         raise UnusableInputError(
@@ -279,7 +132,7 @@ def _check_columns(columns: tuple[str, ...]) -> None:
         )
     missing = [name for name in REQUIRED_COLUMNS if name not in seen]
     if missing:
-        shown = ", ".join(f"'{_shorten(name)}'" for name in columns[:12])
+        shown = ", ".join(f"'{visible(_shorten(name))}'" for name in columns[:12])
         if len(columns) > 12:
             shown += f" and {len(columns) - 12} more"
         raise UnusableInputError(

@@ -38,6 +38,7 @@ def reason_code(reason: RejectReason) -> int:
 
 RULE_ORDER = (
     RejectReason.INVALID_CUSTOMER_ID,
+    RejectReason.MONTH_OR_YEAR_TIMESTAMP,
     RejectReason.INVALID_TIMESTAMP,
     RejectReason.OUT_OF_RANGE_TIMESTAMP,
     RejectReason.INVALID_CONSUMPTION,
@@ -50,6 +51,8 @@ _CAST_SLICE = 1 << 16
 _SUB_MICROSECOND = r"(\.\d{6})\d+"
 _DECIMAL_COMMA = r"^([+-]?\d*),(\d+)$"
 # An offset after a time of day: "-01" alone is the day of "2024-01-01", not an offset.
+# ISO 8601's reduced precisions "2024-02" and "2024" (with optional spaces and sign).
+_MONTH_OR_YEAR = r"^\s*[+-]?\d{4}(-\d{2})?\s*$"
 _HAS_OFFSET = re.compile(r"[T ]\d\d.*(Z|[+-]\d\d(:?\d\d)?)$", re.IGNORECASE)
 
 
@@ -107,6 +110,8 @@ def parse_instants(raw: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np
     """ISO 8601 dates and date-times as UTC microseconds since the epoch, and which parsed.
 
     Offsets (``Z``, ``+02:00``) are converted to UTC; values without one are taken as UTC.
+    A month or a year alone (``2024-02``, ``2024``) is not a reading's time: it does not
+    parse (:func:`month_or_year` tells those apart).
     """
     if len(raw) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.bool_)
@@ -136,7 +141,7 @@ def _parse_each_instant(raw: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArr
     # 9999-12-31 into "not a date" instead of "out of range".
     trimmed = pc.replace_substring_regex(trimmed, _SUB_MICROSECOND, r"\1")
     parsed = pd.to_datetime(trimmed.to_pandas(), format="ISO8601", utc=True, errors="coerce")
-    valid = parsed.notna().to_numpy()
+    valid = parsed.notna().to_numpy() & ~month_or_year(raw)
     ticks = parsed.array.asi8
     unit = parsed.dt.unit
     if unit == "ns":
@@ -144,6 +149,11 @@ def _parse_each_instant(raw: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArr
     elif unit != "us":
         ticks = ticks * {"s": US_PER_SECOND, "ms": 1000}[unit]
     return np.where(valid, ticks, 0).astype(np.int64), valid
+
+
+def month_or_year(raw: pa.Array) -> npt.NDArray[np.bool_]:
+    """Which values are a month (``2024-02``) or a year (``2024``) alone."""
+    return pc.match_substring_regex(raw, _MONTH_OR_YEAR).to_numpy(zero_copy_only=False)
 
 
 def parse_consumption(raw: pa.Array, decimal_comma: bool) -> npt.NDArray[np.float64]:
@@ -185,9 +195,13 @@ def check_rows(
     instants, parsed = parse_instants(timestamps)
     values = parse_consumption(consumption, decimal_comma)
     earliest, latest = _instant(EARLIEST), _instant(now + FUTURE_TOLERANCE)
+    coarse = np.zeros(len(parsed), dtype=np.bool_)
+    if not parsed.all():
+        coarse = month_or_year(timestamps)
     with np.errstate(invalid="ignore"):
         broken = (
             codes < 0,
+            coarse,
             ~parsed,
             (instants < earliest) | (instants > latest),
             ~np.isfinite(values),

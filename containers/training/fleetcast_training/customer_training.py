@@ -181,12 +181,16 @@ class CustomerTrainer:
             resumed = self._resume(customer_id)
             if resumed is not None:
                 return _Fitted(*resumed)
-            history = read_series(source)
+            stored = read_series(source)
+            # Incomplete and inactive periods are gaps for every family, never low values.
+            history = stored.for_fitting()
             settings = self._hyperparameters
             if len(history) < settings.required_rows:
+                unused = ", ".join(f"{n} {use}" for use, n in stored.left_out().items())
                 raise CustomerFailure(
                     FailureKind.TOO_FEW_ROWS,
-                    f"has {len(history)} rows, needs at least {settings.required_rows}",
+                    f"has {len(history)} rows{f' to fit ({unused} left out)' if unused else ''}, "
+                    f"needs at least {settings.required_rows}",
                 )
             return _Loaded(customer_id, history, self._calendars.of(customer_id), started)
         except CustomerFailure as failure:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from fleetcast_common.contracts.shards import USE_OK, USES
 from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.parts import SERIES_DTYPE, SERIES_SUFFIX
 
@@ -32,10 +33,22 @@ _ARROW_CONVERSION = pa_csv.ConvertOptions(
 class History:
     """One customer's rows as arrays: ``times`` sorted and unique (datetime64, naive UTC),
     ``values`` finite floats. Training works on these; a DataFrame is made only for the
-    customers that go through Prophet itself."""
+    customers that go through Prophet itself.
+
+    From a training part also ``readings``, how many readings make each row's total, and
+    ``interval_s``, the customer's reading interval in seconds (contracts.shards), so that
+    a period with fewer readings than the interval implies can be told from low
+    consumption; None where the input does not say (a customer file of runs before parts,
+    a part's rows that needed sorting or dropping, or a customer with a single reading for
+    the interval).
+    """
 
     times: npt.NDArray[np.datetime64]
     values: npt.NDArray[np.float64]
+    readings: npt.NDArray[np.int64] | None = None
+    interval_s: float | None = None
+    # Each row's use, an index into contracts.shards.USES (None: every row is ok).
+    use: npt.NDArray[np.uint8] | None = None
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> History:
@@ -46,7 +59,30 @@ class History:
 
     def head(self, rows: int) -> History:
         """The first ``rows`` rows (all but the last ``-rows`` when negative)."""
-        return History(self.times[:rows], self.values[:rows])
+        return self._take(slice(None, rows))
+
+    def for_fitting(self) -> History:
+        """The rows to fit: those whose use is ok. Incomplete and inactive periods are gaps
+        (contracts.shards): left out, not filled in."""
+        if self.use is None or not self.use.any():
+            return self
+        return self._take(self.use == USES.index(USE_OK))
+
+    def left_out(self) -> dict[str, int]:
+        """How many rows :meth:`for_fitting` leaves out, by use."""
+        if self.use is None:
+            return {}
+        counts = np.bincount(self.use, minlength=len(USES))
+        return {USES[code]: int(counts[code]) for code in np.flatnonzero(counts) if code}
+
+    def _take(self, rows: slice | npt.NDArray[np.bool_]) -> History:
+        return History(
+            self.times[rows],
+            self.values[rows],
+            None if self.readings is None else self.readings[rows],
+            self.interval_s,
+            None if self.use is None else self.use[rows],
+        )
 
     def frame(self) -> pd.DataFrame:
         """``ds`` and ``y``, as Prophet takes them."""
@@ -67,7 +103,14 @@ def read_series(path: Path) -> History:
     ``.series`` of a training part) never becomes a DataFrame on the way."""
     if path.suffix == SERIES_SUFFIX:
         series = np.fromfile(path, dtype=SERIES_DTYPE)
-        loaded = History(np.ascontiguousarray(series["ds"]), np.ascontiguousarray(series["y"]))
+        interval = float(series["interval_s"][0]) if len(series) else np.nan
+        loaded = History(
+            np.ascontiguousarray(series["ds"]),
+            np.ascontiguousarray(series["y"]),
+            np.ascontiguousarray(series["readings"]),
+            None if np.isnan(interval) else interval,
+            np.ascontiguousarray(series["use"]),
+        )
         if np.isinf(loaded.values).any():
             raise CustomerFailure(FailureKind.UNREADABLE, "a value is not a finite number")
         if _clean(loaded):

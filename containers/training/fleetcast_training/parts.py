@@ -17,12 +17,23 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetcast_common.contracts.ids import is_valid_customer_id
-from fleetcast_common.contracts.shards import COLUMNS
+from fleetcast_common.contracts.shards import TRAIN_COLUMNS, USES
 
 SERIES_SUFFIX = ".series"
 # One customer's rows: what processing wrote, as numpy reads it back without parsing
-# (written and read by the same job on the same machine: native byte order).
-SERIES_DTYPE = np.dtype([("ds", "datetime64[us]"), ("y", "float64")])
+# (written and read by the same job on the same machine: native byte order). The reading
+# interval is the customer's, on every row (NaN: unknown, a single reading); use is the
+# index of the period's use in contracts.shards.USES.
+SERIES_DTYPE = np.dtype(
+    [
+        ("ds", "datetime64[us]"),
+        ("y", "float64"),
+        ("readings", "int64"),
+        ("interval_s", "float64"),
+        ("use", "uint8"),
+    ]
+)
+_USES = pa.array(USES, type=pa.string())
 
 
 @dataclass
@@ -42,9 +53,12 @@ def unpack_parts(parts: list[Path], target: Path) -> UnpackedParts:
         before = set(unpacked.series)
         try:
             reader = pq.ParquetFile(part)
-            if reader.schema_arrow.names != list(COLUMNS):
+            if reader.schema_arrow.names != list(TRAIN_COLUMNS):
                 unpacked.problems.append(
-                    (part.name, f"has the columns {reader.schema_arrow.names}, not {list(COLUMNS)}")
+                    (
+                        part.name,
+                        f"has the columns {reader.schema_arrow.names}, not {list(TRAIN_COLUMNS)}",
+                    )
                 )
                 continue
             _unpack(part.name, reader, target, unpacked)
@@ -97,6 +111,15 @@ def _unpack_customers(
         starts, ends = starts[:-1], ends[:-1]
     ds = table.column("ds").cast(pa.timestamp("us")).to_numpy()
     y = table.column("y").cast(pa.float64()).to_numpy(zero_copy_only=False)
+    readings = table.column("readings").cast(pa.int64()).to_numpy(zero_copy_only=False)
+    interval = (
+        table.column("interval_s")
+        .cast(pa.float64())
+        .fill_null(np.nan)
+        .to_numpy(zero_copy_only=False)
+    )
+    use_codes = pc.index_in(table.column("use"), value_set=_USES)
+    use = use_codes.fill_null(-1).to_numpy(zero_copy_only=False)
     dictionary = encoded.dictionary.to_pylist()
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         customer_id = dictionary[codes[start]]
@@ -126,8 +149,16 @@ def _unpack_customers(
                     (customer_id, f"appears in {name} and in another part: which is right?")
                 )
             continue
+        if (use[start:end] < 0).any():
+            unknown = table.column("use")[start + int(np.argmin(use[start:end]))].as_py()
+            unpacked.problems.append(
+                (customer_id, f"in {name} has a period of use {unknown!r:.40}, not one of {USES}")
+            )
+            continue
         series = np.empty(end - start, dtype=SERIES_DTYPE)
         series["ds"], series["y"] = ds[start:end], y[start:end]
+        series["readings"], series["interval_s"] = readings[start:end], interval[start:end]
+        series["use"] = use[start:end]
         path = target / f"{customer_id}{SERIES_SUFFIX}"
         series.tofile(path)
         unpacked.series[customer_id] = (path, end - start)

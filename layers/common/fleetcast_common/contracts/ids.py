@@ -11,6 +11,10 @@ import re
 from datetime import UTC, datetime
 
 CUSTOMER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+# The pattern in words, for every message that refuses an id (readings, metadata, the API).
+CUSTOMER_ID_RULE = (
+    "1 to 64 characters of letters, digits, '_' or '-', starting with a letter or digit"
+)
 _CUSTOMER_ID = re.compile(CUSTOMER_ID_PATTERN)
 
 # A run is one upload's journey: one processing job, one training job, one registration.
@@ -32,10 +36,7 @@ class InvalidCustomerIdError(ValueError):
         shown = repr(customer_id)
         if len(shown) > 80:
             shown = shown[:77] + "..."
-        super().__init__(
-            f"invalid customer id {shown}: it must be 1 to 64 characters of letters, digits, "
-            "'_' or '-', starting with a letter or digit"
-        )
+        super().__init__(f"invalid customer id {shown}: it must be {CUSTOMER_ID_RULE}")
 
 
 def is_valid_customer_id(customer_id: object) -> bool:

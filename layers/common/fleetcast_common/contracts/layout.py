@@ -42,11 +42,6 @@ def history_shard_key(customer_id: str) -> str:
     )
 
 
-def legacy_history_key(customer_id: str) -> str:
-    """The customer's own history file, as releases before history shards wrote it."""
-    return f"{HISTORY_PREFIX}{validate_customer_id(customer_id)}{CUSTOMER_FILE_SUFFIX}"
-
-
 def run_prefix(run_id: str) -> str:
     return f"{RUNS_PREFIX}{run_id}/"
 

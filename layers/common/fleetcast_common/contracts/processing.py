@@ -51,6 +51,11 @@ INPUT_KINDS = (READINGS, METADATA)
 
 SUMMARY_FILE = "summary.json"
 REJECTED_FILE = "rejected.csv"
+# Accepted readings that replaced a stored reading of the same customer and instant with
+# another value: conflicting values between uploads, reported rather than silently resolved.
+CHANGED_FILE = "changed.csv"
+CHANGED_COLUMNS = ("line", "customer_id", "timestamp", "stored", "uploaded")
+CHANGED_ROWS_LISTED = 1000
 # The first 1 KB of this file becomes the job's ExitMessage (and FailureReason on failure).
 MESSAGE_FILE = "/opt/ml/output/message"
 MESSAGE_LIMIT = 1024
@@ -94,6 +99,15 @@ MAX_PERIOD_TOTAL_ENV = "FLEETCAST_MAX_PERIOD_TOTAL"
 DEFAULT_MAX_UPLOAD_BYTES = 10 * 2**30
 # 1e9 is the largest single reading; a day (or hour) adding up to ten of them is not a meter.
 DEFAULT_MAX_PERIOD_TOTAL = 1e10
+INCOMPLETE_BELOW_ENV = "FLEETCAST_INCOMPLETE_BELOW"
+ZERO_RUN_DAYS_ENV = "FLEETCAST_ZERO_RUN_DAYS"
+# A period with fewer than 90% of the readings its customer's interval implies is missing
+# for fitting (a day of half-hourly readings: fewer than 44 of 48), not low consumption.
+DEFAULT_INCOMPLETE_BELOW = 0.9
+# Zeros for a week or longer, inside a history or at its end, are a meter that was off (a
+# vacant home, a stuck or disconnected meter), not a week of using nothing; a household
+# uses something every day. Leading zeros are inactive at any length (not connected yet).
+DEFAULT_ZERO_RUN_DAYS = 7.0
 
 
 class JobLimits(BaseModel):
@@ -115,6 +129,28 @@ class JobLimits(BaseModel):
         description=(
             "Largest plausible total of one customer's readings in one period (a UTC day, "
             "or an hour for hourly models); the rows of a period above it are rejected."
+        ),
+    )
+
+    incomplete_below: float = Field(
+        default=DEFAULT_INCOMPLETE_BELOW,
+        ge=0,
+        le=1,
+        alias="FLEETCAST_INCOMPLETE_BELOW",  # INCOMPLETE_BELOW_ENV
+        description=(
+            "A period with fewer readings than this share of what the customer's reading "
+            "interval implies is 'incomplete' in the training parts: not fitted (0: never)."
+        ),
+    )
+    zero_run_days: float = Field(
+        default=DEFAULT_ZERO_RUN_DAYS,
+        gt=0,
+        allow_inf_nan=False,
+        alias="FLEETCAST_ZERO_RUN_DAYS",  # ZERO_RUN_DAYS_ENV
+        description=(
+            "Periods of zero consumption spanning at least this many days, inside a history "
+            "or at its end, are 'inactive' in the training parts: not fitted. A leading run "
+            "of zeros is inactive at any length."
         ),
     )
 
@@ -152,9 +188,6 @@ def source_key_from_environment(environ: Mapping[str, str]) -> str | None:
 
 # --- What the job writes, read back by the local stack and the pipeline's Lambdas ---
 
-# Per-customer files in train_output and history_output (and history_input): ``ds,y``,
-# ds as ``YYYY-MM-DD`` (daily) or ``YYYY-MM-DDTHH:00:00`` (hourly), sorted by ds.
-HISTORY_COLUMNS = ("ds", "y")
 REQUIRED_COLUMNS = ("customer_id", "timestamp", "consumption")
 # rejected.csv: one row per rejected input row, values as they appeared in the upload.
 REJECTED_COLUMNS = ("line", "customer_id", "timestamp", "consumption", "reason", "message")
@@ -171,6 +204,9 @@ class RejectReason(StrEnum):
 
     INVALID_CUSTOMER_ID = "invalid_customer_id"
     INVALID_TIMESTAMP = "invalid_timestamp"
+    # "2024-02" or "2024": a month or a year, not the time of a reading (ISO 8601 allows
+    # them, and taken as the 1st they would put a month's total on one day).
+    MONTH_OR_YEAR_TIMESTAMP = "month_or_year_timestamp"
     OUT_OF_RANGE_TIMESTAMP = "out_of_range_timestamp"
     INVALID_CONSUMPTION = "invalid_consumption"
     NEGATIVE_CONSUMPTION = "negative_consumption"
@@ -265,8 +301,49 @@ class ProcessingSummary(BaseModel):
         description="Rows (days, or hours) written over all training parts: the whole "
         "history of every customer in the upload."
     )
-    days_uploaded: int = Field(description="(customer, period) totals built from the upload.")
-    days_replaced: int = Field(description="Stored history periods replaced by uploaded ones.")
+    days_uploaded: int = Field(
+        description="(customer, period) pairs the upload's accepted readings fall in."
+    )
+    readings_new: int = Field(
+        default=0,
+        description="Accepted readings of a customer and instant the history did not hold: "
+        "added to it, beside the period's other readings.",
+    )
+    readings_replaced: int = Field(
+        default=0,
+        description="Accepted readings that replaced the stored reading of the same customer "
+        "and instant (to the millisecond). rows_accepted = readings_new + readings_replaced.",
+    )
+    readings_changed: int = Field(
+        default=0,
+        description="Of readings_replaced, those whose value differs from the stored one: "
+        "conflicting values between uploads, the first of them listed in changed.csv. The "
+        "upload's value is kept.",
+    )
+    readings_stored: int = Field(
+        default=0,
+        description="Readings in the history of the upload's customers after the merge: "
+        "those stored before plus readings_new.",
+    )
+    periods_by_use: dict[str, int] = Field(
+        default_factory=dict,
+        description="Training rows (periods) by their use column (contracts.shards): ok, "
+        "incomplete, inactive; they add up to days_written.",
+    )
+    unused_periods: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="Per customer with any, its periods left out of fitting by use "
+        "(incomplete, inactive).",
+    )
+    customers_by_interval_s: dict[str, int] = Field(
+        default_factory=dict,
+        description="Customers sent to training by their reading interval in seconds "
+        "('unknown': a single reading).",
+    )
+    changed_list_limit: int = Field(
+        default=CHANGED_ROWS_LISTED,
+        description="changed.csv lists at most this many changed readings, the first by line.",
+    )
     history_shards_written: int = Field(
         default=0, description="History shards rewritten: those holding a customer of the upload."
     )

@@ -7,13 +7,24 @@ rewrites only the shards an upload touches. It writes a run's training input as
 the training instances, so ``ShardedByS3Key`` gives every instance the same number of
 parts, with customers dealt round-robin so the parts are within a customer of even.
 
-Both kinds of object are Parquet files of :data:`COLUMNS`, sorted by customer then time,
-each customer's rows together. Customer ids pass the allow-list before they reach a file;
-readers check them again.
+Both kinds of object are Parquet files with each customer's rows together, in time order
+(a history shard also sorted by customer id; a training part by id within each history
+shard's customers, shard after shard). Customer ids pass the allow-list before they reach
+a file; readers check them again.
 
-Stores written before shards keep one ``history/{customer_id}.csv`` per customer. Those
-still read: a customer found in its shard is read from the shard only, and an old file
-of a customer not yet in its shard is read until an upload moves the customer there.
+A **history shard** keeps readings, not totals (:data:`HISTORY_COLUMNS`): one row per
+reading as it was uploaded, so an upload merges reading by reading. A reading of the same
+customer and timestamp (to the millisecond) replaces the stored one; any other reading is
+added, whatever period it falls in. A day cut over two files (at local midnight, at the
+hour, where a transfer broke) is then whole once both have arrived.
+
+A **training part** keeps one row per customer and period (:data:`TRAIN_COLUMNS`): the
+period's total, how many readings made it and the customer's reading interval, so that a
+period with fewer readings than the interval implies is known to be incomplete rather
+than taken for low consumption.
+
+Shards in the totals format of earlier releases (:data:`TOTALS_HISTORY_COLUMNS`) are
+refused, not read: a total cannot be merged with a reading it may already contain.
 """
 
 from __future__ import annotations
@@ -22,15 +33,53 @@ import re
 import zlib
 
 # Changing the count moves customers between shards: the count is part of every name, and
-# a store written with another count is refused rather than half read (see history.py).
+# a store written with another count is refused rather than half read (processing's
+# shards.py).
 HISTORY_SHARDS = 64
 # Training parts per training instance: more than one so a slow part does not hold up an
 # instance alone, few enough that a run writes a handful of objects per instance.
 TRAIN_PARTS_PER_INSTANCE = 4
 SHARD_SUFFIX = ".parquet"
 
-COLUMNS = ("customer_id", "ds", "y")
-# ds: timestamp[us] without a zone (UTC), y: float64, customer_id: string.
+# A history shard: customer_id (string), ts (timestamp[us] without a zone, UTC: the
+# reading's instant), y (float64: the reading), sorted by customer_id then ts, one row per
+# customer and instant.
+HISTORY_COLUMNS = ("customer_id", "ts", "y")
+# History shards of releases that kept one total per customer and period (ds: the period).
+TOTALS_HISTORY_COLUMNS = ("customer_id", "ds", "y")
+
+# A training part: one row per customer and period, each customer's rows together by ds.
+#   customer_id  string
+#   ds           timestamp[us] without a zone (UTC): the period's start (a UTC day, or an
+#                hour for hourly models)
+#   y            float64: the total of the customer's stored readings in the period
+#   readings     int64: how many readings make that total
+#   interval_s   float64: the customer's reading interval in seconds, the same on each of
+#                its rows: the median gap between consecutive stored readings (over its
+#                whole history, so missing readings, which make a few long gaps, do not
+#                move it); null for a customer with a single reading. A period of
+#                ``period seconds / interval_s`` readings is complete; fewer, incomplete.
+#   use          string: what training is to do with the period (USES); the row is kept
+#                whatever it says, so every reading stays accounted for
+TRAIN_COLUMNS = ("customer_id", "ds", "y", "readings", "interval_s", "use")
+
+# ``use``, decided by processing per customer and period (thresholds: the job's
+# FLEETCAST_INCOMPLETE_BELOW and FLEETCAST_ZERO_RUN_DAYS, contracts.processing.JobLimits):
+# - ok: fit it.
+# - incomplete: fewer readings than FLEETCAST_INCOMPLETE_BELOW (0.9) of the
+#   ``period seconds / interval_s`` the interval implies (at least one). Its total is too
+#   low because readings are missing, not because less was used: a missing period for
+#   fitting, not a low one. A customer without an interval (one reading) has none.
+# - inactive: zero consumption while the meter was not in use: the leading run of zero
+#   periods (before the customer was connected), and any later run of zero periods that
+#   spans at least FLEETCAST_ZERO_RUN_DAYS (7) days, inside the history or at its end.
+#   Not consumption of nothing; not fitted. Inactive wins over incomplete.
+# Model families fit the ok periods only, treating the others as gaps: none of them is
+# filled in or invented; the stored readings keep all of them.
+USE_OK = "ok"
+USE_INCOMPLETE = "incomplete"
+USE_INACTIVE = "inactive"
+USES = (USE_OK, USE_INCOMPLETE, USE_INACTIVE)
 
 _HISTORY_SHARD = re.compile(r"shard-(\d{4})-of-(\d{4})\.parquet")
 

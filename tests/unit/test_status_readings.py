@@ -1,0 +1,48 @@
+"""``fleetcast status`` says what a run's processing did with the history: readings it
+replaced (and changed), and periods sent to training but left out of fitting."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from fleetcast.cli import _status_table
+from fleetcast.status import RunStatus
+
+
+def _rendered(run: RunStatus) -> str:
+    console = Console(width=400, record=True)
+    console.print(_status_table([run]))
+    return console.export_text()
+
+
+def test_status_shows_replaced_readings_and_periods_left_out_of_fitting() -> None:
+    run = RunStatus(
+        run_id="q0000000001-20261203t120000",
+        processing_job="job",
+        processing_status="Completed",
+        rows_read=120,
+        rows_rejected=0,
+        readings_replaced=24,
+        readings_changed=2,
+        periods_incomplete=3,
+        periods_inactive=30,
+    )
+    shown = _rendered(run)
+    assert "24 stored readings replaced, 2 changed (changed.csv)" in shown
+    assert "not fitted: 3 incomplete, 30 inactive periods" in shown
+
+
+def test_status_says_nothing_of_them_when_there_are_none() -> None:
+    run = RunStatus(
+        run_id="q0000000001-20261203t120000",
+        processing_job="job",
+        processing_status="Completed",
+        rows_read=120,
+        rows_rejected=0,
+        readings_replaced=0,
+        readings_changed=0,
+        periods_incomplete=0,
+        periods_inactive=0,
+    )
+    shown = _rendered(run)
+    assert "replaced" not in shown and "not fitted" not in shown
