@@ -81,16 +81,20 @@ def _wait_for_training(up: Up, run_id: str, wanted: str = "Completed") -> None:
 
 
 def _snapshot_after_now(up: Up) -> None:
-    """Wait for a snapshot that holds everything done so far (a write made now marks the
-    state changed, so one follows within seconds)."""
+    """Wait for a snapshot that holds everything done so far. A write marks the state
+    changed, so a snapshot follows within seconds; but one written after it may have been
+    forked before it. Snapshots are taken one at a time, so the one after that was forked
+    after it."""
     info = up.info()
-    since = time.time()
-    up.client("s3").put_object(Bucket=info.raw_bucket, Key="notes/mark.txt", Body=b"now")
     snapshot = up.state_dir / "aws-state.pickle"
     deadline = time.monotonic() + JOB_SECONDS
-    while not (snapshot.is_file() and snapshot.stat().st_mtime > since + 0.5):
-        assert time.monotonic() < deadline, "no snapshot followed the last change"
-        time.sleep(0.2)
+    since = time.time()
+    for _ in range(2):
+        up.client("s3").put_object(Bucket=info.raw_bucket, Key="notes/mark.txt", Body=b"now")
+        while not (snapshot.is_file() and snapshot.stat().st_mtime > since):
+            assert time.monotonic() < deadline, "no snapshot followed the last change"
+            time.sleep(0.2)
+        since = snapshot.stat().st_mtime
 
 
 def _follow(up: Up, run_id: str) -> RunStatus:
