@@ -39,6 +39,7 @@ from fleetcast.exports import (
 from fleetcast.run_report import RunAccuracy, render_html, summarise, summary_lines
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
+from fleetcast.status_table import status_table
 from fleetcast.terminal import UsageError, console, err
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.ids import is_valid_run_id
@@ -78,70 +79,6 @@ def _names(args: argparse.Namespace) -> dict[str, str]:
             }
         )
     return {name: os.environ[variable] for name, variable in NAME_VARIABLES.items()}
-
-
-def _status_table(runs: list[RunStatus]) -> Table:
-    table = Table(title="fleetcast runs", header_style="bold")
-    for column in (
-        "order",
-        "run",
-        "source",
-        "processing",
-        "rows (rejected)",
-        "training",
-        "customers",
-        "trained",
-        "failed",
-        "live",
-    ):
-        table.add_column(column)
-    for run in runs:
-        processing = run.processing_status + (
-            f"\n{run.processing_failure}" if run.processing_failure else ""
-        )
-        training = (run.training_status or "-") + (
-            f" ({run.training_secondary_status})"
-            if run.training_secondary_status and run.training_status == "InProgress"
-            else ""
-        )
-        if run.training_failure:
-            training += f"\n{run.training_failure}"
-        table.add_row(
-            f"#{run.upload_order}" if run.upload_order is not None else "-",
-            run.run_id,
-            run.source or "-",
-            processing,
-            f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})"
-            + (
-                f"\n{run.readings_replaced} stored readings replaced, "
-                f"{run.readings_changed or 0} changed (changed.csv)"
-                if run.readings_replaced
-                else ""
-            )
-            + (
-                f"\nnot fitted: {run.periods_incomplete or 0} incomplete, "
-                f"{run.periods_inactive or 0} inactive periods"
-                if run.periods_incomplete or run.periods_inactive
-                else ""
-            ),
-            training,
-            str(run.customers_processed if run.customers_processed is not None else "-"),
-            str(
-                run.customers_trained
-                if run.customers_trained is not None
-                else run.customers_checkpointed
-            ),
-            "\n".join(
-                [
-                    str(run.customers_failed if run.customers_failed is not None else "-"),
-                    *run.failure_summary(),
-                ]
-            )
-            + (f"\n{run.customers_lost} lost: {run.first_lost}" if run.customers_lost else ""),
-            str(run.customers_registered)
-            + (f"\n{run.registration}" if run.chunks_total is not None else ""),
-        )
-    return table
 
 
 def _statuses(names: dict[str, str]) -> list[RunStatus]:
@@ -296,7 +233,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             while not (runs and all(run.done for run in runs)):
                 if time.monotonic() > deadline:
                     err.print(f"[red]still running after {args.wait:.0f} s[/]")
-                    console.print(_status_table(runs))
+                    console.print(status_table(runs))
                     return 1
                 time.sleep(1)
                 runs = _statuses(names)
@@ -305,7 +242,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif not runs:
         console.print("no uploads yet: `fleetcast upload FILE`")
     else:
-        console.print(_status_table(runs))
+        console.print(status_table(runs))
         summary = _accuracy_summary(names, None)
         if summary is not None:
             for line in summary_lines(summary):

@@ -34,6 +34,8 @@ from fleetcast_common.upload_queue import UploadQueue
 POLL_SECONDS = 0.5
 # An upload whose processing job waits for the one running (fleetcast_common.upload_queue).
 WAITING = "Waiting"
+# Uploads that left the queue without a run (upload_queue.NotProcessed), by outcome.
+NOT_PROCESSED = {"superseded": "Superseded", "replaced": "Replaced"}
 
 
 # The kind of a failure recorded before manifests kept kinds.
@@ -53,7 +55,13 @@ class RunStatus(BaseModel):
     # The upload's file name, and its whole S3 key (from the run's upload record).
     source: str | None = None
     source_key: str | None = None
+    # The object version its event named (the ETag in an unversioned bucket).
+    source_version: str | None = None
     processing_job: str
+    # An upload that got no run (processing_status Superseded or Replaced): why, and the
+    # run of the newer upload of its key that superseded it.
+    not_processed_reason: str | None = None
+    superseded_by: str | None = None
     processing_status: str
     processing_failure: str | None = None
     rows_read: int | None = None
@@ -110,7 +118,7 @@ class RunStatus(BaseModel):
     @property
     def done(self) -> bool:
         """Nothing more will happen to this run."""
-        if self.processing_status in ("Failed", "Stopped"):
+        if self.processing_status in ("Failed", "Stopped", *NOT_PROCESSED.values()):
             return True
         if self.processing_status == "Completed" and self.customers_to_train == 0:
             return True  # a metadata upload that changed nobody's calendar: nothing to train
@@ -216,7 +224,8 @@ def run_status(
     record = storage.read_text_if_exists(s3, bucket, layout.upload_record_key(run_id))
     if record is not None:
         # Written before the job started: a run that failed before its report has it too.
-        status.source_key = UploadRecord.model_validate_json(record).upload.key
+        upload = UploadRecord.model_validate_json(record).upload
+        status.source_key, status.source_version = upload.key, upload.version_id or upload.etag
         status.source = upload_file_name(status.source_key)
     report = storage.read_text_if_exists(s3, bucket, layout.report_prefix(run_id) + SUMMARY_FILE)
     if report is not None:
@@ -364,7 +373,8 @@ def pipeline_status(
     queue: UploadQueue | None = None,
 ) -> list[RunStatus]:
     """Every run of this stack in upload order (the order they reached the upload queue);
-    with the upload ``queue``, also the uploads waiting for their processing job."""
+    with the upload ``queue``, also the uploads waiting for their processing job and those
+    that left the queue without one (superseded or replaced)."""
     decisions = functools.cache(lambda: decisions_per_run(table))
     started = run_ids(prefix, sagemaker)
     runs = [
@@ -381,5 +391,20 @@ def pipeline_status(
             created_at=w.upload.uploaded_at,
         )
         for w in waiting
+    ]
+    skipped = [n for n in (queue.not_processed() if queue else []) if n.run_id not in started]
+    runs += [
+        RunStatus(
+            run_id=n.run_id,
+            source=upload_file_name(n.upload.key),
+            source_key=n.upload.key,
+            source_version=n.upload.version_id or n.upload.etag,
+            processing_job=processing_job_name(prefix, n.run_id),
+            processing_status=NOT_PROCESSED.get(n.outcome, n.outcome),
+            not_processed_reason=n.reason,
+            superseded_by=n.superseded_by,
+            created_at=n.upload.uploaded_at,
+        )
+        for n in skipped
     ]
     return sorted(runs, key=lambda run: run.run_id)

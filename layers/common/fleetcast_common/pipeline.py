@@ -23,7 +23,7 @@ from fleetcast_common.jobs import (
     training_job_request,
 )
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
-from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
+from fleetcast_common.upload_queue import Lease, NotProcessed, UploadQueue, WaitingUpload
 
 _DISPATCH_PASSES = 4
 # What DescribeProcessingJob answers for a job that does not exist.
@@ -114,7 +114,7 @@ def start_processing(
     # (A repeated event of an upload that was queued before the newer one arrived finds
     # it waiting: it keeps its place, and the newer one follows it.)
     if arrival.superseded_by is not None and not queue.is_waiting(run_id):
-        return JobStart(
+        superseded = JobStart(
             outcome=Outcome.SUPERSEDED,
             run_id=run_id,
             reason=(
@@ -123,6 +123,8 @@ def start_processing(
                 "newer object replaced this one"
             ),
         )
+        _record_not_processed(queue, upload, superseded, now, arrival.superseded_by)
+        return superseded
     queue.add(WaitingUpload(run_id=run_id, upload=upload))
     dispatched = dispatch_uploads(settings, sagemaker, s3, queue, now)
     started, others = dispatched.started, dispatched.not_processed
@@ -200,11 +202,13 @@ def dispatch_uploads(
         try:
             started = _start_job(settings, sagemaker, s3, waiting)
         except UploadReplacedError as error:
+            replaced = JobStart(outcome=Outcome.REPLACED, run_id=waiting.run_id, reason=str(error))
+            # Recorded before it leaves the queue: a function stopped in between leaves it
+            # waiting, to be found replaced (and recorded) again.
+            _record_not_processed(queue, waiting.upload, replaced, now)
             queue.remove(waiting.run_id)
             queue.release_lease(waiting.run_id)
-            not_processed.append(
-                JobStart(outcome=Outcome.REPLACED, run_id=waiting.run_id, reason=str(error))
-            )
+            not_processed.append(replaced)
             continue
         except Exception:
             # The upload keeps its place; the next event (a retry of this one) tries again.
@@ -221,6 +225,28 @@ def dispatch_uploads(
         queue.release_lease(current.run_id)
         passes += 1
     return _Dispatched(not_processed=not_processed)
+
+
+def _record_not_processed(
+    queue: UploadQueue,
+    upload: Upload,
+    outcome: JobStart,
+    now: datetime | None,
+    superseded_by: str | None = None,
+) -> None:
+    """Keep an upload that gets no run where ``fleetcast status`` reads (not only in this
+    function's log and metrics)."""
+    assert outcome.run_id is not None and outcome.reason is not None
+    queue.record_not_processed(
+        NotProcessed(
+            run_id=outcome.run_id,
+            upload=upload,
+            outcome=outcome.outcome.value,
+            reason=outcome.reason,
+            superseded_by=superseded_by,
+            recorded_at=now or datetime.now(UTC),
+        )
+    )
 
 
 def _start_job(

@@ -96,6 +96,8 @@ class RunRegistration(ChunkCounts):
     chunks_done: int = 0
     started_at: datetime
     registered_at: datetime | None = None
+    # The numbers of the chunks counted (empty for a run whose record does not keep them).
+    counted_chunks: frozenset[int] = frozenset()
 
     @property
     def complete(self) -> bool:
@@ -480,7 +482,7 @@ class ModelRegistry:
             # Each chunk added its counts to the record as it finished (finish_chunk).
             totals = {name: values.pop(name, 0) for name in ChunkCounts.model_fields}
             chunks_done = values.pop("chunks_done", 0)
-            values.pop(COUNTED_CHUNKS, None)
+            values["counted_chunks"] = {int(n) for n in values.pop(COUNTED_CHUNKS, set())}
         else:
             # A run started before the record kept totals: its chunks' records added up.
             chunks = self._chunks(run_id)

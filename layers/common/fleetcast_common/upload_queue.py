@@ -31,7 +31,10 @@ Items (partition key ``queue``, sort key ``entry``):
 - ``arrival`` / ``{upload identity}``: the run id an upload was given, so a repeated event
   gets the same one;
 - ``object`` / ``{bucket and key identity}``: the newest upload of that key seen so far
-  (its padded sequencer and run id).
+  (its padded sequencer and run id);
+- ``not-processed`` / ``{run_id}``: an upload taken off the queue without a run, with its
+  :class:`NotProcessed` (why, and the newer run that superseded it), which ``fleetcast
+  status`` lists beside the runs.
 
 Arrival and object items carry ``expires_at`` (DynamoDB TTL): a repeated or out-of-order
 event comes within hours, not weeks.
@@ -61,6 +64,7 @@ COUNTER = "counter"
 UPLOADS = "uploads"
 ARRIVAL = "arrival"
 OBJECT = "object"
+NOT_PROCESSED = "not-processed"
 # How long arrival and object records are kept (DynamoDB TTL on ``expires_at``).
 ARRIVAL_RECORD_LIFETIME = timedelta(days=14)
 # How long a lease may stand without its job existing before it is taken over: far longer
@@ -82,6 +86,19 @@ class Arrival(BaseModel):
     # The run of a newer upload of the same key (by S3's sequencer) that reached the queue
     # first: this one was replaced in S3 and must not be processed after it.
     superseded_by: str | None = None
+
+
+class NotProcessed(BaseModel):
+    """An upload that left the queue without a run: ``superseded`` (a newer upload of its
+    key reached the queue first) or ``replaced`` (the version its event named was gone
+    when its turn came)."""
+
+    run_id: str
+    upload: Upload
+    outcome: str  # pipeline.Outcome's "superseded" or "replaced"
+    reason: str
+    superseded_by: str | None = None
+    recorded_at: datetime
 
 
 class Lease(BaseModel):
@@ -201,14 +218,36 @@ class UploadQueue:
         return WaitingUpload.model_validate(items[0]) if items else None
 
     def waiting(self) -> list[WaitingUpload]:
+        return [WaitingUpload.model_validate(item) for item in self._items(WAITING)]
+
+    def record_not_processed(self, record: NotProcessed) -> None:
+        """Keep an upload that leaves the queue without a run, for ``fleetcast status``
+        (kept as long as runs are listed: no expiry). A repeated event keeps the first."""
+        try:
+            self._table.put_item(
+                Item={
+                    "queue": NOT_PROCESSED,
+                    "entry": record.run_id,
+                    **record.model_dump(mode="json", exclude_none=True),
+                },
+                ConditionExpression=Attr("queue").not_exists(),
+            )
+        except Exception as error:
+            if error_code(error) != _CONDITION_FAILED:
+                raise
+
+    def not_processed(self) -> list[NotProcessed]:
+        return [NotProcessed.model_validate(item) for item in self._items(NOT_PROCESSED)]
+
+    def _items(self, partition: str) -> list[dict[str, Any]]:
         query: dict[str, Any] = {
-            "KeyConditionExpression": Key("queue").eq(WAITING),
+            "KeyConditionExpression": Key("queue").eq(partition),
             "ConsistentRead": True,
         }
-        found: list[WaitingUpload] = []
+        found: list[dict[str, Any]] = []
         while True:
             page = self._table.query(**query)
-            found += [WaitingUpload.model_validate(item) for item in page.get("Items", [])]
+            found += page.get("Items", [])
             if "LastEvaluatedKey" not in page:
                 return found
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]

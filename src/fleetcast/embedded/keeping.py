@@ -105,7 +105,8 @@ class StateKeeping:
         text = (
             f"restored its last snapshot, {taken}: {kept.describe()}. LOST: whatever "
             f"changed after it until the stack died (last seen {_at(dead.last_seen)}): "
-            "uploads, records and jobs made then, and events still being delivered"
+            "uploads, records and jobs made then, and events still being delivered (what "
+            "a run lacks of them is sent again: see below)"
         )
         lost = self._jobs_lost()
         if lost:

@@ -14,7 +14,8 @@ bytes are not in it: a kept stack holds them in files of its state folder
 the objects' and items' metadata, not their gigabytes. A job that had finished keeps its
 outcome and does not run again; a job still running is run again at the next start (a
 training job from its checkpoints, as after a spot interruption). Not kept: events still
-being delivered and SQS messages, the API's key (a new one at every start), the
+being delivered and SQS messages (what a run lacks of them is sent again at the next
+start: :mod:`.recovery`), the API's key (a new one at every start), the
 endpoint's loaded models (it loads them from S3 again) and the cost data (made anew at
 every start).
 """

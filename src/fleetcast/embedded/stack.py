@@ -29,6 +29,7 @@ from fleetcast.embedded.keeping import StateKeeping
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.malloc import limit_arenas
 from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
+from fleetcast.embedded.recovery import Recovery
 from fleetcast.embedded.resources import create_resources
 from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.serving import LocalServing, ServingOptions
@@ -205,6 +206,8 @@ class EmbeddedStack:
             # Read once: they set their functions' concurrency and feed their pollers.
             event_sources = event_source_mappings(self.template)
             warming = self._create_functions(event_sources)
+            if kept is not None:  # before anything is delivered or resumed (recovery.py)
+                self._redrive()
             self.delivery.start()
             # SQS event sources (embedded/queues.py)
             self.queues = QueueDelivery(
@@ -230,6 +233,13 @@ class EmbeddedStack:
             self.notices += self.keeping.notices
             self.keeping.notices.clear()
         return self.info
+
+    def _redrive(self) -> None:
+        assert self.runner is not None
+        sagemaker = persistence.sagemaker_backend(ACCOUNT_ID, REGION)
+        recovery = Recovery(self.template, self.client, self.resource, self.runner, sagemaker)
+        if redriven := recovery.redrive():
+            self.keeping.notices.append(redriven.describe())
 
     def stop(self) -> None:
         # Every poller's long poll ends within a second: let them end together.

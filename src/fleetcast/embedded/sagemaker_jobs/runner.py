@@ -324,7 +324,7 @@ class JobRunner:
         job = backend.processing_jobs[name]
         job.processing_start_time = now()
         job.last_modified_time = now()
-        self._publish_processing(job)
+        self.publish_processing(job)
         root = self._workdir / "jobs" / name / "algo-1"
         log_file = self._workdir / "jobs" / name / "algo-1.log"
         status, exit_message, failure = "Failed", None, None
@@ -386,9 +386,9 @@ class JobRunner:
         job.failure_reason = failure[:FAILURE_REASON_LIMIT] if failure else None
         job.processing_end_time = now()
         job.last_modified_time = now()
-        self._publish_processing(job)
+        self.publish_processing(job)
 
-    def _publish_processing(self, job: Any) -> None:
+    def publish_processing(self, job: Any) -> None:
         detail = _jsonable(job.response_object, as_string=False)
         self._publish("SageMaker Processing Job State Change", job.arn, detail)
 
@@ -401,7 +401,7 @@ class JobRunner:
         hosts = training_contract.host_names(instance_count)
         job_dir = self._workdir / "jobs" / name
         training.transition(job, "Starting", "Preparing the instances for training")
-        self._publish_training(job)
+        self.publish_training(job)
         started = time.monotonic()
         interruptions = 0
         failure: str | None = None
@@ -485,7 +485,7 @@ class JobRunner:
             job.training_job_status = "Completed"
             training.transition(job, "Completed", "Training job completed")
         job.secondary_status_transitions[-1]["EndTime"] = job.training_end_time
-        self._publish_training(job)
+        self.publish_training(job)
 
     def _start_checkpoint_syncs(self, job: Any, roots: list[Path]) -> list[CheckpointSync]:
         checkpoint = job.checkpoint_config
@@ -525,7 +525,7 @@ class JobRunner:
             for handle in handles:
                 handle.close()
 
-    def _publish_training(self, job: Any) -> None:
+    def publish_training(self, job: Any) -> None:
         detail = _jsonable(job.response_object, as_string=True)
         self._publish("SageMaker Training Job State Change", job.arn, detail)
 

@@ -1,0 +1,259 @@
+"""At a start from a snapshot, every run is driven on to its end.
+
+A snapshot keeps the buckets, tables and jobs, but not the EventBridge events and SQS
+messages still being delivered: moto holds them in memory only, and a clean stop drops
+them as a crash does. A run whose job had ended before its end event was handled, or
+whose registration chunks were still queued, would stay where it stopped for ever
+("training done, registration pending"). So, before any event is delivered or any job
+resumes (nothing else acts on the pipeline meanwhile), the stack looks at what each run
+lacks and sends again exactly the message that was lost, down the same path (an event
+put into EventBridge, a chunk sent to its queue), relying on each handler being
+idempotent:
+
+- an ended processing job that still holds the upload queue's lease: its state-change
+  event (start-processing frees the lease, a repeat finds it free, and starts the next
+  upload, a repeat finds it started);
+- a completed processing job with training input and no training job: the same event
+  (start-training creates the job; a repeat finds it: ResourceInUse);
+- an ended training job whose run has no registration record: its state-change event
+  (register-models plans the same chunks again: their ids and numbers are deterministic);
+- a run whose registration record counts fewer chunks than it planned: the chunks it has
+  not counted, planned again from the run's own registration record, sent to the chunks
+  queue (register-chunk counts a chunk once and never decides a customer twice);
+- uploads waiting with no job running to start them: the oldest one's S3 event
+  (start-processing finds its run id and its place and dispatches the queue). A lease
+  whose job does not exist is freed first: no function that could still create the job
+  is alive (the dead stack's processes were stopped).
+
+Jobs that were running at the snapshot run again (:mod:`.persistence`) and publish their
+own events when they end.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetcast.embedded.sagemaker_jobs import JobRunner
+from fleetcast.embedded.template import ACCOUNT_ID, LocalTemplate
+from fleetcast_common import storage
+from fleetcast_common.chunk_queue import enqueue_chunks
+from fleetcast_common.contracts import layout
+from fleetcast_common.contracts.ids import run_id_from_job_name, training_job_name
+from fleetcast_common.jobs import Upload
+from fleetcast_common.registration import (
+    RegistrationChunk,
+    plan_registration,
+    read_registration_record,
+)
+from fleetcast_common.registry import ModelRegistry
+from fleetcast_common.upload_queue import ENDED_STATUSES, UploadQueue
+
+COMPLETED = "Completed"
+
+
+@dataclass
+class Redriven:
+    """What a start sent again, for its report."""
+
+    processing_ends: list[str] = field(default_factory=list)
+    training_ends: list[str] = field(default_factory=list)
+    # Run id -> the numbers of the registration chunks sent again.
+    chunks: dict[str, list[int]] = field(default_factory=dict)
+    # Run ids of waiting uploads whose S3 event was sent again.
+    uploads: list[str] = field(default_factory=list)
+    freed_lease: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.processing_ends or self.training_ends or self.chunks or self.uploads) or (
+            self.freed_lease is not None
+        )
+
+    def describe(self) -> str:
+        parts = []
+        if self.processing_ends:
+            parts.append(
+                "the end of processing job "
+                + ", ".join(self.processing_ends)
+                + " (start-training, and start-processing's next upload)"
+            )
+        if self.training_ends:
+            parts.append(
+                "the end of training job " + ", ".join(self.training_ends) + " (register-models)"
+            )
+        for run_id, numbers in sorted(self.chunks.items()):
+            parts.append(
+                f"{len(numbers)} registration chunks of run {run_id} not yet counted "
+                f"(numbers {_ranges(numbers)}; register-chunk)"
+            )
+        if self.freed_lease is not None:
+            parts.append(
+                f"the upload queue's lease of run {self.freed_lease} freed (its processing "
+                "job was never created)"
+            )
+        if self.uploads:
+            parts.append(
+                "the S3 event of waiting upload " + ", ".join(self.uploads) + " (start-processing)"
+            )
+        return (
+            "re-driven, as events and messages in flight are not kept and each handler is "
+            "idempotent: " + "; ".join(parts)
+        )
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``0-3, 7`` for [0, 1, 2, 3, 7]."""
+    spans: list[list[int]] = []
+    for number in sorted(numbers):
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+@dataclass
+class Recovery:
+    """The pipeline's unfinished runs, found in moto's SageMaker backend and the stack's
+    tables and buckets, and driven on."""
+
+    template: LocalTemplate
+    client: Callable[[str], Any]
+    resource: Callable[[str], Any]
+    runner: JobRunner
+    sagemaker: Any  # moto's SageMaker backend (its jobs are the runner's to publish)
+
+    @property
+    def _prefix(self) -> str:
+        return self.template.parameters.get("JobNamePrefix", "fleetcast")
+
+    def _name(self, logical_id: str) -> str:
+        return self.template.physical_name(logical_id)
+
+    def redrive(self) -> Redriven:
+        redriven = Redriven()
+        ends = self._processing_ends_lost(redriven)
+        for job_name in sorted(ends):
+            self.runner.publish_processing(self.sagemaker.processing_jobs[job_name])
+            redriven.processing_ends.append(job_name)
+        self._registrations(redriven)
+        return redriven
+
+    # -- processing and the upload queue -----------------------------------------------
+
+    def _ours(self, jobs: dict[str, Any]) -> dict[str, str]:
+        """Run id -> job name of this stack's jobs in ``jobs``."""
+        found = {}
+        for name in jobs:
+            run_id = run_id_from_job_name(self._prefix, name)
+            if run_id is not None:
+                found[run_id] = name
+        return found
+
+    def _processing_ends_lost(self, redriven: Redriven) -> set[str]:
+        """The processing jobs whose end must be published again; waiting uploads whose
+        event must be sent again are sent here."""
+        jobs = self.sagemaker.processing_jobs
+        ends = set()
+        s3, bucket = self.client("s3"), self._name("ArtifactsBucket")
+        for run_id, name in self._ours(jobs).items():
+            trained = training_job_name(self._prefix, run_id) in self.sagemaker.training_jobs
+            if jobs[name].processing_job_status != COMPLETED or trained:
+                continue
+            if any(
+                layout.is_training_input(posixpath.basename(key))
+                for key in storage.keys_under(s3, bucket, layout.train_prefix(run_id))
+            ):
+                ends.add(name)
+        if "UploadQueueTable" not in self.template.resources:
+            return ends
+        queue = UploadQueue(self.resource("dynamodb").Table(self._name("UploadQueueTable")))
+        lease = queue.lease()
+        if lease is not None:
+            job = jobs.get(lease.job_name)
+            if job is None:
+                queue.release_lease(lease.run_id)
+                redriven.freed_lease = lease.run_id
+            elif job.processing_job_status in ENDED_STATUSES:
+                ends.add(lease.job_name)
+                return ends
+            else:
+                return ends  # running (again): its end starts the next upload
+        oldest = queue.oldest_waiting()
+        if oldest is not None:
+            self._upload_event(oldest.upload)
+            redriven.uploads.append(oldest.run_id)
+        return ends
+
+    def _upload_event(self, upload: Upload) -> None:
+        """The upload's "Object Created" event as S3 sent it (the fields start-processing
+        reads: key, size, ETag, version and sequencer, at the upload's time)."""
+        obj: dict[str, Any] = {"key": upload.key, "size": upload.size}
+        if upload.etag:
+            obj["etag"] = upload.etag
+        if upload.version_id:
+            obj["version-id"] = upload.version_id
+        if upload.sequencer:
+            obj["sequencer"] = upload.sequencer
+        detail = {
+            "version": "0",
+            "bucket": {"name": upload.bucket},
+            "object": obj,
+            "request-id": "fleetcast-recovery",
+            "requester": ACCOUNT_ID,
+            "reason": "PutObject",
+        }
+        response = self.client("events").put_events(
+            Entries=[
+                {
+                    "Source": "aws.s3",
+                    "DetailType": "Object Created",
+                    "Resources": [f"arn:aws:s3:::{upload.bucket}"],
+                    "Time": upload.uploaded_at,
+                    "Detail": json.dumps(detail),
+                }
+            ]
+        )
+        if response.get("FailedEntryCount"):
+            raise RuntimeError(f"could not send {upload.key}'s event again: {response}")
+
+    # -- registration ------------------------------------------------------------------
+
+    def _registrations(self, redriven: Redriven) -> None:
+        if "ModelRegistryTable" not in self.template.resources:
+            return
+        registry = ModelRegistry(self.resource("dynamodb").Table(self._name("ModelRegistryTable")))
+        s3, bucket = self.client("s3"), self._name("ArtifactsBucket")
+        jobs = self.sagemaker.training_jobs
+        for run_id, name in sorted(self._ours(jobs).items()):
+            job = jobs[name]
+            if job.training_job_status not in ENDED_STATUSES:
+                continue
+            progress = registry.run(run_id)
+            if progress is not None and progress.complete:
+                continue
+            plan = read_registration_record(s3, bucket, run_id)
+            chunks: list[RegistrationChunk] = []
+            if progress is not None and plan is not None and plan.chunks:
+                planned = plan_registration(
+                    run_id, plan.training_job, bucket, plan.chunk_size, s3, plan.job_failure
+                )[1]
+                if len(planned) == plan.chunks:
+                    missing = [c for c in planned if c.number not in progress.counted_chunks]
+                    # Every chunk counted but the run not marked registered (a delivery
+                    # stopped in between): a repeat of the last one marks it.
+                    chunks = missing or planned[-1:]
+            if not chunks:
+                # No record yet, or one the chunks cannot be planned again from: the
+                # coordinator plans the run again.
+                self.runner.publish_training(job)
+                redriven.training_ends.append(name)
+                continue
+            queue_url = self.client("sqs").get_queue_url(
+                QueueName=self._name("RegistrationChunksQueue")
+            )["QueueUrl"]
+            enqueue_chunks(self.client("sqs"), queue_url, chunks)
+            redriven.chunks[run_id] = [c.number for c in chunks if c.number is not None]
