@@ -294,17 +294,21 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
         upper = max(np.percentile(v, 95) for v in data if v)
         axis.set_xlim(0, upper * 1.1)
         hidden = sum(w > upper * 1.1 for values in data for w in values)
-        axis.set_xlabel(
-            "WAPE per customer over the held-back days (box: quartiles; red diamond: mean;\n"
-            f"dashed: fleetcast's median; {hidden} points beyond the axis's end not drawn)",
-            fontsize=9,
-        )
+        axis.set_xlabel(f"WAPE per customer ({hidden} beyond the axis's end not drawn)", fontsize=9)
         axis.set_title(
             f"{result.data_set.title}\n{len(result.customers)} customers, last {result.horizon} days held back",
             fontsize=10,
         )
     figure.suptitle(f"make accuracy: {machine.summary()}", fontsize=8)
-    figure.tight_layout()
+    figure.text(
+        0.5,
+        0.01,
+        "Box: quartiles, whiskers to 1.5 IQR; dots: customers; red diamond: mean; "
+        "dashed line: fleetcast's median.",
+        ha="center",
+        fontsize=8,
+    )
+    figure.tight_layout(rect=(0, 0.04, 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -377,7 +381,7 @@ naive's in-sample MAE on the fit window; both per customer, then the median and 
 customers. "beats naive": customers whose WAPE is below seasonal naive's. CPU per
 customer: fleetcast's training job (every worker process, all candidates, export and
 archives) divided by its customers; Prophet's fit and predict with its CmdStan process;
-statsforecast's fit and forecast on one core (numba's compilation left out).
+statsforecast's fit and forecast on one core (after one untimed warm-up fit per model).
 
 {chr(10).join(parts)}
 Every figure, per customer too: [`{figures}`]({figures}); chart: [`{chart}`]({chart}).
