@@ -63,6 +63,8 @@ class DataSetResult:
     fleetcast_hyperparameters: dict[str, str]
     fleetcast_instances: int
     fit_days: list[int]
+    # The held-back days most customers share, e.g. "2013-12-02 to 2013-12-31 (95 of 97 customers)".
+    horizon_dates: str
     seconds: float
 
     @property
@@ -203,6 +205,7 @@ def write_results(
                 "file": f"bench/accuracy/data/{r.data_set.file}",
                 "readings": r.readings,
                 "horizon_days": r.horizon,
+                "held_back": r.horizon_dates,
                 "min_fit_days": MIN_FIT_DAYS,
                 "customers": len(r.customers),
                 "scored_customers": len(r.scored),
@@ -351,7 +354,8 @@ def readme_section(
         parts.append(
             f"**{result.data_set.title}**: {result.data_set.description}; "
             f"{len(result.customers)} customers{left_out}, {min(result.fit_days)}-"
-            f"{max(result.fit_days)} days of history before the horizon.{failed}\n\n"
+            f"{max(result.fit_days)} days of history before the horizon; held back: "
+            f"{result.horizon_dates}.{failed}\n\n"
             f"{_markdown_table(result)}\n\nIssue 26's targets on this set: {verdicts}.\n"
         )
     members = ", ".join(results[0].median_members) if results else ""
@@ -374,7 +378,9 @@ settings a deployed stack gives them, and each forecast is read from the run's f
 export. The peers get the same readings as daily totals (pandas' per-day sums, a day
 without readings 0): stock `Prophet()`, seasonal naive (last week repeated),
 statsforecast's AutoETS, AutoTheta and AutoARIMA (season length 7), and the day-by-day
-{MEDIAN} ({members}).
+{MEDIAN} ({members}). One window per customer, its last {horizon} days: each set's dates
+are below (a set that ends in December holds back December, holidays included; a rolling
+origin over several windows would say more than one window does).
 
 WAPE = sum |error| / sum actual over the held-back days; MASE = mean |error| / seasonal
 naive's in-sample MAE on the fit window; both per customer, then the median and mean over
