@@ -258,8 +258,8 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
     import matplotlib.pyplot as plt
     import numpy as np
 
-    figure, axes = plt.subplots(1, len(results), figsize=(7 * len(results), 5.2), squeeze=False)
-    for axis, result in zip(axes[0], results, strict=True):
+    figure, axes = plt.subplots(len(results), 1, figsize=(10, 3.6 * len(results)), squeeze=False)
+    for axis, result in zip(axes[:, 0], results, strict=True):
         names = list(result.methods)
         data = [
             [w for w in result.methods[n].wape.values() if w is not None and math.isfinite(w)]
@@ -311,7 +311,7 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
         ha="center",
         fontsize=8,
     )
-    figure.tight_layout(rect=(0, 0.04, 1, 1))
+    figure.tight_layout(rect=(0, 0.02, 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -351,10 +351,12 @@ def readme_section(
             if missing
             else ""
         )
+        shortest, longest = min(result.fit_days), max(result.fit_days)
+        history = f"{shortest}" if shortest == longest else f"{shortest}-{longest}"
         parts.append(
             f"**{result.data_set.title}**: {result.data_set.description}; "
-            f"{len(result.customers)} customers{left_out}, {min(result.fit_days)}-"
-            f"{max(result.fit_days)} days of history before the horizon; held back: "
+            f"{len(result.customers)} customers{left_out}, {history} days of history before "
+            "the horizon; held back: "
             f"{result.horizon_dates}.{failed}\n\n"
             f"{_markdown_table(result)}\n\nIssue 26's targets on this set: {verdicts}.\n"
         )
