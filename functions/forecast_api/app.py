@@ -120,7 +120,11 @@ def _documented(success: str, *statuses: int) -> dict[int, OpenAPIResponse]:
     """The route's responses: 200 (its return type) and the errors it can answer."""
     described = {
         400: "Bad customer id, period or query parameter",
-        403: "Missing or wrong x-api-key (API Gateway)",
+        403: (
+            "Missing or wrong x-api-key (API Gateway: Forbidden), or a path that none of "
+            "the API's routes matches, such as a customer id with a '/' (API Gateway: "
+            "Missing Authentication Token; x-amzn-ErrorType says which)"
+        ),
         404: "The customer has no live model",
         429: "Throttled or over the daily quota (API Gateway)",
         502: "The endpoint failed to forecast",

@@ -52,6 +52,7 @@ def upload_from(event: S3EventNotificationEventBridgeModel) -> Upload:
         size=int(detail.object.size or 0),
         uploaded_at=event.time,
         version_id=detail.object.version_id,
+        etag=detail.object.etag or None,
         sequencer=detail.object.sequencer,
     )
 
@@ -97,4 +98,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     elif started.outcome is Outcome.SUPERSEDED:
         logger.warning("upload superseded: %s", started.reason, extra=started.model_dump())
         metrics.add_metric(name="UploadsSuperseded", unit=MetricUnit.Count, value=1)
+    # Uploads whose object changed before their turn: this event's own, or others the
+    # queue moved past while dispatching.
+    replaced = [started] if started.outcome is Outcome.REPLACED else []
+    for skipped in replaced + started.not_processed:
+        logger.warning(
+            "upload not processed: %s", skipped.reason, extra=skipped.model_dump(mode="json")
+        )
+        metrics.add_metric(name="UploadsReplaced", unit=MetricUnit.Count, value=1)
     return started.model_dump(mode="json")

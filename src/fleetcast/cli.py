@@ -22,7 +22,7 @@ from rich.table import Table
 
 from fleetcast import images
 from fleetcast.cost_cli import add_cost_commands
-from fleetcast.embedded import persistence
+from fleetcast.embedded import keeping, lease, persistence
 from fleetcast.embedded.api import DEFAULT_PORT as DEFAULT_API_PORT
 from fleetcast.embedded.gateway import PortTakenError
 from fleetcast.embedded.serving import ServingOptions
@@ -40,6 +40,7 @@ from fleetcast.run_report import RunAccuracy, render_html, summarise, summary_li
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 from fleetcast.terminal import UsageError, console, err
+from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.ids import is_valid_run_id
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.run_exports import ACCURACY, FORECASTS
@@ -119,7 +120,12 @@ def _status_table(runs: list[RunStatus]) -> Table:
                 if run.customers_trained is not None
                 else run.customers_checkpointed
             ),
-            str(run.customers_failed if run.customers_failed is not None else "-")
+            "\n".join(
+                [
+                    str(run.customers_failed if run.customers_failed is not None else "-"),
+                    *run.failure_summary(),
+                ]
+            )
             + (f"\n{run.customers_lost} lost: {run.first_lost}" if run.customers_lost else ""),
             str(run.customers_registered)
             + (f"\n{run.registration}" if run.chunks_total is not None else ""),
@@ -156,9 +162,19 @@ def cmd_up(args: argparse.Namespace) -> int:
             keep_state=True,
         )
         if args.fresh:
-            aside = persistence.set_aside(stack.snapshot_path)
+            try:  # never the folder of a stack that runs
+                lease.refuse_if_held(stack.state_dir)
+            except RuntimeError as error:
+                console.print(f"[red]{error}[/]")
+                return 1
+            aside = persistence.set_aside(
+                stack.snapshot_path, stack.state_dir / keeping.OBJECTS_FOLDER
+            )
             if aside:
-                console.print(f"starting empty; the last stop's state is in {aside}")
+                console.print(
+                    f"starting empty; the last state is in {aside} (its objects' files "
+                    f"beside it, in {keeping.OBJECTS_FOLDER}.{aside.suffix.lstrip('.')})"
+                )
         try:
             info = stack.start()
         except (RuntimeError, PortTakenError) as error:
@@ -236,15 +252,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def upload_files(files: Sequence[Path], bucket: str, prefix: str) -> list[str]:
+    """Put each file at ``prefix`` + its name; every key is checked before any is put, so
+    a refusal uploads nothing."""
     missing = [str(path) for path in files if not path.is_file()]
     if missing:
         raise UsageError(f"no such file: {', '.join(missing)} (nothing was uploaded)")
+    keys = [f"{prefix}{path.name}" for path in files]
+    for key in keys:
+        problem = layout.upload_key_problem(key)
+        if problem is not None:
+            raise UsageError(f"--prefix {prefix!r}: {problem} (nothing was uploaded)")
     s3 = boto3.client("s3")
-    keys = []
-    for path in files:
-        key = f"{prefix}{path.name}"
+    for path, key in zip(files, keys, strict=True):
         s3.upload_file(str(path), bucket, key)
-        keys.append(key)
     return keys
 
 
@@ -414,7 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     upload = commands.add_parser("upload", help="drop files into the raw bucket")
     upload.add_argument("files", nargs="+", type=Path)
-    upload.add_argument("--prefix", default="incoming/")
+    upload.add_argument(
+        "--prefix",
+        default=layout.INCOMING_PREFIX,
+        help=f"key prefix, under {layout.INCOMING_PREFIX} (the only one processed); "
+        f"{layout.INCOMING_METADATA_PREFIX} for customer metadata files",
+    )
     upload.set_defaults(run=cmd_upload)
 
     status = commands.add_parser("status", help="each upload's jobs and customer counts")

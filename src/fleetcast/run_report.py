@@ -20,6 +20,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from fleetcast_common.registry import ModelRegistry, ModelStatus
+from fleetcast_common.run_exports import CANDIDATE_KINDS
 
 
 class Spread(BaseModel):
@@ -57,6 +58,10 @@ class RunAccuracy(BaseModel):
     # Customers whose model has no exported forecast, and the first reason.
     not_exported: int
     first_export_error: str | None = None
+    # How many trained customers each family's model serves (chosen by backtest), and
+    # each candidate family's backtest WAPE over the customers it was scored for.
+    served: dict[str, int] = {}
+    family_wape: dict[str, Spread] = {}
 
     @property
     def not_live(self) -> int:
@@ -73,7 +78,17 @@ def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAc
     decisions = [states[row["customer_id"]].decided for row in rows if row["outcome"] != "failed"]
     statuses = [decided.status for decided in decisions if decided is not None]
     not_exported = [row for row in rows if row["outcome"] != "failed" and not row["forecast_rows"]]
+    trained = [row for row in rows if row["outcome"] != "failed"]
+    kinds = [row.get("model_kind") or "prophet" for row in trained]
     return RunAccuracy(
+        served={
+            kind: kinds.count(kind) for kind in sorted(set(kinds), key=kinds.count, reverse=True)
+        },
+        family_wape={
+            kind: Spread.of([row.get(f"backtest_wape_{kind}") for row in trained])
+            for kind in CANDIDATE_KINDS
+            if any(row.get(f"backtest_wape_{kind}") is not None for row in trained)
+        },
         run_id=run_id,
         customers=len(rows),
         scored=len(scored),
@@ -109,9 +124,24 @@ def summary_lines(summary: RunAccuracy) -> list[str]:
         f"p90 {_percent(smape.p90)}); seasonal-naive median {_percent(naive_smape.median)}",
         f"  WAPE  median {_percent(wape.median)} (p10 {_percent(wape.p10)}, "
         f"p90 {_percent(wape.p90)}) over {wape.customers} customers",
-        f"  {summary.beat_naive} of {summary.scored} beat seasonal-naive (lower sMAPE)",
+        f"  {summary.beat_naive} of {summary.scored} beat seasonal-naive (lower error on "
+        "the backtest, or the holdout's sMAPE for models from before backtests)",
+    ]
+    if summary.served:
+        lines.append(
+            "  served by family (each customer's choice on its backtest): "
+            + ", ".join(f"{kind} {count}" for kind, count in summary.served.items())
+        )
+    if summary.family_wape:
+        lines.append(
+            "  backtest WAPE median by candidate: "
+            + ", ".join(
+                f"{kind} {_percent(spread.median)}" for kind, spread in summary.family_wape.items()
+            )
+        )
+    lines += [
         f"  made live {summary.live}; not made live {summary.not_live}: "
-        f"{summary.rejected} quality gate, "
+        f"{summary.rejected} quality gate (worse than seasonal-naive), "
         f"{summary.superseded} superseded, {summary.failed} failed"
         + (f", {summary.undecided} not decided yet" if summary.undecided else ""),
     ]
@@ -121,6 +151,35 @@ def summary_lines(summary: RunAccuracy) -> list[str]:
             f"(first: {summary.first_export_error})"
         )
     return lines
+
+
+def family_chart_png(summary: RunAccuracy, accuracy: pa.Table) -> bytes:
+    """Box plot of every candidate family's backtest WAPE across the customers, as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    kinds = list(summary.family_wape)
+    values = [
+        [100 * v for v in accuracy.column(f"backtest_wape_{kind}").to_pylist() if v is not None]
+        for kind in kinds
+    ]
+    figure, axes = plt.subplots(figsize=(9, 4), dpi=100)
+    try:
+        axes.boxplot(values, showfliers=False)
+        axes.set_xticks(
+            range(1, len(kinds) + 1),
+            [f"{kind}\n(serves {summary.served.get(kind, 0)})" for kind in kinds],
+        )
+        axes.set_ylabel("backtest WAPE (%)")
+        axes.set_title("Each candidate family's backtest error, per customer")
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png")
+    finally:
+        plt.close(figure)
+    return buffer.getvalue()
 
 
 def error_chart_png(accuracy: pa.Table) -> bytes:
@@ -137,8 +196,8 @@ def error_chart_png(accuracy: pa.Table) -> bytes:
         upper = max([*model, *naive, 0.01])
         bins = np.linspace(0, upper * 100, 31).tolist()
         axes.hist([100 * v for v in naive], bins=bins, alpha=0.55, label="seasonal-naive")
-        axes.hist([100 * v for v in model], bins=bins, alpha=0.75, label="Prophet model")
-        axes.set_xlabel("holdout sMAPE (%)")
+        axes.hist([100 * v for v in model], bins=bins, alpha=0.75, label="served model")
+        axes.set_xlabel("backtest sMAPE (%)")
         axes.set_ylabel("customers")
         axes.set_title("Error distribution: model vs seasonal-naive")
         axes.legend()
@@ -188,6 +247,21 @@ def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> st
         f"<td>{_percent(row['naive_smape'])}</td><td>{_number('mase', row['mase'])}</td></tr>"
         for row in scored
     )
+    family_rows = "".join(
+        f"<tr><td>{e(kind)}</td><td>{summary.served.get(kind, 0)}</td>"
+        + "".join(f"<td>{_percent(getattr(spread, f))}</td>" for f in ("p10", "median", "p90"))
+        + f"<td>{spread.customers}</td></tr>"
+        for kind, spread in summary.family_wape.items()
+    )
+    families = (
+        '<h2>Model families</h2><table id="families"><tr><th>family</th><th>serves</th>'
+        "<th>backtest WAPE p10</th><th>median</th><th>p90</th><th>customers scored</th></tr>"
+        f"{family_rows}</table>"
+        '<img id="family-chart" alt="Backtest WAPE per candidate family" '
+        f'src="data:image/png;base64,{base64.b64encode(family_chart_png(summary, accuracy)).decode()}">'
+        if summary.family_wape
+        else ""
+    )
     failures = [row for row in accuracy.to_pylist() if row["outcome"] == "failed"][:worst]
     failure_rows = "".join(
         f"<tr><td>{e(row['customer_id'])}</td><td>{e(row['failure_reason'] or '')}</td></tr>"
@@ -204,13 +278,14 @@ def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> st
 <h2>What became of the models</h2>
 <table id="decisions"><tr><th>outcome</th><th>customers</th></tr>
 <tr><td>made live</td><td>{summary.live}</td></tr>
-<tr><td>not made live: quality gate</td><td>{summary.rejected}</td></tr>
+<tr><td>not made live: quality gate (worse than seasonal-naive)</td><td>{summary.rejected}</td></tr>
 <tr><td>not made live: superseded by a newer run</td><td>{summary.superseded}</td></tr>
 <tr><td>not made live: training failed</td><td>{summary.failed}</td></tr>
 <tr><td>not decided yet</td><td>{summary.undecided}</td></tr>
 <tr><td>no exported forecast</td><td>{summary.not_exported}</td></tr>
 </table>
-<h2>Holdout error across the fleet</h2>
+{families}
+<h2>Backtest error of the served models across the fleet</h2>
 <table id="measures"><tr><th rowspan="2">measure</th><th colspan="3">model</th>
 <th colspan="3">seasonal-naive</th><th rowspan="2">customers</th></tr>
 <tr><th>p10</th><th>median</th><th>p90</th><th>p10</th><th>median</th><th>p90</th></tr>

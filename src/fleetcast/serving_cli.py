@@ -12,6 +12,7 @@ import io
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +20,12 @@ from typing import Any
 from urllib.parse import quote
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fleetcast.embedded.stack import StackInfo
 from fleetcast_common import storage
+from fleetcast_common.contracts.ids import InvalidCustomerIdError, is_valid_customer_id
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.contracts.layout import history_shard_key, legacy_history_key
 from fleetcast_common.forecasting import (
@@ -40,6 +43,9 @@ API_KEY_ENV = "FLEETCAST_API_KEY"
 MIN_HISTORY_DAYS = 56
 HISTORY_PER_FORECAST_DAY = 4
 REQUEST_TIMEOUT_SECONDS = 35
+GATEWAY_ERROR_TYPE_HEADER = "x-amzn-ErrorType"
+# API Gateway's error type for a request whose method and path match no route.
+NO_ROUTE_ERROR_TYPE = "MissingAuthenticationTokenException"
 
 console = Console()
 err = Console(stderr=True)
@@ -89,6 +95,16 @@ def _explain(error: urllib.error.HTTPError) -> str:
         message = json.loads(error.read()).get("message", "")
     except ValueError:
         message = ""
+    # API Gateway's own answers name their kind in this header; both of its 403s say
+    # "forbidden", and only one of them is about the key.
+    error_type = error.headers.get(GATEWAY_ERROR_TYPE_HEADER, "")
+    if error.code == 403 and error_type.startswith(NO_ROUTE_ERROR_TYPE):
+        path = urllib.parse.urlsplit(error.geturl()).path
+        return (
+            f"the API has no route for {path} (403 {message or 'Missing Authentication Token'}, "
+            "API Gateway's answer to a path it does not serve): check the URL in "
+            f"{API_URL_ENV} and the customer id"
+        )
     if error.code == 403:
         return f"the API refused the key (403 {message or 'Forbidden'}): check {API_KEY_ENV}"
     retry = error.headers.get("Retry-After")
@@ -121,6 +137,9 @@ def forecast_summary(forecast: dict[str, Any]) -> str:
     clipped = forecast.get("clipped_at_zero")
     if clipped:
         summary += f"\n[yellow]{clipped} values below 0 are shown as 0 (consumption)[/]"
+    newer = forecast.get("newer_model")
+    if newer:
+        summary += f"\n[yellow]note: {escape(newer['message'])}[/]"
     return summary
 
 
@@ -269,6 +288,10 @@ def show_forecast(
 
 def cmd_forecast(args: argparse.Namespace) -> int:
     try:
+        # Checked here: an id with a '/' never reaches the API's function, and API Gateway
+        # answers it as a path it does not serve.
+        if not is_valid_customer_id(args.customer_id):
+            raise ServingError(f"{InvalidCustomerIdError(args.customer_id)} (nothing was sent)")
         if not MIN_PERIOD <= args.period <= MAX_PERIOD:
             raise ServingError(f"--period must be from {MIN_PERIOD} to {MAX_PERIOD}")
         quantiles: tuple[float, ...] = ()

@@ -4,13 +4,13 @@ its processing job and report, its training job and manifests, and the registry.
 from __future__ import annotations
 
 import functools
-import posixpath
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from fleetcast_common import storage
 from fleetcast_common.contracts import layout
@@ -21,9 +21,11 @@ from fleetcast_common.contracts.ids import (
     training_job_name,
     upload_sequence,
 )
+from fleetcast_common.contracts.object_keys import upload_file_name
 from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
 from fleetcast_common.contracts.training import host_names, progress_name
 from fleetcast_common.contracts.training_manifest import TrainingProgress
+from fleetcast_common.jobs import UploadRecord
 from fleetcast_common.registration import read_registration_record
 from fleetcast_common.registry import ModelRegistry, RunRegistration
 from fleetcast_common.upload_queue import UploadQueue
@@ -33,9 +35,23 @@ POLL_SECONDS = 0.5
 WAITING = "Waiting"
 
 
+# The kind of a failure recorded before manifests kept kinds.
+UNCLASSIFIED = "unclassified"
+
+
+class TrainingFailure(BaseModel):
+    """A customer the run could not train, as its instance's manifest says."""
+
+    customer_id: str
+    kind: str
+    reason: str
+
+
 class RunStatus(BaseModel):
     run_id: str
+    # The upload's file name, and its whole S3 key (from the run's upload record).
     source: str | None = None
+    source_key: str | None = None
     processing_job: str
     processing_status: str
     processing_failure: str | None = None
@@ -56,6 +72,10 @@ class RunStatus(BaseModel):
     customers_checkpointed: int = 0
     customers_trained: int | None = None
     customers_failed: int | None = None
+    # From the run's registration record: every customer training failed, with the kind
+    # of failure and its reason, and how many of each kind (most first).
+    failures: list[TrainingFailure] = Field(default_factory=list)
+    failures_by_kind: dict[str, int] = Field(default_factory=dict)
     # From the run's registration record: customers sent to training that have neither a
     # model nor a manifest entry saying why (their instance failed), and the first of them.
     customers_lost: int | None = None
@@ -106,6 +126,15 @@ class RunStatus(BaseModel):
         if self.chunks_total is None:
             return "-"
         return f"chunks {self.chunks_done}/{self.chunks_total}"
+
+    def failure_summary(self) -> list[str]:
+        """One line per kind of training failure, most first, with its first customer:
+        ``2 too_few_rows (first 0042: has 20 rows, needs at least 28)``."""
+        lines = []
+        for kind, count in self.failures_by_kind.items():
+            first = next(f for f in self.failures if f.kind == kind)
+            lines.append(f"{count} {kind} (first {first.customer_id}: {first.reason})")
+        return lines
 
     @property
     def processing_seconds(self) -> float | None:
@@ -178,10 +207,15 @@ def run_status(
         processing_started_at=described.get("ProcessingStartTime"),
         processing_ended_at=described.get("ProcessingEndTime"),
     )
+    record = storage.read_text_if_exists(s3, bucket, layout.upload_record_key(run_id))
+    if record is not None:
+        # Written before the job started: a run that failed before its report has it too.
+        status.source_key = UploadRecord.model_validate_json(record).upload.key
+        status.source = upload_file_name(status.source_key)
     report = storage.read_text_if_exists(s3, bucket, layout.report_prefix(run_id) + SUMMARY_FILE)
     if report is not None:
         summary = ProcessingSummary.model_validate_json(report)
-        status.source = summary.source_name
+        status.source = status.source or summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected
         status.days_replaced = summary.days_replaced
@@ -214,6 +248,16 @@ def run_status(
         if plan is not None:
             status.customers_trained = plan.customers_to_register
             status.customers_failed = len(plan.failures)
+            status.failures = [
+                TrainingFailure(
+                    customer_id=failure.customer_id,
+                    kind=failure.kind or UNCLASSIFIED,
+                    reason=failure.reason or "no reason recorded",
+                )
+                for failure in sorted(plan.failures, key=lambda failure: failure.customer_id)
+            ]
+            kinds = Counter(failure.kind for failure in status.failures)
+            status.failures_by_kind = dict(kinds.most_common())
             status.customers_lost = len(plan.lost)
             if plan.lost:
                 status.first_lost = f"{plan.lost[0].customer_id}: {plan.lost[0].reason}"
@@ -321,7 +365,8 @@ def pipeline_status(
     runs += [
         RunStatus(
             run_id=w.run_id,
-            source=posixpath.basename(w.upload.key),
+            source=upload_file_name(w.upload.key),
+            source_key=w.upload.key,
             processing_job=processing_job_name(prefix, w.run_id),
             processing_status=WAITING,
             created_at=w.upload.uploaded_at,

@@ -9,10 +9,12 @@ import http.client
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from test_pipeline import finished, readings, to_csv, upload
 from test_serving import usage_plan
 
 from fleetcast.embedded.api import KEY_REFRESH_SECONDS
+from fleetcast.embedded.api_server import MAX_HEAD_BYTES
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.contracts.ids import is_valid_customer_id
 from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
@@ -310,3 +313,111 @@ def test_a_disabled_key_is_refused_and_an_enabled_one_served_again(
         disabled(False)
     assert answer_once_the_gateway_rereads_its_keys(200)[0] == 200
     client.close()
+
+
+# ---------------------------------------------------------------- API Gateway's limits, in JSON
+
+
+@pytest.fixture
+def unthrottled(stack: EmbeddedStack) -> Iterator[None]:
+    """The throttle and quota are tested on their own, not here."""
+    with usage_plan(stack, None):
+        yield
+
+
+def raw_request(url: str, head: bytes, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+    """Send ``head`` (a request line and headers, as written) as it is, and read the answer
+    (http.client would refuse to send most of these)."""
+    parts = urllib.parse.urlsplit(url)
+    with socket.create_connection((parts.hostname or "", parts.port or 80), timeout=60) as sock:
+        sock.sendall(head + body)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, dict(response.getheaders()), response.read()
+
+
+def head_of(url: str, key: str, headers: list[tuple[str, str]], target: str | None = None) -> bytes:
+    parts = urllib.parse.urlsplit(url)
+    line = f"GET {target or parts.path + f'/customers/{CUSTOMERS[0]}/model'} HTTP/1.1\r\n"
+    fields = [("Host", parts.netloc), ("x-api-key", key), *headers]
+    return (line + "".join(f"{name}: {value}\r\n" for name, value in fields) + "\r\n").encode()
+
+
+def test_many_small_headers_are_served_as_api_gateway_serves_them(
+    api: dict[str, Any], unthrottled: None
+) -> None:
+    # Given 150 short headers, about 3 KB in all: over http.server's 100 lines, well
+    # within API Gateway's 10,240 bytes
+    headers = [(f"x-probe-{i}", "1") for i in range(150)]
+    # When they are sent; then the function answers, as on API Gateway
+    status, _, body = raw_request(api["url"], head_of(api["url"], api["key"], headers))
+    assert status == 200, body
+    assert json.loads(body)["customer_id"] == CUSTOMERS[0]
+
+
+def test_a_request_head_over_10240_bytes_is_refused_in_json_and_one_just_under_is_served(
+    api: dict[str, Any], unthrottled: None
+) -> None:
+    # Given heads of exactly the limit and one byte over it (x-pad's value sized to fit;
+    # the blank line that ends a head holds no header and is not counted)
+    base = len(head_of(api["url"], api["key"], [("x-pad", "")])) - 2
+    at_limit = head_of(api["url"], api["key"], [("x-pad", "a" * (MAX_HEAD_BYTES - base))])
+    over = head_of(api["url"], api["key"], [("x-pad", "a" * (MAX_HEAD_BYTES - base + 1))])
+    assert len(at_limit) - 2 == MAX_HEAD_BYTES
+    # When each is sent; then the one at the limit is served, the other refused as API
+    # Gateway refuses it: 413, its JSON, the connection closed
+    assert raw_request(api["url"], at_limit)[0] == 200
+    status, headers, body = raw_request(api["url"], over)
+    assert (status, json.loads(body)) == (413, {"message": "Request Too Long"})
+    assert headers["Content-Type"] == "application/json"
+    assert headers["x-amzn-ErrorType"] == "RequestTooLongException"
+    assert headers["Connection"] == "close"
+
+
+@pytest.mark.parametrize(
+    ("case", "head", "wanted"),
+    [
+        # one 60 KB header: a line http.server accepts, API Gateway does not
+        ("a 60 KB header", "60kb", (413, "Request Too Long")),
+        # 200 headers of 100 bytes: over both limits
+        ("200 headers of 100 bytes", "200x100", (413, "Request Too Long")),
+        ("a 70 KB request line", "GET /prod/" + "a" * 70_000 + " HTTP/1.1\r\n\r\n", None),
+        ("a 12 KB request line", "GET /prod/" + "a" * 12_000 + " HTTP/1.1\r\n\r\n", None),
+        ("no HTTP version", "GET /prod/x HTTP/x\r\n\r\n", (400, None)),
+        ("an unknown HTTP version", "GET /prod/x HTTP/3.0\r\n\r\n", (505, None)),
+        (
+            "an unknown method",
+            "BREW /prod/x HTTP/1.1\r\n\r\n",
+            (403, "Missing Authentication Token"),
+        ),
+        ("a Content-Length that is no number", "content-length", (400, "Bad Request")),
+        ("a body over 10 MB", "body", (413, "Request Too Long")),
+    ],
+)
+def test_every_refusal_is_api_gateways_json(
+    api: dict[str, Any],
+    unthrottled: None,
+    case: str,
+    head: str,
+    wanted: tuple[int, str | None] | None,
+) -> None:
+    url, key = api["url"], api["key"]
+    # Given a request API Gateway would refuse
+    sent = {
+        "60kb": head_of(url, key, [("x-big", "a" * 60_000)]),
+        "200x100": head_of(url, key, [(f"x-h{i}", "a" * 90) for i in range(200)]),
+        "content-length": head_of(url, key, [("Content-Length", "ten")]),
+        "body": head_of(url, key, [("Content-Length", str(11 * 1024 * 1024))]),
+    }.get(head, head.encode())
+    # When it is sent
+    status, headers, body = raw_request(url, sent)
+    # Then the answer is API Gateway's: JSON with a message, never an HTML page
+    assert headers["Content-Type"] == "application/json", (case, body[:200])
+    document = json.loads(body)
+    assert set(document) == {"message"} and document["message"], (case, document)
+    assert headers["x-amzn-ErrorType"].endswith("Exception"), case
+    if wanted is None:  # over the combined limit of request line and headers
+        wanted = (413, "Request Too Long")
+    assert status == wanted[0], (case, status, document)
+    if wanted[1] is not None:
+        assert document["message"] == wanted[1], (case, document)

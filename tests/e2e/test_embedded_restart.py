@@ -6,11 +6,15 @@ with Ctrl-C as a reader stops it."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +23,17 @@ from typing import Any
 import boto3
 import pytest
 from template_helpers import REPO_ROOT
+from test_pipeline import readings, to_csv
 
+from fleetcast.embedded import lease
 from fleetcast.embedded.stack import StackInfo
+from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
+from fleetcast_common.contracts.ids import training_job_name, upload_sequence
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*"),
+]
 
 # Generous: on a loaded machine a start takes minutes (eight worker processes import pandas).
 START_SECONDS = 600
@@ -234,3 +245,113 @@ def test_a_second_stack_on_the_same_machine_takes_free_ports_and_says_so(
     third = start_up(tmp_path / "first", tmp_path / "third.log", wait=False)
     assert third.process.wait(timeout=START_SECONDS) == 1
     assert "already runs from" in third.output(), third.output()
+
+
+def test_a_killed_stack_is_said_at_the_next_start_keeps_its_completed_run_and_leaves_nothing(
+    tmp_path: Path, ups: list[Up]
+) -> None:
+    # Given a stack with a completed, registered run, and a later one training
+    state_dir = tmp_path / "state"
+    first = start_up(state_dir, tmp_path / "first.log", "--port", "0", "--api-port", "0")
+    ups.append(first)
+    info = first.info()
+    done = to_csv(readings(KEPT_CUSTOMERS, "2024-01-01", 90, seed=3))
+    completed = upload_and_follow(first, "kept.csv", done)
+    assert completed.customers_registered == len(KEPT_CUSTOMERS), completed
+    training = upload_only(first, "later.csv", to_csv(readings(LATER, "2024-01-01", 120, seed=4)))
+    job = training_job_name(info.job_name_prefix, training)
+    sagemaker = first.client("sagemaker")
+    deadline = time.monotonic() + JOB_SECONDS
+    while True:
+        try:
+            described = sagemaker.describe_training_job(TrainingJobName=job)
+        except sagemaker.exceptions.ClientError:
+            described = {}
+        if described.get("SecondaryStatus") == "Training":
+            break
+        assert time.monotonic() < deadline, f"{job} never trained: {described}"
+        time.sleep(0.1)
+    # (and a snapshot taken since: one follows each change within seconds)
+    training_since = time.time()
+    snapshot = state_dir / "aws-state.pickle"
+    while snapshot.stat().st_mtime <= training_since:
+        assert time.monotonic() < deadline, "no snapshot since the job started training"
+        time.sleep(0.1)
+    assert sagemaker.describe_training_job(TrainingJobName=job)["TrainingJobStatus"] == (
+        "InProgress"
+    ), "the later run finished training before the kill: give it more customers"
+    dead = lease.Lease(**json.loads((state_dir / lease.LEASE_FILE).read_text()))
+    left = lease.left_behind(dead)
+    assert len(left) >= 5, left  # Lambda workers, their fork server, the inference server
+
+    # When the stack process is killed (kill -9) while it trains, and started again
+    os.kill(first.process.pid, signal.SIGKILL)
+    first.process.wait()
+    second = start_up(state_dir, tmp_path / "second.log", "--port", "0", "--api-port", "0")
+    ups.append(second)
+    said = " ".join(second.output().split())
+
+    # Then the crash is said, with what was kept, what was lost and what runs again
+    assert "did not stop cleanly" in said, said
+    assert "restored its last snapshot, taken at" in said and "LOST:" in said, said
+    assert f"run again now: training job {job}" in said, said
+    # and nothing of the dead stack is left running
+    # (how many: job instances' workers come and go, so not quite those counted above)
+    assert re.search(r"stopped the \d+ processes it left running: .*fleetcast_inference", said)
+    assert lease.left_behind(dead) == []
+    assert not any(process.is_running() for process in left)
+    # and the completed run's model is still served
+    again = second.info()
+    status, body = api_get(again, f"/customers/{KEPT_CUSTOMERS[0]}/model")
+    assert status == 200, body
+    assert body["run_id"] == completed.run_id
+    # and no run id is handed out twice: the next upload's number is above every one before
+    third = upload_only(second, "after.csv", done)
+    before = [upload_sequence(completed.run_id), upload_sequence(training)]
+    assert (upload_sequence(third) or 0) > max(number or 0 for number in before), (third, before)
+
+
+KEPT_CUSTOMERS = [f"kept-{i}" for i in range(3)]
+# Enough customers that their training is still running when the stack is killed.
+LATER = [f"later-{i}" for i in range(1500)]
+
+
+def upload_only(up: Up, name: str, body: bytes) -> str:
+    """Drop a file under incoming/; the run id of the processing job it starts."""
+    info, sagemaker = up.info(), up.client("sagemaker")
+    known = run_ids(info.job_name_prefix, sagemaker)
+    up.client("s3").put_object(Bucket=info.raw_bucket, Key=f"incoming/{name}", Body=body)
+    return wait_for_new_run(info.job_name_prefix, sagemaker, known, timeout=JOB_SECONDS)
+
+
+def upload_and_follow(up: Up, name: str, body: bytes) -> RunStatus:
+    run_id = upload_only(up, name, body)
+    info = up.info()
+    dynamodb = boto3.resource(
+        "dynamodb",
+        endpoint_url=info.endpoint_url,
+        region_name=info.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    return follow_run(
+        run_id,
+        info.job_name_prefix,
+        info.artifacts_bucket,
+        up.client("sagemaker"),
+        up.client("s3"),
+        dynamodb.Table(info.registry_table),
+        START_SECONDS,
+    )
+
+
+def api_get(info: StackInfo, path: str) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        info.extra["FLEETCAST_API_URL"] + path,
+        headers={"x-api-key": info.extra["FLEETCAST_API_KEY"]},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())

@@ -19,8 +19,9 @@ from fleetcast.cli import main
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import read_archive
+from fleetcast_common.contracts.model_archive import PROPHET_KIND, read_archive
 from fleetcast_common.contracts.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_common.forecasters.families import compile_archive
 from fleetcast_common.registry import ModelRegistry
 
 pytestmark = pytest.mark.e2e
@@ -163,17 +164,22 @@ def test_every_customer_gets_a_live_loadable_model(
         live = registry(stack).live(customer_id)
         assert live is not None and live.model_version == 1 and live.run_id == first_run["run_id"]
         assert live.rows == DAYS
-        # The model served is a real, loadable Prophet model, at a path of its own: the
-        # key the training job wrote it to (registration copies nothing)
+        # The model served is a real, loadable model of the family the backtest chose, at a
+        # path of its own: the key the training job wrote it to (registration copies
+        # nothing)
         key = layout.MODELS_PREFIX + live.target_model
         assert key == layout.checkpoint_prefix(first_run["run_id"]) + f"{customer_id}.tar.gz"
         model_json, metadata = read_archive(
             s3.get_object(Bucket=stack.info.artifacts_bucket, Key=key)["Body"].read()
         )
         assert metadata.customer_id == customer_id
-        model = model_from_json(model_json)
-        future = model.make_future_dataframe(periods=7, include_history=False)
-        assert len(model.predict(future)) == 7
+        assert metadata.model_kind == live.model_kind
+        if metadata.model_kind == PROPHET_KIND:
+            model = model_from_json(model_json)
+            future = model.make_future_dataframe(periods=7, include_history=False)
+            assert len(model.predict(future)) == 7
+        forecast = compile_archive(model_json, metadata.model_kind, "D").forecast(7, seed=1)
+        assert len(forecast.yhat) == 7 and np.isfinite(forecast.yhat).all()
 
 
 def test_each_customer_is_trained_once_across_instances_and_shards_are_even(
@@ -266,15 +272,32 @@ def test_a_repeated_upload_event_starts_one_processing_job(
     stack: EmbeddedStack, first_run: dict[str, Any]
 ) -> None:
     assert stack.info is not None
-    # Given the same S3 event delivered twice (its object need not exist for this)
+    # Given an upload (the job copies the object its event names, so it must exist), whose
+    # S3 event is delivered twice more besides the one S3 sends
+    key = "incoming/delivered-twice.csv"
+    body = to_csv(readings(["twice"], "2024-01-01", 10))
+    put = stack.client("s3").put_object(Bucket=stack.info.raw_bucket, Key=key, Body=body)
     event = json.loads((ROOT / "events" / "s3_object_created.json").read_text())
     event["detail"]["bucket"]["name"] = stack.info.raw_bucket
-    event["detail"]["object"]["key"] = "incoming/delivered-twice.csv"
+    event["detail"]["object"].update(
+        key=key, size=len(body), etag=put["ETag"].strip('"'), **{"version-id": put["VersionId"]}
+    )
     function = stack.functions["StartProcessingFunction"]
     first = function.invoke(event)
     again = function.invoke(event)
-    assert first["outcome"] == "started"
-    assert again["outcome"] == "already_started" and again["job_name"] == first["job_name"]
+    # Then every delivery names the one job (started by whichever came first, or waiting
+    # behind another upload's), and only one exists
+    assert first["outcome"] in ("started", "already_started", "queued")
+    assert again["outcome"] in ("already_started", "queued")
+    assert again["job_name"] == first["job_name"]
+    deadline = time.monotonic() + TIMEOUT
+    while first["run_id"] not in run_ids(stack.info.job_name_prefix, stack.client("sagemaker")):
+        assert time.monotonic() < deadline, "the upload never started processing"
+        time.sleep(0.5)
+    status = finished(stack, first["run_id"])
+    assert status.processing_status == "Completed" and status.source_key == key
+    jobs = stack.client("sagemaker").list_processing_jobs(NameContains=first["run_id"])
+    assert len(jobs["ProcessingJobSummaries"]) == 1
 
 
 def test_repeated_job_events_start_one_training_job_and_register_once(
@@ -338,7 +361,7 @@ def test_status_reports_each_upload_with_its_jobs_and_counts(
     assert failed and all(run["processing_failure"] for run in failed)
 
 
-def test_upload_puts_files_in_the_raw_bucket_and_only_incoming_starts_a_run(
+def test_upload_puts_files_only_under_incoming_and_only_incoming_starts_a_run(
     stack: EmbeddedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert stack.info is not None
@@ -348,10 +371,13 @@ def test_upload_puts_files_in_the_raw_bucket_and_only_incoming_starts_a_run(
     jobs_before = len(sagemaker.list_processing_jobs()["ProcessingJobSummaries"])
     path = tmp_path / "notes.csv"
     path.write_text("customer_id,timestamp,consumption\n1,2024-01-01,1\n")
-    # When a file is uploaded outside incoming/
-    assert main(["upload", str(path), "--prefix", "manual/"]) == 0
-    # Then it is stored, and no rule fires for it
-    stack.client("s3").head_object(Bucket=stack.info.raw_bucket, Key="manual/notes.csv")
+    # When fleetcast upload is asked to put a file outside incoming/
+    assert main(["upload", str(path), "--prefix", "manual/"]) == 2
+    # Then it refuses, uploading nothing (tests/unit/test_cli_upload.py: saying why)
+    s3 = stack.client("s3")
+    assert "Contents" not in s3.list_objects_v2(Bucket=stack.info.raw_bucket, Prefix="manual/")
+    # And a file put there by other means is stored, and no rule fires for it
+    s3.put_object(Bucket=stack.info.raw_bucket, Key="manual/notes.csv", Body=path.read_bytes())
     wait_for_events(stack, "StartProcessingFunction")
     assert len(sagemaker.list_processing_jobs()["ProcessingJobSummaries"]) == jobs_before
     # And a missing file is a clear error, not a traceback

@@ -244,6 +244,16 @@ def test_the_model_route_answers_the_live_model_in_the_apis_own_shape(
         ("/customers/srv-01/forecast?period=0", "env", 400, "period must be a whole number"),
         ("/customers/srv-01/forecast?period=400", "env", 400, "not '400'"),
         ("/customers/srv-01/forecast?days=7", "env", 400, "unknown query parameter 'days'"),
+        # Ids the allow-list refuses, as a client that encodes them sends them: each is
+        # named as an invalid id, but one with a '/' (even encoded), which API Gateway
+        # matches against no route
+        ("/customers/..%2Fx/forecast", "env", 403, "Missing Authentication Token"),
+        ("/customers/../forecast", "env", 400, "invalid customer id '..'"),
+        ("/customers/%2e%2e/model", "env", 400, "invalid customer id '..'"),
+        ("/customers/x%20y/forecast", "env", 400, "invalid customer id 'x y'"),
+        ("/customers/%C3%A9/model", "env", 400, "invalid customer id 'é'"),
+        ("/customers/a%0Ab/forecast", "env", 400, "invalid customer id 'a\\nb'"),
+        (f"/customers/{'a' * 65}/forecast", "env", 400, "1 to 64 characters"),
     ],
     ids=[
         "no key",
@@ -254,6 +264,13 @@ def test_the_model_route_answers_the_live_model_in_the_apis_own_shape(
         "period 0",
         "period 400",
         "unknown parameter",
+        "encoded slash",
+        "dot dot",
+        "encoded dot dot",
+        "space",
+        "not ascii",
+        "newline",
+        "65 characters",
     ],
 )
 def test_api_errors_are_json_with_a_clear_message(
@@ -426,6 +443,24 @@ def test_the_cli_prints_the_forecast_and_draws_it(
     )
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 20_000
     assert "no live model" in complaint
+
+
+def test_the_cli_names_the_real_cause_of_each_403(
+    served: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # When the API's URL lacks its stage, API Gateway serves no such path
+    no_stage = served["env"]["FLEETCAST_API_URL"].removesuffix("/v1")
+    with environment({**served["env"], "FLEETCAST_API_URL": no_stage}):
+        assert cli.main(["forecast", "srv-07"]) == 2
+        no_route = " ".join(capsys.readouterr().err.split())
+    # And when the key is wrong
+    with environment({**served["env"], "FLEETCAST_API_KEY": "not-the-key"}):
+        assert cli.main(["forecast", "srv-07"]) == 2
+        refused = " ".join(capsys.readouterr().err.split())
+    # Then each says what is wrong: the path, then the key
+    assert "the API has no route for /customers/srv-07/forecast" in no_route
+    assert "key" not in no_route
+    assert "the API refused the key (403 Forbidden): check FLEETCAST_API_KEY" in refused
 
 
 def test_the_cli_prints_and_draws_quantiles(

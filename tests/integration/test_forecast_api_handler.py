@@ -395,3 +395,44 @@ def test_a_registry_entry_naming_another_target_model_is_refused_unsent(
     status, _, body = call(api, api_event())
     assert (status, body["error"]) == (502, "EndpointFailed")
     assert "43" not in body["message"] and "passwd" not in body["message"]
+
+
+NEWER_RUN = "20261206t120000-9876543210"
+
+
+@pytest.mark.parametrize("sample_name", ["api_forecast.json", "api_model.json"])
+def test_an_answer_from_a_model_older_than_the_latest_data_says_which_run_and_why(
+    api: Any, registry: ModelRegistry, wired: Stubber, sample_name: str
+) -> None:
+    # Given customer 42 live at run 1, and a newer run's model, on data to a later day,
+    # that the quality gate did not make live
+    record = live(registry)
+    rejected = record.model_copy(
+        update={"run_id": NEWER_RUN, "status": ModelStatus.REJECTED, "data_end": date(2026, 12, 5)}
+    )
+    assert registry.hold_back(rejected, "holdout sMAPE 0.3000 is over 1.5 x seasonal naive's")
+    if sample_name == "api_forecast.json":
+        wired.add_response("invoke_endpoint", container_answer(), expected_invoke(record, 7))
+    # When the forecast or the model is asked for
+    status, _, body = call(api, api_event(sample_name))
+    # Then the answer is the live model's, and says the newer run's was not made live, and why
+    assert status == 200 and body["run_id"] == RUN_ID
+    newer = body["newer_model"]
+    assert (newer["run_id"], newer["status"], newer["data_end"]) == (
+        NEWER_RUN,
+        "rejected",
+        "2026-12-05",
+    )
+    assert newer["reason"] == "holdout sMAPE 0.3000 is over 1.5 x seasonal naive's"
+    assert newer["message"].startswith(
+        f"the live model (run {RUN_ID}, data to 2026-11-28) predates the customer's latest "
+        f"data: run {NEWER_RUN}'s model (data to 2026-12-05) was rejected, not made live: "
+    )
+
+
+def test_without_a_held_back_model_the_answers_have_no_newer_model(
+    api: Any, registry: ModelRegistry, wired: Stubber
+) -> None:
+    live(registry)
+    status, _, body = call(api, api_event("api_model.json"))
+    assert status == 200 and "newer_model" not in body

@@ -123,9 +123,14 @@ def _metric_values(emf: dict[str, Any]) -> dict[str, Any]:
 def test_start_processing_logs_the_upload_key_and_its_run_id(
     world: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Given an upload event
+    # Given an upload event, of an object in the raw bucket
     event = _event("s3_object_created.json")
     detail = event["detail"]
+    raw = boto3.client("s3")
+    raw.create_bucket(Bucket=detail["bucket"]["name"])
+    put = raw.put_object(Bucket=detail["bucket"]["name"], Key=detail["object"]["key"], Body=b"")
+    detail["object"]["etag"] = put["ETag"].strip('"')
+    del detail["object"]["version-id"]
     # (the first upload of a fresh queue table)
     run_id = run_id_for_upload(1, datetime.fromisoformat(event["time"]))
     # When the function starts the processing job

@@ -36,9 +36,11 @@ def upload(world: dict[str, Any], key: str, body: str, time: str) -> dict[str, A
     bucket = event["detail"]["bucket"]["name"]
     s3 = world["s3"]
     s3.create_bucket(Bucket=bucket)
-    s3.put_object(Bucket=bucket, Key=key, Body=body.encode())
+    put = s3.put_object(Bucket=bucket, Key=key, Body=body.encode())
     event["time"] = time
-    event["detail"]["object"].update(key=key, size=len(body), sequencer=None)
+    event["detail"]["object"].update(
+        key=key, size=len(body), sequencer=None, etag=put["ETag"].strip('"')
+    )
     event["detail"]["object"].pop("version-id")
     return event
 

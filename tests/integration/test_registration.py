@@ -47,10 +47,11 @@ from fleetcast_common.registration import (
 from fleetcast_common.registry import ModelRegistry, ModelStatus, RunRegistration
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_1, RUN_2, RUN_0 = (
+RUN_1, RUN_2, RUN_0, RUN_3 = (
     "20261129t100000-aaaaaaaaaa",
     "20261129t110000-bbbbbbbbbb",
     "20261129t090000-cccccccccc",
+    "20261129t120000-dddddddddd",
 )
 GOOD = HoldoutMetrics(holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0)
 BAD = HoldoutMetrics(holdout_days=7, smape=0.30, mae=50.0, naive_smape=0.05, naive_mae=8.0)
@@ -326,15 +327,17 @@ def test_a_repeated_event_after_a_newer_run_went_live_changes_no_record(
     register(world, RUN_2)
     # When run 1's event is delivered again
     again = register(world, RUN_1)
-    # Then it is a repeat: run 1 stays recorded as the version that went live
+    # Then it is a repeat: run 1 stays recorded as it was decided (a's went live, b's was
+    # below the gate, first model or not)
     counts = tuple(again.count(f) for f in ("registered", "rejected", "superseded", "repeated"))
     assert counts == (0, 0, 0, 2)
-    for customer_id in ("a", "b"):
+    expected = {"a": (ModelStatus.LIVE, 1, 2), "b": (ModelStatus.REJECTED, None, 1)}
+    for customer_id, (status, version, live_version) in expected.items():
         first = world["registry"].model(customer_id, RUN_1)
         assert first is not None
-        assert (first.status, first.model_version) == (ModelStatus.LIVE, 1)
+        assert (first.status, first.model_version) == (status, version)
         live = world["registry"].live(customer_id)
-        assert live is not None and (live.run_id, live.model_version) == (RUN_2, 2)
+        assert live is not None and (live.run_id, live.model_version) == (RUN_2, live_version)
 
 
 def test_a_clearly_worse_model_is_recorded_but_does_not_replace_the_live_one(
@@ -356,11 +359,68 @@ def test_a_clearly_worse_model_is_recorded_but_does_not_replace_the_live_one(
     assert rejected is not None and rejected.status is ModelStatus.REJECTED
 
 
-def test_a_new_customers_first_model_goes_live_even_below_the_gate(world: dict[str, Any]) -> None:
+def test_the_live_record_says_which_newer_model_was_held_back_until_one_goes_live(
+    world: dict[str, Any],
+) -> None:
+    # Given a live at run 1, and run 2's much worse model of a rejected
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": GOOD})
+    register(world, RUN_1)
+    trained(world["s3"], world["bucket"], RUN_2, {"a": BAD, "b": GOOD})
+    register(world, RUN_2)
+    # Then a's live record names run 2's model and why it is not live; b's names none
+    live_a, live_b = world["registry"].live("a"), world["registry"].live("b")
+    assert live_a is not None and live_a.run_id == RUN_1
+    assert live_a.held_back is not None
+    assert (live_a.held_back.run_id, live_a.held_back.status) == (RUN_2, ModelStatus.REJECTED)
+    assert "over 1.5 x seasonal naive's" in live_a.held_back.reason
+    assert live_b is not None and live_b.held_back is None
+    # And a redelivery of run 2, or an older run finishing late, leaves the note as it is
+    register(world, RUN_2)
+    trained(world["s3"], world["bucket"], RUN_0, {"a": BAD})
+    register(world, RUN_0)
+    assert world["registry"].live("a") == live_a
+    # When a later run's model of a goes live
+    trained(world["s3"], world["bucket"], RUN_3, {"a": GOOD})
+    register(world, RUN_3)
+    # Then the note is gone with the model it was about
+    live = world["registry"].live("a")
+    assert live is not None and (live.run_id, live.held_back) == (RUN_3, None)
+
+
+def test_a_new_customers_first_model_below_the_gate_is_not_made_live(
+    world: dict[str, Any],
+) -> None:
+    # Given a new customer whose first model is clearly worse than seasonal naive
     trained(world["s3"], world["bucket"], RUN_1, {"new": BAD})
+    # When registered
     report = register(world, RUN_1)
-    assert report.count("registered") == 1
-    assert "despite the gate" in (report.customers[0].note or "")
+    # Then it is recorded as rejected, like any model below the gate, and nothing is live
+    assert (report.count("registered"), report.count("rejected")) == (0, 1)
+    assert "seasonal naive" in (report.customers[0].note or "")
+    assert world["registry"].live("new") is None
+
+
+def test_a_backtested_model_is_gated_against_seasonal_naive_on_its_backtest(
+    world: dict[str, Any],
+) -> None:
+    # Given backtested models on a series of mean level 100 (MAE 8 is WAPE 0.08): one
+    # worse than seasonal naive by 2% of the level, one by 0.1% (equal within the gate's
+    # 0.5%), and one as good
+    def backtested(mae: float) -> HoldoutMetrics:
+        return GOOD.model_copy(
+            update={"windows": 3, "mae": mae, "wape": mae / 100, "naive_mae": 8.0}
+        )
+
+    models = {"worse": backtested(10.0), "level": backtested(8.1), "equal": backtested(8.0)}
+    trained(world["s3"], world["bucket"], RUN_1, models)
+    # When registered
+    report = register(world, RUN_1)
+    # Then only the one worse than naive by more than the tolerance is rejected: the
+    # ratio of holdout-scored models does not apply
+    assert (report.count("registered"), report.count("rejected")) == (2, 1)
+    assert world["registry"].live("worse") is None
+    assert world["registry"].live("level") is not None
+    assert world["registry"].live("equal") is not None
 
 
 def test_an_older_run_finishing_late_is_superseded(world: dict[str, Any]) -> None:

@@ -11,7 +11,6 @@ from registry_tables import create_registry_table
 
 from fleetcast.embedded.gateway import Gateway
 from fleetcast_common.contracts.model_archive import HoldoutMetrics
-from fleetcast_common.registration import passes_quality_gate
 from fleetcast_common.registry import (
     CHUNK_PREFIX,
     RUN_PARTITION_PREFIX,
@@ -78,6 +77,29 @@ def test_a_repeated_event_registers_once(registry: ModelRegistry) -> None:
     assert live is not None and live.model_version == 1
 
 
+def test_a_held_back_model_is_noted_on_the_live_record_only_while_it_is_newer(
+    registry: ModelRegistry,
+) -> None:
+    # Given no live model, a rejected model has nothing to be noted on
+    rejected = record(NEW, status=ModelStatus.REJECTED, data_end=date(2024, 1, 31))
+    assert not registry.hold_back(rejected, "worse")
+    assert registry.live("42") is None
+    # When the older run is live and the newer one is held back
+    assert registry.promote(record(OLD)) == 1
+    assert registry.hold_back(rejected, "worse")
+    # Then the live record says so, once
+    live = registry.live("42")
+    assert live is not None and live.held_back is not None
+    assert (live.held_back.run_id, live.held_back.data_end) == (NEW, date(2024, 1, 31))
+    assert not registry.hold_back(rejected, "worse")
+    # And a model of the live run itself is never noted as held back
+    assert not registry.hold_back(record(OLD, status=ModelStatus.REJECTED), "worse")
+    # When a newer model goes live, the note goes
+    assert registry.promote(record("20261129t120000-cccccccccc")) == 2
+    live = registry.live("42")
+    assert live is not None and live.held_back is None
+
+
 def test_every_model_is_recorded_once_per_run(registry: ModelRegistry) -> None:
     registry.record(record(OLD, model_version=1))
     registry.record(record(OLD, model_version=1))
@@ -88,14 +110,6 @@ def test_every_model_is_recorded_once_per_run(registry: ModelRegistry) -> None:
         (OLD, ModelStatus.LIVE),
         (NEW, ModelStatus.REJECTED),
     ]
-
-
-def test_quality_gate_compares_with_seasonal_naive() -> None:
-    assert passes_quality_gate(METRICS, ratio=1.5)
-    worse = METRICS.model_copy(update={"smape": 0.2})
-    assert not passes_quality_gate(worse, ratio=1.5)
-    perfect_naive = METRICS.model_copy(update={"naive_smape": 0.0, "smape": 0.01})
-    assert not passes_quality_gate(perfect_naive, ratio=1.5)
 
 
 def test_a_run_record_without_its_fields_is_a_run_not_started(

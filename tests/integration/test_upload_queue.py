@@ -74,14 +74,22 @@ def processing_settings(artifacts_bucket: str, queue_table: str) -> ProcessingSe
 
 
 def upload(minute: int) -> Upload:
-    """A distinct upload (its own key and revision) made ``minute`` minutes after T0."""
+    """A distinct upload (its own key and revision) made ``minute`` minutes after T0, put
+    in the raw bucket."""
     tag = uuid.uuid4().hex[:6]
+    key = f"incoming/{tag}.csv"
+    s3 = boto3.client("s3")
+    # The raw bucket, versioned as template.yaml makes it: every upload is copied from it.
+    s3.create_bucket(Bucket="raw")
+    s3.put_bucket_versioning(Bucket="raw", VersioningConfiguration={"Status": "Enabled"})
+    put = s3.put_object(Bucket="raw", Key=key, Body=b"customer_id\n")
     return Upload(
         bucket="raw",
-        key=f"incoming/{tag}.csv",
+        key=key,
         revision=tag,
         size=100,
         uploaded_at=T0 + timedelta(minutes=minute),
+        version_id=put["VersionId"],
     )
 
 

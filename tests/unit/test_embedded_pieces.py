@@ -167,6 +167,15 @@ def test_setting_a_snapshot_aside_renames_it_and_deletes_nothing(tmp_path: Path)
     assert aside is not None and aside.read_bytes() == b"state"
     assert not snapshot.exists()
     assert persistence.set_aside(snapshot) is None
+    # and the object files a snapshot names go aside with it, under the same stamp
+    snapshot.write_bytes(b"state")
+    objects = tmp_path / "s3-objects"
+    objects.mkdir()
+    (objects / "a-0").write_bytes(b"object")
+    aside = persistence.set_aside(snapshot, objects)
+    assert aside is not None and not objects.exists()
+    stamp = aside.name.rpartition(".")[2]
+    assert (tmp_path / f"s3-objects.{stamp}" / "a-0").read_bytes() == b"object"
 
 
 def test_a_processing_jobs_environment_reaches_its_container_though_moto_drops_it(

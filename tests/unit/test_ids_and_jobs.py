@@ -14,11 +14,11 @@ from fleetcast_common.contracts.ids import (
     run_id_for_upload,
     run_id_from_job_name,
     sequencer_order,
-    staged_file_name,
     training_job_name,
     upload_sequence,
     validate_customer_id,
 )
+from fleetcast_common.contracts.processing import source_key_from_environment
 from fleetcast_common.jobs import (
     Upload,
     processing_job_request,
@@ -118,43 +118,26 @@ def test_sequencers_of_one_key_compare_by_s3s_rule_left_padded_with_zeros() -> N
 
 
 @pytest.mark.parametrize(
-    ("key", "staged"),
-    [
-        ("incoming/readings-2026-11-29.csv", None),
-        ("incoming/a.csv.gz", None),
-        ("incoming/a+b.csv", "upload.csv"),
-        ("incoming/100%.csv", "upload.csv"),
-        ("incoming/my readings.csv.gz", "upload.csv.gz"),
-        ("incoming/2023-08-08T14:03:40.532432.csv", "upload.csv"),
-        ("incoming/données-été.csv", "upload.csv"),
-        ("incoming/" + "x" * 891 + ".csv", "upload.csv"),
-        ("incoming/" + "é" * 500 + ".csv", "upload.csv"),
-        ("incoming/readings", None),
-        ("incoming/read ings", "upload"),
-    ],
+    ("key", "file_name"),
+    [("incoming/a.csv", "a.csv"), ("incoming/" + "é" * 505 + ".csv", "upload.csv")],
 )
-def test_keys_sagemaker_cannot_take_as_they_are_get_a_short_safe_file_name(
-    key: str, staged: str | None
+def test_processing_request_reads_the_runs_copy_and_carries_the_uploads_real_key(
+    key: str, file_name: str
 ) -> None:
-    assert staged_file_name(key) == staged
-
-
-def test_processing_request_for_a_staged_upload_reads_the_copy_under_its_short_name() -> None:
-    # Given an upload whose key is 1024 bytes, the most S3 allows
+    # Given an upload (one whose key is 1023 bytes, near the most S3 allows, too)
     settings = ProcessingSettings.from_env(
         {**BASE_ENV, "PROCESSING_IMAGE_URI": "img", "UPLOAD_QUEUE_TABLE": "queue"}
     )
-    key = "incoming/" + "é" * 505 + ".csv"
-    assert len(key.encode()) == 1023
     upload = UPLOAD.model_copy(update={"key": key})
     run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
-    staged = layout.staged_upload_key(run_id, "upload.csv")
-    # When its job is requested with the copy's key
-    request = processing_job_request(settings, run_id, upload, False, staged)
-    # Then the job reads the copy, names it, and stays within SageMaker's limits
+    # When its job is requested
+    request = processing_job_request(settings, run_id, upload, False)
+    # Then the job reads the run's copy under its short name, never the raw key
     (raw,) = request["ProcessingInputs"]
-    assert raw["S3Input"]["S3Uri"] == f"s3://artifacts/runs/{run_id}/upload/upload.csv"
-    assert request["AppSpecification"]["ContainerArguments"][-1] == "upload.csv"
+    assert raw["S3Input"]["S3Uri"] == f"s3://artifacts/runs/{run_id}/upload/{file_name}"
+    assert request["AppSpecification"]["ContainerArguments"][-2:] == ["--upload-file", file_name]
+    # And its environment carries the real key, all within SageMaker's limits
+    assert source_key_from_environment(request["Environment"]) == key
     assert all(len(a) <= 256 for a in request["AppSpecification"]["ContainerArguments"])
     assert all(len(v) <= 256 for v in request["Environment"].values())
 
@@ -175,7 +158,7 @@ def test_processing_request_names_the_file_and_adds_history_only_when_some_exist
         "2",
         "--input-kind",
         "readings",
-        "--source-name",
+        "--upload-file",
         "a.csv",
     ]
     outputs = {

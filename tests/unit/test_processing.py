@@ -24,6 +24,7 @@ from fleetcast_common.contracts.processing import (
     JobLimits,
     ProcessingPaths,
     ProcessingSummary,
+    source_key_environment,
 )
 from fleetcast_common.contracts.shards import history_shard_name, history_shard_of
 from fleetcast_common.jobs import Upload, processing_job_request
@@ -394,6 +395,31 @@ def test_source_name_picks_the_file_when_the_prefix_brought_several(job: Job) ->
 
     # Then only a.csv was read
     assert job.train_customers() == {"a"}
+
+
+def test_the_report_names_the_upload_by_its_s3_key_not_its_staged_copy(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the run's copy of an upload whose key is not a plain file name
+    key = "incoming/Zählerstände März/daily export.csv"
+    job.upload(HEADER + "a,2024-01-01,1\n", name="upload.csv")
+    for name, value in source_key_environment(key).items():
+        monkeypatch.setenv(name, value)
+    # When the job reads the copy
+    assert job.run("--upload-file", "upload.csv") == 0
+    # Then its report and message name the upload as it was put, not 'upload.csv'
+    assert job.summary.source_name == "daily export.csv"
+    assert job.message.startswith("Processed daily export.csv:")
+
+
+def test_a_failed_job_names_the_upload_by_its_s3_key(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job.upload("not,a,header\n", name="upload.csv")
+    for name, value in source_key_environment("incoming/täglich.csv").items():
+        monkeypatch.setenv(name, value)
+    assert job.run("--upload-file", "upload.csv") == 1
+    assert job.message.startswith("Processing failed for täglich.csv:")
 
 
 def test_gzip_is_detected_by_content_not_name(job: Job) -> None:

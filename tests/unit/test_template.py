@@ -29,12 +29,14 @@ from fleetcast_common.cost import state as cost_state
 from fleetcast_common.cost.models import Anomaly
 from fleetcast_common.cost.settings import CostReportSettings
 from fleetcast_common.forecasting import ForecastApiSettings
+from fleetcast_common.pipeline import STAGING_CONCURRENCY, STAGING_PART_BYTES
 from fleetcast_common.settings import (
     ProcessingSettings,
     RegistrationCoordinatorSettings,
     RegistrationSettings,
     TrainingSettings,
 )
+from fleetcast_common.upload_queue import UNSTARTED_LEASE_GRACE
 
 # The template as the local stack reads and resolves it (parameters' defaults, the
 # stack named for JobNamePrefix's default, the local account and region).
@@ -578,6 +580,8 @@ S3_OBJECT_GRANTS = {
         ("s3:GetObjectVersion", "RawBucket", "incoming/*"),
         ("s3:PutObject", "ArtifactsBucket", "runs/*/upload/*"),
         ("s3:AbortMultipartUpload", "ArtifactsBucket", "runs/*/upload/*"),
+        # The run's upload record: the upload's real key, for status and reports.
+        ("s3:PutObject", "ArtifactsBucket", "runs/*/upload.json"),
     },
     "StartTrainingFunction": {("s3:GetObject", "ArtifactsBucket", "runs/*/report/*")},
     "RegisterModelsFunction": {
@@ -1325,3 +1329,21 @@ def test_only_cost_explorer_reads_and_unscopable_calls_are_granted_on_everything
             if statement.get("Effect", "Allow") == "Allow" and statement["Resource"] == "*":
                 unscoped |= set(as_list(statement["Action"]))
     assert unscoped <= UNSCOPABLE_ACTIONS | cost_reads
+
+
+def test_start_processing_has_time_to_stage_the_largest_upload_and_less_than_the_lease() -> None:
+    """Every upload is copied into its run's folder before its job starts (UploadPartCopy
+    parts of pipeline.STAGING_PART_BYTES, STAGING_CONCURRENCY at a time)."""
+    # Given the largest upload a processing job takes
+    largest = int(PARAMETERS["ProcessingMaxUploadMB"]["Default"]) * 2**20
+    parts = -(-largest // STAGING_PART_BYTES)
+    # Then it is a few dozen UploadPartCopy calls, within S3's limits on a part
+    assert 5 * 2**20 <= STAGING_PART_BYTES <= 5 * 2**30
+    assert 10 <= parts <= 60
+    # And at a slow 20 MB/s per part request the copy takes under half the Timeout
+    per_part_seconds = STAGING_PART_BYTES / 20e6
+    copy_seconds = -(-parts // STAGING_CONCURRENCY) * per_part_seconds
+    timeout = RESOURCES["StartProcessingFunction"]["Properties"]["Timeout"]
+    assert 2 * copy_seconds <= timeout
+    # And a function still copying is never mistaken for one that died holding the lease
+    assert timeout < UNSTARTED_LEASE_GRACE.total_seconds()

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from prophet import Prophet
-from prophet.serialize import model_from_json
 
 from fleetcast_common.contracts.model_archive import read_archive
 from fleetcast_common.contracts.training_manifest import CustomerOutcome
+from fleetcast_common.forecasters import seasonal_naive
 from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.failures import FailureKind
 from fleetcast_training.history import History
@@ -60,20 +61,27 @@ def test_scratch_backend_reaches_the_same_optimum_as_prophets_own(tmp_path: Path
     assert list(tmp_path.iterdir()) == []
 
 
-def test_without_refit_the_scored_model_is_served(tmp_path: Path):
-    # Given a trainer told not to refit on the full history
-    source = write_customer(tmp_path, series(60))
-    report = trainer(tmp_path, refit_full_history="false", uncertainty_samples="50").train(
-        "acme", source
-    )
-    # Then the served model stops before the holdout and keeps its uncertainty samples
+def test_every_candidate_is_scored_on_one_backtest_and_the_choice_recorded(tmp_path: Path):
+    # Given a customer with enough history for three 30-day windows
+    source = write_customer(tmp_path, series(200))
+    # When trained with every family as a candidate
+    report = trainer(tmp_path).train("acme", source)
+    # Then its archive says which family made the model and how every candidate scored
     assert report.result.outcome is CustomerOutcome.TRAINED
     model_json, metadata = read_archive(tmp_path / "checkpoints" / "acme.tar.gz")
-    model = model_from_json(model_json)
-    assert model.history is not None
-    assert model.history["ds"].max() == pd.Timestamp("2025-01-01") + pd.Timedelta(days=52)
-    assert model.uncertainty_samples == 50
-    assert metadata.rows == 60
+    backtest = metadata.backtest
+    assert backtest is not None
+    assert backtest.horizon == 30 and backtest.windows == 3
+    kinds = {score.model_kind for score in backtest.candidates}
+    assert kinds == {"seasonal_naive", "ets", "theta", "prophet", "combination"}
+    assert metadata.model_kind == backtest.chosen != backtest.runner_up
+    assert json.loads(model_json)["kind" if backtest.chosen != "prophet" else "growth"]
+    # And the served model's backtest error is never worse than seasonal naive's
+    chosen, naive = backtest.score(backtest.chosen), backtest.score("seasonal_naive")
+    assert chosen is not None and naive is not None
+    assert chosen.wape is not None and naive.wape is not None and chosen.wape <= naive.wape
+    assert metadata.metrics.wape == chosen.wape and metadata.metrics.naive_wape == naive.wape
+    assert metadata.metrics.holdout_days == 30 and metadata.metrics.windows == 3
 
 
 def test_hourly_customer_is_scored_on_whole_days(tmp_path: Path):
@@ -91,10 +99,10 @@ def test_hourly_customer_is_scored_on_whole_days(tmp_path: Path):
     assert metadata.metrics.smape < 0.1
 
 
-def test_an_exception_while_fitting_fails_that_customer_with_the_reason(
+def test_a_prophet_fit_that_raises_leaves_the_other_candidates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    # Given a fit that raises
+    # Given a Prophet fit that raises
     source = write_customer(tmp_path, series(60))
 
     def explode(self: Prophet, *_: object, **__: object) -> Prophet:
@@ -103,6 +111,27 @@ def test_an_exception_while_fitting_fails_that_customer_with_the_reason(
     monkeypatch.setattr(Prophet, "fit", explode)
     # When the customer is trained
     report = trainer(tmp_path).train("acme", source)
+    # Then it is served by another family, scored without Prophet
+    assert report.result.outcome is CustomerOutcome.TRAINED
+    _, metadata = read_archive(tmp_path / "checkpoints" / "acme.tar.gz")
+    assert metadata.backtest is not None
+    assert "prophet" not in {score.model_kind for score in metadata.backtest.candidates}
+    assert metadata.model_kind != "prophet"
+
+
+def test_an_exception_in_every_candidate_fails_that_customer_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a seasonal naive whose fit raises, the only candidate besides a failing Prophet
+    source = write_customer(tmp_path, series(60))
+
+    def explode(*_: object, **__: object) -> None:
+        raise RuntimeError("Error during optimization!")
+
+    monkeypatch.setattr(Prophet, "fit", explode)
+    monkeypatch.setattr(type(seasonal_naive.FAMILY), "fit", explode)
+    # When the customer is trained
+    report = trainer(tmp_path, candidates="prophet").train("acme", source)
     # Then it comes back failed, with the error, and no archive
     assert report.result.outcome is CustomerOutcome.FAILED
     assert report.failure_kind is FailureKind.FIT_FAILED
@@ -118,7 +147,7 @@ def test_yearly_seasonality_is_on_after_one_year_of_history(
     # would wait for two years)
     history = series(days)
     # When its seasonalities are resolved
-    orders = trainer(tmp_path)._seasonality_orders(History.of(history))
+    orders = trainer(tmp_path)._prophet._seasonality_orders(History.of(history))
     # Then yearly terms are used once a year is there, and weekly ones always
     assert orders["yearly"] == yearly_order
     assert orders["weekly"] > 0
@@ -131,9 +160,10 @@ def test_fits_are_counted_by_method(tmp_path: Path):
     (tmp_path / "checkpoints").rename(tmp_path / "first")
     (tmp_path / "scratch").rename(tmp_path / "first-scratch")
     multiplicative = trainer(tmp_path, seasonality_mode="multiplicative").train("acme", source)
-    # Then the first is fitted twice in-process, the second twice by CmdStan, with why
-    assert additive.result.fit_methods == {"in-process": 2}
-    assert multiplicative.result.fit_methods == {"cmdstan (multiplicative components)": 2}
+    # Then the first is fitted in-process on its whole history and before each of the
+    # backtest's three origins, the second as often by CmdStan, with why
+    assert additive.result.fit_methods == {"in-process": 4}
+    assert multiplicative.result.fit_methods == {"cmdstan (multiplicative components)": 4}
     assert multiplicative.result.outcome is CustomerOutcome.TRAINED
 
 
@@ -157,7 +187,7 @@ def test_seasonality_orders_are_prophets_auto_choices(
     history = series(periods, freq=freq)
     ours = trainer(tmp_path, **settings)
     # When resolved by the trainer and by Prophet's own set_auto_seasonalities
-    orders = ours._seasonality_orders(History.of(history))
+    orders = ours._prophet._seasonality_orders(History.of(history))
     hyper = Hyperparameters.parse({"run_id": RUN_ID, **settings})
     probe = Prophet(
         yearly_seasonality=hyper.yearly_seasonality,
@@ -199,8 +229,9 @@ def test_a_batch_fits_every_customer_then_forecasts_them_as_one_by_one(tmp_path:
     batched = trainer(tmp_path / "batch").train_batch(sources, told.append)
     one_by_one = trainer(tmp_path / "alone")
     alone = [one_by_one.train(*source) for source in sources]
-    # Then it was told each customer before its fit, then each trained one before its forecast
-    assert told == ["c0", "c1", "c2", "c0", "c1"]
+    # Then it was told each customer before reading it, each readable one before its fit,
+    # then each trained one before its forecast
+    assert told == ["c0", "c1", "c2", "c0", "c1", "c0", "c1"]
     # And the reports are the same: outcomes, and the forecasts to the number
     assert [r.result.outcome for r in batched] == [r.result.outcome for r in alone]
     assert batched[2].result.outcome is CustomerOutcome.FAILED and batched[2].forecast is None

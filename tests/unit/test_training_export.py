@@ -168,7 +168,9 @@ def test_a_model_the_forecaster_cannot_read_keeps_its_result_and_says_why(tmp_pa
     rows = {row["customer_id"]: row for row in accuracy(instance).to_pylist()}
     assert rows["odd"]["outcome"] == "resumed"
     assert rows["odd"]["forecast_rows"] == 0
-    assert "not a fitted Prophet model" in rows["odd"]["export_error"]
+    assert f"not a {metadata.model_kind} model" in rows["odd"]["export_error"] or (
+        "not a fitted Prophet model" in rows["odd"]["export_error"]
+    )
     assert set(forecasts(instance).column("customer_id").to_pylist()) == {"good"}
 
 

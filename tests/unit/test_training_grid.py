@@ -85,7 +85,9 @@ def train_fleet(
     folder: Path, customers: dict[str, pd.DataFrame], calendars: CustomerCalendars, kept: int
 ) -> tuple[CustomerTrainer, dict[str, str]]:
     silence_stan_logging()
-    settings = Hyperparameters.parse({"run_id": RUN_ID, "forecast_export_days": "0"})
+    settings = Hyperparameters.parse(
+        {"run_id": RUN_ID, "forecast_export_days": "0", "candidates": "prophet"}
+    )
     for name in ("checkpoints", "scratch", "input"):
         (folder / name).mkdir(parents=True)
     trainer = CustomerTrainer(

@@ -26,7 +26,8 @@ def test_defaults_fill_in_everything_but_the_run_id():
         "weekly_seasonality": "auto",
         "daily_seasonality": "auto",
         "uncertainty_samples": 1000,
-        "refit_full_history": True,
+        "candidates": ("seasonal_naive", "ets", "theta", "prophet"),
+        "backtest_windows": 3,
         "workers": 0,
         "default_holiday_country": "",
         "forecast_export_days": 30,
@@ -47,7 +48,8 @@ def test_strings_become_typed_values():
             "yearly_seasonality": "false",
             "weekly_seasonality": "true",
             "daily_seasonality": "6",
-            "refit_full_history": "False",
+            "candidates": "prophet, ets",
+            "backtest_windows": "2",
             "workers": "3",
             "sagemaker_region": '"eu-west-1"',
         }
@@ -57,7 +59,8 @@ def test_strings_become_typed_values():
     assert (parsed.holdout_rows, parsed.season_rows) == (48, 24)
     assert (parsed.yearly_seasonality, parsed.weekly_seasonality) == (False, True)
     assert parsed.daily_seasonality == 6
-    assert parsed.refit_full_history is False
+    assert parsed.candidates == ("ets", "prophet")
+    assert parsed.backtest_windows == 2
     assert parsed.worker_count(cpus=8) == 3
     assert Hyperparameters.parse({"run_id": RUN_ID}).worker_count(cpus=8) == 8
 

@@ -46,7 +46,11 @@ from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.hyperparameters import Hyperparameters
 
 DATA = Path(__file__).parent.parent / "data" / "training"
-HYPERPARAMETERS = json.loads((DATA / "hyperparameters.json").read_text())
+# Prophet served alone (seasonal naive still scored): these tests check its archives.
+HYPERPARAMETERS = {
+    **json.loads((DATA / "hyperparameters.json").read_text()),
+    "candidates": "prophet",
+}
 RUN_ID = HYPERPARAMETERS["run_id"]
 DAYS = 120
 FIRST_DAY = pd.Timestamp("2025-01-01")
@@ -187,7 +191,7 @@ def test_good_customers_get_readable_archives_with_servable_models(trained: tupl
         assert metadata.frequency == "D"
         assert metadata.data_start == FIRST_DAY.date()
         assert metadata.data_end == (FIRST_DAY + pd.Timedelta(days=DAYS - 1)).date()
-        assert metadata.metrics.holdout_days == 7
+        assert metadata.metrics.holdout_days == 30  # the backtest: the export's horizon
         assert 0 <= metadata.metrics.smape < 0.2
         assert 0 <= metadata.metrics.naive_smape < 0.3
         assert {"prophet", "cmdstanpy", "pandas", "numpy"} <= metadata.library_versions.keys()
@@ -203,6 +207,13 @@ def test_customer_with_too_few_rows_fails_alone(trained: tuple[Instance, Run]):
     assert result.outcome is CustomerOutcome.FAILED
     assert result.reason == "has 3 rows, needs at least 28"
     assert not instance.archive("tiny").exists()
+    # And the manifest says what kind of failure it is, for `fleetcast status` to count
+    assert result.kind == "too_few_rows"
+    # (only failures carry one: the manifest lists every trained customer too)
+    written = json.loads((instance.checkpoints / manifest_name("algo-1")).read_text())
+    with_kind = [c["customer_id"] for c in written["customers"] if "kind" in c]
+    assert with_kind == [c["customer_id"] for c in written["customers"] if c["outcome"] == "failed"]
+    assert "tiny" in with_kind and not set(GOOD) & set(with_kind)
 
 
 def test_invalid_file_names_are_failed_and_never_used(trained: tuple[Instance, Run]):
@@ -313,7 +324,7 @@ def test_metric_lines_match_the_metric_definitions(trained: tuple[Instance, Run]
     assert found["median_mae"] > 0
     assert found["models_per_second"] > 0
     # And every fit of these linear, additive models ran in-process: a holdout fit and a refit each
-    assert found["fits_in_process"] == 6
+    assert found["fits_in_process"] == 12
     assert found["fits_cmdstan"] == 0
 
 
@@ -322,7 +333,7 @@ def test_manifest_counts_each_customers_fits_by_method(trained: tuple[Instance, 
     # Then each trained customer's two fits are counted as in-process
     fits = {r.customer_id: r.fit_methods for r in instance.manifest().customers}
     assert fits == {
-        **{customer_id: {"in-process": 2} for customer_id in GOOD},
+        **{customer_id: {"in-process": 4} for customer_id in GOOD},
         **dict.fromkeys(["tiny", "bad name", "notes.txt"], None),
     }
 
@@ -508,14 +519,14 @@ def test_unknown_command_fails_the_job(tmp_path: Path):
 def worker_dies_on_customer_boom(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Workers are forked, so they inherit this patch: training 'boom' kills the process
     the way the kernel's out-of-memory killer would."""
-    fit = CustomerTrainer._fit
+    load = CustomerTrainer._load
 
-    def fit_or_die(self: CustomerTrainer, customer_id: str, source: Path) -> object:
+    def load_or_die(self: CustomerTrainer, customer_id: str, source: Path) -> object:
         if customer_id == "boom":
             os._exit(137)
-        return fit(self, customer_id, source)
+        return load(self, customer_id, source)
 
-    monkeypatch.setattr(CustomerTrainer, "_fit", fit_or_die)
+    monkeypatch.setattr(CustomerTrainer, "_load", load_or_die)
     yield
 
 

@@ -22,9 +22,10 @@ from fleetcast_common.contracts.inference import (
     PING_PATH,
     TARGET_MODEL_HEADER,
 )
+from fleetcast_common.forecasters.families import compile_archive
+from fleetcast_common.forecasters.forecast import UnsupportedModelError as UnsupportedModel
+from fleetcast_common.forecasters.forecast import forecast_seed
 from fleetcast_common.holiday_calendar import HOLIDAYS_VERSION
-from fleetcast_common.prophet_forecaster import UnsupportedModelError as UnsupportedModel
-from fleetcast_common.prophet_forecaster import compile_model, forecast_seed
 from fleetcast_common.quantiles import FORECAST_FLOOR
 from fleetcast_inference import protocol
 from fleetcast_inference.artifact import read_model_artifact
@@ -170,10 +171,11 @@ class InferenceApp:
 
 
 def build_served_model(name: str, url: str, path: Path) -> ServedModel:
-    """Read and compile the artifact at ``path``; measure what the result holds."""
+    """Read and compile the artifact at ``path`` (its family is its metadata's
+    ``model_kind``); measure what the result holds."""
     model_json, metadata = read_model_artifact(path)
     try:
-        forecaster = compile_model(model_json, metadata.frequency)
+        forecaster = compile_archive(model_json, metadata.model_kind, metadata.frequency)
     except UnsupportedModel as error:
         raise UnsupportedModelError(str(error)) from None
     except ValueError as error:
@@ -194,6 +196,7 @@ def build_served_model(name: str, url: str, path: Path) -> ServedModel:
         url=url,
         customer_id=metadata.customer_id,
         model_version=metadata.run_id,
+        model_kind=metadata.model_kind,
         frequency=metadata.frequency,
         data_start=metadata.data_start.isoformat(),
         data_end=metadata.data_end.isoformat(),

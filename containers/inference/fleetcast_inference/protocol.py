@@ -26,7 +26,7 @@ from fleetcast_common.contracts.inference import (
     MIN_PERIOD,
     error_body,
 )
-from fleetcast_common.prophet_forecaster import Forecast
+from fleetcast_common.forecasters.forecast import Forecast
 from fleetcast_common.quantiles import normalise_quantiles, quantile_key
 from fleetcast_inference.errors import BadRequestError, InferenceError
 from fleetcast_inference.registry import LoadedModelStatus, ServedModel
@@ -216,6 +216,7 @@ def render_model_status(status: LoadedModelStatus) -> bytes:
             "modelUrl": model.url,
             "customerId": model.customer_id,
             "modelVersion": model.model_version,
+            "modelKind": model.model_kind,
             "frequency": model.frequency,
             "dataStart": model.data_start,
             "dataEnd": model.data_end,

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from fleetcast_common.prophet_forecaster import ProphetForecaster
+from fleetcast_common.forecasters.forecast import Forecaster
 from fleetcast_inference.errors import (
     InferenceError,
     InsufficientMemoryError,
@@ -47,10 +47,11 @@ class ServedModel:
     url: str
     customer_id: str
     model_version: str
+    model_kind: str
     frequency: str
     data_start: str
     data_end: str
-    forecaster: ProphetForecaster = field(repr=False)
+    forecaster: Forecaster = field(repr=False)
     memory_bytes: int = 0
 
 

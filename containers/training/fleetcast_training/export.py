@@ -1,7 +1,8 @@
 """The run's forecast export and accuracy table (:mod:`fleetcast_common.run_exports`).
 
 A worker forecasts each customer from the model it has just fitted (or the archive it
-resumed), with the inference container's own math (:mod:`fleetcast_common.prophet_forecaster`)
+resumed), with the inference container's own math (the family's compile, through
+:func:`fleetcast_common.forecasters.families.compile_archive`)
 and the seed the endpoint uses for a request of the same period, so an exported row equals
 what ``invoke_endpoint`` answers for that model and period. The parent process writes the
 shard's parts at the end of the job (:class:`ShardExport`), under names fixed by the host:
@@ -22,12 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleetcast_common.contracts.model_archive import HoldoutMetrics
 from fleetcast_common.contracts.training_manifest import CustomerResult
-from fleetcast_common.prophet_forecaster import compile_model, forecast_seed
+from fleetcast_common.forecasters.families import compile_archive
+from fleetcast_common.forecasters.forecast import forecast_seed
 from fleetcast_common.quantiles import FORECAST_FLOOR
 from fleetcast_common.run_exports import (
     ACCURACY,
     ACCURACY_SCHEMA,
+    CANDIDATE_KINDS,
     CUSTOMERS_PER_PART,
     EXPORTS_DIR,
     FORECAST_SCHEMA,
@@ -56,16 +60,22 @@ def forecast_for_export(
     customer_id: str,
     run_id: str,
     model: str | dict[str, Any],
+    model_kind: str,
     frequency: str,
     periods: int,
     last_history: np.datetime64 | None = None,
 ) -> ExportedForecast:
-    """What the endpoint serves for ``period=periods`` of this model (its JSON, or the
-    ``model_to_dict`` that JSON is made from): the same seed (customer, model version =
-    run, period) and the same floor. ``last_history`` is the model's last history time,
-    if known. ``ValueError`` for a model the forecaster cannot compile."""
-    forecaster = compile_model(
-        model, frequency, horizon=periods, one_period=periods == 1, last_history=last_history
+    """What the endpoint serves for ``period=periods`` of this model of ``model_kind`` (its
+    JSON, or the object that JSON is made from): the same compile, the same seed (model
+    version = run, period) and the same floor. ``last_history`` is the model's last
+    history time, if known. ``ValueError`` for a model the forecaster cannot compile."""
+    forecaster = compile_archive(
+        model,
+        model_kind,
+        frequency,
+        horizon=periods,
+        one_period=periods == 1,
+        last_history=last_history,
     )
     seed = forecast_seed(run_id, periods)
     forecast, _ = forecaster.forecast(periods, seed).clipped_at(FORECAST_FLOOR)
@@ -227,15 +237,31 @@ def accuracy_batch(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.Rec
             "failure_reason": result.reason,
             "rows": result.rows,
             "holdout_days": metrics.holdout_days if metrics else None,
-            "beats_naive": metrics.smape < metrics.naive_smape if metrics else None,
+            "beats_naive": _beats_naive(metrics) if metrics else None,
             "forecast_rows": 0 if customer.forecast is None else len(customer.forecast.yhat),
             "export_error": customer.export_error,
         }
         for name in MEASURES:
             row[name] = getattr(metrics, name) if metrics else None
             row[f"naive_{name}"] = getattr(metrics, f"naive_{name}") if metrics else None
+        metadata = result.metadata
+        backtest = metadata.backtest if metadata else None
+        row["model_kind"] = metadata.model_kind if metadata else None
+        row["runner_up"] = backtest.runner_up if backtest else None
+        row["backtest_windows"] = backtest.windows if backtest else None
+        for kind in CANDIDATE_KINDS:
+            score = backtest.score(kind) if backtest else None
+            row[f"backtest_wape_{kind}"] = score.wape if score else None
         rows.append(row)
     return pa.RecordBatch.from_pylist(rows, schema=ACCURACY_SCHEMA)
+
+
+def _beats_naive(metrics: HoldoutMetrics) -> bool:
+    """Strictly better than seasonal naive: on the backtest's MAE where there is one (the
+    measure the gate uses), else on the holdout's sMAPE."""
+    if metrics.windows is not None:
+        return metrics.mae < metrics.naive_mae
+    return metrics.smape < metrics.naive_smape
 
 
 def _write_atomically(table: pa.Table, path: Path) -> None:

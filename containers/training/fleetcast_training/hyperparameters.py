@@ -31,6 +31,8 @@ _FREQUENCIES = {"d": DAILY, "h": HOURLY}
 _PERIODS_PER_DAY = {DAILY: 1, HOURLY: 24}
 # The seasonal-naive baseline repeats the last week of daily data, the last day of hourly.
 _SEASON = {DAILY: timedelta(days=7), HOURLY: timedelta(days=1)}
+# The model families a customer's candidates may be drawn from, in the order they fit.
+CANDIDATES = ("seasonal_naive", "ets", "theta", "prophet")
 
 
 class InvalidHyperparametersError(ValueError):
@@ -55,6 +57,18 @@ def _seasonality(value: object) -> object:
     raise ValueError("must be 'auto', 'true', 'false' or a positive Fourier order")
 
 
+def _candidates(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    unknown = sorted(set(names) - set(CANDIDATES))
+    if unknown:
+        raise ValueError(f"unknown {', '.join(unknown)}; known: {', '.join(CANDIDATES)}")
+    if not names:
+        raise ValueError(f"name at least one of {', '.join(CANDIDATES)}")
+    return tuple(name for name in CANDIDATES if name in names)
+
+
 Seasonality = Annotated[Literal["auto"] | bool | int, BeforeValidator(_seasonality)]
 
 
@@ -70,7 +84,11 @@ class Hyperparameters(BaseModel):
     weekly_seasonality: Seasonality
     daily_seasonality: Seasonality
     uncertainty_samples: int = Field(ge=0, le=100_000)
-    refit_full_history: bool
+    # The model families a customer may be served (fleetcast_training.selection). Seasonal
+    # naive is scored whether listed or not: it is the yardstick every model must meet.
+    candidates: Annotated[tuple[str, ...], BeforeValidator(_candidates)]
+    # Rolling-origin windows of the backtest every candidate is scored on.
+    backtest_windows: int = Field(ge=1, le=12)
     # 0 means one worker process per CPU of the instance.
     workers: int = Field(ge=0, le=1024)
     # Customers without metadata get this country's holidays; "" for none.
@@ -102,6 +120,17 @@ class Hyperparameters(BaseModel):
     @property
     def holdout_rows(self) -> int:
         return self.holdout_days * _PERIODS_PER_DAY[self.frequency]
+
+    @property
+    def backtest_periods(self) -> int:
+        """Each backtest window's horizon: the export's (what the forecasts will be used
+        for), or ``holdout_days`` when the export is off; customers too short for its
+        windows are backtested on ``holdout_days`` instead."""
+        return self.export_periods or self.holdout_rows
+
+    @property
+    def periods_per_day(self) -> int:
+        return _PERIODS_PER_DAY[self.frequency]
 
     @property
     def export_periods(self) -> int:

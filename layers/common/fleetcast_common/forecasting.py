@@ -25,6 +25,7 @@ from fleetcast_common.contracts.ids import (
     is_valid_customer_id,
     is_valid_run_id,
 )
+from fleetcast_common.contracts.model_archive import Backtest
 from fleetcast_common.quantiles import FORECAST_FLOOR, normalise_quantiles, quantile_key
 from fleetcast_common.registry import LiveModel
 from fleetcast_common.settings import _FromEnvironment
@@ -81,6 +82,45 @@ class EndpointForecast(BaseModel):
     clipped_at_zero: int = Field(default=0, ge=0)
 
 
+class NewerModel(BaseModel):
+    """The customer's newest model, from a run after the live model's, that was not made
+    live: the live model predates what that run was trained on."""
+
+    run_id: str = Field(description="The training run newer than the live model's")
+    trained_at: datetime
+    data_end: date = Field(description="Last day of history the newer model was fitted on")
+    status: str = Field(description="What registration made of it: rejected (quality gate)")
+    reason: str = Field(description="Why it was not made live")
+    message: str = Field(description="All of the above in one sentence, for people")
+
+    @classmethod
+    def of(cls, live: LiveModel) -> NewerModel | None:
+        held = live.held_back
+        if held is None:
+            return None
+        if held.data_end > live.data_end:
+            what = f"the live model (run {live.run_id}, data to {live.data_end}) predates "
+            what += f"the customer's latest data: run {held.run_id}'s model (data to "
+        else:
+            what = f"a model newer than the live one (run {live.run_id}) was trained: "
+            what += f"run {held.run_id}'s model (also data to "
+        return cls(
+            run_id=held.run_id,
+            trained_at=held.trained_at,
+            data_end=held.data_end,
+            status=held.status,
+            reason=held.reason,
+            message=f"{what}{held.data_end}) was {held.status}, not made live: {held.reason}",
+        )
+
+
+_NEWER_MODEL = (
+    "Only when the customer's newest model was not made live (rejected by the quality "
+    "gate): that model's run, data and why, so a caller knows the answer comes from an "
+    "older model than its latest data"
+)
+
+
 class CustomerForecast(BaseModel):
     customer_id: str = Field(pattern=CUSTOMER_ID_PATTERN)
     model_version: int = Field(description="The customer's live model version (1, 2, ...)")
@@ -103,12 +143,22 @@ class CustomerForecast(BaseModel):
             "(yhat, bounds, quantiles) were raised to 0, as consumption is never negative"
         ),
     )
+    newer_model: NewerModel | None = Field(
+        default=None, exclude_if=_empty, description=_NEWER_MODEL
+    )
 
 
 class HoldoutAccuracy(BaseModel):
-    """How the model did on the last days of history, which the scored fit did not see."""
+    """How the model did out of sample, beside seasonal naive on the same days: on its
+    rolling-origin backtest (``windows`` of ``holdout_days`` each), or for a model from
+    before backtests on the last ``holdout_days`` of history."""
 
-    holdout_days: int = Field(description="Days of history held out to score the model")
+    holdout_days: int = Field(description="Days forecast from each origin")
+    windows: int | None = Field(
+        default=None, description="Backtest windows scored (null: one holdout, before backtests)"
+    )
+    wape: float | None = Field(default=None, description="sum|F - A| / sum|A| of the model")
+    naive_wape: float | None = Field(default=None, description="The same of seasonal naive")
     smape: float = Field(description="Symmetric MAPE of the model on those days, 0..2")
     mae: float = Field(description="Mean absolute error of the model on those days")
     naive_smape: float = Field(
@@ -133,6 +183,17 @@ class CustomerModel(BaseModel):
     data_end: date = Field(description="Last day of history the model was fitted on")
     rows: int = Field(description="Periods of history the model was fitted on")
     metrics: HoldoutAccuracy
+    newer_model: NewerModel | None = Field(
+        default=None, exclude_if=_empty, description=_NEWER_MODEL
+    )
+    model_kind: str = Field(
+        default="prophet",
+        description="The model family: prophet, ets, theta, seasonal_naive or combination",
+    )
+    backtest: Backtest | None = Field(
+        default=None,
+        description="Every candidate family's backtest errors, the chosen one and the runner-up",
+    )
 
     @classmethod
     def from_live(cls, live: LiveModel) -> CustomerModel:
@@ -147,6 +208,9 @@ class CustomerModel(BaseModel):
             data_end=live.data_end,
             rows=live.rows,
             metrics=HoldoutAccuracy.model_validate(live.metrics.model_dump()),
+            newer_model=NewerModel.of(live),
+            model_kind=live.model_kind,
+            backtest=live.backtest,
         )
 
 
@@ -312,6 +376,7 @@ def customer_forecast(
         forecast=answer.forecast,
         quantiles=list(quantiles),
         clipped_at_zero=answer.clipped_at_zero,
+        newer_model=NewerModel.of(live),
     )
 
 

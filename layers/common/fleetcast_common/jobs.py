@@ -28,8 +28,20 @@ class Upload(BaseModel):
     size: int
     uploaded_at: datetime
     version_id: str | None = None
+    # The ETag the event named: on an unversioned bucket, the copy the job reads is made
+    # only if the object still has it.
+    etag: str | None = None
     # S3's order of the events of this one key (fleetcast_common.contracts.ids.sequencer_order).
     sequencer: str | None = None
+
+
+class UploadRecord(BaseModel):
+    """``runs/<run>/upload.json`` (layout.upload_record_key): the upload a run read, as its
+    event named it, and the copy the processing job was given."""
+
+    run_id: str
+    upload: Upload
+    staged_key: str
 
 
 def _tags(run_id: str) -> list[dict[str, str]]:
@@ -41,20 +53,23 @@ def processing_job_request(
     run_id: str,
     upload: Upload,
     with_history: bool,
-    staged_key: str | None = None,
     with_metadata: bool = False,
 ) -> dict[str, Any]:
-    """``staged_key``: the upload's copy in the artifacts bucket, when its own key cannot be
-    handed to SageMaker (:func:`fleetcast_common.contracts.ids.staged_file_name`); ``with_metadata``:
-    the metadata store exists (an input prefix must hold an object)."""
+    """The job reads the run's copy of the upload (:func:`layout.staged_upload_key`), never
+    the raw key: SageMaker downloads an input to a file named after its key (a name of at
+    most 255 bytes, in a path the key's '/', '.' and '..' would shape), takes an S3Uri of
+    at most 1024 characters and a container argument of at most 256, and would read the
+    key's latest version. ``with_metadata``: the metadata store exists (an input prefix
+    must hold an object)."""
     is_metadata = layout.is_metadata_upload(upload.key)
     artifacts = f"s3://{settings.artifacts_bucket}/"
-    raw_uri = artifacts + staged_key if staged_key else f"s3://{upload.bucket}/{upload.key}"
+    staged_key = layout.staged_upload_key(run_id, upload.key)
     inputs: list[dict[str, Any]] = [
         {
             "InputName": processing.INPUT_RAW,
             "S3Input": {
-                "S3Uri": raw_uri,
+                # The one object: nothing else is ever written beside it.
+                "S3Uri": artifacts + staged_key,
                 "LocalPath": processing.RAW_INPUT,
                 "S3DataType": "S3Prefix",
                 "S3InputMode": "File",
@@ -121,10 +136,8 @@ def processing_job_request(
                 str(settings.training_instance_count),
                 processing.INPUT_KIND_ARGUMENT,
                 processing.METADATA if is_metadata else processing.READINGS,
-                # The raw input is an S3 prefix; naming the file keeps 'a.csv' from also
-                # reading 'a.csv.gz'.
-                "--source-name",
-                posixpath.basename(staged_key or upload.key),
+                processing.UPLOAD_FILE_ARGUMENT,
+                posixpath.basename(staged_key),
             ],
         },
         "ProcessingInputs": inputs,
@@ -160,7 +173,8 @@ def processing_job_request(
         "NetworkConfig": {"EnableNetworkIsolation": True},
         "Environment": {
             "FLEETCAST_RUN_ID": run_id,
-            "FLEETCAST_SOURCE_KEY": upload.key[:256],
+            # The upload's real name, for its report (the file it reads is the copy's).
+            **processing.source_key_environment(upload.key),
             processing.MAX_UPLOAD_BYTES_ENV: str(settings.max_upload_mb * 2**20),
         },
         "RoleArn": settings.sagemaker_role_arn,

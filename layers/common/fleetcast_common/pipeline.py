@@ -8,23 +8,42 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from boto3.s3.transfer import TransferConfig
 from pydantic import BaseModel
 
 from fleetcast_common import storage
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.contracts.ids import (
-    processing_job_name,
-    run_id_from_job_name,
-    staged_file_name,
+from fleetcast_common.contracts.ids import processing_job_name, run_id_from_job_name
+from fleetcast_common.contracts.object_keys import shown_key
+from fleetcast_common.jobs import (
+    Upload,
+    UploadRecord,
+    processing_job_request,
+    training_job_request,
 )
-from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
 from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
 
 _DISPATCH_PASSES = 4
 # What DescribeProcessingJob answers for a job that does not exist.
 _NO_SUCH_JOB = frozenset({"ValidationException", "ResourceNotFound"})
+# How S3 answers a copy (or the managed copy's HeadObject) of an object that no longer
+# holds the bytes the event named: another object replaced it (the ETag condition failed;
+# HeadObject has no body, so its code is the status), or it was deleted.
+_REPLACED = frozenset({"PreconditionFailed", "412"})
+_GONE = frozenset({"NoSuchKey", "NoSuchVersion", "404", "NotFound"})
+# Every upload is copied into its run's folder (server side, no bytes through the
+# function). UploadPartCopy in 256 MiB parts copies the largest upload processing takes
+# (ProcessingMaxUploadMB, 10 GiB) in 40 requests, 10 at a time, well within the function's
+# Timeout; an upload up to one part is a single CopyObject.
+STAGING_PART_BYTES = 256 * 2**20
+STAGING_CONCURRENCY = 10
+STAGING_TRANSFER = TransferConfig(
+    multipart_threshold=STAGING_PART_BYTES,
+    multipart_chunksize=STAGING_PART_BYTES,
+    max_concurrency=STAGING_CONCURRENCY,
+)
 
 
 class Outcome(StrEnum):
@@ -36,6 +55,9 @@ class Outcome(StrEnum):
     QUEUED = "queued"
     # A newer upload of the same key reached the queue first: S3 replaced this one.
     SUPERSEDED = "superseded"
+    # When its turn came the object no longer held the bytes its event named (replaced in
+    # an unversioned bucket, or deleted): not processed, and said so.
+    REPLACED = "replaced"
 
 
 class JobStart(BaseModel):
@@ -43,6 +65,18 @@ class JobStart(BaseModel):
     run_id: str | None = None
     job_name: str | None = None
     reason: str | None = None
+    # Uploads this call took off the queue without processing them (REPLACED), each to be
+    # reported: they may be other uploads than the one whose event this is.
+    not_processed: list[JobStart] = []
+
+
+class UploadReplacedError(Exception):
+    """The object an upload's event named cannot be copied any more."""
+
+
+class _Dispatched(BaseModel):
+    started: JobStart | None = None
+    not_processed: list[JobStart] = []
 
 
 def _create_once(create: Any, request: dict[str, Any], name_field: str, run_id: str) -> JobStart:
@@ -90,9 +124,14 @@ def start_processing(
             ),
         )
     queue.add(WaitingUpload(run_id=run_id, upload=upload))
-    started = dispatch_uploads(settings, sagemaker, s3, queue, now)
+    dispatched = dispatch_uploads(settings, sagemaker, s3, queue, now)
+    started, others = dispatched.started, dispatched.not_processed
+    own = [skipped for skipped in others if skipped.run_id == run_id]
+    others = [skipped for skipped in others if skipped.run_id != run_id]
+    if own:
+        return own[0].model_copy(update={"not_processed": others})
     if started is not None and started.run_id == run_id:
-        return started
+        return started.model_copy(update={"not_processed": others})
     lease = queue.lease()
     behind = f"; {lease.job_name} is running" if lease and lease.run_id != run_id else ""
     return JobStart(
@@ -100,6 +139,7 @@ def start_processing(
         run_id=run_id,
         job_name=job_name,
         reason=f"waits for the uploads before it{behind}",
+        not_processed=others,
     )
 
 
@@ -117,8 +157,9 @@ def processing_ended(
     if run_id is None:
         return JobStart(outcome=Outcome.IGNORED, reason=f"{job_name} is not a fleetcast job")
     queue.release_lease(run_id)
-    started = dispatch_uploads(settings, sagemaker, s3, queue, now)
-    return started or JobStart(outcome=Outcome.IGNORED, reason="no upload is waiting")
+    dispatched = dispatch_uploads(settings, sagemaker, s3, queue, now)
+    started = dispatched.started or JobStart(outcome=Outcome.IGNORED, reason="no upload is waiting")
+    return started.model_copy(update={"not_processed": dispatched.not_processed})
 
 
 def dispatch_uploads(
@@ -127,78 +168,123 @@ def dispatch_uploads(
     s3: Any,
     queue: UploadQueue,
     now: datetime | None = None,
-) -> JobStart | None:
-    """Start the oldest waiting upload's job if it can take the lease; None if it cannot
-    (another job runs, or another function took the lease first) or nothing waits."""
+) -> _Dispatched:
+    """Start the oldest waiting upload's job if it can take the lease (``started`` None if
+    it cannot: another job runs, or another function took the lease first, or nothing
+    waits); uploads whose object was replaced are taken off the queue on the way, in
+    ``not_processed``."""
     now = now or datetime.now(UTC)
+    not_processed: list[JobStart] = []
     # Each pass either starts a job, stops, or clears one lease whose job had already
-    # ended; a few passes are more than any real sequence needs.
-    for _ in range(_DISPATCH_PASSES):
+    # ended; a few passes are more than any real sequence needs. A replaced upload takes
+    # no pass: however many there are, the queue moves on to one that can run.
+    passes = 0
+    while passes < _DISPATCH_PASSES:
         waiting = queue.oldest_waiting()
         if waiting is None:
-            return None
+            break
         held = queue.lease()
         if held is None or held.run_id != waiting.run_id:
             if held is not None and not _is_stale(held, sagemaker, now):
-                return None
+                break
             lease = _lease_for(settings, waiting, now)
             if not queue.take_lease(lease, replacing=held):
-                return None
+                break
             # An older upload whose event was handled at the same moment may have joined
             # the queue since it was read: it goes first, and takes the lease over.
             while (oldest := queue.oldest_waiting()) and oldest.run_id < waiting.run_id:
                 earlier = _lease_for(settings, oldest, now)
                 if not queue.take_lease(earlier, replacing=lease):
-                    return None
+                    return _Dispatched(not_processed=not_processed)
                 waiting, lease = oldest, earlier
-        with_history = storage.any_object_under(
-            s3, settings.artifacts_bucket, layout.HISTORY_PREFIX
-        )
-        with_metadata = storage.any_object_under(
-            s3, settings.artifacts_bucket, layout.METADATA_PREFIX
-        )
-        staged_key = _stage_upload(s3, settings, waiting)
-        request = processing_job_request(
-            settings, waiting.run_id, waiting.upload, with_history, staged_key, with_metadata
-        )
         try:
-            started = _create_once(
-                sagemaker.create_processing_job, request, "ProcessingJobName", waiting.run_id
+            started = _start_job(settings, sagemaker, s3, waiting)
+        except UploadReplacedError as error:
+            queue.remove(waiting.run_id)
+            queue.release_lease(waiting.run_id)
+            not_processed.append(
+                JobStart(outcome=Outcome.REPLACED, run_id=waiting.run_id, reason=str(error))
             )
+            continue
         except Exception:
             # The upload keeps its place; the next event (a retry of this one) tries again.
             queue.release_lease(waiting.run_id)
             raise
         queue.remove(waiting.run_id)
         if started.outcome is Outcome.STARTED:
-            return started
+            return _Dispatched(started=started, not_processed=not_processed)
         # Started before (a repeated event, or a function that died before removing the
         # upload): if that job has ended, its lease must not hold up the queue.
         current = queue.lease()
         if current is None or not _is_stale(current, sagemaker, now):
-            return started
+            return _Dispatched(started=started, not_processed=not_processed)
         queue.release_lease(current.run_id)
-    return None
+        passes += 1
+    return _Dispatched(not_processed=not_processed)
 
 
-def _stage_upload(s3: Any, settings: ProcessingSettings, waiting: WaitingUpload) -> str | None:
-    """Copy (server side) an upload whose key SageMaker cannot take as it is to a short,
-    safe name in the run's folder, and return that key; None when no copy is needed.
+def _start_job(
+    settings: ProcessingSettings, sagemaker: Any, s3: Any, waiting: WaitingUpload
+) -> JobStart:
+    """Stage the upload and create its processing job, unless the job exists already (then
+    its upload was staged before, and copying it again could take minutes)."""
+    job_name = processing_job_name(settings.job_name_prefix, waiting.run_id)
+    if _processing_job_status(sagemaker, job_name) is not None:
+        return JobStart(outcome=Outcome.ALREADY_STARTED, run_id=waiting.run_id, job_name=job_name)
+    with_history = storage.any_object_under(s3, settings.artifacts_bucket, layout.HISTORY_PREFIX)
+    with_metadata = storage.any_object_under(s3, settings.artifacts_bucket, layout.METADATA_PREFIX)
+    _stage_upload(s3, settings, waiting)
+    request = processing_job_request(
+        settings, waiting.run_id, waiting.upload, with_history, with_metadata
+    )
+    return _create_once(
+        sagemaker.create_processing_job, request, "ProcessingJobName", waiting.run_id
+    )
 
-    SageMaker downloads an S3 input to a local file named after the key's last part, which
-    Linux limits to 255 bytes, and limits an input's S3Uri to 1024 characters and a
-    container argument to 256; S3 keys go up to 1024 bytes. A copy of a given version is
-    also exactly the upload that was queued.
+
+def _stage_upload(s3: Any, settings: ProcessingSettings, waiting: WaitingUpload) -> str:
+    """Copy (server side) exactly the object the upload's event named into the run's
+    folder, under a short, safe name (layout.staged_upload_key), record the upload beside
+    it, and return the copy's key.
+
+    The job reads this copy, never the raw key: SageMaker would read the key's latest
+    version (a second upload of the same key while the first waited would be read twice
+    and the first never), and processing runs with network isolation, so the container
+    cannot fetch a version itself. A versioned bucket's object is copied by VersionId;
+    an unversioned one only if it still has the event's ETag, else
+    :class:`UploadReplacedError`.
     """
     upload = waiting.upload
-    file_name = staged_file_name(upload.key)
-    if file_name is None:
-        return None
-    staged_key = layout.staged_upload_key(waiting.run_id, file_name)
+    staged_key = layout.staged_upload_key(waiting.run_id, upload.key)
     source = {"Bucket": upload.bucket, "Key": upload.key}
+    extra: dict[str, str] = {}
     if upload.version_id:
         source["VersionId"] = upload.version_id
-    s3.copy(source, settings.artifacts_bucket, staged_key)
+    elif upload.etag:
+        # The event's ETag has no quotes; an HTTP entity tag (If-Match) has them.
+        extra["CopySourceIfMatch"] = '"' + upload.etag.strip('"') + '"'
+    try:
+        s3.copy(
+            source, settings.artifacts_bucket, staged_key, ExtraArgs=extra, Config=STAGING_TRANSFER
+        )
+    except Exception as error:
+        code = error_code(error)
+        if code in _REPLACED or code in _GONE:
+            named = f"version {upload.version_id}" if upload.version_id else f"ETag {upload.etag}"
+            what = "was replaced by another object" if code in _REPLACED else "no longer exists"
+            raise UploadReplacedError(
+                f"not processed: the upload {shown_key(upload.key)} in bucket {upload.bucket} "
+                f"({named}) {what} before its turn in the upload queue came; a newer object "
+                "under that key is an upload of its own"
+            ) from None
+        raise
+    record = UploadRecord(run_id=waiting.run_id, upload=upload, staged_key=staged_key)
+    storage.write_text(
+        s3,
+        settings.artifacts_bucket,
+        layout.upload_record_key(waiting.run_id),
+        record.model_dump_json(),
+    )
     return staged_key
 
 

@@ -19,63 +19,40 @@ equal Prophet's own, and the quantiles it is asked for are those of the samples
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from fleetcast_common.contracts.inference import MAX_PERIOD
+from fleetcast_common.forecasters.forecast import (
+    MIDNIGHT_NS,
+    NS_PER_SECOND,
+    SECONDS_PER_DAY,
+    FloatArray,
+    Forecast,
+    FuturePeriods,
+    UnsupportedModelError,
+    all_finite,
+    check_request,
+    forecast_seed,
+    future_periods,
+    row_quantiles,
+)
 from fleetcast_common.holiday_calendar import holiday_dates
 
-FloatArray = npt.NDArray[np.float64]
-
-
-class UnsupportedModelError(ValueError):
-    """A well-formed Prophet model using a feature a period-only forecast cannot feed
-    (logistic growth needs a cap per date, extra regressors need their future values)."""
-
-
-_NS_PER_SECOND = 1_000_000_000
-_SECONDS_PER_DAY = 24 * 60 * 60
-_MIDNIGHT_NS = _SECONDS_PER_DAY * _NS_PER_SECOND
-# pandas aliases of fixed steps, optionally with a multiple ("15min"), to numpy units.
-_FIXED_STEP = re.compile(r"([0-9]*)(D|h|min|s)")
-_STEP_UNITS: dict[str, Literal["D", "h", "m", "s"]] = {"D": "D", "h": "h", "min": "m", "s": "s"}
-
-
-@dataclass(frozen=True)
-class Forecast:
-    dates: npt.NDArray[np.datetime64]
-    yhat: FloatArray
-    # None when the model was fitted with uncertainty_samples=0, as Prophet gives none.
-    yhat_lower: FloatArray | None
-    yhat_upper: FloatArray | None
-    # The quantiles asked for (ascending), and one row of values per quantile; the
-    # values are None like the intervals when the model draws no samples.
-    quantiles: tuple[float, ...] = ()
-    quantile_values: FloatArray | None = None
-
-    def clipped_at(self, floor: float) -> tuple[Forecast, int]:
-        """This forecast with every value below ``floor`` raised to it, and how many were.
-
-        Clipping keeps the order of the quantiles and of the interval's bounds.
-        """
-        arrays = (self.yhat, self.yhat_lower, self.yhat_upper, self.quantile_values)
-        clipped = sum(int((array < floor).sum()) for array in arrays if array is not None)
-        if not clipped:
-            return self, 0
-        lower, upper, values = (
-            None if array is None else np.maximum(array, floor) for array in arrays[1:]
-        )
-        raised = Forecast(
-            self.dates, np.maximum(self.yhat, floor), lower, upper, self.quantiles, values
-        )
-        return raised, clipped
+# Kept importable from here, where they were first written for Prophet alone.
+__all__ = [
+    "Forecast",
+    "ProphetForecaster",
+    "UnsupportedModelError",
+    "compile_model",
+    "forecast_seed",
+    "row_quantiles",
+]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -115,10 +92,7 @@ class ProphetForecaster:
         The draws depend on ``seed`` and ``period`` only, so asking for quantiles leaves
         the interval as it is without them.
         """
-        if not 1 <= period <= self.horizon:
-            raise ValueError(f"period must be 1 to {self.horizon}, got {period}")
-        if any(not 0 < q < 1 for q in quantiles) or list(quantiles) != sorted(set(quantiles)):
-            raise ValueError(f"quantiles must ascend strictly within (0, 1), got {quantiles}")
+        check_request(period, self.horizon, quantiles)
         dates, yhat = self.dates[:period], self.yhat[:period]
         if not self.uncertainty_samples:
             return Forecast(dates, yhat, None, None, quantiles, None)
@@ -181,46 +155,6 @@ class ProphetForecaster:
             return simulations[0]
         samples: FloatArray = np.hstack(simulations)
         return samples
-
-
-# Beyond this many order statistics a row, one sort is cheaper than selecting each.
-_SELECTED_AT_MOST = 8
-
-
-def row_quantiles(rows: FloatArray, shares: list[float]) -> FloatArray:
-    """``np.quantile(rows, shares, axis=1)`` (its default, linear rule; no NaN) with one
-    row per share. ``rows`` (a new array) is the scratch space: reordered and overwritten.
-
-    Each share needs the two order statistics around its position. A few are selected
-    (``np.partition`` at the upper of two neighbours, the lower then the maximum of what
-    lies below it), many by sorting: either way the same values, so the same quantiles.
-    """
-    last = rows.shape[1] - 1
-    position = np.asarray(shares, dtype=np.float64) * last
-    below = np.floor(position).astype(np.intp)
-    above = np.minimum(below + 1, last)
-    weight = position - below
-    needed = sorted({*below.tolist(), *above.tolist()})
-    if len(needed) > _SELECTED_AT_MOST:
-        rows.sort(axis=1)
-    else:
-        start, i = 0, 0
-        while i < len(needed):
-            index = needed[i]
-            pair = i + 1 < len(needed) and needed[i + 1] == index + 1
-            top = index + 1 if pair else index
-            # Everything before ``start`` is already at most what is left: select within
-            # the rest, so the value at ``top`` is its order statistic...
-            rows[:, start:].partition(top - start, axis=1)
-            if pair:
-                # ... and the one before it is the largest of those below it (written in
-                # their place: they are not looked at again).
-                rows[:, index] = rows[:, start:top].max(axis=1)
-            start, i = top + 1, i + (2 if pair else 1)
-    low, high = rows[:, below], rows[:, above]
-    # numpy's interpolation, from the nearer end (monotonic in the share).
-    found = np.where(weight >= 0.5, high - (high - low) * (1 - weight), low + (high - low) * weight)
-    return np.ascontiguousarray(found.T)
 
 
 _Draws = tuple[FloatArray | None, FloatArray | None, FloatArray]
@@ -316,17 +250,6 @@ def _period_major(draws: FloatArray) -> FloatArray:
     return by_period
 
 
-def forecast_seed(model_version: str, period: int) -> int:
-    """The same request to the same model always gets the same intervals, on any host.
-
-    The customer is not part of it: the customers of one run share their random numbers
-    (common random numbers), so the run's export draws them once, not once per customer.
-    Each customer's interval is still Prophet's own with this seed.
-    """
-    digest = hashlib.sha256(f"{model_version}\n{period}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
-
-
 def compile_model(
     model_json: str | dict[str, Any],
     frequency: str,
@@ -382,13 +305,13 @@ def _compile(
 
     # Prophet keeps start as a POSIX timestamp to the microsecond and t_scale in seconds.
     start_ns = round(float(model["start"]) * 1_000_000) * 1_000
-    t_scale_ns = round(float(model["t_scale"]) * _NS_PER_SECOND)
+    t_scale_ns = round(float(model["t_scale"]) * NS_PER_SECOND)
     last_ns = (
         _last_history_ns(model["history_dates"])
         if last_history is None
         else int(last_history.astype("datetime64[ns]").astype(np.int64))
     )
-    future = _future(last_ns, frequency, horizon)
+    future = future_periods(last_ns, frequency, horizon)
     # Its own copy of the dates, which it keeps: what an endpoint counts for a model.
     dates, dates_ns = future.dates.copy(), future.dates_ns
     t = (dates_ns - start_ns) / t_scale_ns
@@ -440,7 +363,7 @@ def _compile(
     yhat = (point_trend * y_scale + floor) * (1 + point_multiplicative) + point_additive
     # (np.mean's sum and division, without its checks)
     mean_abs_delta = np.add.reduce(np.abs(delta), axis=1) / delta.shape[1] + 1e-8
-    if not all(_all_finite(a) for a in (yhat, sigma_obs, mean_abs_delta)):
+    if not all(all_finite(a) for a in (yhat, sigma_obs, mean_abs_delta)):
         raise ValueError("the model's parameters give non-finite forecasts")
     # Shared by every request thread: make sure none can change them.
     for array in (dates, t, yhat, trend_expected, additive, multiplicative, sigma_obs):
@@ -515,56 +438,8 @@ def _last_history_ns(history_dates_json: str) -> int:
     return int(dates.max().astype(np.int64))
 
 
-@dataclass(frozen=True, slots=True)
-class _Future:
-    """The dates a forecast from one last history time covers (read-only, shared)."""
-
-    dates: npt.NDArray[np.datetime64]
-    dates_ns: npt.NDArray[np.int64]
-    key: bytes  # dates_ns's bytes: what features of these dates are cached by
-    daily: bool  # every date at midnight
-
-
-@functools.lru_cache(maxsize=16)
-def _future(last_ns: int, frequency: str, horizon: int) -> _Future:
-    """:func:`_future_dates`, made once for the many models of a fleet that end on the
-    same day (a run's export, an endpoint loading them)."""
-    dates = _future_dates(last_ns, frequency, horizon)
-    dates_ns = dates.astype("datetime64[ns]").astype(np.int64)
-    dates.setflags(write=False)
-    dates_ns.setflags(write=False)
-    daily = bool((dates_ns % _MIDNIGHT_NS == 0).all())
-    return _Future(dates, dates_ns, dates_ns.tobytes(), daily)
-
-
-def _future_dates(last_ns: int, frequency: str, horizon: int) -> npt.NDArray[np.datetime64]:
-    """``Prophet.make_future_dataframe(horizon, freq, include_history=False)``.
-
-    Fixed steps (what training writes: ``D``, ``h``) are added with numpy; other pandas
-    frequencies go through ``pandas.date_range``, imported only then: pandas adds a
-    second to start-up and tens of MB to the process.
-    """
-    fixed = _FIXED_STEP.fullmatch(frequency)
-    if fixed is not None:
-        step = np.timedelta64(int(fixed[1] or 1), _STEP_UNITS[fixed[2]]).astype("timedelta64[ns]")
-        if step <= np.timedelta64(0, "ns"):
-            raise ValueError(f"frequency {frequency!r} does not step forward in time")
-        return np.datetime64(last_ns, "ns") + step * np.arange(1, horizon + 1)
-    import pandas as pd
-
-    last = pd.Timestamp(last_ns, unit="ns")
-    try:
-        candidates = pd.date_range(start=last, periods=horizon + 1, freq=frequency)
-    except ValueError as error:
-        raise ValueError(f"frequency {frequency!r} is not a pandas frequency: {error}") from None
-    future = candidates[candidates > last][:horizon]
-    if len(future) != horizon:
-        raise ValueError(f"frequency {frequency!r} does not step forward in time")
-    return np.array(future.as_unit("ns").to_numpy(), dtype="datetime64[ns]")
-
-
 def _seasonality_features(
-    model: dict[str, Any], future: _Future
+    model: dict[str, Any], future: FuturePeriods
 ) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
     """Prophet's ``make_all_seasonality_features`` for unconditional seasonalities, and
     which columns are additive."""
@@ -590,7 +465,7 @@ def _fourier_features(
     dates, and which are additive. Models of one fleet share their seasonalities and,
     forecast from the same last day, their dates: a run's export and an endpoint loading
     many models build them once. Read-only, as they are shared."""
-    days = np.frombuffer(dates_ns, dtype=np.int64) / _NS_PER_SECOND / _SECONDS_PER_DAY
+    days = np.frombuffer(dates_ns, dtype=np.int64) / NS_PER_SECOND / SECONDS_PER_DAY
     columns: list[FloatArray] = []
     additive = []
     for period, order, is_additive in spec:
@@ -610,7 +485,7 @@ def _holiday_features(model: dict[str, Any], dates_ns: npt.NDArray[np.int64]) ->
     future dates: one 0/1 column per holiday name and day offset in its window, named
     ``{name}_delim_{+|-}{offset}`` and in the order of those names, as Prophet orders them.
     """
-    days = dates_ns // _MIDNIGHT_NS
+    days = dates_ns // MIDNIGHT_NS
     columns: dict[str, FloatArray] = {}
     for day, name, lower, upper in _future_holidays(model, days):
         for offset in range(lower, upper + 1):
@@ -696,12 +571,6 @@ def _mean_step(t: FloatArray) -> float:
     """``np.diff(t).mean()``, Prophet's step of a future or history, without the
     overheads of the two calls (the same differences, sum and division)."""
     return float(np.add.reduce(t[1:] - t[:-1]) / (t.shape[0] - 1))
-
-
-def _all_finite(values: FloatArray) -> bool:
-    """No NaN or infinity in ``values``: one sum (they carry into it), and only a sum
-    that overflows is checked value by value."""
-    return math.isfinite(values.sum()) or bool(np.isfinite(values).all())
 
 
 def _piecewise_linear(

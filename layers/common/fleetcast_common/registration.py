@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from fleetcast_common import storage
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.ids import validate_customer_id
-from fleetcast_common.contracts.model_archive import HoldoutMetrics, read_archive
+from fleetcast_common.contracts.model_archive import read_archive
 from fleetcast_common.contracts.training import (
     MANIFEST_PAGE_SIZE,
     host_of_manifest,
@@ -51,6 +51,7 @@ from fleetcast_common.contracts.training_manifest import (
     TrainingManifest,
 )
 from fleetcast_common.processing_report import customers_sent
+from fleetcast_common.quality_gate import passes_quality_gate, rejection_reason
 from fleetcast_common.registry import (
     ChunkCounts,
     CustomerState,
@@ -188,13 +189,6 @@ def plan_chunks(
         for start, stop in chunk_slices(len(ordered), size)
     ]
     return [chunk.model_copy(update={"number": n}) for n, chunk in enumerate(chunks)]
-
-
-def passes_quality_gate(metrics: HoldoutMetrics, ratio: float) -> bool:
-    """Clearly worse than seasonal-naive = holdout sMAPE above ``ratio`` times naive's."""
-    if metrics.naive_smape == 0:
-        return metrics.smape == 0
-    return metrics.smape <= ratio * metrics.naive_smape
 
 
 def read_manifests(s3: Any, bucket: str, run_id: str) -> list[TrainingManifest]:
@@ -394,6 +388,8 @@ def _model_record(
         data_end=metadata.data_end,
         rows=metadata.rows,
         metrics=metadata.metrics,
+        model_kind=metadata.model_kind,
+        backtest=metadata.backtest,
     )
 
 
@@ -402,7 +398,6 @@ class _Promotion(BaseModel):
 
     record: ModelRecord
     live: LiveModel | None
-    gate_note: str | None = None
 
 
 _Decision = tuple[CustomerRegistration, ModelRecord | None]
@@ -444,22 +439,16 @@ def _decide(record: ModelRecord, state: CustomerState, ratio: float) -> _Decisio
             target_model=target,
             note=f"run {live.run_id} is newer and live",
         ), record.model_copy(update={"status": ModelStatus.SUPERSEDED})
-    gate_note = None
     if not passes_quality_gate(metrics, ratio):
-        gate_note = (
-            f"holdout sMAPE {metrics.smape:.4f} is over {ratio} x seasonal-naive's "
-            f"{metrics.naive_smape:.4f}"
-        )
-        # The gate keeps a worse model from replacing a live one; a customer without a
-        # live model is better served by this one than by none.
-        if live is not None:
-            return CustomerRegistration(
-                customer_id=customer_id,
-                status=ModelStatus.REJECTED,
-                target_model=target,
-                note=gate_note,
-            ), record.model_copy(update={"status": ModelStatus.REJECTED})
-    return _Promotion(record=record, live=live, gate_note=gate_note)
+        # A first model follows the same rule: one worse than seasonal naive is not made
+        # live (training always offers one that passes: naive is a candidate).
+        return CustomerRegistration(
+            customer_id=customer_id,
+            status=ModelStatus.REJECTED,
+            target_model=target,
+            note=rejection_reason(metrics, ratio),
+        ), record.model_copy(update={"status": ModelStatus.REJECTED})
+    return _Promotion(record=record, live=live)
 
 
 def _decide_all(
@@ -485,7 +474,7 @@ def _decide_all(
         versions = registry.promote_many([(p.record, p.live) for p in promotions])
         pending = []
         for promotion, version in zip(promotions, versions, strict=True):
-            record, gate_note = promotion.record, promotion.gate_note
+            record = promotion.record
             if version is None:
                 pending.append(record)
                 continue
@@ -495,7 +484,6 @@ def _decide_all(
                     status=ModelStatus.LIVE,
                     model_version=version,
                     target_model=record.target_model,
-                    note=gate_note and f"first model, live despite the gate: {gate_note}",
                 ),
                 record.model_copy(update={"model_version": version}),
             )
@@ -573,6 +561,9 @@ def register_chunk(
         )
         if unconditional is not None:
             records.append(unconditional)
+        if registration.status is ModelStatus.REJECTED and unconditional is not None:
+            # Before its MODEL record: a redelivery that finds none decides, and notes, again.
+            registry.hold_back(unconditional, registration.note or "rejected")
     registry.record_many(records)
 
     def count(status: ModelStatus) -> int:

@@ -20,9 +20,7 @@ an older or repeated training event can never replace a newer model.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
-from decimal import Decimal
-from enum import StrEnum
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError, HTTPClientError
@@ -30,7 +28,16 @@ from botocore.exceptions import ConnectionError as EndpointUnreachableError
 from pydantic import BaseModel
 
 from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
+
+# The records are read from here too (ModelStatus only for its callers).
+from fleetcast_common.registry_records import (
+    HeldBackModel,
+    LiveModel,
+    ModelRecord,
+    from_item,
+    to_item,
+)
+from fleetcast_common.registry_records import ModelStatus as ModelStatus
 
 LIVE = "LIVE"
 MODEL_PREFIX = "MODEL#"
@@ -51,62 +58,6 @@ _PUTS_PER_TRANSACTION = 100
 # Why a cancelled transaction's action failed when its customer's LIVE record changed
 # since it was read (or is being changed by a concurrent transaction).
 _DECIDE_AGAIN = frozenset({"ConditionalCheckFailed", "TransactionConflict"})
-
-
-class ModelStatus(StrEnum):
-    LIVE = "live"  # promoted when registered (it may since have been replaced)
-    REJECTED = "rejected"  # clearly worse than seasonal-naive on its holdout
-    SUPERSEDED = "superseded"  # a newer run had already gone live
-
-
-class _TrainedModel(BaseModel):
-    """What the registry knows of any trained model."""
-
-    customer_id: str
-    run_id: str
-    target_model: str
-    model_s3_uri: str
-    training_job: str
-    trained_at: datetime
-    data_start: date
-    data_end: date
-    rows: int
-    metrics: HoldoutMetrics
-
-
-class ModelRecord(_TrainedModel):
-    """``MODEL#{run_id}``: one trained model and what became of it."""
-
-    status: ModelStatus
-    model_version: int | None = None
-
-
-class LiveModel(_TrainedModel):
-    """``LIVE``: the model the API serves for the customer."""
-
-    model_version: int
-    updated_at: datetime
-
-
-def _to_item(values: dict[str, Any]) -> dict[str, Any]:
-    """JSON-able values to what DynamoDB stores (floats as Decimal)."""
-    if isinstance(values, dict):
-        return {k: _to_item(v) for k, v in values.items() if v is not None}
-    if isinstance(values, list):
-        return [_to_item(v) for v in values]
-    if isinstance(values, float):
-        return Decimal(repr(values))
-    return values
-
-
-def _from_item(item: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(item, dict):
-        return {k: _from_item(v) for k, v in item.items()}
-    if isinstance(item, list):
-        return [_from_item(v) for v in item]
-    if isinstance(item, Decimal):
-        return int(item) if item == item.to_integral_value() else float(item)
-    return item
 
 
 class CustomerState(BaseModel):
@@ -188,7 +139,7 @@ class ModelRegistry:
         """Write the MODEL record with its decision. Idempotent: a repeated event writes
         the same content."""
         item = {"record": MODEL_PREFIX + record.run_id, **record.model_dump(mode="json")}
-        self._table.put_item(Item=_to_item(item))
+        self._table.put_item(Item=to_item(item))
 
     def promote(self, record: ModelRecord) -> int | None:
         """Make ``record`` the customer's live model if its run is newer than the live one.
@@ -197,17 +148,29 @@ class ModelRegistry:
         already (a repeated event) or from a newer one.
         """
         now = datetime.now(UTC).isoformat()
-        fields = record.model_dump(mode="json", exclude={"status", "model_version", "customer_id"})
+        dumped = record.model_dump(mode="json", exclude={"status", "model_version", "customer_id"})
+        # DynamoDB stores no nulls: a field the new model lacks (a backtest, for a model
+        # from before backtests) is removed, so the LIVE record never keeps an older one's.
+        fields = {k: v for k, v in dumped.items() if v is not None}
+        cleared = "".join(f", #{k}" for k, v in dumped.items() if v is None)
         fields["updated_at"] = now
         names = {f"#{k}": k for k in fields}
-        values = _to_item({f":{k}": v for k, v in fields.items()})
+        values = to_item({f":{k}": v for k, v in fields.items()})
         assignments = ", ".join(f"#{k} = :{k}" for k in fields)
         try:
             response = self._table.update_item(
                 Key={"customer_id": record.customer_id, "record": LIVE},
-                UpdateExpression=f"SET {assignments}, #v = if_not_exists(#v, :zero) + :one",
+                # A newer model live drops the note of an older one held back.
+                UpdateExpression=(
+                    f"SET {assignments}, #v = if_not_exists(#v, :zero) + :one "
+                    f"REMOVE held_back{cleared}"
+                ),
                 ConditionExpression="attribute_not_exists(#run_id) OR #run_id < :run_id",
-                ExpressionAttributeNames={**names, "#v": "model_version"},
+                ExpressionAttributeNames={
+                    **names,
+                    **{f"#{k}": k for k, v in dumped.items() if v is None},
+                    "#v": "model_version",
+                },
                 ExpressionAttributeValues={**values, ":zero": 0, ":one": 1},
                 ReturnValues="UPDATED_NEW",
             )
@@ -283,7 +246,7 @@ class ModelRegistry:
         return {
             "Put": {
                 "TableName": self._table.name,
-                "Item": _to_item(live),
+                "Item": to_item(live),
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": {
                     "#run_id": "run_id",
@@ -293,13 +256,49 @@ class ModelRegistry:
             }
         }
 
+    def hold_back(self, record: ModelRecord, reason: str) -> bool:
+        """Note on the customer's LIVE record that ``record`` was not made live, and why
+        (:class:`HeldBackModel`). False, noting nothing, when the customer has no live
+        model, or the live model or the model already noted is from this run or a newer
+        one (a redelivery, or runs registering out of order)."""
+        held = HeldBackModel(
+            run_id=record.run_id,
+            status=record.status,
+            trained_at=record.trained_at,
+            data_end=record.data_end,
+            reason=reason,
+        )
+        try:
+            self._table.update_item(
+                Key={"customer_id": record.customer_id, "record": LIVE},
+                UpdateExpression="SET #held = :held",
+                ConditionExpression=(
+                    "attribute_exists(#version) AND #run_id < :run_id AND "
+                    "(attribute_not_exists(#held) OR #held.#run_id < :run_id)"
+                ),
+                ExpressionAttributeNames={
+                    "#held": "held_back",
+                    "#version": "model_version",
+                    "#run_id": "run_id",
+                },
+                ExpressionAttributeValues={
+                    ":held": to_item(held.model_dump(mode="json")),
+                    ":run_id": record.run_id,
+                },
+            )
+        except ClientError as error:
+            if error_code(error) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
     def record_many(self, records: list[ModelRecord]) -> None:
         """Write MODEL records once their decision is made (the promotion's condition was
         on the LIVE record), 25 to a BatchWriteItem request. Idempotent like :meth:`record`."""
         with self._table.batch_writer() as batch:
             for record in records:
                 item = {"record": MODEL_PREFIX + record.run_id, **record.model_dump(mode="json")}
-                batch.put_item(Item=_to_item(item))
+                batch.put_item(Item=to_item(item))
 
     def states(self, customer_ids: list[str], run_id: str) -> dict[str, CustomerState]:
         """Each customer's LIVE record and this run's MODEL record, by BatchGetItem."""
@@ -316,7 +315,7 @@ class ModelRegistry:
                 answer = client.batch_get_item(RequestItems=request)
                 for item in answer.get("Responses", {}).get(self._table.name, []):
                     state = states[str(item["customer_id"])]
-                    values = _from_item(item)
+                    values = from_item(item)
                     if item["record"] == LIVE:
                         state.live = LiveModel.model_validate(values)
                     else:
@@ -390,7 +389,7 @@ class ModelRegistry:
         }
         if number is None:
             return self._put_if_new(record)
-        self._table.put_item(Item=_to_item(record))
+        self._table.put_item(Item=to_item(record))
         # The run's totals: each count the chunk kept (None where it did not), one chunk.
         added: dict[str, Any] = {
             name: value for name, value in counts.model_dump().items() if value is not None
@@ -414,7 +413,7 @@ class ModelRegistry:
     def _put_if_new(self, record: dict[str, Any]) -> bool:
         try:
             self._table.put_item(
-                Item=_to_item(record),
+                Item=to_item(record),
                 ConditionExpression="attribute_not_exists(#r)",
                 ExpressionAttributeNames={"#r": "record"},
             )
@@ -439,7 +438,7 @@ class ModelRegistry:
         while True:
             page = self._table.query(**query)
             chunks.extend(
-                ChunkCounts.model_validate(_from_item(item["counts"]))
+                ChunkCounts.model_validate(from_item(item["counts"]))
                 for item in page.get("Items", [])
             )
             if "LastEvaluatedKey" not in page:
@@ -476,7 +475,7 @@ class ModelRegistry:
         # registering.
         if not item or "chunks_total" not in item:
             return None
-        values = _from_item(item)
+        values = from_item(item)
         if values.pop(TOTALS_KEPT, False):
             # Each chunk added its counts to the record as it finished (finish_chunk).
             totals = {name: values.pop(name, 0) for name in ChunkCounts.model_fields}
@@ -505,12 +504,12 @@ class ModelRegistry:
                 ) from error
             raise
         item = found.get("Item")
-        return LiveModel.model_validate(_from_item(item)) if item else None
+        return LiveModel.model_validate(from_item(item)) if item else None
 
     def model(self, customer_id: str, run_id: str) -> ModelRecord | None:
         key = {"customer_id": customer_id, "record": MODEL_PREFIX + run_id}
         item = self._table.get_item(Key=key).get("Item")
-        return ModelRecord.model_validate(_from_item(item)) if item else None
+        return ModelRecord.model_validate(from_item(item)) if item else None
 
     def models(self, customer_id: str) -> list[ModelRecord]:
         """Every recorded model of a customer, oldest run first."""
@@ -523,7 +522,7 @@ class ModelRegistry:
         }
         while True:
             page = self._table.query(**query)
-            records.extend(ModelRecord.model_validate(_from_item(i)) for i in page.get("Items", []))
+            records.extend(ModelRecord.model_validate(from_item(i)) for i in page.get("Items", []))
             if "LastEvaluatedKey" not in page:
                 return records
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -46,6 +46,9 @@ FORECAST_SCHEMA = pa.schema(
 # The measures of the model and of seasonal-naive, in this order, with ``naive_`` before
 # the second set (fleetcast_common.contracts.model_archive.HoldoutMetrics has the same names).
 MEASURES = ("smape", "wape", "mase", "rmse", "mae")
+# The model families a customer's backtest scores, each with a ``backtest_wape_`` column
+# (null where it was not a candidate or could not be fitted).
+CANDIDATE_KINDS = ("seasonal_naive", "ets", "theta", "prophet", "combination")
 
 ACCURACY_SCHEMA = pa.schema(
     [
@@ -63,6 +66,13 @@ ACCURACY_SCHEMA = pa.schema(
         # The customer's rows in the forecast export, and why there are none if so.
         pa.field("forecast_rows", pa.int32(), nullable=False),
         pa.field("export_error", pa.string()),
+        # Which family's model the customer was served, the next best on its backtest,
+        # the backtest's windows and every candidate's WAPE over them (the measures
+        # above are then the served model's and naive's on the same windows).
+        pa.field("model_kind", pa.string()),
+        pa.field("runner_up", pa.string()),
+        pa.field("backtest_windows", pa.int32()),
+        *(pa.field(f"backtest_wape_{kind}", pa.float64()) for kind in CANDIDATE_KINDS),
     ]
 )
 

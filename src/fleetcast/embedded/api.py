@@ -12,14 +12,15 @@ in its order and with its answers:
 
 Then the function gets a REST API proxy event (payload format 1.0) built from the request,
 and its ``statusCode``/``headers``/``body`` become the response; a function that fails
-gives 502 ``Internal server error``. Keys and usage plans live in moto's API Gateway, so
-``aws apigateway get-api-keys --include-values`` shows the key the stack exports.
+gives 502 ``Internal server error``. A request over API Gateway's size limits, and any
+the HTTP server itself refuses, gets API Gateway's JSON too (:mod:`.api_server`). Keys
+and usage plans live in moto's API Gateway, so ``aws apigateway get-api-keys
+--include-values`` shows the key the stack exports.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import re
 import threading
@@ -28,10 +29,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from fleetcast.embedded.api_server import ApiServer, GatewayAnswer, gateway_error, handler_for
 from fleetcast.embedded.gateway import SHUTDOWN_POLL_SECONDS, bind_preferred
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
@@ -42,7 +43,6 @@ HOST = "127.0.0.1"
 DEFAULT_PORT = 3000
 API_KEY_HEADER = "x-api-key"
 KEY_REFRESH_SECONDS = 2.0
-MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 
 
 @dataclass(frozen=True)
@@ -174,13 +174,6 @@ class ApiKeys:
         self._refreshed = time.monotonic()
 
 
-@dataclass
-class GatewayAnswer:
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
-
-
 class LocalRestApi:
     """One REST API stage: routes, keys and usage plan, in front of the functions."""
 
@@ -204,7 +197,7 @@ class LocalRestApi:
         self._server, self.port_notice = bind_preferred(
             port,
             DEFAULT_PORT,
-            lambda bound: _ApiServer((HOST, bound), _handler_for(self)),
+            lambda bound: ApiServer((HOST, bound), handler_for(self.handle)),
             f"the API {name}",
         )
         self._thread = threading.Thread(
@@ -243,7 +236,7 @@ class LocalRestApi:
                     matched = (route, parameters)
                     break
         if matched is None:
-            return _gateway_error(
+            return gateway_error(
                 403,
                 "Missing Authentication Token",
                 "MissingAuthenticationTokenException",
@@ -255,7 +248,7 @@ class LocalRestApi:
         key_id = self.keys.key_id(key_value)
         if route.api_key_required:
             if key_id is None:
-                return _gateway_error(403, "Forbidden", "ForbiddenException", request_id)
+                return gateway_error(403, "Forbidden", "ForbiddenException", request_id)
             if self.usage_plan is not None:
                 refused = self.usage_plan.admit(key_id)
                 if refused is not None:
@@ -264,7 +257,7 @@ class LocalRestApi:
                         if refused == "Too Many Requests"
                         else "LimitExceededException"
                     )
-                    return _gateway_error(429, refused, code, request_id)
+                    return gateway_error(429, refused, code, request_id)
         event = proxy_event(
             route=route,
             path=resource_path_of(path, stage_prefix),
@@ -284,7 +277,7 @@ class LocalRestApi:
             return _function_answer(result, request_id)
         except Exception:
             log.exception("%s %s: the function failed", method, path)
-            return _gateway_error(
+            return gateway_error(
                 502, "Internal server error", "InternalServerErrorException", request_id
             )
 
@@ -469,64 +462,3 @@ def _function_answer(result: Any, request_id: str) -> GatewayAnswer:
     payload = base64.b64decode(body) if result.get("isBase64Encoded") else str(body).encode()
     headers.append(("x-amzn-RequestId", request_id))
     return GatewayAnswer(int(result["statusCode"]), headers, payload)
-
-
-def _gateway_error(status: int, message: str, error_type: str, request_id: str) -> GatewayAnswer:
-    return GatewayAnswer(
-        status,
-        [
-            ("Content-Type", "application/json"),
-            ("x-amzn-ErrorType", error_type),
-            ("x-amzn-RequestId", request_id),
-        ],
-        json.dumps({"message": message}).encode(),
-    )
-
-
-class _ApiServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # The default backlog of 5 makes a burst of new connections wait for SYN retries
-    # (a second or more each): 50 clients connecting at once is an ordinary burst.
-    request_queue_size = 1024
-
-
-def _handler_for(api: LocalRestApi) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "fleetcast-local-apigateway"
-        # A response is a header write and a body write; with Nagle on, the body waits
-        # for the client's delayed ACK (40 ms) on a kept-alive connection.
-        disable_nagle_algorithm = True
-
-        def version_string(self) -> str:
-            return self.server_version
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
-                answer = _gateway_error(413, "Request Too Long", "RequestTooLongException", "-")
-                self.close_connection = True
-            else:
-                body = self.rfile.read(length) if length else b""
-                answer = api.handle(
-                    self.command,
-                    self.path,
-                    list(self.headers.items()),
-                    body,
-                    self.client_address[0],
-                )
-            self.send_response(answer.status)
-            for name, value in answer.headers:
-                if name.lower() not in ("content-length", "connection", "transfer-encoding"):
-                    self.send_header(name, value)
-            self.send_header("Content-Length", str(len(answer.body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(answer.body)
-
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug(format, *args)
-
-    return Handler

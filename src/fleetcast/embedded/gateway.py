@@ -7,6 +7,7 @@ local stack registers, by a WSGI middleware in front of moto.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import functools
@@ -14,7 +15,7 @@ import logging
 import socket
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -185,6 +186,13 @@ def _one_at_a_time(write: Callable[..., Any]) -> Callable[..., Any]:
 
     locked._one_at_a_time = True  # type: ignore[attr-defined]
     return locked
+
+
+@contextlib.contextmanager
+def dynamodb_writes_held() -> Iterator[None]:
+    """No DynamoDB write runs (nor is half done) while this holds (a snapshot's fork)."""
+    with _dynamodb_writes:
+        yield
 
 
 def dynamodb_writes_one_at_a_time() -> None:

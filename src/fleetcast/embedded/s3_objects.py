@@ -6,6 +6,12 @@ process (10 GiB at 100,000 customers). On AWS that is storage, not a process. He
 object's bytes go to a file of its own under the user's cache folder, opened only while
 it is read or written (an open file per object would run into the limit on open files),
 and removed when moto lets the object go (overwritten, deleted, or at exit).
+
+A stack that keeps its state (``fleetcast up``) keeps its objects' files in its state
+folder instead (:func:`keep_objects_in_files` with ``kept_in``): its snapshots name each
+object's file rather than copy its bytes (:mod:`fleetcast.embedded.persistence`). There a
+file moto lets go is only *released*: the last snapshot written may still name it, so it
+is removed once a newer snapshot is (:meth:`ObjectFiles.take_released`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import os
 import shutil
 import threading
 import types
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +42,10 @@ class ObjectFile:
     """One object's bytes in ``path``: the parts of a file's interface moto's FakeKey uses
     (seek, read, write, truncate, close), each opening the file for just that call."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_close: Callable[[Path], None] | None = None) -> None:
         self._path = path
         self._position = 0
+        self._on_close = on_close
         path.touch()
 
     @property
@@ -75,39 +84,82 @@ class ObjectFile:
         return size
 
     def close(self) -> None:
-        self._path.unlink(missing_ok=True)
+        if self._on_close is None:
+            self._path.unlink(missing_ok=True)
+        else:
+            self._on_close(self._path)
 
 
 class ObjectFiles:
-    """Makes :class:`ObjectFile` s in ``folder``, named by a counter."""
+    """Makes :class:`ObjectFile` s in ``folder``, named by a counter. ``kept``: the folder
+    outlives the process, each start's names are its own (a prefix), and a closed file is
+    released (:meth:`take_released`) rather than removed."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, kept: bool = False) -> None:
         self.folder = folder
+        self.kept = kept
         self._names = itertools.count()
+        self._prefix = f"{uuid.uuid4().hex[:8]}-" if kept else ""
         self._owner = os.getpid()
+        self._released: list[Path] = []
+        self._lock = threading.Lock()
 
     def new(self, max_size: int = 0, *_: object, **__: object) -> ObjectFile:
         """Called where moto calls ``tempfile.SpooledTemporaryFile(max_size)``."""
-        return ObjectFile(self.folder / format(next(self._names), "x"))
+        return self.existing(f"{self._prefix}{next(self._names):x}")
+
+    def existing(self, name: str) -> ObjectFile:
+        """The object file ``name`` of this folder (a snapshot's, when restored)."""
+        return ObjectFile(self.folder / name, self._release if self.kept else None)
+
+    def made_here(self, name: str) -> bool:
+        """Whether the file ``name`` was made by this process (not restored)."""
+        return self.kept and name.startswith(self._prefix)
+
+    def _release(self, path: Path) -> None:
+        with self._lock:
+            self._released.append(path)
+
+    def take_released(self) -> list[Path]:
+        """The files released since the last call: no object of moto's holds them any
+        more, so once a snapshot taken after this call is written, none names them."""
+        with self._lock:
+            released, self._released = self._released, []
+        return released
+
+    def give_back(self, released: list[Path]) -> None:
+        """Released files a snapshot failed to supersede: kept until the next one."""
+        with self._lock:
+            self._released[:0] = released
 
     def remove(self) -> None:
         """Remove the folder, from the process that made it only: a forked child that
-        exits through atexit must not take its parent's objects with it."""
-        if os.getpid() == self._owner:
+        exits through atexit must not take its parent's objects with it. A kept folder
+        stays (its snapshot names its files)."""
+        if os.getpid() == self._owner and not self.kept:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def keep_objects_in_files(root: Path | None = None) -> ObjectFiles:
+def keep_objects_in_files(root: Path | None = None, kept_in: Path | None = None) -> ObjectFiles:
     """Make moto keep each new S3 object's bytes in a file under ``root`` (by default
     s3-objects in the user's cache folder), in a folder of this process's, removed at
-    exit. Idempotent: the first call's folder stays, and objects moto already holds stay
-    where they are."""
+    exit; with ``kept_in``, in that folder, kept. Idempotent: the first call's folder
+    stays, and objects moto already holds stay where they are; asking for a kept folder
+    after another was chosen is an error (moto's state is one per process)."""
     global _installed
     with _lock:
+        if _installed is not None and kept_in is not None and _installed.folder != kept_in:
+            raise RuntimeError(
+                f"this process already keeps its S3 objects in {_installed.folder}: a stack "
+                f"that keeps its state in {kept_in.parent} needs a process of its own"
+            )
         if _installed is None:
-            root = root or cache_folder() / "s3-objects"
-            _remove_folders_of_ended_processes(root)
-            files = ObjectFiles(root / str(os.getpid()))
+            if kept_in is not None:
+                files = ObjectFiles(kept_in, kept=True)
+            else:
+                root = root or cache_folder() / "s3-objects"
+                _remove_folders_of_ended_processes(root)
+                files = ObjectFiles(root / str(os.getpid()))
             files.folder.mkdir(parents=True, exist_ok=True)
             moto_s3_models.tempfile = types.SimpleNamespace(  # type: ignore[assignment]
                 SpooledTemporaryFile=files.new

@@ -25,9 +25,11 @@ from fleetcast.embedded.context import ServiceContext
 from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.embedded.events import EventDelivery
 from fleetcast.embedded.gateway import Gateway, bind_preferred
+from fleetcast.embedded.keeping import StateKeeping
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.malloc import limit_arenas
 from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
+from fleetcast.embedded.resources import create_resources
 from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.serving import LocalServing, ServingOptions
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
@@ -116,8 +118,8 @@ def _alive(pid: int) -> bool:
 
 class EmbeddedStack:
     """``port`` None: 4599, or any free port when another program has it; 0: any free port.
-    ``keep_state``: restore the buckets, tables and jobs of the last stop from the state
-    folder, and save them at stop (:mod:`fleetcast.embedded.persistence`)."""
+    ``keep_state``: restore the buckets, tables and jobs kept in the state folder, and
+    keep them there as they change and at stop (:mod:`fleetcast.embedded.keeping`)."""
 
     def __init__(
         self,
@@ -140,9 +142,15 @@ class EmbeddedStack:
         self._port = port
         self._function_concurrency = function_concurrency
         self._serving_options = serving
-        self._keep_state = keep_state
-        # True once moto holds this stack's state (restored or new): only then is it saved.
-        self._state_loaded = False
+        self.keeping = StateKeeping(
+            self.state_dir,
+            keep_state,
+            ACCOUNT_ID,
+            REGION,
+            self.template.physical_name("UploadQueueTable")
+            if "UploadQueueTable" in self.template.resources
+            else "",
+        )
         # What a user should be told at start: ports that were taken, what was restored.
         self.notices: list[str] = []
         self.gateway: Gateway | None = None
@@ -168,12 +176,11 @@ class EmbeddedStack:
 
     @property
     def snapshot_path(self) -> Path:
-        return self.state_dir / persistence.SNAPSHOT_FILE
+        return self.keeping.snapshot_path
 
     def start(self) -> StackInfo:
-        self._refuse_a_second_stack_here()
+        self.keeping.hold()
         limit_arenas()
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         gateway, notice = bind_preferred(
             self._port, DEFAULT_PORT, lambda port: Gateway(port=port), "the AWS APIs"
         )
@@ -191,8 +198,9 @@ class EmbeddedStack:
             )
             self.runner.install()
             self.gateway.wrap_aws_app(self.runner.keep_processing_environments)
-            kept = self._restore_state()
-            self._create_resources()
+            kept = self.keeping.restore()
+            create_resources(self.template, self.client)
+            self.keeping.keep_run_numbers(self.client("dynamodb"))
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
             # Read once: they set their functions' concurrency and feed their pollers.
             event_sources = event_source_mappings(self.template)
@@ -213,10 +221,14 @@ class EmbeddedStack:
             self.info.extra.update(self.costs.start())
             for started in warming:
                 started.result()
+            self.keeping.run(gateway)
             self.info.save(self.state_dir / STATE_FILE)
         except BaseException:
             self.stop()
             raise
+        finally:
+            self.notices += self.keeping.notices
+            self.keeping.notices.clear()
         return self.info
 
     def stop(self) -> None:
@@ -237,11 +249,7 @@ class EmbeddedStack:
         if self.runner:
             self.runner.shutdown()
             self.runner.uninstall()
-        if self._keep_state and self._state_loaded:
-            kept = persistence.save(self.snapshot_path, ACCOUNT_ID, REGION)
-            log.info("kept in %s: %s", self.snapshot_path, kept.describe())
-            self.notices.append(f"kept in {self.snapshot_path}: {kept.describe()}")
-            self._state_loaded = False
+        self.keeping.save()
         if self.gateway:
             self.gateway.stop()
         state = self.state_dir / STATE_FILE
@@ -253,6 +261,9 @@ class EmbeddedStack:
             state.unlink()
         self.gateway = None
         self._clients.clear()
+        self.keeping.release()
+        self.notices += self.keeping.notices
+        self.keeping.notices.clear()
 
     def _service_context(self) -> ServiceContext:
         assert self.gateway is not None, "the gateway starts first"
@@ -267,37 +278,6 @@ class EmbeddedStack:
             notify=self.notices.append,
             ephemeral_ports=self._port == 0,
         )
-
-    def _refuse_a_second_stack_here(self) -> None:
-        try:
-            running = StackInfo.load(self.state_dir)
-        except FileNotFoundError:
-            return
-        if running.pid != os.getpid():
-            raise RuntimeError(
-                f"a local stack (pid {running.pid}) already runs from {self.state_dir}: "
-                "stop it, or give this one a folder of its own (--state-dir)"
-            )
-
-    def _restore_state(self) -> persistence.KeptState | None:
-        if not self._keep_state:
-            self.notices.append(
-                "nothing is kept: buckets, tables and jobs end when this stack stops"
-            )
-            return None
-        try:
-            kept = persistence.restore(self.snapshot_path, ACCOUNT_ID, REGION)
-        except persistence.SnapshotUnreadableError as error:
-            aside = persistence.set_aside(self.snapshot_path)
-            self.notices.append(f"{error}; starting empty, the file is kept as {aside}")
-            kept = None
-        self._state_loaded = True
-        self.notices.append(
-            f"restored from {self.snapshot_path}: {kept.describe()}"
-            if kept
-            else f"a new stack; its buckets, tables and jobs are kept in {self.snapshot_path} at stop"
-        )
-        return kept
 
     # -- clients ----------------------------------------------------------------------
 
@@ -341,114 +321,6 @@ class EmbeddedStack:
             "AWS_DEFAULT_REGION": REGION,
             "AWS_REGION": REGION,
         }
-
-    # -- resources from template.yaml -------------------------------------------------
-
-    def _properties(self, logical_id: str) -> dict[str, Any]:
-        properties: dict[str, Any] = self.template.resolve(
-            self.template.resources[logical_id].get("Properties", {})
-        )
-        return properties
-
-    def _create_resources(self) -> None:
-        """The template's roles, queues, buckets, tables and Glue catalog, one type each.
-
-        Why not samtranslator's translation created through moto's CloudFormation (tried
-        on 2026-12-01, moto 5.2.5): of the 71 translated resources moto's CloudFormation
-        does not implement AWS::Glue::Database and ::Table, AWS::CloudWatch::Alarm and the
-        S3, SQS and SNS policies, and ``create_stack`` fails outright at the first
-        ``Fn::GetAtt`` of one (FailedJobsAlarm). A stack would also have to be created
-        afresh, where buckets and tables restored from the last stop are kept here.
-        Removing the unsupported resources and their references first would be more code
-        than this, not less.
-        """
-        s3, dynamodb, sqs, iam = (self.client(s) for s in ("s3", "dynamodb", "sqs", "iam"))
-        for logical_id in self.template.resources_of_type("AWS::IAM::Role"):
-            properties = self._properties(logical_id)
-            iam.create_role(
-                RoleName=self.template.physical_name(logical_id),
-                AssumeRolePolicyDocument=json.dumps(properties.get("AssumeRolePolicyDocument", {})),
-            )
-        for logical_id in self.template.resources_of_type("AWS::SQS::Queue"):
-            sqs.create_queue(QueueName=self.template.physical_name(logical_id))
-        # Buckets and tables restored from the last stop are there already.
-        buckets = {bucket["Name"] for bucket in s3.list_buckets()["Buckets"]}
-        tables = set(dynamodb.list_tables()["TableNames"])
-        for logical_id in self.template.resources_of_type("AWS::S3::Bucket"):
-            if self.template.physical_name(logical_id) in buckets:
-                continue
-            self._create_bucket(
-                s3, self.template.physical_name(logical_id), self._properties(logical_id)
-            )
-        for logical_id in self.template.resources_of_type("AWS::DynamoDB::Table"):
-            if self.template.physical_name(logical_id) in tables:
-                continue
-            properties = self._properties(logical_id)
-            request: dict[str, Any] = {
-                "TableName": self.template.physical_name(logical_id),
-                "KeySchema": properties["KeySchema"],
-                "AttributeDefinitions": properties["AttributeDefinitions"],
-                "BillingMode": properties.get("BillingMode", "PAY_PER_REQUEST"),
-            }
-            if "GlobalSecondaryIndexes" in properties:
-                request["GlobalSecondaryIndexes"] = properties["GlobalSecondaryIndexes"]
-            dynamodb.create_table(**request)
-        self._create_glue_catalog()
-
-    def _create_glue_catalog(self) -> None:
-        """The template's Glue databases and tables (the run exports' catalog), so the
-        CLI and tests see what Athena would; those restored from the last stop stay."""
-        glue = self.client("glue")
-        databases = {d["Name"] for d in glue.get_databases()["DatabaseList"]}
-        for logical_id in self.template.resources_of_type("AWS::Glue::Database"):
-            database_input = self._properties(logical_id)["DatabaseInput"]
-            if database_input["Name"] not in databases:
-                glue.create_database(DatabaseInput=database_input)
-        for logical_id in self.template.resources_of_type("AWS::Glue::Table"):
-            properties = self._properties(logical_id)
-            database, table_input = properties["DatabaseName"], properties["TableInput"]
-            existing = {t["Name"] for t in glue.get_tables(DatabaseName=database)["TableList"]}
-            if table_input["Name"] not in existing:
-                glue.create_table(DatabaseName=database, TableInput=table_input)
-
-    @staticmethod
-    def _create_bucket(s3: Any, name: str, properties: dict[str, Any]) -> None:
-        s3.create_bucket(Bucket=name)
-        if properties.get("VersioningConfiguration", {}).get("Status") == "Enabled":
-            s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-        if "PublicAccessBlockConfiguration" in properties:
-            s3.put_public_access_block(
-                Bucket=name,
-                PublicAccessBlockConfiguration=properties["PublicAccessBlockConfiguration"],
-            )
-        if "BucketEncryption" in properties:
-            # CloudFormation's property names differ from the API's here.
-            rules = [
-                {
-                    "ApplyServerSideEncryptionByDefault": rule["ServerSideEncryptionByDefault"],
-                    **(
-                        {"BucketKeyEnabled": rule["BucketKeyEnabled"]}
-                        if "BucketKeyEnabled" in rule
-                        else {}
-                    ),
-                }
-                for rule in properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]
-                if "ServerSideEncryptionByDefault" in rule
-            ]
-            if rules:
-                s3.put_bucket_encryption(
-                    Bucket=name, ServerSideEncryptionConfiguration={"Rules": rules}
-                )
-        notifications = properties.get("NotificationConfiguration", {})
-        if (
-            str(
-                notifications.get("EventBridgeConfiguration", {}).get("EventBridgeEnabled", "false")
-            ).lower()
-            == "true"
-        ):
-            s3.put_bucket_notification_configuration(
-                Bucket=name, NotificationConfiguration={"EventBridgeConfiguration": {}}
-            )
 
     def _create_functions(self, event_sources: list[EventSourceMapping]) -> list[Future[int]]:
         """Create the functions; their workers start while the rest of the stack does, and

@@ -10,6 +10,8 @@ so a container ships the same module the Lambda functions do.
   environment variable names, file names and file formats;
 - :mod:`.errors`: the AWS error code of a botocore error;
 - :mod:`.layout`: the S3 keys of uploads, staged files, archives, manifests and summaries;
+- :mod:`.object_keys`: where an S3 object may be written below a folder (or why it may
+  not), and the safe names uploads are staged under;
 - :mod:`.ids`: customer ids, run ids and the SageMaker job names made from them;
 - :mod:`.model_archive`: the per-customer model archive and its metadata;
 - :mod:`.training_manifest`: what each training instance reports of its customers.

@@ -7,7 +7,6 @@ it must pass the allow-list here before it reaches any of them.
 from __future__ import annotations
 
 import hashlib
-import posixpath
 import re
 from datetime import UTC, datetime
 
@@ -24,11 +23,6 @@ SEQUENCE_DIGITS = 10
 RUN_ID_PATTERN = r"^(q[0-9]{10}-[0-9]{8}t[0-9]{6}|[0-9]{8}t[0-9]{6}-[0-9a-f]{10})$"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 _SEQUENCER = re.compile(r"[0-9A-Fa-f]{1,64}")
-# A raw upload's file name that SageMaker can download as it is (a single path component
-# of at most 255 bytes, an S3Uri of at most 1024 characters, a container argument of at
-# most 256): anything else is copied to a short name first.
-_PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-STAGED_FILE_STEM = "upload"
 
 
 class InvalidCustomerIdError(ValueError):
@@ -98,16 +92,6 @@ def sequencer_order(sequencer: str) -> str:
             f"S3 sequencer {sequencer!r} is not a hexadecimal string of 1 to 64 digits"
         )
     return sequencer.upper().rjust(64, "0")
-
-
-def staged_file_name(key: str) -> str | None:
-    """None when the key's file name can be given to SageMaker as it is; else the short,
-    safe name its copy gets (its suffixes kept when they are plain, e.g. ``upload.csv.gz``)."""
-    name = posixpath.basename(key)
-    if _PLAIN_FILE_NAME.fullmatch(name):
-        return None
-    suffixes = re.search(r"(\.[A-Za-z][A-Za-z0-9]{0,7}){0,2}$", name)
-    return STAGED_FILE_STEM + (suffixes.group(0) if suffixes else "")
 
 
 def is_valid_run_id(run_id: str) -> bool:

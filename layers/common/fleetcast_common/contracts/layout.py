@@ -8,6 +8,12 @@ distribution spreads over the instances; ``history/`` holds the history shards.
 from __future__ import annotations
 
 from fleetcast_common.contracts.ids import is_valid_customer_id, validate_customer_id
+from fleetcast_common.contracts.object_keys import (
+    KEY_MAX_BYTES,
+    path_problem,
+    shown_key,
+    staged_upload_name,
+)
 from fleetcast_common.contracts.shards import (
     SHARD_SUFFIX,
     history_shard_name,
@@ -55,6 +61,26 @@ def calendars_prefix(run_id: str) -> str:
     return f"{run_prefix(run_id)}calendars/"
 
 
+def upload_key_problem(key: str) -> str | None:
+    """Why putting a file at ``key`` in the raw bucket would not make the upload its user
+    means; None when nothing is wrong. The pipeline reads only keys under
+    :data:`INCOMING_PREFIX` (template.yaml's UploadedCsv rule), and S3 keeps '..', '.'
+    and '//' as characters, never as a path: ``incoming/../a.csv`` is a key under
+    ``incoming/``, not ``a.csv``."""
+    size = len(key.encode())
+    if size > KEY_MAX_BYTES:
+        return f"the key {shown_key(key)} is {size} bytes; S3 keys hold at most {KEY_MAX_BYTES}"
+    if not key.startswith(INCOMING_PREFIX):
+        return (
+            f"the key {shown_key(key)} is not under {INCOMING_PREFIX}: the pipeline processes "
+            f"only uploads under {INCOMING_PREFIX}, so it would be stored and never processed"
+        )
+    problem = path_problem(key[len(INCOMING_PREFIX) :])
+    if problem is not None:
+        return f"the key {shown_key(key)} {problem} (S3 keeps it as characters, not as a path)"
+    return None
+
+
 def is_metadata_upload(key: str) -> bool:
     """Whether an upload under ``incoming/`` is a customer metadata file, not readings."""
     return key.startswith(INCOMING_METADATA_PREFIX)
@@ -72,10 +98,18 @@ def report_prefix(run_id: str) -> str:
     return f"{run_prefix(run_id)}report/"
 
 
-def staged_upload_key(run_id: str, file_name: str) -> str:
-    """A copy of the run's upload under a short, safe name, for keys SageMaker cannot take
-    as they are (see :func:`fleetcast_common.contracts.ids.staged_file_name`)."""
-    return f"{run_prefix(run_id)}upload/{file_name}"
+def staged_upload_key(run_id: str, upload_key: str) -> str:
+    """The run's copy of its upload, the processing job's one raw input: every upload is
+    copied by its version under a short, safe name
+    (:func:`fleetcast_common.contracts.object_keys.staged_upload_name`), so the job reads
+    exactly the bytes its event named, whatever the key's shape."""
+    return f"{run_prefix(run_id)}upload/{staged_upload_name(upload_key)}"
+
+
+def upload_record_key(run_id: str) -> str:
+    """The run's upload as its event named it (bucket, key, version): what reports and
+    ``fleetcast status`` show as its source, failed runs' included."""
+    return f"{run_prefix(run_id)}upload.json"
 
 
 def checkpoint_prefix(run_id: str) -> str:

@@ -2,8 +2,10 @@
 
 ``{customer_id}.tar.gz`` holds two members:
 
-- ``model.json``: the fitted model, the JSON of ``prophet.serialize.model_to_json``
-  (training writes it without spaces: ``fleetcast_training.model_json``);
+- ``model.json``: the fitted model, as its family serialises it (``model_kind`` in the
+  metadata names the family): for Prophet the JSON of ``prophet.serialize.model_to_json``
+  (training writes it without spaces: ``fleetcast_training.model_json``), loadable with
+  ``prophet.serialize.model_from_json``;
 - ``metadata.json``: :class:`ModelMetadata`.
 
 The archive is what a SageMaker multi-model endpoint downloads as one TargetModel.
@@ -21,12 +23,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from fleetcast_common.holiday_calendar import HolidayCalendar
 
 MODEL_MEMBER = "model.json"
+# The family of every archive written before families existed.
+PROPHET_KIND = "prophet"
 METADATA_MEMBER = "metadata.json"
 
 
 class HoldoutMetrics(BaseModel):
-    """Out-of-sample error on the last ``holdout_days`` of history, which the scored fit
-    did not see, beside a seasonal-naive forecast (same weekday last week) on the same days."""
+    """Out-of-sample error of the served model's family beside a seasonal-naive forecast
+    (same weekday last week) on the same days: since backtests, its rolling-origin
+    backtest (``holdout_days`` the horizon of each window, ``windows`` of them, every
+    point pooled); before them, the last ``holdout_days`` of history."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -46,6 +52,42 @@ class HoldoutMetrics(BaseModel):
     naive_wape: float | None = None
     naive_rmse: float | None = None
     naive_mase: float | None = None
+    # Backtest windows pooled (None: the one holdout of archives before backtests).
+    windows: int | None = None
+
+
+class CandidateScore(BaseModel):
+    """One candidate's errors on a customer's rolling-origin backtest: every window's
+    points pooled, and each window's WAPE."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_kind: str
+    wape: float | None = Field(description="sum|F - A| / sum|A| over every window")
+    mae: float
+    smape: float
+    rmse: float
+    mase: float | None = None
+    window_wapes: list[float | None] = Field(default_factory=list)
+
+
+class Backtest(BaseModel):
+    """How a customer's model was chosen: every candidate scored on the same windows (the
+    same origins, the same horizon), best first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    horizon: int = Field(description="Periods forecast from each origin")
+    windows: int = Field(description="Windows scored (origins with enough history before)")
+    origins: list[datetime] = Field(description="The first forecast time of each window")
+    measure: str = "wape"
+    chosen: str = Field(description="The model_kind served")
+    runner_up: str | None = None
+    why: str = Field(default="", description="Why the chosen one was chosen")
+    candidates: list[CandidateScore]
+
+    def score(self, model_kind: str) -> CandidateScore | None:
+        return next((c for c in self.candidates if c.model_kind == model_kind), None)
 
 
 class ModelMetadata(BaseModel):
@@ -63,6 +105,10 @@ class ModelMetadata(BaseModel):
     # The public holidays the model was fitted with; None for a model without any (and
     # for every archive written before calendars existed).
     holiday_calendar: HolidayCalendar | None = None
+    # Which family made model.json (fleetcast_common.forecasters.families compiles it).
+    model_kind: str = PROPHET_KIND
+    # How it was chosen; None for archives from before backtests.
+    backtest: Backtest | None = None
 
 
 def write_archive(path: Path, model_json: str | bytes, metadata: ModelMetadata) -> None:

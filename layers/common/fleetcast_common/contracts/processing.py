@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -121,6 +122,32 @@ class JobLimits(BaseModel):
     def from_env(cls, environ: Mapping[str, str]) -> JobLimits:
         names = [field.alias for field in cls.model_fields.values() if field.alias]
         return cls.model_validate({name: environ[name] for name in names if environ.get(name)})
+
+
+# The upload's S3 key, for the job's report: every upload reaches the job as a copy under
+# a short, safe name (contracts.object_keys.staged_upload_name), so its real name comes
+# through the environment. SageMaker holds at most 256 characters per value and a key is
+# up to 1024 bytes of any UTF-8 (a NUL cannot be in an environment variable), so the key
+# is percent-encoded and cut into numbered variables.
+SOURCE_KEY_ENV = "FLEETCAST_SOURCE_KEY"
+_SOURCE_KEY_CHUNK = 256
+# The container argument naming the file in the raw input to read.
+UPLOAD_FILE_ARGUMENT = "--upload-file"
+
+
+def source_key_environment(key: str) -> dict[str, str]:
+    """``{"FLEETCAST_SOURCE_KEY_1": ..., "FLEETCAST_SOURCE_KEY_2": ...}`` for ``key``."""
+    encoded = quote(key, safe="/")
+    chunks = [encoded[i : i + _SOURCE_KEY_CHUNK] for i in range(0, len(encoded), _SOURCE_KEY_CHUNK)]
+    return {f"{SOURCE_KEY_ENV}_{n}": chunk for n, chunk in enumerate(chunks, start=1)}
+
+
+def source_key_from_environment(environ: Mapping[str, str]) -> str | None:
+    """The key :func:`source_key_environment` wrote; None when the job was given none."""
+    chunks: list[str] = []
+    while (chunk := environ.get(f"{SOURCE_KEY_ENV}_{len(chunks) + 1}")) is not None:
+        chunks.append(chunk)
+    return unquote("".join(chunks)) if chunks else None
 
 
 # --- What the job writes, read back by the local stack and the pipeline's Lambdas ---

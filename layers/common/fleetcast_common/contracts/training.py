@@ -100,7 +100,9 @@ HYPERPARAMETER_DEFAULTS: dict[str, str] = {
     "weekly_seasonality": "auto",
     "daily_seasonality": "auto",
     "uncertainty_samples": "1000",
-    "refit_full_history": "true",
+    # The model families scored for each customer by backtest; seasonal naive always is.
+    "candidates": "seasonal_naive,ets,theta,prophet",
+    "backtest_windows": "3",
     "workers": "0",
     # The holidays of customers without metadata: a country code of the holidays package
     # (e.g. US), or empty for none.

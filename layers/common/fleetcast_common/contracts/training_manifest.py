@@ -28,6 +28,11 @@ class CustomerResult(BaseModel):
     customer_id: str
     outcome: CustomerOutcome
     reason: str | None = Field(default=None, description="Why it failed, for FAILED")
+    # For FAILED, what kind of failure: the training container's FailureKind
+    # (too_few_rows, unreadable, fit_failed, worker_died, invalid_file_name), which
+    # `fleetcast status` counts; None in manifests written before kinds were kept. Left out
+    # of the JSON when None: the manifests hold every trained customer too.
+    kind: str | None = Field(default=None, exclude_if=lambda kind: kind is None)
     rows: int | None = None
     metrics: HoldoutMetrics | None = None
     fit_seconds: float | None = None

@@ -20,6 +20,7 @@ from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.inference import (
     MODELS_DIR,
 )
+from fleetcast_common.contracts.object_keys import safe_file_name
 
 DOWNLOAD_CHUNK_BYTES = 1024 * 1024
 
@@ -128,7 +129,9 @@ class ModelDiskCache:
                 archive.unlink()
             else:
                 # Not an archive: the container says what is wrong with it when it loads.
-                archive.rename(model / Path(key).name)
+                # A TargetModel is the client's text: its last segment may be '..', empty
+                # or too long for a file name.
+                archive.rename(model / safe_file_name(key, "model"))
             size = sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
             shutil.rmtree(folder, ignore_errors=True)
             staging.rename(folder)

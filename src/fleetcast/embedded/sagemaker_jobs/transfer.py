@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetcast_common.contracts import opt_ml
+from fleetcast_common.contracts.object_keys import local_paths
 
 SMALL_OBJECT_BYTES = 8 * 1024 * 1024
 
@@ -59,12 +60,17 @@ class S3Transfer:
     def download(self, bucket: str, prefix: str, keys: list[str], target: Path) -> int:
         """Download ``keys`` (found under the S3Prefix ``prefix``) into ``target``, each at its
         path below the prefix's folder: ``incoming/a.csv`` matches ``a.csv`` and
-        ``a.csv.gz``, which arrive as two files of those names."""
+        ``a.csv.gz``, which arrive as two files of those names.
+
+        Every key's path is decided (object_keys.local_paths) before anything is written:
+        a key that would leave ``target`` or clash with another fails the job, naming it,
+        with no file written."""
         folder = prefix if prefix.endswith("/") else posixpath.dirname(prefix)
         base = f"{folder}/" if folder and not folder.endswith("/") else folder
+        paths = local_paths(target, keys, base)
 
         def fetch(key: str) -> None:
-            path = target / key[len(base) :]
+            path = paths[key]
             path.parent.mkdir(parents=True, exist_ok=True)
             if self.download_object is not None:
                 self.download_object(bucket, key, path)

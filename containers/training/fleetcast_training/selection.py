@@ -1,0 +1,193 @@
+"""Every candidate scored on one customer's rolling-origin backtest, and the model it gets.
+
+The rule, decided on ``make accuracy``'s real meter data (docs/model-families.md): the
+customer is served the **combination** (the mean of ETS, Theta and Prophet where each
+fitted) unless its backtest error is worse than seasonal naive's; then the single
+candidate of least backtest error, which may be seasonal naive itself. Choosing the best
+single candidate per customer every time did worse on the held-back days than always
+combining (a backtest of a few windows is noisy), and no customer is ever served a model
+whose backtest error is worse than seasonal naive's: naive is a candidate.
+
+Errors are compared on the points every candidate forecast (and the customer had a usable
+value for), pooled over the windows: WAPE, ``sum|F - A| / sum|A|``; between candidates of
+one customer it ranks as MAE does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetcast_common.contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
+from fleetcast_common.forecasters import combination, seasonal_naive
+
+FloatArray = npt.NDArray[np.float64]
+NAIVE = seasonal_naive.KIND
+COMBINATION = combination.KIND
+# The members of the combination, where they are candidates and fitted.
+COMBINED = ("ets", "theta", "prophet")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kind: str
+    backtest: FloatArray  # windows by steps; NaN where not forecast
+    model: dict[str, Any] | None  # fitted on the whole history; None: could not be
+
+
+@dataclass(frozen=True)
+class Choice:
+    kind: str
+    model: dict[str, Any]
+    backtest: Backtest
+    metrics: HoldoutMetrics
+
+
+def _measures(actual: FloatArray, forecast: FloatArray, scale: float | None) -> dict[str, Any]:
+    error = np.abs(forecast - actual)
+    volume = float(np.abs(actual).sum())
+    total = np.abs(actual) + np.abs(forecast)
+    ratio = np.divide(2 * error, total, out=np.zeros_like(total), where=total > 0)
+    mae = float(error.mean())
+    return {
+        "wape": float(error.sum()) / volume if volume > 0 else None,
+        "mae": mae,
+        "smape": float(ratio.mean()),
+        "rmse": float(np.sqrt((error**2).mean())),
+        "mase": mae / scale if scale else None,
+    }
+
+
+def _window_wapes(
+    actual: FloatArray, forecast: FloatArray, scored: npt.NDArray[np.bool_]
+) -> list[float | None]:
+    wapes: list[float | None] = []
+    for window in range(actual.shape[0]):
+        points = scored[window]
+        volume = float(np.abs(actual[window][points]).sum())
+        if not points.any() or volume == 0:
+            wapes.append(None)
+            continue
+        wapes.append(
+            float(np.abs(forecast[window][points] - actual[window][points]).sum()) / volume
+        )
+    return wapes
+
+
+def _rank_error(score: CandidateScore) -> float:
+    return score.wape if score.wape is not None else score.mae
+
+
+def choose(
+    candidates: list[Candidate],
+    actual: FloatArray,
+    origins: list[datetime],
+    scale: float | None,
+    common: dict[str, Any],
+    periods_per_day: int,
+    servable: set[str] | None = None,
+) -> Choice | None:
+    """The customer's model: ``candidates`` (seasonal naive among them) with their
+    backtests over ``actual`` (windows by steps, NaN where there is no usable value);
+    ``scale`` MASE's (the in-sample seasonal-naive MAE before the first origin),
+    ``common`` the fields every served model's JSON carries. None when no candidate has
+    a model or no point of the backtest is scored. Only kinds in ``servable`` (all, if
+    None) are served or combined; the others (seasonal naive, when it is left out of the
+    candidates) are scored as the yardstick."""
+    fitted = [c for c in candidates if c.model is not None]
+    allowed = servable if servable is not None else {c.kind for c in fitted} | {COMBINATION}
+    members = [c for c in fitted if c.kind in COMBINED and c.kind in allowed]
+    if len(members) >= 2:
+        mean = np.mean([m.backtest for m in members], axis=0)
+        fitted.append(Candidate(COMBINATION, mean, None))
+    if not fitted:
+        return None
+    scored = np.isfinite(actual)
+    for candidate in fitted:
+        scored &= np.isfinite(candidate.backtest)
+    windows = int(scored.any(axis=1).sum())
+    if not windows:
+        return None
+    points = actual[scored]
+    scores: list[CandidateScore] = []
+    for candidate in fitted:
+        measured = _measures(points, candidate.backtest[scored], scale)
+        scores.append(
+            CandidateScore(
+                model_kind=candidate.kind,
+                window_wapes=_window_wapes(actual, candidate.backtest, scored),
+                **measured,
+            )
+        )
+    by_kind = {score.model_kind: score for score in scores}
+    ranked = sorted(scores, key=_rank_error)
+    naive = by_kind.get(NAIVE)
+    choosable = [s for s in ranked if s.model_kind in allowed or s.model_kind == COMBINATION]
+    if not choosable:
+        return None
+    if COMBINATION in by_kind and (
+        naive is None or _rank_error(by_kind[COMBINATION]) <= _rank_error(naive)
+    ):
+        chosen = COMBINATION
+        why = "the combination, not worse than seasonal naive on the backtest"
+    else:
+        chosen = choosable[0].model_kind
+        why = "the least backtest error" + (
+            " (the combination was worse than seasonal naive)" if COMBINATION in by_kind else ""
+        )
+    runner_up = next((s.model_kind for s in ranked if s.model_kind != chosen), None)
+    model = _model(chosen, fitted, by_kind, common, allowed)
+    horizon = actual.shape[1]
+    backtest = Backtest(
+        horizon=horizon,
+        windows=windows,
+        origins=origins,
+        chosen=chosen,
+        runner_up=runner_up,
+        why=why,
+        candidates=ranked,
+    )
+    served, baseline = by_kind[chosen], naive or by_kind[chosen]
+    metrics = HoldoutMetrics(
+        holdout_days=max(1, horizon // periods_per_day),
+        windows=windows,
+        smape=served.smape,
+        mae=served.mae,
+        naive_smape=baseline.smape,
+        naive_mae=baseline.mae,
+        wape=served.wape,
+        rmse=served.rmse,
+        mase=served.mase,
+        naive_wape=baseline.wape,
+        naive_rmse=baseline.rmse,
+        naive_mase=baseline.mase,
+    )
+    return Choice(chosen, model, backtest, metrics)
+
+
+def _model(
+    chosen: str,
+    fitted: list[Candidate],
+    by_kind: dict[str, CandidateScore],
+    common: dict[str, Any],
+    allowed: set[str],
+) -> dict[str, Any]:
+    if chosen != COMBINATION:
+        model = next(c.model for c in fitted if c.kind == chosen)
+        assert model is not None
+        return model
+    sigma = by_kind[COMBINATION].rmse
+    return {
+        "kind": COMBINATION,
+        "members": [
+            {"kind": c.kind, "model": c.model}
+            for c in fitted
+            if c.kind in COMBINED and c.model is not None and c.kind in allowed
+        ],
+        "sigma": sigma if np.isfinite(sigma) else 0.0,
+        **common,
+    }

@@ -1,0 +1,31 @@
+"""Prophet as a family: its archives hold ``prophet.serialize.model_to_json``, compiled by
+:func:`fleetcast_common.prophet_forecaster.compile_model`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fleetcast_common.contracts.model_archive import PROPHET_KIND
+from fleetcast_common.prophet_forecaster import ProphetForecaster, compile_model
+
+
+class _Prophet:
+    kind = PROPHET_KIND
+
+    def compile(
+        self,
+        model: str | dict[str, Any],
+        frequency: str,
+        horizon: int,
+        *,
+        one_period: bool = True,
+        last_history: np.datetime64 | None = None,
+    ) -> ProphetForecaster:
+        return compile_model(
+            model, frequency, horizon, one_period=one_period, last_history=last_history
+        )
+
+
+FAMILY = _Prophet()

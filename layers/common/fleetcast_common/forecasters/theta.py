@@ -1,0 +1,274 @@
+"""The Theta method (Assimakopoulos and Nikolopoulos, the M3 competition's winner), in
+Hyndman and Billah's form: simple exponential smoothing with a drift of half the slope
+of the series' linear trend, on the seasonally adjusted series.
+
+At each origin, on the rows before it only:
+
+1. seasonality: the autocorrelation at the season's lag is tested at 90% (as the M3
+   Theta benchmark does); when significant the series is adjusted by seasonal indices,
+   the mean of each position relative to its season's mean over the last
+   :data:`INDEX_SEASONS` seasons, multiplicative where every value is positive, else
+   additive;
+2. ``b``, the least-squares slope of the adjusted series on time;
+3. SES on the adjusted series: its level ``l`` and ``alpha`` (the one of least squared
+   one-step error among :data:`ALPHAS`, every customer and alpha and origin one array);
+4. the forecast ``h`` steps ahead: ``l + b/2 (h - 1 + (1 - (1 - alpha)^n) / alpha)``,
+   seasonal indices put back; its deviation SES's, ``sigma sqrt(1 + (h - 1) alpha^2)``.
+
+``model.json``: ``{"kind": "theta", "level", "alpha", "drift", "rows", "season": [...]
+(indices from the first period after the history on), "mode": "multiplicative" |
+"additive" | "none", "sigma"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fleetcast_common.forecasters.candidates import (
+    BacktestPlan,
+    CandidateFits,
+    FloatArray,
+    Histories,
+    Model,
+    empty_backtest,
+    seasonal_slots,
+)
+from fleetcast_common.forecasters.gaussian import (
+    PathForecaster,
+    common_fields,
+    floats,
+    parse_model,
+    path_forecaster,
+)
+
+KIND = "theta"
+ALPHAS = np.array([0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9])
+INDEX_SEASONS = 8
+MULTIPLICATIVE, ADDITIVE, NONE = "multiplicative", "additive", "none"
+_MODES = (NONE, MULTIPLICATIVE, ADDITIVE)
+
+
+def _indices(values: FloatArray, origin: int, season: int) -> tuple[FloatArray, FloatArray]:
+    """Per customer, its seasonal indices by row position (season by customers) and its
+    mode (0 none, 1 multiplicative, 2 additive), from the rows before ``origin``."""
+    customers = values.shape[1]
+    start = max(origin - INDEX_SEASONS * season, 0)
+    start += (origin - start) % season  # whole seasons only
+    recent = values[start:origin].reshape(-1, season, customers)
+    usable = np.isfinite(recent)
+    season_sum = np.where(usable, recent, 0.0).sum(axis=1)
+    season_mean = season_sum / np.maximum(usable.sum(axis=1), 1)
+    positive = np.where(usable, recent > 0, True).all(axis=(0, 1)) & (season_mean > 0).all(axis=0)
+    safe_mean = np.where(season_mean > 0, season_mean, 1.0)[:, None, :]
+    ratios = np.where(usable, recent / safe_mean, np.nan)
+    offsets = np.where(usable, recent - season_mean[:, None, :], np.nan)
+    relative = np.where(positive[None, None, :], ratios, offsets)
+    counts = np.isfinite(relative).sum(axis=0)
+    by_position = np.where(np.isfinite(relative), relative, 0.0).sum(axis=0) / np.maximum(counts, 1)
+    by_position = np.where(
+        positive[None, :],
+        by_position / np.maximum(by_position.mean(axis=0), 1e-12),
+        by_position - by_position.mean(axis=0),
+    )
+    mode = np.where(positive, 1.0, 2.0) * _seasonal(values, origin, season)
+    # Not seasonal: indices of 0, added (mode 0 adjusts additively).
+    by_position = np.where(mode[None, :] > 0, by_position, 0.0)
+    indices = np.empty_like(by_position)
+    slots = (start + np.arange(season)) % season
+    indices[slots] = by_position
+    return indices, mode
+
+
+def _seasonal(values: FloatArray, origin: int, season: int) -> FloatArray:
+    """1.0 for a customer whose autocorrelation at lag ``season`` is significant at 90%
+    (``|r_m| > 1.645 sqrt((1 + 2 sum_{k<m} r_k^2) / n)``, on its usable rows)."""
+    history = values[:origin]
+    usable = np.isfinite(history)
+    n = usable.sum(axis=0)
+    mean = np.where(usable, history, 0.0).sum(axis=0) / np.maximum(n, 1)
+    centred = np.where(usable, history - mean, 0.0)
+    variance = (centred**2).sum(axis=0)
+    lags = np.arange(1, season + 1)
+    r = np.stack([(centred[k:] * centred[:-k]).sum(axis=0) for k in lags]) / np.maximum(
+        variance, 1e-12
+    )
+    limit = 1.645 * np.sqrt((1 + 2 * (r[:-1] ** 2).sum(axis=0)) / np.maximum(n, 1))
+    return np.asarray((np.abs(r[-1]) > limit) & (n >= 3 * season), dtype=np.float64)
+
+
+def _adjusted(values: FloatArray, indices: FloatArray, mode: FloatArray) -> FloatArray:
+    slots = np.arange(values.shape[0]) % indices.shape[0]
+    by_row = indices[slots]
+    return np.where(
+        mode[None, :] == 1.0, values / np.where(by_row > 0, by_row, 1.0), values - by_row
+    )
+
+
+def _ses(adjusted: FloatArray, first: np.ndarray, stops: tuple[int, ...]) -> tuple[FloatArray, ...]:
+    """SES of each column of ``adjusted`` (rows by lanes) for every alpha: at each lane's
+    stop, the level and the squared one-step errors (lanes by alphas), and the lane's
+    usable rows."""
+    lanes = adjusted.shape[1]
+    observed = np.isfinite(adjusted)
+    filled = np.where(observed, adjusted, 0.0)
+    weight = observed.astype(np.float64)
+    level = np.zeros((lanes, ALPHAS.shape[0]))
+    squares = np.zeros_like(level)
+    count = np.zeros(lanes)
+    started = np.zeros(lanes, dtype=bool)
+    stop = np.asarray(stops)
+    level_at = np.zeros_like(level)
+    squares_at = np.zeros_like(level)
+    count_at = np.zeros(lanes)
+    for row in range(int(first.min()), int(stop.max())):
+        values = filled[row][:, None]
+        starting = ~started & observed[row]
+        if starting.any():
+            level = np.where(starting[:, None], values, level)
+            started |= starting
+        error = (values - level) * weight[row][:, None]
+        squares += error * error
+        level = level + ALPHAS * error
+        count += weight[row]
+        ending = stop == row + 1
+        if ending.any():
+            level_at[ending], squares_at[ending], count_at[ending] = (
+                level[ending],
+                squares[ending],
+                count[ending],
+            )
+    return level_at, squares_at, count_at
+
+
+def _slopes(adjusted: FloatArray, stops: tuple[int, ...]) -> FloatArray:
+    """Each lane's least-squares slope on its usable rows before its stop."""
+    rows = np.arange(adjusted.shape[0], dtype=np.float64)[:, None]
+    usable = np.isfinite(adjusted) & (rows < np.asarray(stops)[None, :])
+    n = np.maximum(usable.sum(axis=0), 1)
+    t = np.where(usable, rows, 0.0)
+    y = np.where(usable, adjusted, 0.0)
+    mean_t, mean_y = t.sum(axis=0) / n, y.sum(axis=0) / n
+    covariance = (np.where(usable, (rows - mean_t) * (adjusted - mean_y), 0.0)).sum(axis=0)
+    spread = (np.where(usable, (rows - mean_t) ** 2, 0.0)).sum(axis=0)
+    return np.where(spread > 0, covariance / np.maximum(spread, 1e-12), 0.0)
+
+
+class _Theta:
+    kind = KIND
+
+    def fit(self, histories: Histories, plan: BacktestPlan) -> CandidateFits:
+        m, values, customers = histories.season, histories.values, histories.customers
+        stops = (*plan.origins, histories.periods)
+        fitted = [_indices(values, stop, m) for stop in stops]
+        # One lane per customer and stop, each adjusted with its own stop's indices.
+        adjusted = np.hstack([_adjusted(values, idx, mode) for idx, mode in fitted])
+        lane_stops = tuple(stop for stop in stops for _ in range(customers))
+        first = np.tile(histories.first, len(stops))
+        level, squares, count = _ses(adjusted, first, lane_stops)
+        chosen = np.argmin(squares, axis=1)
+        lanes = np.arange(adjusted.shape[1])
+        level, alpha = level[lanes, chosen], ALPHAS[chosen]
+        sigma = np.sqrt(squares[lanes, chosen] / np.maximum(count, 1))
+        drift = _slopes(adjusted, lane_stops) / 2
+        backtest = empty_backtest(histories, plan)
+        models: list[Model | None] = []
+        for number, stop in enumerate(stops):
+            part = slice(number * customers, (number + 1) * customers)
+            indices, mode = fitted[number]
+            steps = plan.horizon if number < plan.windows else m
+            paths = _path(
+                level[part],
+                alpha[part],
+                drift[part],
+                count[part],
+                steps,
+                indices[seasonal_slots(stop, steps, m)],
+                mode,
+            )
+            if number < plan.windows:
+                fits = histories.fits_before(stop)
+                backtest[:, number, :] = np.where(fits[:, None], paths, np.nan)
+                continue
+            for customer in range(customers):
+                lane = number * customers + customer
+                fields = {
+                    "kind": KIND,
+                    "level": float(level[lane]),
+                    "alpha": float(alpha[lane]),
+                    "drift": float(drift[lane]),
+                    "rows": int(count[lane]),
+                    "season": indices[seasonal_slots(stop, m, m), customer].tolist(),
+                    "mode": _MODES[int(mode[customer])],
+                    "sigma": float(sigma[lane]),
+                }
+                numbers = [v for v in fields.values() if isinstance(v, float)]
+                if count[lane] < m or not np.isfinite(numbers).all():
+                    models.append(None)
+                    continue
+                fields.update(
+                    common_fields(
+                        histories.last_history[customer],
+                        histories.uncertainty_samples,
+                        histories.interval_width,
+                    )
+                )
+                models.append(fields)
+        return CandidateFits(KIND, backtest, models)
+
+    def compile(
+        self,
+        model: str | dict[str, Any],
+        frequency: str,
+        horizon: int,
+        *,
+        one_period: bool = True,
+        last_history: np.datetime64 | None = None,
+    ) -> PathForecaster:
+        fields = parse_model(model, KIND)
+        try:
+            level, alpha, drift, sigma = (
+                float(fields[name]) for name in ("level", "alpha", "drift", "sigma")
+            )
+            rows = int(fields["rows"])
+            season = floats(fields, "season")
+            mode = _MODES.index(fields["mode"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"model.json is not a fitted {KIND} model: {error!r}") from None
+        if not season.size or not 0 < alpha <= 1:
+            raise ValueError("the model's season is empty or its alpha outside (0, 1]")
+        steps = np.arange(horizon)
+        by_step = season[steps % season.size]
+        yhat = _path(
+            np.array([level]),
+            np.array([alpha]),
+            np.array([drift]),
+            np.array([float(rows)]),
+            horizon,
+            by_step[:, None],
+            np.array([float(mode)]),
+        )[0]
+        deviation = sigma * np.sqrt(1.0 + steps * alpha**2)
+        if mode == 1:
+            deviation = deviation * by_step
+        return path_forecaster(fields, frequency, yhat, deviation, last_history)
+
+
+def _path(
+    level: FloatArray,
+    alpha: FloatArray,
+    drift: FloatArray,
+    rows: FloatArray,
+    steps: int,
+    indices: FloatArray,
+    mode: FloatArray,
+) -> FloatArray:
+    """Point forecasts (lanes by steps); ``indices`` is steps by lanes."""
+    ahead = np.arange(steps, dtype=np.float64)[None, :]
+    start = (1 - (1 - alpha) ** rows) / alpha
+    adjusted = level[:, None] + drift[:, None] * (ahead + start[:, None])
+    return np.where(mode[:, None] == 1.0, adjusted * indices.T, adjusted + indices.T)
+
+
+FAMILY = _Theta()

@@ -1,0 +1,87 @@
+"""The model registry's records, as the table stores them and as code reads them (the
+table itself is :mod:`fleetcast_common.registry`'s): a customer's ``MODEL#{run_id}``
+records and its ``LIVE`` record, and how their values become DynamoDB's and back."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from fleetcast_common.contracts.model_archive import PROPHET_KIND, Backtest, HoldoutMetrics
+
+
+class ModelStatus(StrEnum):
+    LIVE = "live"  # promoted when registered (it may since have been replaced)
+    REJECTED = "rejected"  # clearly worse than seasonal-naive on its holdout
+    SUPERSEDED = "superseded"  # a newer run had already gone live
+
+
+class TrainedModel(BaseModel):
+    """What the registry knows of any trained model."""
+
+    customer_id: str
+    run_id: str
+    target_model: str
+    model_s3_uri: str
+    training_job: str
+    trained_at: datetime
+    data_start: date
+    data_end: date
+    rows: int
+    metrics: HoldoutMetrics
+    # The family that made the model and how it was chosen (None before backtests).
+    model_kind: str = PROPHET_KIND
+    backtest: Backtest | None = None
+
+
+class ModelRecord(TrainedModel):
+    """``MODEL#{run_id}``: one trained model and what became of it."""
+
+    status: ModelStatus
+    model_version: int | None = None
+
+
+class HeldBackModel(BaseModel):
+    """On the LIVE record: the customer's newest model, from a run newer than the live
+    model's, that was not made live, and why. Kept there so that the one read which finds
+    the live model also finds that it predates the customer's latest data; a promotion
+    writes the whole LIVE record anew, which drops it."""
+
+    run_id: str
+    status: ModelStatus
+    trained_at: datetime
+    data_end: date
+    reason: str = Field(description="why it was not made live")
+
+
+class LiveModel(TrainedModel):
+    """``LIVE``: the model the API serves for the customer."""
+
+    model_version: int
+    updated_at: datetime
+    held_back: HeldBackModel | None = None
+
+
+def to_item(values: dict[str, Any]) -> dict[str, Any]:
+    """JSON-able values to what DynamoDB stores (floats as Decimal)."""
+    if isinstance(values, dict):
+        return {k: to_item(v) for k, v in values.items() if v is not None}
+    if isinstance(values, list):
+        return [to_item(v) for v in values]
+    if isinstance(values, float):
+        return Decimal(repr(values))
+    return values
+
+
+def from_item(item: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return {k: from_item(v) for k, v in item.items()}
+    if isinstance(item, list):
+        return [from_item(v) for v in item]
+    if isinstance(item, Decimal):
+        return int(item) if item == item.to_integral_value() else float(item)
+    return item

@@ -1,0 +1,49 @@
+"""`fleetcast status` says which customers training failed and why (issue 25 item 8): the
+reasons were only in the S3 manifests."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from test_pipeline import finished, readings, to_csv, upload
+
+from fleetcast.cli import main
+from fleetcast.embedded.stack import EmbeddedStack
+
+pytestmark = pytest.mark.e2e
+
+
+def test_status_counts_training_failures_by_kind_and_json_lists_each_reason(
+    stack: EmbeddedStack,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an upload with one customer of 60 days and two of 20, too few to train
+    frame = pd.concat(
+        [
+            readings(["enough"], "2024-01-01", 60),
+            readings(["short-b", "short-a"], "2024-01-01", 20, seed=1),
+        ]
+    )
+    run_id = upload(stack, "some-short.csv", to_csv(frame))
+    status = finished(stack, run_id)
+    assert (status.customers_trained, status.customers_failed) == (1, 2), status
+    assert stack.info is not None
+    for name, value in stack.info.environment().items():
+        monkeypatch.setenv(name, value)
+    # When `fleetcast status --json` runs
+    assert main(["status", "--json"]) == 0
+    run = next(r for r in json.loads(capsys.readouterr().out) if r["run_id"] == run_id)
+    # Then it lists each failed customer with its kind and reason, and counts the kinds
+    assert run["failures_by_kind"] == {"too_few_rows": 2}
+    assert run["failures"] == [
+        {"customer_id": c, "kind": "too_few_rows", "reason": "has 20 rows, needs at least 28"}
+        for c in ("short-a", "short-b")
+    ]
+    # And the table shows the kinds with the first customer's reason
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main(["status"]) == 0
+    table = capsys.readouterr().out
+    assert "2 too_few_rows (first short-a: has 20 rows, needs at least 28)" in table
