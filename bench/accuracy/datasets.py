@@ -62,6 +62,13 @@ DATA_SETS = (
         description="50 New South Wales households of Ausgrid's Smart Grid, Smart City "
         "customer trial, half-hourly kWh (general supply), 2013",
     ),
+    DataSet(
+        key="cambridge-estates",
+        title="Cambridge University buildings (2022-2023)",
+        file="cambridge-estates-2022-2023.parquet",
+        description="74 non-residential buildings of the University of Cambridge estate "
+        "(offices, labs, libraries), whole-building electricity, hourly kWh, 2022-2023",
+    ),
 )
 
 

@@ -33,13 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
 STATSFORECAST_SCRIPT = Path(__file__).resolve().parent / "statsforecast_peers.py"
 STATSFORECAST_MODELS = ("AutoETS", "AutoTheta", "AutoARIMA")
-# The peers' one-thread CPU figures: BLAS and numba keep to the core they are given.
-ONE_THREAD = {
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "NUMBA_NUM_THREADS": "1",
-}
+# The peers' one-thread CPU figures: BLAS and OpenMP keep to one core.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -1,7 +1,8 @@
 """Rebuild ``bench/accuracy/data/*.parquet`` from the public repositories they come from.
 
     .venv/bin/python -m bench.accuracy.rebuild_data \\
-        --lcl-git-dir PATH/bogyshi+Data512/repo --sgsc-git-dir PATH/Sayani07+gravitas/repo
+        --lcl-git-dir PATH/bogyshi+Data512/repo --sgsc-git-dir PATH/Sayani07+gravitas/repo \
+        --cambridge-git-dir PATH/EECi+Cambridge-Estates-Building-Energy-Archive/repo
 
 Each ``--*-git-dir`` is a clone (or bare mirror) of the repository named in
 :data:`SOURCES`; the files are read at the pinned commit with ``git show``, so any clone
@@ -53,7 +54,15 @@ SOURCES = {
         path="inst/extdata/smart_meter_50_tbl.rds",
         output="sgsc-nsw-2013.parquet",
     ),
+    "cambridge": Source(
+        repository="EECi/Cambridge-Estates-Building-Energy-Archive",
+        commit="97b8a6b79a66296f54bf4f0c74c23b7d6b541bae",
+        path="building_data/processed_data",
+        output="cambridge-estates-2022-2023.parquet",
+    ),
 }
+# The Cambridge buildings taken: every one with an electricity file for each of these years.
+CAMBRIDGE_YEARS = (2022, 2023)
 # London households taken, evenly spaced over the sorted ids of those wholly inside a block.
 LCL_HOUSEHOLDS = 100
 # The blocks read: those under 4 MiB each (the rest are larger than the snapshot this set
@@ -153,6 +162,39 @@ def sgsc_readings(git_dir: Path) -> pd.DataFrame:
     return readings.sort_values(["customer_id", "timestamp"], kind="stable", ignore_index=True)
 
 
+def cambridge_readings(git_dir: Path) -> pd.DataFrame:
+    """Cambridge University Estates, 2022-2023: each building's hourly electricity file per
+    year (``{building}/electricity/{year}.csv``: ``datetime`` in UTC, ``equipment load
+    [kWh]``), for every building that has both years."""
+    source = SOURCES["cambridge"]
+    listing = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "ls-tree", "-r", "--name-only", source.commit, source.path],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    years: dict[str, set[int]] = {}
+    for name in listing:
+        parts = name.split("/")
+        if len(parts) == 5 and parts[3] == "electricity" and parts[4].endswith(".csv"):
+            years.setdefault(parts[2], set()).add(int(parts[4].removesuffix(".csv")))
+    frames = []
+    for building in sorted(b for b, have in years.items() if set(CAMBRIDGE_YEARS) <= have):
+        for year in CAMBRIDGE_YEARS:
+            path = f"{source.path}/{building}/electricity/{year}.csv"
+            frame = pd.read_csv(io.BytesIO(git_show(git_dir, source.commit, path)))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "customer_id": building,
+                        "timestamp": pd.to_datetime(frame["datetime"]),
+                        "consumption": frame["equipment load [kWh]"].astype("float64"),
+                    }
+                )
+            )
+    return pd.concat(frames, ignore_index=True)
+
+
 def write(readings: pd.DataFrame, path: Path) -> None:
     table = pa.table(
         {
@@ -168,11 +210,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lcl-git-dir", type=Path, required=True)
     parser.add_argument("--sgsc-git-dir", type=Path, required=True)
+    parser.add_argument("--cambridge-git-dir", type=Path, required=True)
     options = parser.parse_args()
     DATA_DIR.mkdir(exist_ok=True)
     for key, readings in (
         ("lcl", lcl_readings(options.lcl_git_dir)),
         ("sgsc", sgsc_readings(options.sgsc_git_dir)),
+        ("cambridge", cambridge_readings(options.cambridge_git_dir)),
     ):
         path = DATA_DIR / SOURCES[key].output
         write(readings, path)

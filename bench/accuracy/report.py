@@ -63,6 +63,8 @@ class DataSetResult:
     fleetcast_hyperparameters: dict[str, str]
     fleetcast_instances: int
     fit_days: list[int]
+    # The held-back days most customers share, e.g. "2013-12-02 to 2013-12-31 (95 of 97 customers)".
+    horizon_dates: str
     seconds: float
 
     @property
@@ -203,6 +205,7 @@ def write_results(
                 "file": f"bench/accuracy/data/{r.data_set.file}",
                 "readings": r.readings,
                 "horizon_days": r.horizon,
+                "held_back": r.horizon_dates,
                 "min_fit_days": MIN_FIT_DAYS,
                 "customers": len(r.customers),
                 "scored_customers": len(r.scored),
@@ -255,8 +258,8 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
     import matplotlib.pyplot as plt
     import numpy as np
 
-    figure, axes = plt.subplots(1, len(results), figsize=(7 * len(results), 5.2), squeeze=False)
-    for axis, result in zip(axes[0], results, strict=True):
+    figure, axes = plt.subplots(len(results), 1, figsize=(10, 3.6 * len(results)), squeeze=False)
+    for axis, result in zip(axes[:, 0], results, strict=True):
         names = list(result.methods)
         data = [
             [w for w in result.methods[n].wape.values() if w is not None and math.isfinite(w)]
@@ -294,17 +297,21 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
         upper = max(np.percentile(v, 95) for v in data if v)
         axis.set_xlim(0, upper * 1.1)
         hidden = sum(w > upper * 1.1 for values in data for w in values)
-        axis.set_xlabel(
-            "WAPE per customer over the held-back days (box: quartiles; red diamond: mean;\n"
-            f"dashed: fleetcast's median; {hidden} points beyond the axis's end not drawn)",
-            fontsize=9,
-        )
+        axis.set_xlabel(f"WAPE per customer ({hidden} beyond the axis's end not drawn)", fontsize=9)
         axis.set_title(
             f"{result.data_set.title}\n{len(result.customers)} customers, last {result.horizon} days held back",
             fontsize=10,
         )
     figure.suptitle(f"make accuracy: {machine.summary()}", fontsize=8)
-    figure.tight_layout()
+    figure.text(
+        0.5,
+        0.01,
+        "Box: quartiles, whiskers to 1.5 IQR; dots: customers; red diamond: mean; "
+        "dashed line: fleetcast's median.",
+        ha="center",
+        fontsize=8,
+    )
+    figure.tight_layout(rect=(0, 0.02, 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -344,10 +351,13 @@ def readme_section(
             if missing
             else ""
         )
+        shortest, longest = min(result.fit_days), max(result.fit_days)
+        history = f"{shortest}" if shortest == longest else f"{shortest}-{longest}"
         parts.append(
             f"**{result.data_set.title}**: {result.data_set.description}; "
-            f"{len(result.customers)} customers{left_out}, {min(result.fit_days)}-"
-            f"{max(result.fit_days)} days of history before the horizon.{failed}\n\n"
+            f"{len(result.customers)} customers{left_out}, {history} days of history before "
+            "the horizon; held back: "
+            f"{result.horizon_dates}.{failed}\n\n"
             f"{_markdown_table(result)}\n\nIssue 26's targets on this set: {verdicts}.\n"
         )
     members = ", ".join(results[0].median_members) if results else ""
@@ -370,14 +380,16 @@ settings a deployed stack gives them, and each forecast is read from the run's f
 export. The peers get the same readings as daily totals (pandas' per-day sums, a day
 without readings 0): stock `Prophet()`, seasonal naive (last week repeated),
 statsforecast's AutoETS, AutoTheta and AutoARIMA (season length 7), and the day-by-day
-{MEDIAN} ({members}).
+{MEDIAN} ({members}). One window per customer, its last {horizon} days: each set's dates
+are below (a set that ends in December holds back December, holidays included; a rolling
+origin over several windows would say more than one window does).
 
 WAPE = sum |error| / sum actual over the held-back days; MASE = mean |error| / seasonal
 naive's in-sample MAE on the fit window; both per customer, then the median and mean over
 customers. "beats naive": customers whose WAPE is below seasonal naive's. CPU per
 customer: fleetcast's training job (every worker process, all candidates, export and
 archives) divided by its customers; Prophet's fit and predict with its CmdStan process;
-statsforecast's fit and forecast on one core (numba's compilation left out).
+statsforecast's fit and forecast on one core (after one untimed warm-up fit per model).
 
 {chr(10).join(parts)}
 Every figure, per customer too: [`{figures}`]({figures}); chart: [`{chart}`]({chart}).

@@ -9,8 +9,9 @@ started by :mod:`bench.accuracy.peers` as a script, so it imports nothing of fle
 SERIES is Parquet with ``unique_id, ds, y`` (each series regular and daily); OUT gets
 ``unique_id, model, step, yhat, cpu_seconds`` (``step`` 0 is the day after the series).
 Each model is fitted on one series at a time with season length 7 and its defaults, in
-this one process and thread, and timed with the process's CPU clock. The first series is
-fitted once more beforehand and not timed: that fit is numba compiling the models.
+this one process and thread, and timed with the process's CPU clock. Each model fits the
+first series once beforehand, untimed, so first-call costs (lazy imports, caches) are not
+charged to one customer.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import math
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ from bench.measure import Machine
 from fleetcast_training.stan_backend import silence_stan_logging
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOKE_CUSTOMERS = 4
+SMOKE_CUSTOMERS = 3
 
 
 def evaluate(
@@ -104,8 +105,18 @@ def evaluate(
         fleetcast_hyperparameters=run.hyperparameters,
         fleetcast_instances=run.instances,
         fit_days=[len(c.daily) for c in customers],
+        horizon_dates=_common_horizon(customers),
         seconds=time.perf_counter() - began,
     )
+
+
+def _common_horizon(customers: list[CustomerSplit]) -> str:
+    """The held-back days most customers share, and how many do."""
+    spans = Counter(
+        f"{c.horizon_days[0]:%Y-%m-%d} to {c.horizon_days[-1]:%Y-%m-%d}" for c in customers
+    )
+    span, count = spans.most_common(1)[0]
+    return f"{span} ({count} of {len(customers)} customers)"
 
 
 def score(
@@ -204,6 +215,12 @@ def main() -> int:
     parser.add_argument("--chart", type=Path, help="where to draw the WAPE distributions")
     parser.add_argument("--readme", type=Path, help="README whose Accuracy section to replace")
     parser.add_argument("--customers", type=int, help="at most this many customers per set")
+    parser.add_argument(
+        "--data-set",
+        action="append",
+        choices=[d.key for d in DATA_SETS],
+        help="only this data set (repeatable; default: all)",
+    )
     options = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     silence_stan_logging()
@@ -216,6 +233,8 @@ def main() -> int:
     results: list[DataSetResult] = []
     with tempfile.TemporaryDirectory(prefix="fleetcast-accuracy-") as folder:
         for data_set in DATA_SETS:
+            if options.data_set and data_set.key not in options.data_set:
+                continue
             split_set = split(data_set, horizon, limit)
             results.append(evaluate(split_set, horizon, Path(folder), not options.smoke, console))
     seconds = time.perf_counter() - began
