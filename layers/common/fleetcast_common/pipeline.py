@@ -18,6 +18,7 @@ from fleetcast_common.contracts.ids import (
     run_id_from_job_name,
     staged_file_name,
 )
+from fleetcast_common.contracts.images import checked_image_uri
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
 from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
@@ -131,6 +132,9 @@ def dispatch_uploads(
     """Start the oldest waiting upload's job if it can take the lease; None if it cannot
     (another job runs, or another function took the lease first) or nothing waits."""
     now = now or datetime.now(UTC)
+    # Before any lease: without an image the upload waits in the queue (and this event
+    # fails, saying so, into the dead-letter queue) instead of holding the lease.
+    checked_image_uri(settings.image_uri, "ProcessingImageUri")
     # Each pass either starts a job, stops, or clears one lease whose job had already
     # ended; a few passes are more than any real sequence needs.
     for _ in range(_DISPATCH_PASSES):

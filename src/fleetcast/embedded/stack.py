@@ -28,6 +28,7 @@ from fleetcast.embedded.gateway import Gateway, bind_preferred
 from fleetcast.embedded.keeping import StateKeeping
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.malloc import limit_arenas
+from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS, validate
 from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
 from fleetcast.embedded.resources import create_resources
 from fleetcast.embedded.sagemaker_jobs import JobRunner
@@ -137,8 +138,14 @@ class EmbeddedStack:
         self.template = LocalTemplate(
             self.root / "template.yaml",
             stack_name=stack_name,
-            parameter_overrides={**LOCAL_PARAMETERS, **(parameters or {})},
+            parameter_overrides={
+                **LOCAL_PARAMETERS,
+                **LOCAL_IMAGE_PARAMETERS,
+                **(parameters or {}),
+            },
         )
+        # As CloudFormation would: a value a deploy refuses does not start a stack either.
+        validate(self.template.body.get("Parameters", {}), self.template.parameter_overrides)
         self._port = port
         self._function_concurrency = function_concurrency
         self._serving_options = serving
