@@ -161,7 +161,11 @@ CustomerId = Annotated[
 ]
 Period = Annotated[
     int,
-    Query(ge=MIN_PERIOD, le=MAX_PERIOD, description="How many periods (days) to forecast"),
+    Query(
+        ge=MIN_PERIOD,
+        le=MAX_PERIOD,
+        description="How many periods to forecast: days, or hours on a stack of hourly models",
+    ),
 ]
 Quantiles = Annotated[
     str | None,
