@@ -21,6 +21,7 @@ import boto3
 from botocore.config import Config
 
 from fleetcast.embedded import persistence
+from fleetcast.embedded.aws_limits import AwsLimits
 from fleetcast.embedded.context import ServiceContext
 from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.embedded.events import EventDelivery
@@ -205,6 +206,7 @@ class EmbeddedStack:
             )
             self.runner.install()
             self.gateway.wrap_aws_app(self.runner.keep_processing_environments)
+            self.gateway.wrap_aws_app(AwsLimits)  # what AWS refuses and moto does not
             kept = self.keeping.restore()
             create_resources(self.template, self.client)
             self.keeping.keep_run_numbers(self.client("dynamodb"))
