@@ -19,7 +19,8 @@ LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lo
          requirements/sdk.lock.txt requirements/awscli.lock.txt requirements/peers.lock.txt
 
 .PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck chromium \
-        bench bench-smoke accuracy accuracy-smoke load scale clean openapi email-preview images
+        bench bench-smoke accuracy accuracy-smoke load scale clean openapi email-preview images \
+        test-images
 
 help:  ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -81,6 +82,12 @@ test-integration: $(STAMP)  ## Integration tests against a moto server
 test-e2e: $(STAMP) chromium  ## End-to-end tests on the embedded local stack
 	$(BIN)/pytest tests/e2e -q -m "not own_stack"
 	$(BIN)/pytest tests/e2e -q -m own_stack
+
+# Each container in an environment built from its Dockerfile alone (its pip install and its
+# COPY lines; fleetcast.image_environments), through a run and a forecast on a local stack
+# (about a minute and a half). make test runs it with the other own-stack tests.
+test-images: $(STAMP)  ## The containers from what their Dockerfiles install and copy, nothing else
+	$(BIN)/pytest tests/e2e/test_image_environments.py -q -m images
 
 # Each tier in its own process: unit tests (no sockets) never share one with the servers
 # that integration and end-to-end tests keep running.

@@ -53,6 +53,7 @@ from fleetcast_common.forecasting import (
     ForecastError,
     InvalidRequestError,
     LiveModelCache,
+    NoEndpointError,
     UnknownCustomerError,
     customer_forecast,
     customer_model,
@@ -112,6 +113,8 @@ ERROR_STATUS: dict[type[Exception], tuple[int, str]] = {
     UnknownCustomerError: (404, "UnknownCustomer"),
     EndpointFailedError: (502, "EndpointFailed"),
     EndpointUnavailableError: (503, "EndpointUnavailable"),
+    # No Retry-After: the endpoint comes with a deploy, not in seconds.
+    NoEndpointError: (503, "NoEndpoint"),
     RegistryUnavailableError: (503, "RegistryUnavailable"),
 }
 
@@ -130,7 +133,8 @@ def _documented(success: str, *statuses: int) -> dict[int, OpenAPIResponse]:
         502: "The endpoint failed to forecast",
         503: (
             "The endpoint or the model registry is busy or unreachable; retry after "
-            "Retry-After seconds"
+            "Retry-After seconds. NoEndpoint (no Retry-After): the stack has no endpoint "
+            "yet (deployed without an inference image)"
         ),
     }
     responses: dict[int, OpenAPIResponse] = {200: {"description": success}}
@@ -157,7 +161,11 @@ CustomerId = Annotated[
 ]
 Period = Annotated[
     int,
-    Query(ge=MIN_PERIOD, le=MAX_PERIOD, description="How many periods (days) to forecast"),
+    Query(
+        ge=MIN_PERIOD,
+        le=MAX_PERIOD,
+        description="How many periods to forecast: days, or hours on a stack of hourly models",
+    ),
 ]
 Quantiles = Annotated[
     str | None,

@@ -9,24 +9,20 @@ import json
 import logging
 import os
 import shlex
-import signal
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import boto3
-from rich.table import Table
 
 from fleetcast import images
 from fleetcast.cost_cli import add_cost_commands
-from fleetcast.embedded import keeping, lease, persistence
-from fleetcast.embedded.api import DEFAULT_PORT as DEFAULT_API_PORT
-from fleetcast.embedded.gateway import PortTakenError
-from fleetcast.embedded.serving import ServingOptions
-from fleetcast.embedded.stack import DEFAULT_PORT, EmbeddedStack, StackInfo, default_state_dir
+from fleetcast.embedded.stack import (
+    StackInfo,
+    default_state_dir,
+)
 from fleetcast.exports import (
     OUTPUT_FORMATS,
     SCHEMAS,
@@ -41,6 +37,7 @@ from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 from fleetcast.status_table import status_table
 from fleetcast.terminal import UsageError, console, err
+from fleetcast.up_cli import add_up_command
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.ids import is_valid_run_id
 from fleetcast_common.registry import ModelRegistry
@@ -96,72 +93,6 @@ def _statuses(names: dict[str, str]) -> list[RunStatus]:
 
 
 # -- commands ----------------------------------------------------------------------------
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    with console.status("starting the local stack"):
-        stack = EmbeddedStack(
-            state_dir=args.state_dir,
-            port=args.port,
-            parameters={"TrainingInstanceCount": str(args.instances)},
-            serving=ServingOptions(api_port=args.api_port),
-            keep_state=True,
-        )
-        if args.fresh:
-            try:  # never the folder of a stack that runs
-                lease.refuse_if_held(stack.state_dir)
-            except RuntimeError as error:
-                console.print(f"[red]{error}[/]")
-                return 1
-            aside = persistence.set_aside(
-                stack.snapshot_path, stack.state_dir / keeping.OBJECTS_FOLDER
-            )
-            if aside:
-                console.print(
-                    f"starting empty; the last state is in {aside} (its objects' files "
-                    f"beside it, in {keeping.OBJECTS_FOLDER}.{aside.suffix.lstrip('.')})"
-                )
-        try:
-            info = stack.start()
-        except (RuntimeError, PortTakenError) as error:
-            console.print(f"[red]{error}[/]")
-            return 1
-    try:
-        table = Table(title="fleetcast local stack (127.0.0.1 only)", show_header=False)
-        table.add_row("AWS APIs (moto + SageMaker runner)", info.endpoint_url)
-        table.add_row("raw bucket (drop CSVs under incoming/)", info.raw_bucket)
-        table.add_row("artifacts bucket", info.artifacts_bucket)
-        table.add_row("model registry table", info.registry_table)
-        for label, variable in (
-            ("forecast API (x-api-key: $FLEETCAST_API_KEY)", "FLEETCAST_API_URL"),
-            ("multi-model endpoint", "FLEETCAST_ENDPOINT_NAME"),
-            ("cost-report outbox", "FLEETCAST_OUTBOX"),
-        ):
-            if variable in info.extra:
-                table.add_row(label, info.extra[variable])
-        table.add_row("function logs", str(Path(info.state_dir) / "logs"))
-        table.add_row("job logs", str(Path(info.state_dir) / "jobs"))
-        console.print(table)
-        for notice in stack.notices:
-            console.print(notice)
-        console.print(
-            'In another shell: [bold]eval "$(fleetcast env)"[/] then use the AWS CLI or boto3. Ctrl-C stops.'
-        )
-        try:
-            while not stopping.wait(0.5):
-                pass
-        except KeyboardInterrupt:
-            pass
-    finally:
-        with console.status("stopping"):
-            stack.notices.clear()
-            stack.stop()
-    for notice in stack.notices:
-        console.print(notice)
-    console.print("local stack stopped")
-    return 0
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -343,24 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    up = commands.add_parser("up", help="start the embedded local stack in the foreground")
-    up.add_argument(
-        "--port",
-        type=int,
-        help=f"AWS APIs' port (default {DEFAULT_PORT}, or a free one if taken; 0: any free)",
-    )
-    up.add_argument(
-        "--api-port",
-        type=int,
-        help=f"forecast API's port (default {DEFAULT_API_PORT}, or a free one if taken; 0: any free)",
-    )
-    up.add_argument(
-        "--fresh",
-        action="store_true",
-        help="start empty: set the kept buckets, tables and jobs aside (renamed, not deleted)",
-    )
-    up.add_argument("--instances", type=int, default=2, help="training instances per job")
-    up.set_defaults(run=cmd_up)
+    add_up_command(commands)
 
     env = commands.add_parser("env", help="print export lines for standard AWS clients")
     env.set_defaults(run=cmd_env)

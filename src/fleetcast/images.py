@@ -33,6 +33,7 @@ import tomlkit
 
 from fleetcast.embedded.stack import repo_root
 from fleetcast_common.contracts.errors import error_code
+from fleetcast_common.contracts.images import ECR_IMAGE_URI_DESCRIPTION, is_ecr_image_uri
 
 FAMILIES = ("processing", "training", "inference")
 # The template parameter each image's URI goes to.
@@ -258,6 +259,10 @@ def publish_images(
             uri = ensure_repository(ecr, name)
             print(f"created the ECR repository {name}: immutable tags, scan on push")
         images.append(Image(family, uri, tag))
+    # The template's parameters refuse anything else; better said before a build.
+    for image in images:
+        if not is_ecr_image_uri(image.uri):
+            raise ImagesError(f"{image.uri!r} {ECR_IMAGE_URI_DESCRIPTION.split(' (')[0]}")
 
     to_build = [i for i in images if not image_exists(ecr, repository_name(i.family), tag)]
     for image in images:

@@ -37,3 +37,40 @@ def test_an_interrupted_training_job_resumes_without_retraining_or_losing_custom
     assert counts[CustomerOutcome.RESUMED] + counts[CustomerOutcome.TRAINED] == len(CUSTOMERS)
     assert sorted(c.customer_id for c in outcomes) == sorted(CUSTOMERS)
     assert all(registry(stack).live(customer_id) is not None for customer_id in CUSTOMERS)
+
+
+def test_after_an_interruption_every_instance_gets_the_whole_run_and_resumes_only_its_own(
+    stack: EmbeddedStack,
+) -> None:
+    """SageMaker's documented restore ("the checkpoints from this S3 bucket are restored to
+    checkpoint_local_path in each instance of the new training job", Resume training from
+    a checkpoint): one CheckpointConfig.S3Uri per job, so every instance of a restarted
+    job finds the other instances' archives in its folder too (issue 27, finding 5)."""
+    assert stack.runner is not None and stack.info is not None
+    customers = [f"spot-share-{i}" for i in range(40)]
+    run_id = upload(stack, "spot-share.csv", to_csv(readings(customers, "2023-01-01", 400, seed=6)))
+    job = f"{stack.info.job_name_prefix}-t-{run_id}"
+    assert stack.runner.interrupt(job, after_archives=8)
+    assert finished(stack, run_id).training_status == "Completed"
+    by_host = {m.host: {c.customer_id for c in m.customers} for m in manifests(stack, run_id)}
+    assert len(by_host) == 2, "two instances share the run"
+    # Then each instance's folder holds every archive that reached S3 before the restart,
+    # the other's as well as its own, as on AWS...
+    jobs = stack.state_dir / "jobs" / job
+    for host, own in by_host.items():
+        restored = {
+            p.name.removesuffix(".tar.gz") for p in (jobs / host / "checkpoints").glob("*.tar.gz")
+        }
+        others = set().union(*(c for h, c in by_host.items() if h != host))
+        assert restored & others, f"{host} was given none of the other instance's archives"
+        # ...and each resumed or trained only its own shard: another's archive is not its own
+        assert own.isdisjoint(others)
+    # And what was restored is not written back: one version of each model in S3
+    s3 = stack.client("s3")
+    versions: Counter[str] = Counter()
+    for page in s3.get_paginator("list_object_versions").paginate(
+        Bucket=stack.info.artifacts_bucket, Prefix=f"models/{run_id}/"
+    ):
+        versions.update(v["Key"] for v in page.get("Versions", []) if v["Key"].endswith(".tar.gz"))
+    assert len(versions) == len(customers)
+    assert {key: n for key, n in versions.items() if n > 1} == {}

@@ -251,3 +251,16 @@ def test_the_tag_is_the_commit_and_uncommitted_image_inputs_are_refused(tmp_path
     dockerfile.write_text("FROM python:3.11.14-slim-bookworm\nUSER 1000\n")
     with pytest.raises(images.ImagesError, match="uncommitted changes"):
         images.commit_tag(tmp_path)
+
+
+def test_a_tag_that_makes_no_ecr_uri_is_refused_before_any_build(
+    aws_env: str, samconfig: Path, docker: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a build named with something Docker cannot take as a tag
+    committed = samconfig.read_text()
+    # When the images are published under it
+    assert _publish(samconfig, docker, "--tag", "my build") == 2
+    # Then nothing is built or written, and the user is told what an image URI must be
+    assert "must be an ECR image URI with a tag or digest" in capsys.readouterr().err
+    assert _calls(docker) == []
+    assert samconfig.read_text() == committed

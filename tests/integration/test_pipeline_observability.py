@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from function_helpers import load_function
 from test_registration import trained
 
+from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.queues import sqs_event
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common.contracts import layout
@@ -53,7 +54,11 @@ def world(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, A
     """Every table of template.yaml under a stack name of its own, a fresh artifacts
     bucket, and the pipeline functions' template environment (as the local stack resolves
     it) pointed at them."""
-    template = LocalTemplate(ROOT / "template.yaml", stack_name=f"obs{uuid.uuid4().hex[:8]}")
+    template = LocalTemplate(
+        ROOT / "template.yaml",
+        stack_name=f"obs{uuid.uuid4().hex[:8]}",
+        parameter_overrides=LOCAL_IMAGE_PARAMETERS,
+    )
     dynamodb = boto3.client("dynamodb")
     tables = []
     for logical_id, resource in template.resources_of_type("AWS::DynamoDB::Table").items():

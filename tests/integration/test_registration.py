@@ -15,6 +15,7 @@ import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import customers_done
@@ -610,7 +611,7 @@ def queues(
 ) -> dict[str, Any]:
     """The chunks queue and its DLQ as template.yaml makes them (fresh names), and both
     registration functions' environment pointed at them."""
-    template = LocalTemplate(ROOT / "template.yaml")
+    template = LocalTemplate(ROOT / "template.yaml", parameter_overrides=LOCAL_IMAGE_PARAMETERS)
     sqs = boto3.client("sqs")
     suffix = uuid.uuid4().hex[:8]
     dlq = sqs.create_queue(QueueName=f"chunks-dlq-{suffix}")["QueueUrl"]

@@ -67,7 +67,7 @@ def processing_settings(artifacts_bucket: str, queue_table: str) -> ProcessingSe
             "REGISTRY_TABLE": "unused",
             "JOB_NAME_PREFIX": PREFIX,
             "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sagemaker",
-            "PROCESSING_IMAGE_URI": "fleetcast-processing:latest",
+            "PROCESSING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-processing:test",
             "UPLOAD_QUEUE_TABLE": queue_table,
         }
     )

@@ -17,7 +17,7 @@ TRAINING_ENV = {
     "REGISTRY_TABLE": "registry",
     "JOB_NAME_PREFIX": "fleetcast",
     "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sm",
-    "TRAINING_IMAGE_URI": "fleetcast-training:latest",
+    "TRAINING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-training:test",
 }
 METRIC_LINE_NAMES = [
     value

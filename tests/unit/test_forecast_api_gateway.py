@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventMo
 from forecast_api_helpers import REPO_ROOT, sample
 
 from fleetcast.embedded.api import ApiRoute, TokenBucket, UsagePlan, proxy_event
+from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.template import LocalTemplate
 
 
@@ -147,8 +148,11 @@ def test_a_throttled_key_does_not_slow_another() -> None:
 
 
 def test_the_local_stack_names_the_serving_resources_as_cloudformation_would() -> None:
-    # Given template.yaml as the local stack resolves it
-    template = LocalTemplate(REPO_ROOT / "template.yaml")
+    # Given template.yaml as the local stack resolves it (with its images: the endpoint
+    # exists only with one)
+    template = LocalTemplate(
+        REPO_ROOT / "template.yaml", parameter_overrides=LOCAL_IMAGE_PARAMETERS
+    )
     config = template.resolve(template.resources["ForecastEndpointConfig"]["Properties"])
     endpoint = template.resolve(template.resources["ForecastEndpoint"]["Properties"])
     # Then GetAtt gives the names the API calls take, Ref the ARNs, as on AWS

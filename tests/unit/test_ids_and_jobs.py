@@ -126,7 +126,11 @@ def test_processing_request_reads_the_runs_copy_and_carries_the_uploads_real_key
 ) -> None:
     # Given an upload (one whose key is 1023 bytes, near the most S3 allows, too)
     settings = ProcessingSettings.from_env(
-        {**BASE_ENV, "PROCESSING_IMAGE_URI": "img", "UPLOAD_QUEUE_TABLE": "queue"}
+        {
+            **BASE_ENV,
+            "PROCESSING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-processing:test",
+            "UPLOAD_QUEUE_TABLE": "queue",
+        }
     )
     upload = UPLOAD.model_copy(update={"key": key})
     run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
@@ -144,7 +148,11 @@ def test_processing_request_reads_the_runs_copy_and_carries_the_uploads_real_key
 
 def test_processing_request_names_the_file_and_adds_history_only_when_some_exists() -> None:
     settings = ProcessingSettings.from_env(
-        {**BASE_ENV, "PROCESSING_IMAGE_URI": "img", "UPLOAD_QUEUE_TABLE": "queue"}
+        {
+            **BASE_ENV,
+            "PROCESSING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-processing:test",
+            "UPLOAD_QUEUE_TABLE": "queue",
+        }
     )
     run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
     without = processing_job_request(settings, run_id, UPLOAD, with_history=False)
@@ -173,7 +181,11 @@ def test_processing_request_names_the_file_and_adds_history_only_when_some_exist
 def test_a_metadata_upload_is_processed_as_metadata_with_the_store() -> None:
     # Given an upload under incoming/metadata/, and a metadata store that exists
     settings = ProcessingSettings.from_env(
-        {**BASE_ENV, "PROCESSING_IMAGE_URI": "img", "UPLOAD_QUEUE_TABLE": "queue"}
+        {
+            **BASE_ENV,
+            "PROCESSING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-processing:test",
+            "UPLOAD_QUEUE_TABLE": "queue",
+        }
     )
     run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
     upload = UPLOAD.model_copy(update={"key": "incoming/metadata/customers.csv"})
@@ -198,7 +210,11 @@ def test_a_metadata_upload_is_processed_as_metadata_with_the_store() -> None:
 
 def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
     settings = TrainingSettings.from_env(
-        {**BASE_ENV, "TRAINING_IMAGE_URI": "img", "TRAINING_INSTANCE_COUNT": "4"}
+        {
+            **BASE_ENV,
+            "TRAINING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-training:test",
+            "TRAINING_INSTANCE_COUNT": "4",
+        }
     )
     request = training_job_request(settings, "20261129t120000-0123456789", parts=30)
     source = request["InputDataConfig"][0]["DataSource"]["S3DataSource"]
@@ -221,7 +237,11 @@ def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
 def test_training_gets_every_calendar_on_every_instance_and_the_default_country() -> None:
     # Given a stack whose default holiday country is DE
     settings = TrainingSettings.from_env(
-        {**BASE_ENV, "TRAINING_IMAGE_URI": "img", "DEFAULT_HOLIDAY_COUNTRY": "DE"}
+        {
+            **BASE_ENV,
+            "TRAINING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-training:test",
+            "DEFAULT_HOLIDAY_COUNTRY": "DE",
+        }
     )
     request = training_job_request(settings, "20261129t120000-0123456789", parts=30)
     # Then the calendars channel is one prefix replicated to every instance
@@ -238,7 +258,11 @@ def test_training_gets_every_calendar_on_every_instance_and_the_default_country(
     # And a country code that is not one is refused when the function starts
     with pytest.raises(ValidationError, match="DEFAULT_HOLIDAY_COUNTRY"):
         TrainingSettings.from_env(
-            {**BASE_ENV, "TRAINING_IMAGE_URI": "img", "DEFAULT_HOLIDAY_COUNTRY": "germany"}
+            {
+                **BASE_ENV,
+                "TRAINING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-training:test",
+                "DEFAULT_HOLIDAY_COUNTRY": "germany",
+            }
         )
 
 
@@ -250,7 +274,11 @@ def test_never_more_training_instances_than_customer_files() -> None:
 
 def test_on_demand_training_has_no_max_wait() -> None:
     settings = TrainingSettings.from_env(
-        {**BASE_ENV, "TRAINING_IMAGE_URI": "img", "TRAINING_USE_SPOT": "false"}
+        {
+            **BASE_ENV,
+            "TRAINING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-training:test",
+            "TRAINING_USE_SPOT": "false",
+        }
     )
     request = training_job_request(settings, "20261129t120000-0123456789", parts=3)
     assert request["EnableManagedSpotTraining"] is False

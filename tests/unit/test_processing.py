@@ -790,7 +790,7 @@ def test_start_processing_passes_the_size_limit_the_container_reads() -> None:
             "REGISTRY_TABLE": "registry",
             "JOB_NAME_PREFIX": "fleetcast",
             "SAGEMAKER_ROLE_ARN": "arn:aws:iam::123456789012:role/sm",
-            "PROCESSING_IMAGE_URI": "img",
+            "PROCESSING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-processing:test",
             "UPLOAD_QUEUE_TABLE": "queue",
             "PROCESSING_MAX_UPLOAD_MB": "3",
         }

@@ -23,6 +23,7 @@ from aws_lambda_powertools.utilities.parser.models import (
 from pydantic import BaseModel, ValidationError
 from template_helpers import REPO_ROOT, loads_template, local_template
 
+from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.ids import is_valid_run_id, processing_job_name, training_job_name
 from fleetcast_common.cost import state as cost_state
@@ -45,7 +46,9 @@ COST_ADDRESSES = {
     "CostReportRecipients": "ops@example.com, finops@example.com",
     "CostReportSender": "cost-watch@example.com",
 }
-LOCAL = local_template(COST_ADDRESSES)
+# After `make images`: the images pushed, so the endpoint is part of the stack (the first
+# deploy, without images, is tests/unit/test_first_deploy.py).
+LOCAL = local_template({**COST_ADDRESSES, **LOCAL_IMAGE_PARAMETERS})
 resolve = LOCAL.resolve
 name_of = LOCAL.physical_name
 TEMPLATE = LOCAL.body

@@ -29,14 +29,21 @@ from fleetcast_common.forecasting import (
     EndpointFailedError,
     EndpointForecast,
     EndpointUnavailableError,
+    NoEndpointError,
 )
 
-# Few, quick retries: API Gateway gives up after 29 s, and the caller is told when to
-# come back (Retry-After) rather than kept waiting.
+# Few, quick retries inside the function's time: API Gateway gives up on a REST API's
+# integration after 29 s ("Integration timeout: 50 milliseconds - 29 seconds", API Gateway
+# quotas), and the caller is told when to come back (Retry-After) rather than kept
+# waiting. Worst case two attempts of 1 s to connect and 10 s to read, and the standard
+# mode's backoff between them (at most 1 s before the first retry: rand(0,1) x 2**0 s):
+# 23 s, leaving the function's 29 s room for the registry lookup and the answer
+# (tests/unit/test_timeouts_and_limits.py). A model's own answer comes in well under a
+# second; one that has not answered in 10 s would not answer within API Gateway's time.
 RUNTIME_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 3},
-    connect_timeout=2,
-    read_timeout=20,
+    retries={"mode": "standard", "max_attempts": 2},
+    connect_timeout=1,
+    read_timeout=10,
     max_pool_connections=16,
 )
 
@@ -75,6 +82,8 @@ class ForecastEndpoint:
     ) -> EndpointForecast:
         """The model's forecast for the next ``period`` periods, with ``quantiles`` when
         any are given (the body without them is the one the container always took)."""
+        if not self.endpoint_name:
+            raise NoEndpointError()
         request: dict[str, object] = {"period": period}
         if quantiles:
             request["quantiles"] = list(quantiles)

@@ -49,7 +49,10 @@ def _empty(value: object) -> bool:
 
 class ForecastApiSettings(_FromEnvironment):
     registry_table: str = Field(alias="REGISTRY_TABLE", min_length=1)
-    endpoint_name: str = Field(alias="ENDPOINT_NAME", pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+    # Empty while the stack has no endpoint (template.yaml's HasEndpoint condition).
+    endpoint_name: str = Field(
+        alias="ENDPOINT_NAME", pattern=r"^$|^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+    )
     # How long a warm function may reuse a customer's live-model lookup (see
     # LiveModelCache); 0 reads the registry on every request.
     live_model_cache_seconds: float = Field(alias="LIVE_MODEL_CACHE_SECONDS", default=30.0, ge=0)
@@ -240,6 +243,18 @@ class EndpointUnavailableError(ForecastError):
     def __init__(self, message: str, retry_after_seconds: int) -> None:
         super().__init__(message)
         self.retry_after_seconds = retry_after_seconds
+
+
+class NoEndpointError(ForecastError):
+    """The stack was deployed without its endpoint (no inference image yet, or
+    CreateEndpoint=false): retrying will not help until it is deployed with one."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this stack has no forecast endpoint yet: push the inference image "
+            "(`make images`) and deploy again with InferenceImageUri set and "
+            "CreateEndpoint=true; GET /customers/{customer_id}/model works meanwhile"
+        )
 
 
 class LiveModels(Protocol):

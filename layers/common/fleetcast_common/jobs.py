@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fleetcast_common.contracts import layout, processing, training
 from fleetcast_common.contracts.ids import processing_job_name, training_job_name
+from fleetcast_common.contracts.images import checked_image_uri
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
 
 
@@ -127,7 +128,7 @@ def processing_job_request(
             }
         },
         "AppSpecification": {
-            "ImageUri": settings.image_uri,
+            "ImageUri": checked_image_uri(settings.image_uri, "ProcessingImageUri"),
             "ContainerEntrypoint": processing.ENTRYPOINT,
             "ContainerArguments": [
                 "--frequency",
@@ -199,7 +200,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, parts: int) ->
     return {
         "TrainingJobName": training_job_name(settings.job_name_prefix, run_id),
         "AlgorithmSpecification": {
-            "TrainingImage": settings.image_uri,
+            "TrainingImage": checked_image_uri(settings.image_uri, "TrainingImageUri"),
             "TrainingInputMode": "File",
             "MetricDefinitions": training.METRIC_DEFINITIONS,
         },

@@ -15,6 +15,7 @@ from fleetcast_common import storage
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.contracts.ids import processing_job_name, run_id_from_job_name
+from fleetcast_common.contracts.images import checked_image_uri
 from fleetcast_common.contracts.object_keys import shown_key
 from fleetcast_common.jobs import (
     Upload,
@@ -177,6 +178,9 @@ def dispatch_uploads(
     ``not_processed``."""
     now = now or datetime.now(UTC)
     not_processed: list[JobStart] = []
+    # Before any lease: without an image the upload waits in the queue (and this event
+    # fails, saying so, into the dead-letter queue) instead of holding the lease.
+    checked_image_uri(settings.image_uri, "ProcessingImageUri")
     # Each pass either starts a job, stops, or clears one lease whose job had already
     # ended; a few passes are more than any real sequence needs. A replaced upload takes
     # no pass: however many there are, the queue moves on to one that can run.

@@ -55,7 +55,10 @@ class ProcessingSettings(PipelineSettings):
     instance_type: str = Field(alias="PROCESSING_INSTANCE_TYPE", default="ml.m5.xlarge")
     volume_gb: int = Field(alias="PROCESSING_VOLUME_GB", default=30, ge=1)
     frequency: Literal["D", "H"] = Field(alias="MODEL_FREQUENCY", default="D")
-    max_runtime_seconds: int = Field(alias="PROCESSING_MAX_RUNTIME_SECONDS", default=3600)
+    # The API's bounds for a processing job's MaxRuntimeInSeconds (botocore: 1 to 777600).
+    max_runtime_seconds: int = Field(
+        alias="PROCESSING_MAX_RUNTIME_SECONDS", default=3600, ge=1, le=777600
+    )
     # Largest upload a processing job accepts, decompressed (its FLEETCAST_MAX_UPLOAD_BYTES).
     max_upload_mb: int = Field(alias="PROCESSING_MAX_UPLOAD_MB", default=10240, ge=1)
     # The training job's instances: processing writes its input in a multiple of them.

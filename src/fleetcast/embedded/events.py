@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from fleetcast.embedded.lambda_workers import ASYNCHRONOUS
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.sqs_poller import Message, Pollers, QueuePoller
 from fleetcast.embedded.template import ACCOUNT_ID
@@ -96,7 +97,8 @@ class _EventByEvent:
         for message in messages:
             event = normalise_event(json.loads(message["Body"]))
             try:
-                self.function.invoke(event)
+                # EventBridge invokes its Lambda targets asynchronously.
+                self.function.invoke(event, ASYNCHRONOUS)
             except Exception as error:
                 attempt = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
                 log.error(

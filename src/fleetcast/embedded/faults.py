@@ -134,3 +134,8 @@ def _render(service: str, fault: Fault) -> tuple[bytes, str]:
 def applied(fault: Fault) -> Fault:
     """The same error, answered after the service did the work."""
     return replace(fault, applied=True)
+
+
+def error_body(service: str, fault: Fault) -> tuple[bytes, str]:
+    """The fault as the service writes its errors: body and content type."""
+    return _render(service, fault)

@@ -16,11 +16,21 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleetcast.embedded.lambda_workers import (
+    ASYNCHRONOUS,
+    REQUEST_LIMITS,
+    RESPONSE_LIMIT,
+    SYNCHRONOUS,
+    RequestTooLargeError,
+    ResponseTooLargeError,
+    WorkerPool,
+    payload_size,
+)
 from fleetcast.embedded.template import ACCOUNT_ID, REGION
 
 # What the handlers import (boto3, Powertools, pydantic: 1-2 s of CPU per process). Workers
@@ -138,8 +148,9 @@ def _invoke(event: dict[str, Any]) -> tuple[float, Any]:
 
 @dataclass
 class Invocations:
-    """How a function's invocations went: what Lambda's Duration metric would show. The
-    local stack does not stop a function at its timeout; ``longest`` says how close it came."""
+    """How a function's invocations went: what Lambda's Duration metric would show;
+    ``longest`` says how close the function came to its timeout (past it, the invocation
+    is ended: :mod:`fleetcast.embedded.lambda_workers`)."""
 
     count: int = 0
     longest: float = 0.0
@@ -172,25 +183,35 @@ class LocalFunction:
         self._lock = threading.Lock()
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._pool = ProcessPoolExecutor(
-            max_workers=concurrency,
-            mp_context=worker_context(),
-            initializer=_start_worker,
-            initargs=(str(code_dir), handler, name, environment, str(log_path), memory, timeout),
+        self._pool = WorkerPool(
+            name,
+            worker_context(),
+            concurrency,
+            _start_worker,
+            (str(code_dir), handler, name, environment, str(log_path), memory, timeout),
+            _invoke,
+            timeout,
         )
 
     def warm_up(self) -> Future[int]:
         """Start every worker now (imports take a second or two each), not when events
         first find the started ones busy: on two cores those imports stall the requests
         that arrive meanwhile. The future is one worker's start."""
-        # The pool starts a process for each task submitted while no worker is idle.
-        return [self._pool.submit(int) for _ in range(self.concurrency)][-1]
+        return self._pool.warm_up()
 
-    def invoke(self, event: dict[str, Any]) -> Any:
-        seconds, answer = self._pool.submit(_invoke, event).result()
+    def invoke(self, event: dict[str, Any], invocation: str = SYNCHRONOUS) -> Any:
+        """The handler's answer to ``event``; ``invocation`` is Invoke's InvocationType:
+        ``Event`` for EventBridge's deliveries, whose answer Lambda throws away. Past the
+        function's timeout, or its payload limits, it fails as Lambda fails it."""
+        size = payload_size(event)
+        if size > REQUEST_LIMITS[invocation]:
+            raise RequestTooLargeError(self.name, size, invocation)
+        seconds, answer = self._pool.run(event)
         with self._lock:
             self.invocations.add(seconds)
-        return answer
+        if invocation == SYNCHRONOUS and (size := payload_size(answer)) > RESPONSE_LIMIT:
+            raise ResponseTooLargeError(self.name, size)
+        return None if invocation == ASYNCHRONOUS else answer
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.close()

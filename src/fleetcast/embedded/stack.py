@@ -21,6 +21,7 @@ import boto3
 from botocore.config import Config
 
 from fleetcast.embedded import persistence
+from fleetcast.embedded.aws_limits import AwsLimits
 from fleetcast.embedded.context import ServiceContext
 from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.embedded.events import EventDelivery
@@ -28,6 +29,7 @@ from fleetcast.embedded.gateway import Gateway, bind_preferred
 from fleetcast.embedded.keeping import StateKeeping
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.malloc import limit_arenas
+from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS, validate
 from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
 from fleetcast.embedded.recovery import Recovery
 from fleetcast.embedded.resources import create_resources
@@ -138,8 +140,14 @@ class EmbeddedStack:
         self.template = LocalTemplate(
             self.root / "template.yaml",
             stack_name=stack_name,
-            parameter_overrides={**LOCAL_PARAMETERS, **(parameters or {})},
+            parameter_overrides={
+                **LOCAL_PARAMETERS,
+                **LOCAL_IMAGE_PARAMETERS,
+                **(parameters or {}),
+            },
         )
+        # As CloudFormation would: a value a deploy refuses does not start a stack either.
+        validate(self.template.body.get("Parameters", {}), self.template.parameter_overrides)
         self._port = port
         self._function_concurrency = function_concurrency
         self._serving_options = serving
@@ -199,6 +207,7 @@ class EmbeddedStack:
             )
             self.runner.install()
             self.gateway.wrap_aws_app(self.runner.keep_processing_environments)
+            self.gateway.wrap_aws_app(AwsLimits)  # what AWS refuses and moto does not
             kept = self.keeping.restore()
             create_resources(self.template, self.client)
             self.keeping.keep_run_numbers(self.client("dynamodb"))

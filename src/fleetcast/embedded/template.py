@@ -8,6 +8,7 @@ CloudFormation would generate.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -170,10 +171,16 @@ class LocalTemplate:
     def __post_init__(self) -> None:
         self.body = load_template(self.path)
 
-    @property
+    @functools.cached_property
     def resources(self) -> dict[str, dict[str, Any]]:
-        resources: dict[str, dict[str, Any]] = self.body.get("Resources", {})
-        return resources
+        """The resources this stack has: as CloudFormation, those whose ``Condition`` is
+        false for the parameters are not created (the endpoint without an image)."""
+        declared: dict[str, dict[str, Any]] = self.body.get("Resources", {})
+        return {
+            logical_id: resource
+            for logical_id, resource in declared.items()
+            if "Condition" not in resource or self.condition(str(resource["Condition"]))
+        }
 
     def resources_of_type(self, resource_type: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.resources.items() if v.get("Type") == resource_type}

@@ -41,7 +41,27 @@ class CheckpointSync:
         return self._local
 
     def start(self) -> None:
+        """Start syncing what the instance writes from now on. What the folder holds at
+        the start was restored from the job's S3Uri (prepare_instance): after a spot
+        interruption, every instance's and not only this one's, since SageMaker restores
+        the whole checkpoint S3 URI "to checkpoint_local_path in each instance" (Resume
+        training from a checkpoint). It is in S3 already: copying it back would put a
+        new version of each of the run's archives, once per instance, at every restart."""
+        self._remember(self._restored())
         self._thread.start()
+
+    def _restored(self) -> list[tuple[Path, tuple[float, int]]]:
+        found = []
+        for path in self._candidates(self._local):
+            stat = path.stat()
+            found.append((path, (stat.st_mtime, stat.st_size)))
+        return found
+
+    def _remember(self, copied: list[tuple[Path, tuple[float, int]]]) -> None:
+        self._seen.update(copied)
+        for path, _ in copied:
+            if path.name.endswith(MODEL_ARCHIVE_SUFFIX):
+                self._archives_copied.setdefault(path.parent, set()).add(path.name)
 
     def stop(self) -> None:
         self._stop.set()
@@ -75,10 +95,7 @@ class CheckpointSync:
                 changed,
             )
         )
-        self._seen.update(changed)
-        for path, _ in changed:
-            if path.name.endswith(MODEL_ARCHIVE_SUFFIX):
-                self._archives_copied.setdefault(path.parent, set()).add(path.name)
+        self._remember(changed)
         return len(changed)
 
     def _candidates(self, directory: Path) -> Iterator[Path]:

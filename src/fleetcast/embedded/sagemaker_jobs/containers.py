@@ -34,11 +34,28 @@ def image_entrypoint(image_uri: str, containers_dir: Path) -> list[str]:
     return command
 
 
+# A folder of the images' own environments (fleetcast.image_environments): when set, a
+# container's ``python3 -m fleetcast_<family>`` runs with its image's interpreter, which
+# has only what the Dockerfile installs and copies, not this development environment.
+IMAGE_ENVIRONMENTS_ENV = "FLEETCAST_IMAGE_ENVIRONMENTS"
+_FAMILY_MODULE = re.compile(r"fleetcast_(\w+)")
+
+
 def local_command(command: list[str]) -> list[str]:
-    """Run a container's ``python3 …`` command with this environment's interpreter."""
-    if command and Path(command[0]).name in ("python", "python3"):
-        return [sys.executable, *command[1:]]
-    return command
+    """Run a container's ``python3 …`` command with this environment's interpreter, or
+    with its image's own (``FLEETCAST_IMAGE_ENVIRONMENTS``)."""
+    if not command or Path(command[0]).name not in ("python", "python3"):
+        return command
+    python = sys.executable
+    images = os.environ.get(IMAGE_ENVIRONMENTS_ENV)
+    module = command[command.index("-m") + 1] if "-m" in command[:-1] else ""
+    family = _FAMILY_MODULE.fullmatch(module)
+    if images and family:
+        own = Path(images) / family.group(1) / "venv" / "bin" / "python"
+        if not own.is_file():
+            raise LookupError(f"{IMAGE_ENVIRONMENTS_ENV}={images} has no environment {own}")
+        python = str(own)
+    return [python, *command[1:]]
 
 
 def kill_instance(process: subprocess.Popen[bytes]) -> None:
