@@ -159,6 +159,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             parameters={"TrainingInstanceCount": str(args.instances)},
             serving=ServingOptions(api_port=args.api_port),
             keep_state=True,
+            iam=not args.no_iam,
         )
         if args.fresh:
             aside = persistence.set_aside(stack.snapshot_path)
@@ -397,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="start empty: set the kept buckets, tables and jobs aside (renamed, not deleted)",
     )
     up.add_argument("--instances", type=int, default=2, help="training instances per job")
+    up.add_argument(
+        "--no-iam", action="store_true", help="allow every call (template.yaml's IAM is enforced)"
+    )
     up.set_defaults(run=cmd_up)
 
     env = commands.add_parser("env", help="print export lines for standard AWS clients")

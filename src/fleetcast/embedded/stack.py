@@ -25,6 +25,7 @@ from fleetcast.embedded.context import ServiceContext
 from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.embedded.events import EventDelivery
 from fleetcast.embedded.gateway import Gateway, bind_preferred
+from fleetcast.embedded.iam import LocalIam
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.malloc import limit_arenas
 from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
@@ -129,6 +130,7 @@ class EmbeddedStack:
         function_concurrency: int = 1,
         serving: ServingOptions | None = None,
         keep_state: bool = False,
+        iam: bool = True,
     ) -> None:
         self.root = root or repo_root()
         self.state_dir = state_dir or default_state_dir()
@@ -141,6 +143,8 @@ class EmbeddedStack:
         self._function_concurrency = function_concurrency
         self._serving_options = serving
         self._keep_state = keep_state
+        # IAM enforced (embedded/iam): off only for `fleetcast up --no-iam`.
+        self.iam = LocalIam(self.template, enforce=iam)
         # True once moto holds this stack's state (restored or new): only then is it saved.
         self._state_loaded = False
         # What a user should be told at start: ports that were taken, what was restored.
@@ -179,6 +183,7 @@ class EmbeddedStack:
         )
         self.notices += [notice] if notice else []
         self.gateway = gateway
+        gateway.guard(self.iam.guard)
         gateway.start()
         try:
             self.runner = JobRunner(
@@ -188,6 +193,12 @@ class EmbeddedStack:
                 containers_dir=self.root / "containers",
                 put_object=functools.partial(gateway.put_object, ACCOUNT_ID),
                 download_object=functools.partial(gateway.download_object, ACCOUNT_ID),
+                transfer_for=functools.partial(
+                    self.iam.job_transfer,
+                    endpoint_url=self.endpoint_url,
+                    put_object=functools.partial(gateway.put_object, ACCOUNT_ID),
+                    download_object=functools.partial(gateway.download_object, ACCOUNT_ID),
+                ),
             )
             self.runner.install()
             self.gateway.wrap_aws_app(self.runner.keep_processing_environments)
@@ -200,7 +211,11 @@ class EmbeddedStack:
             self.delivery.start()
             # SQS event sources (embedded/queues.py)
             self.queues = QueueDelivery(
-                self.client("sqs"), self.template, self.functions, event_sources
+                self.client("sqs"),
+                self.template,
+                self.functions,
+                event_sources,
+                lambda function: self.client_as(self.iam.roles.of_function(function).arn, "sqs"),
             )
             self.queues.start()
             for kind, name in kept.unfinished if kept else ():
@@ -262,6 +277,7 @@ class EmbeddedStack:
             state_dir=self.state_dir,
             endpoint_url=self.endpoint_url,
             client=self.client,
+            client_as=self.client_as,
             add_route=self.gateway.add_route,
             functions=self.functions,
             notify=self.notices.append,
@@ -317,6 +333,10 @@ class EmbeddedStack:
                 )
             return self._clients[service]
 
+    def client_as(self, role_arn: str, service: str) -> Any:
+        """A client that calls as one of the template's roles."""
+        return self.iam.client(role_arn, service, self.endpoint_url)
+
     def resource(self, service: str) -> Any:
         # A resource is not thread-safe: a new one each time, from the one session (a
         # session is not thread-safe either: made under the lock; a new session each time
@@ -363,12 +383,7 @@ class EmbeddedStack:
         than this, not less.
         """
         s3, dynamodb, sqs, iam = (self.client(s) for s in ("s3", "dynamodb", "sqs", "iam"))
-        for logical_id in self.template.resources_of_type("AWS::IAM::Role"):
-            properties = self._properties(logical_id)
-            iam.create_role(
-                RoleName=self.template.physical_name(logical_id),
-                AssumeRolePolicyDocument=json.dumps(properties.get("AssumeRolePolicyDocument", {})),
-            )
+        self.iam.create_roles(iam, self.client("sts"))  # SAM's roles too, as it makes them
         for logical_id in self.template.resources_of_type("AWS::SQS::Queue"):
             sqs.create_queue(QueueName=self.template.physical_name(logical_id))
         # Buckets and tables restored from the last stop are there already.
@@ -473,6 +488,7 @@ class EmbeddedStack:
             environment = {
                 **self.template.function_environment(logical_id),
                 **self.client_environment(),
+                **self.iam.function_credentials(logical_id),
                 **local_function_environment(logical_id, self.state_dir),
                 "AWS_LAMBDA_FUNCTION_NAME": self.template.physical_name(logical_id),
                 "POWERTOOLS_TRACE_DISABLED": "true",
