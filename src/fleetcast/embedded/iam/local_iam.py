@@ -102,9 +102,14 @@ class LocalIam:
         """Create every role in moto (inline policies included, so ``aws iam`` shows them)
         and take a session of each, as the services that use them would."""
         for role in self.roles.roles.values():
-            iam.create_role(
-                RoleName=role.name, AssumeRolePolicyDocument=_json(role.assume_role_policy)
-            )
+            try:
+                iam.create_role(
+                    RoleName=role.name, AssumeRolePolicyDocument=_json(role.assume_role_policy)
+                )
+            except ClientError as error:
+                # moto keeps one AWS per process: a second stack in it finds the roles.
+                if error.response["Error"]["Code"] != "EntityAlreadyExists":
+                    raise
             for name, document in role.inline_policies.items():
                 iam.put_role_policy(
                     RoleName=role.name, PolicyName=name, PolicyDocument=_json(document)
