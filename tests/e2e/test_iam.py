@@ -46,7 +46,6 @@ def training_job_status(stack: EmbeddedStack, job: str, wanted: set[str]) -> str
         time.sleep(0.2)
 
 
-@pytest.mark.xfail(strict=True, reason="finding 1: register-models' role lacks dynamodb:GetItem")
 def test_a_training_job_that_wrote_nothing_is_marked_registered(stack: EmbeddedStack) -> None:
     """Finding 1: a run with no chunks reaches GetItem, which register-models' role lacked:
     AccessDenied, retries, the dead-letter queue, and a run never marked registered."""
@@ -76,9 +75,6 @@ def test_a_training_job_that_wrote_nothing_is_marked_registered(stack: EmbeddedS
     assert denials_of(stack, "RegisterModelsFunction", run_id) == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="finding 1: register-models' role cannot read the page summaries"
-)
 def test_register_models_reads_the_page_summaries_it_plans_from(stack: EmbeddedStack) -> None:
     """Finding 1: the role's S3 read covered the manifests, not the per-host page summaries
     read first; that AccessDenied passed for "missing" and every run fell back to reading
@@ -102,9 +98,6 @@ def test_register_models_reads_the_page_summaries_it_plans_from(stack: EmbeddedS
     assert evaluate(role.documents(), read).allowed
 
 
-@pytest.mark.xfail(
-    strict=True, reason="finding 2: SendRawEmail is granted on the sender's identity only"
-)
 def test_the_cost_report_may_send_to_its_recipients_in_the_ses_sandbox(
     stack: EmbeddedStack,
 ) -> None:

@@ -41,7 +41,6 @@ def s3_answering(summary_error: str, status: int) -> tuple[Any, Stubber]:
     return s3, stub
 
 
-@pytest.mark.xfail(strict=True, reason="finding 1: AccessDenied is read as missing")
 def test_a_summary_it_may_not_read_fails_the_plan() -> None:
     s3, stub = s3_answering("AccessDenied", 403)
     with stub, pytest.raises(ClientError) as raised:
