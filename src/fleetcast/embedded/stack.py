@@ -144,7 +144,7 @@ class EmbeddedStack:
         self._serving_options = serving
         self._keep_state = keep_state
         # IAM enforced (embedded/iam): off only for `fleetcast up --no-iam`.
-        self.iam = LocalIam(self.template, enforce=iam)
+        self.iam = LocalIam(self.template, iam, log_path=self.state_dir / "logs" / "iam.log")
         # True once moto holds this stack's state (restored or new): only then is it saved.
         self._state_loaded = False
         # What a user should be told at start: ports that were taken, what was restored.

@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +77,16 @@ class Denial:
 
 class LocalIam:
     def __init__(
-        self, template: LocalTemplate, enforce: bool = True, ses_sandbox: bool = True
+        self,
+        template: LocalTemplate,
+        enforce: bool = True,
+        ses_sandbox: bool = True,
+        log_path: Path | None = None,
     ) -> None:
         self.enforce = enforce
+        # Each refusal is also a line here (the stack's logs/iam.log), beside the
+        # functions' own logs, which show the error the caller got.
+        self._log_path = log_path
         self.roles: TemplateRoles = template_roles(template)
         admin_documents = (managed_policy_document("arn:aws:iam::aws:policy/AdministratorAccess"),)
         self._principals = {
@@ -230,15 +238,15 @@ class LocalIam:
             evaluation.decision is Decision.EXPLICIT_DENY,
         )
         self.denials.append(denial)
-        log.warning(
-            "AccessDenied (%s): role %s may not %s on %s (%s; context %s)",
-            evaluation.decision.value,
-            principal.name,
-            request.action,
-            request.resource,
-            operation,
-            dict(request.context),
+        line = (
+            f"AccessDenied ({evaluation.decision.value}): role {principal.name} may not "
+            f"{request.action} on {request.resource} ({operation}; context {dict(request.context)})"
         )
+        log.warning("%s", line)
+        if self._log_path is not None:
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self._lock, self._log_path.open("a") as out:
+                out.write(f"{datetime.now(UTC).isoformat()} {line}\n")
         return evaluation
 
     # -- the gateway's check ----------------------------------------------------------------
