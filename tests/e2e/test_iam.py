@@ -118,3 +118,30 @@ def test_the_cost_report_may_send_to_its_recipients_in_the_ses_sandbox(
     # Then SES took it
     assert sent["MessageId"]
     assert denials_of(stack, "CostReportFunction") == []
+
+
+def test_a_job_whose_role_the_stack_does_not_have_fails_saying_so(stack: EmbeddedStack) -> None:
+    # Given a processing job created with a role no template declares
+    name = "iam-unknown-role"
+    stack.client("sagemaker").create_processing_job(
+        ProcessingJobName=name,
+        ProcessingResources={
+            "ClusterConfig": {
+                "InstanceCount": 1,
+                "InstanceType": "ml.m5.large",
+                "VolumeSizeInGB": 1,
+            }
+        },
+        AppSpecification={"ImageUri": "fleetcast-processing:latest"},
+        RoleArn="arn:aws:iam::123456789012:role/nobody",
+    )
+    # Then it fails, as SageMaker fails a job it cannot assume the role of
+    sagemaker = stack.client("sagemaker")
+    deadline = time.monotonic() + TIMEOUT
+    while (job := sagemaker.describe_processing_job(ProcessingJobName=name))[
+        "ProcessingJobStatus"
+    ] == "InProgress":
+        assert time.monotonic() < deadline, "the job never ended"
+        time.sleep(0.2)
+    assert job["ProcessingJobStatus"] == "Failed"
+    assert "could not assume the role arn:aws:iam::123456789012:role/nobody" in job["FailureReason"]

@@ -206,7 +206,11 @@ class LocalIam:
         for principal in self._principals.values():
             if principal.role is not None and principal.role.arn == role_arn:
                 return principal
-        raise LookupError(f"template.yaml has no role {role_arn}")
+        # SageMaker fails such a job: it cannot assume the role.
+        raise LookupError(
+            f"SageMaker could not assume the role {role_arn}: the local stack has only "
+            "template.yaml's roles"
+        )
 
     def check(self, principal: Principal, request: Request, operation: str) -> None:
         """Raise AccessDenied as botocore would if ``principal`` may not make ``request``."""

@@ -330,7 +330,6 @@ class JobRunner:
 
     def _run_processing(self, backend: Any, name: str) -> None:
         job = backend.processing_jobs[name]
-        transfer = self._job_transfer(job)
         job.processing_start_time = now()
         job.last_modified_time = now()
         self._publish_processing(job)
@@ -338,6 +337,7 @@ class JobRunner:
         log_file = self._workdir / "jobs" / name / "algo-1.log"
         status, exit_message, failure = "Failed", None, None
         try:
+            transfer = self._job_transfer(job)
             for entry in job.processing_inputs or []:
                 s3_input = entry.get("S3Input")
                 if not s3_input:
@@ -405,7 +405,6 @@ class JobRunner:
 
     def _run_training(self, backend: Any, name: str) -> None:
         job = backend.training_jobs[name]
-        transfer = self._job_transfer(job)
         running = self._jobs[name]
         instance_count = int(job.resource_config.get("InstanceCount", 1))
         hosts = training_contract.host_names(instance_count)
@@ -416,6 +415,7 @@ class JobRunner:
         interruptions = 0
         failure: str | None = None
         try:
+            transfer = self._job_transfer(job)
             command = local_command(
                 image_entrypoint(job.algorithm_specification["TrainingImage"], self._containers_dir)
             )
