@@ -11,6 +11,7 @@ names resources then does not allow it, and the denial says which resource it wa
 
 from __future__ import annotations
 
+import base64
 import functools
 import io
 import json
@@ -441,8 +442,6 @@ def _addresses(parameters: dict[str, Any]) -> tuple[str, list[str]]:
     sender = parameters.get("Source", "")
     raw = parameters.get("RawMessage.Data")
     if raw and (not sender or not recipients):
-        import base64  # only a raw message without Source or Destinations needs it
-
         message = message_from_bytes(base64.b64decode(raw))
         sender = sender or str(message.get("From", ""))
         if not recipients:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import io
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -332,8 +333,6 @@ def _read_body(environ: dict[str, Any]) -> bytes:
 
 
 def _json(document: Any) -> str:
-    import json
-
     return json.dumps(document)
 
 
