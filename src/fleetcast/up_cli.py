@@ -31,6 +31,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 parameters=up_parameters(args),
                 serving=ServingOptions(api_port=args.api_port),
                 keep_state=True,
+                iam=not args.no_iam,
             )
         except ParameterError as error:
             raise UsageError(f"{error} (the stack was not started)") from None
@@ -141,6 +142,9 @@ def add_up_command(commands: Any) -> None:
         metavar="NAME",
         help="start from this samconfig.toml environment's parameter_overrides (e.g. prod); "
         "--parameter-overrides go on top",
+    )
+    up.add_argument(
+        "--no-iam", action="store_true", help="allow every call (template.yaml's IAM is enforced)"
     )
     up.add_argument("--samconfig", type=Path, default=None, help=argparse.SUPPRESS)
     up.set_defaults(run=cmd_up)

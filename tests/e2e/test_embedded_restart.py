@@ -38,7 +38,8 @@ pytestmark = [
 # Generous: on a loaded machine a start takes minutes (eight worker processes import pandas).
 START_SECONDS = 600
 JOB_SECONDS = 120
-ROLE = "arn:aws:iam::123456789012:role/fleetcast-local"
+# The jobs run as the template's execution role: SageMaker assumes no other.
+ROLE = "arn:aws:iam::123456789012:role/fleetcast-SageMakerExecutionRole"
 RESOURCES = {
     "ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.m5.large", "VolumeSizeInGB": 1}
 }

@@ -246,11 +246,10 @@ def _beside_manifest(s3: Any, bucket: str, key: str, name_of: Callable[[str], st
     ``name_of`` from the instance's host), or None for a job that did not write it."""
     prefix = key.removesuffix(posixpath.basename(key))
     host = host_of_manifest(posixpath.basename(key))
-    # A real lack of access (not a missing key) fails the read of the whole manifest
-    # that follows.
-    return storage.read_text_if_exists(
-        s3, bucket, prefix + name_of(host), storage.MISSING_WITHOUT_LIST
-    )
+    # Only a missing key is "not written" (the role may list models/, so S3 answers 404);
+    # AccessDenied is a grant missing, and fails the registration rather than falling
+    # back to reading every whole manifest.
+    return storage.read_text_if_exists(s3, bucket, prefix + name_of(host))
 
 
 def _customers_in(keys: list[str], suffix: str) -> dict[str, str]:

@@ -27,6 +27,8 @@ class ServiceContext:
     endpoint_url: str
     # A client of the stack's AWS APIs, per service name.
     client: Callable[[str], Any]
+    # A client that calls as a role of the template (role ARN, service name).
+    client_as: Callable[[str, str], Any]
     # Take the AWS API requests ``matches`` accepts before moto does (Gateway.add_route).
     add_route: Callable[[Callable[[dict[str, Any]], bool], WsgiApp], None]
     # The template's functions by logical id, running.

@@ -397,7 +397,9 @@ class LocalCosts:
         context = self._context
         environment = self.environment()
         settings = CostReportSettings.from_env(environment)
-        context.client("ses").verify_email_identity(EmailAddress=parseaddr(settings.sender)[1])
+        # A new account's SES is in the sandbox: the recipients are verified identities too.
+        for address in (settings.sender, *settings.recipients):
+            context.client("ses").verify_email_identity(EmailAddress=parseaddr(address)[1])
         context.add_route(
             ce_operation("GetAnomalies"), AnomalyDetection(settings.anomaly_monitor_arn)
         )

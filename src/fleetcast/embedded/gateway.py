@@ -230,12 +230,14 @@ class Gateway:
         self._moto: WsgiApp = MotoDispatcher()
         self._routes: list[Route] = []
         self._s3_observers: list[S3WriteObserver] = []
+        # What every request passes first, routes included (the local IAM's check).
+        self._front: WsgiApp = self._app
         # Bound here, not by werkzeug, which exits the process when the port is taken.
         with socket.create_server((host, port)) as listener:
             self._server: BaseWSGIServer = make_server(
                 host,
                 port,
-                self._app,
+                lambda environ, start_response: self._front(environ, start_response),
                 threaded=True,
                 request_handler=_QuietHandler,
                 fd=listener.fileno(),
@@ -259,6 +261,10 @@ class Gateway:
     def wrap_aws_app(self, wrap: Callable[[WsgiApp], WsgiApp]) -> None:
         """Put ``wrap(moto)`` where moto was: it sees every request no route takes."""
         self._moto = wrap(self._moto)
+
+    def guard(self, wrap: Callable[[WsgiApp], WsgiApp]) -> None:
+        """Put ``wrap(everything)`` in front: it sees every request, routes' too."""
+        self._front = wrap(self._front)
 
     def add_route(self, matches: Callable[[dict[str, Any]], bool], app: WsgiApp) -> None:
         self._routes.append((matches, app))

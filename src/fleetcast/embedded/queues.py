@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,9 +126,12 @@ class QueueDelivery(Pollers):
         template: LocalTemplate,
         functions: dict[str, LocalFunction],
         mappings: list[EventSourceMapping],
+        sqs_of_function: Callable[[str], Any] | None = None,
     ) -> None:
         self._sqs = sqs
         super().__init__()
+        # Lambda polls with the function's execution role (its policy grants the queue).
+        sqs_of = sqs_of_function or (lambda _: sqs)
         for mapping in mappings:
             deliver = _BatchDelivery(
                 mapping,
@@ -137,7 +140,7 @@ class QueueDelivery(Pollers):
             )
             self.add(
                 QueuePoller(
-                    sqs,
+                    sqs_of(mapping.function_logical_id),
                     self._configure(template, mapping.queue_logical_id),
                     deliver,
                     name=f"sqs {mapping.queue_logical_id}",

@@ -3,7 +3,6 @@ local stack (those restored from the last stop are kept as they are)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,11 @@ def _properties(template: LocalTemplate, logical_id: str) -> dict[str, Any]:
     return properties
 
 
-def create_resources(template: LocalTemplate, client: Callable[[str], Any]) -> None:
+def create_resources(
+    template: LocalTemplate,
+    client: Callable[[str], Any],
+    create_roles: Callable[[Any, Any], None],
+) -> None:
     """The template's roles, queues, buckets, tables and Glue catalog, one type each.
 
     Why not samtranslator's translation created through moto's CloudFormation (tried
@@ -29,13 +32,8 @@ def create_resources(template: LocalTemplate, client: Callable[[str], Any]) -> N
     Removing the unsupported resources and their references first would be more code
     than this, not less.
     """
-    s3, dynamodb, sqs, iam = (client(s) for s in ("s3", "dynamodb", "sqs", "iam"))
-    for logical_id in template.resources_of_type("AWS::IAM::Role"):
-        properties = _properties(template, logical_id)
-        iam.create_role(
-            RoleName=template.physical_name(logical_id),
-            AssumeRolePolicyDocument=json.dumps(properties.get("AssumeRolePolicyDocument", {})),
-        )
+    s3, dynamodb, sqs = (client(s) for s in ("s3", "dynamodb", "sqs"))
+    create_roles(client("iam"), client("sts"))  # SAM's roles too, as it makes them
     for logical_id in template.resources_of_type("AWS::SQS::Queue"):
         sqs.create_queue(QueueName=template.physical_name(logical_id))
     # Buckets and tables restored from the last stop are there already.

@@ -153,7 +153,8 @@ class LocalServing:
         cache = ModelDiskCache(
             process.models_root,
             int(self.options.disk_cache_mb * 1024 * 1024),
-            context.client("s3"),
+            # SageMaker fetches the models with the model's execution role.
+            context.client_as(model["ExecutionRoleArn"], "s3"),
             bucket,
             prefix,
         )

@@ -26,6 +26,7 @@ from fleetcast.embedded.context import ServiceContext
 from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.embedded.events import EventDelivery
 from fleetcast.embedded.gateway import Gateway, bind_preferred
+from fleetcast.embedded.iam import LocalIam
 from fleetcast.embedded.keeping import StateKeeping
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.malloc import limit_arenas
@@ -134,6 +135,7 @@ class EmbeddedStack:
         function_concurrency: int = 1,
         serving: ServingOptions | None = None,
         keep_state: bool = False,
+        iam: bool = True,
     ) -> None:
         self.root = root or repo_root()
         self.state_dir = state_dir or default_state_dir()
@@ -160,6 +162,8 @@ class EmbeddedStack:
             if "UploadQueueTable" in self.template.resources
             else "",
         )
+        # IAM enforced (embedded/iam): off only for `fleetcast up --no-iam`.
+        self.iam = LocalIam(self.template, iam, log_path=self.state_dir / "logs" / "iam.log")
         # What a user should be told at start: ports that were taken, what was restored.
         self.notices: list[str] = []
         self.gateway: Gateway | None = None
@@ -195,6 +199,7 @@ class EmbeddedStack:
         )
         self.notices += [notice] if notice else []
         self.gateway = gateway
+        gateway.guard(self.iam.guard)
         gateway.start()
         try:
             self.runner = JobRunner(
@@ -204,12 +209,18 @@ class EmbeddedStack:
                 containers_dir=self.root / "containers",
                 put_object=functools.partial(gateway.put_object, ACCOUNT_ID),
                 download_object=functools.partial(gateway.download_object, ACCOUNT_ID),
+                transfer_for=functools.partial(
+                    self.iam.job_transfer,
+                    endpoint_url=self.endpoint_url,
+                    put_object=functools.partial(gateway.put_object, ACCOUNT_ID),
+                    download_object=functools.partial(gateway.download_object, ACCOUNT_ID),
+                ),
             )
             self.runner.install()
             self.gateway.wrap_aws_app(self.runner.keep_processing_environments)
             self.gateway.wrap_aws_app(AwsLimits)  # what AWS refuses and moto does not
             kept = self.keeping.restore()
-            create_resources(self.template, self.client)
+            create_resources(self.template, self.client, self.iam.create_roles)
             self.keeping.keep_run_numbers(self.client("dynamodb"))
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
             # Read once: they set their functions' concurrency and feed their pollers.
@@ -220,7 +231,11 @@ class EmbeddedStack:
             self.delivery.start()
             # SQS event sources (embedded/queues.py)
             self.queues = QueueDelivery(
-                self.client("sqs"), self.template, self.functions, event_sources
+                self.client("sqs"),
+                self.template,
+                self.functions,
+                event_sources,
+                lambda function: self.client_as(self.iam.roles.of_function(function).arn, "sqs"),
             )
             self.queues.start()
             for kind, name in kept.unfinished if kept else ():
@@ -292,6 +307,7 @@ class EmbeddedStack:
             state_dir=self.state_dir,
             endpoint_url=self.endpoint_url,
             client=self.client,
+            client_as=self.client_as,
             add_route=self.gateway.add_route,
             functions=self.functions,
             notify=self.notices.append,
@@ -315,6 +331,10 @@ class EmbeddedStack:
                     config=Config(retries={"mode": "standard"}, max_pool_connections=32),
                 )
             return self._clients[service]
+
+    def client_as(self, role_arn: str, service: str) -> Any:
+        """A client that calls as one of the template's roles."""
+        return self.iam.client(role_arn, service, self.endpoint_url)
 
     def resource(self, service: str) -> Any:
         # A resource is not thread-safe: a new one each time, from the one session (a
@@ -364,6 +384,7 @@ class EmbeddedStack:
             environment = {
                 **self.template.function_environment(logical_id),
                 **self.client_environment(),
+                **self.iam.function_credentials(logical_id),
                 **local_function_environment(logical_id, self.state_dir),
                 "AWS_LAMBDA_FUNCTION_NAME": self.template.physical_name(logical_id),
                 "POWERTOOLS_TRACE_DISABLED": "true",

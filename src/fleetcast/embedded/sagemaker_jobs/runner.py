@@ -90,10 +90,13 @@ class JobRunner:
         cpus: int | None = None,
         put_object: Callable[[str, str, bytes], None] | None = None,
         download_object: Callable[[str, str, Path], None] | None = None,
+        transfer_for: Callable[[str], S3Transfer] | None = None,
     ) -> None:
         # ``put_object``: small objects written in process, not as requests; likewise
         # ``download_object`` for the jobs' inputs (S3Transfer).
         self._transfer = S3Transfer(s3, put_object, download_object)
+        # A job's copies by its execution role (RoleArn), as SageMaker makes them.
+        self._transfer_for = transfer_for
         self._events = events
         self._workdir = workdir
         self._containers_dir = containers_dir
@@ -320,6 +323,11 @@ class JobRunner:
 
     # -- processing -------------------------------------------------------------------
 
+    def _job_transfer(self, job: Any) -> S3Transfer:
+        if self._transfer_for is None:
+            return self._transfer
+        return self._transfer_for(str(job.role_arn))
+
     def _run_processing(self, backend: Any, name: str) -> None:
         job = backend.processing_jobs[name]
         job.processing_start_time = now()
@@ -329,17 +337,18 @@ class JobRunner:
         log_file = self._workdir / "jobs" / name / "algo-1.log"
         status, exit_message, failure = "Failed", None, None
         try:
+            transfer = self._job_transfer(job)
             for entry in job.processing_inputs or []:
                 s3_input = entry.get("S3Input")
                 if not s3_input:
                     continue
                 bucket, prefix = split_s3_uri(s3_input["S3Uri"])
-                keys = self._transfer.keys(bucket, prefix)
+                keys = transfer.keys(bucket, prefix)
                 if not keys:
                     raise LookupError(f"no S3 objects found under S3 URL {s3_input['S3Uri']!r}")
                 target = under_root(root, s3_input["LocalPath"])
                 target.mkdir(parents=True, exist_ok=True)
-                self._transfer.download(bucket, prefix, keys, target)
+                transfer.download(bucket, prefix, keys, target)
             outputs = (
                 job.processing_output_config.get("Outputs", [])
                 if job.processing_output_config
@@ -369,7 +378,7 @@ class JobRunner:
             if returncode == 0:
                 for entry in outputs:
                     bucket, prefix = split_s3_uri(entry["S3Output"]["S3Uri"])
-                    self._transfer.upload_tree(
+                    transfer.upload_tree(
                         under_root(root, entry["S3Output"]["LocalPath"]), bucket, prefix
                     )
                 status, exit_message = "Completed", message
@@ -406,6 +415,7 @@ class JobRunner:
         interruptions = 0
         failure: str | None = None
         try:
+            transfer = self._job_transfer(job)
             command = local_command(
                 image_entrypoint(job.algorithm_specification["TrainingImage"], self._containers_dir)
             )
@@ -414,13 +424,13 @@ class JobRunner:
                 training.transition(job, "Downloading", "Downloading input data")
                 job.training_start_time = job.training_start_time or now()
                 roots = [
-                    training.prepare_instance(self._transfer, job, job_dir / host, host, hosts)
+                    training.prepare_instance(transfer, job, job_dir / host, host, hosts)
                     for host in hosts
                 ]
                 training.transition(
                     job, "Training", "Training image download completed. Training in progress."
                 )
-                syncs = self._start_checkpoint_syncs(job, roots)
+                syncs = self._start_checkpoint_syncs(transfer, job, roots)
                 running.checkpoints = [sync.local for sync in syncs]
                 cpus = str(max(1, self._cpus // instance_count))
                 launches = [
@@ -463,7 +473,7 @@ class JobRunner:
                 failure = f"AlgorithmError: {reason or f'exit code {code}'} (host {host})"
             else:
                 training.transition(job, "Uploading", "Uploading generated training model")
-                training.upload_model(self._transfer, job, job_dir / hosts[0])
+                training.upload_model(transfer, job, job_dir / hosts[0])
         except Exception as error:
             log.exception("training job %s failed in the local stack", name)
             failure = f"ClientError: {error}"
@@ -487,12 +497,14 @@ class JobRunner:
         job.secondary_status_transitions[-1]["EndTime"] = job.training_end_time
         self.publish_training(job)
 
-    def _start_checkpoint_syncs(self, job: Any, roots: list[Path]) -> list[CheckpointSync]:
+    def _start_checkpoint_syncs(
+        self, transfer: S3Transfer, job: Any, roots: list[Path]
+    ) -> list[CheckpointSync]:
         checkpoint = job.checkpoint_config
         if not checkpoint:
             return []
         syncs = [
-            CheckpointSync(self._transfer, checkpoint_dir(root, checkpoint), checkpoint["S3Uri"])
+            CheckpointSync(transfer, checkpoint_dir(root, checkpoint), checkpoint["S3Uri"])
             for root in roots
         ]
         for sync in syncs:
