@@ -48,7 +48,14 @@ FORECAST_SCHEMA = pa.schema(
 MEASURES = ("smape", "wape", "mase", "rmse", "mae")
 # The model families a customer's backtest scores, each with a ``backtest_wape_`` column
 # (null where it was not a candidate or could not be fitted).
-CANDIDATE_KINDS = ("seasonal_naive", "ets", "theta", "prophet", "combination")
+CANDIDATE_KINDS = (
+    "seasonal_naive",
+    "seasonal_median",
+    "ets",
+    "theta",
+    "prophet",
+    "combination",
+)
 
 ACCURACY_SCHEMA = pa.schema(
     [
