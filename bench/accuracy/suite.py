@@ -50,6 +50,8 @@ from fleetcast_training.stan_backend import silence_stan_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_CUSTOMERS = 3
+# Data sets whose peers' forecasts this run read from --peers-cache.
+PEERS_FROM_CACHE: set[str] = set()
 
 
 def evaluate(
@@ -74,6 +76,7 @@ def evaluate(
     found = peers.load_cached(cache) if cache else None
     if found is not None:
         forecasts = {FLEETCAST: run.forecasts, **found}
+        PEERS_FROM_CACHE.add(key)
     else:
         with console.status(f"{key}: seasonal naive and stock Prophet"):
             forecasts = {
@@ -287,6 +290,7 @@ def main() -> int:
                 str(chart.resolve().relative_to(root)),
                 str(figures.resolve().relative_to(root)),
                 seconds,
+                peers_cached=bool(PEERS_FROM_CACHE),
             ),
         )
     return 0
