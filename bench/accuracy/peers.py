@@ -12,8 +12,10 @@ Each returns, per customer, the forecast of the horizon's days and the CPU secon
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import pickle
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -136,3 +138,28 @@ def median_of(members: list[Forecasts]) -> Forecasts:
         values={i: np.median(np.vstack([m.values[i] for m in members]), axis=0) for i in ids},
         cpu_seconds={i: sum(m.cpu_seconds[i] for m in members) for i in ids},
     )
+
+
+def inputs_digest(customers: list[CustomerSplit], horizon: int, models: tuple[str, ...]) -> str:
+    """What the peers' forecasts depend on (the daily series, the horizon, the models),
+    hashed: the key of a cached set of their forecasts."""
+    digest = hashlib.sha256(f"{horizon}|{','.join(models)}".encode())
+    for customer in customers:
+        digest.update(customer.customer_id.encode())
+        digest.update(customer.daily.index.to_numpy("datetime64[s]").tobytes())
+        digest.update(customer.daily.to_numpy(np.float64).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def load_cached(path: Path) -> dict[str, Forecasts] | None:
+    if not path.is_file():
+        return None
+    with path.open("rb") as file:
+        found: dict[str, Forecasts] = pickle.load(file)
+    return found
+
+
+def store_cached(path: Path, forecasts: dict[str, Forecasts]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as file:
+        pickle.dump(forecasts, file)

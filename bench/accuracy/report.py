@@ -325,8 +325,15 @@ def _markdown_table(result: DataSetResult) -> str:
 
 
 def readme_section(
-    results: list[DataSetResult], machine: Machine, chart: str, figures: str, seconds: float
+    results: list[DataSetResult],
+    machine: Machine,
+    chart: str,
+    figures: str,
+    seconds: float,
+    peers_cached: bool = False,
 ) -> str:
+    """The README's Accuracy section; ``peers_cached``: the peers' forecasts and CPU
+    figures were read from ``--peers-cache`` (an earlier full run on the same inputs)."""
     parts = []
     for result in results:
         verdicts = "; ".join(
@@ -367,9 +374,15 @@ def readme_section(
         f"fleetcast at commit `{code['fleetcast commit'][:12]}` (branch "
         f"`{code['fleetcast branch']}`)"
     )
+    cached = (
+        "; the peers' forecasts and CPU figures from an earlier full run on the same inputs, "
+        "read from `--peers-cache`"
+        if peers_cached
+        else ""
+    )
     return f"""{README_HEADING}
 
-`make accuracy` ({seconds / 60:.0f} min) on {machine.summary()}; {engine}.
+`make accuracy` ({seconds / 60:.0f} min{cached}) on {machine.summary()}; {engine}.
 
 Real public meter readings, never generated data: sources, commits and licences in
 [`bench/accuracy/data/README.md`](bench/accuracy/data/README.md). For every customer the

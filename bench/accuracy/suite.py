@@ -50,25 +50,44 @@ from fleetcast_training.stan_backend import silence_stan_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_CUSTOMERS = 3
+# Data sets whose peers' forecasts this run read from --peers-cache.
+PEERS_FROM_CACHE: set[str] = set()
 
 
 def evaluate(
-    split_set: SplitSet, horizon: int, scratch: Path, with_arima: bool, console: Console
+    split_set: SplitSet,
+    horizon: int,
+    scratch: Path,
+    with_arima: bool,
+    console: Console,
+    peers_cache: Path | None = None,
 ) -> DataSetResult:
     customers = split_set.customers
     key = split_set.data_set.key
     began = time.perf_counter()
     with console.status(f"{key}: fleetcast (processing + training, {len(customers)} customers)"):
         run = fleetcast_run.run(customers, scratch / key)
-    with console.status(f"{key}: seasonal naive and stock Prophet"):
-        forecasts = {
-            FLEETCAST: run.forecasts,
-            NAIVE: peers.seasonal_naive(customers, horizon),
-            PROPHET: peers.stock_prophet(customers, horizon),
-        }
     models = peers.STATSFORECAST_MODELS if with_arima else peers.STATSFORECAST_MODELS[:2]
-    with console.status(f"{key}: statsforecast {', '.join(models)}"):
-        forecasts.update(peers.statsforecast_models(customers, horizon, models))
+    cache = (
+        peers_cache / f"{key}-{peers.inputs_digest(customers, horizon, models)}.pickle"
+        if (peers_cache)
+        else None
+    )
+    found = peers.load_cached(cache) if cache else None
+    if found is not None:
+        forecasts = {FLEETCAST: run.forecasts, **found}
+        PEERS_FROM_CACHE.add(key)
+    else:
+        with console.status(f"{key}: seasonal naive and stock Prophet"):
+            forecasts = {
+                FLEETCAST: run.forecasts,
+                NAIVE: peers.seasonal_naive(customers, horizon),
+                PROPHET: peers.stock_prophet(customers, horizon),
+            }
+        with console.status(f"{key}: statsforecast {', '.join(models)}"):
+            forecasts.update(peers.statsforecast_models(customers, horizon, models))
+        if cache:
+            peers.store_cached(cache, {k: v for k, v in forecasts.items() if k != FLEETCAST})
     forecasts[MEDIAN] = peers.median_of([forecasts[m] for m in models])
     check_forecasts(customers, forecasts, horizon)
     # Every method is summarised over the same customers: those all of them forecast every
@@ -221,6 +240,12 @@ def main() -> int:
         choices=[d.key for d in DATA_SETS],
         help="only this data set (repeatable; default: all)",
     )
+    parser.add_argument(
+        "--peers-cache",
+        type=Path,
+        help="a folder keeping the peers' forecasts (they do not depend on fleetcast's "
+        "code) between runs, keyed by their inputs: while iterating on the engine",
+    )
     options = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     silence_stan_logging()
@@ -236,7 +261,16 @@ def main() -> int:
             if options.data_set and data_set.key not in options.data_set:
                 continue
             split_set = split(data_set, horizon, limit)
-            results.append(evaluate(split_set, horizon, Path(folder), not options.smoke, console))
+            results.append(
+                evaluate(
+                    split_set,
+                    horizon,
+                    Path(folder),
+                    not options.smoke,
+                    console,
+                    options.peers_cache,
+                )
+            )
     seconds = time.perf_counter() - began
     print_tables(results, machine, console)
     console.print(f"[dim]make accuracy took {seconds:.0f} s[/]")
@@ -256,6 +290,7 @@ def main() -> int:
                 str(chart.resolve().relative_to(root)),
                 str(figures.resolve().relative_to(root)),
                 seconds,
+                peers_cached=bool(PEERS_FROM_CACHE),
             ),
         )
     return 0

@@ -13,6 +13,7 @@ from prophet import Prophet
 from fleetcast_common.contracts.model_archive import read_archive
 from fleetcast_common.contracts.training_manifest import CustomerOutcome
 from fleetcast_common.forecasters import seasonal_naive
+from fleetcast_common.quality_gate import passes_quality_gate
 from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.failures import FailureKind
 from fleetcast_training.history import History
@@ -73,13 +74,22 @@ def test_every_candidate_is_scored_on_one_backtest_and_the_choice_recorded(tmp_p
     assert backtest is not None
     assert backtest.horizon == 30 and backtest.windows == 3
     kinds = {score.model_kind for score in backtest.candidates}
-    assert kinds == {"seasonal_naive", "ets", "theta", "prophet", "combination"}
+    assert kinds == {
+        "seasonal_naive",
+        "seasonal_median",
+        "ets",
+        "theta",
+        "prophet",
+        "combination",
+    }
     assert metadata.model_kind == backtest.chosen != backtest.runner_up
     assert json.loads(model_json)["kind" if backtest.chosen != "prophet" else "growth"]
-    # And the served model's backtest error is never worse than seasonal naive's
+    # And the served model passes the quality gate: its backtest error is not worse than
+    # seasonal naive's by more than the gate's tolerance
     chosen, naive = backtest.score(backtest.chosen), backtest.score("seasonal_naive")
     assert chosen is not None and naive is not None
-    assert chosen.wape is not None and naive.wape is not None and chosen.wape <= naive.wape
+    assert chosen.wape is not None and naive.wape is not None
+    assert passes_quality_gate(metadata.metrics, ratio=1.5)
     assert metadata.metrics.wape == chosen.wape and metadata.metrics.naive_wape == naive.wape
     assert metadata.metrics.holdout_days == 30 and metadata.metrics.windows == 3
 

@@ -33,7 +33,7 @@ from fleetcast_common.contracts.model_archive import (
 )
 from fleetcast_common.contracts.training import MODEL_ARCHIVE_SUFFIX
 from fleetcast_common.contracts.training_manifest import CustomerOutcome, CustomerResult
-from fleetcast_common.forecasters import ets, seasonal_naive, theta
+from fleetcast_common.forecasters import ets, seasonal_median, seasonal_naive, theta
 from fleetcast_common.forecasters.candidates import BacktestPlan, CandidateFamily, Histories
 from fleetcast_common.forecasters.gaussian import common_fields
 from fleetcast_common.holiday_calendar import HolidayCalendar
@@ -53,7 +53,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["PROPHET", "SHARED", "CustomerReport", "CustomerTrainer"]
 
 NUMPY_FAMILIES: dict[str, CandidateFamily] = {
-    family.kind: family for family in (seasonal_naive.FAMILY, ets.FAMILY, theta.FAMILY)
+    family.kind: family
+    for family in (seasonal_naive.FAMILY, seasonal_median.FAMILY, ets.FAMILY, theta.FAMILY)
 }
 
 

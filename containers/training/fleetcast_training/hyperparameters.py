@@ -32,7 +32,7 @@ _PERIODS_PER_DAY = {DAILY: 1, HOURLY: 24}
 # The seasonal-naive baseline repeats the last week of daily data, the last day of hourly.
 _SEASON = {DAILY: timedelta(days=7), HOURLY: timedelta(days=1)}
 # The model families a customer's candidates may be drawn from, in the order they fit.
-CANDIDATES = ("seasonal_naive", "ets", "theta", "prophet")
+CANDIDATES = ("seasonal_naive", "seasonal_median", "ets", "theta", "prophet")
 
 
 class InvalidHyperparametersError(ValueError):

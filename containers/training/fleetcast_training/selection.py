@@ -1,12 +1,14 @@
 """Every candidate scored on one customer's rolling-origin backtest, and the model it gets.
 
 The rule, decided on ``make accuracy``'s real meter data (docs/model-families.md): the
-customer is served the **combination** (the mean of ETS, Theta and Prophet where each
-fitted) unless its backtest error is worse than seasonal naive's; then the single
-candidate of least backtest error, which may be seasonal naive itself. Choosing the best
-single candidate per customer every time did worse on the held-back days than always
-combining (a backtest of a few windows is noisy), and no customer is ever served a model
-whose backtest error is worse than seasonal naive's: naive is a candidate.
+customer is served the **combination** (the mean of ETS, Theta, Prophet and the seasonal
+median, where each fitted) unless its backtest error is worse than seasonal naive's by
+more than the quality gate's tolerance (:data:`~fleetcast_common.quality_gate.EQUAL_ERROR_SHARE`
+of the backtest's mean level, the rule registration applies); then the single candidate of
+least backtest error, which may be seasonal naive itself. Choosing the best single
+candidate (or the best few) per customer every time did worse on the held-back days than
+always combining (a backtest of a few windows is noisy), and no customer is ever served a
+model the gate would refuse: naive is a candidate.
 
 Errors are compared on the points every candidate forecast (and the customer had a usable
 value for), pooled over the windows: WAPE, ``sum|F - A| / sum|A|``; between candidates of
@@ -23,13 +25,14 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_common.contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
-from fleetcast_common.forecasters import combination, seasonal_naive
+from fleetcast_common.forecasters import combination, seasonal_median, seasonal_naive
+from fleetcast_common.quality_gate import EQUAL_ERROR_SHARE
 
 FloatArray = npt.NDArray[np.float64]
 NAIVE = seasonal_naive.KIND
 COMBINATION = combination.KIND
 # The members of the combination, where they are candidates and fitted.
-COMBINED = ("ets", "theta", "prophet")
+COMBINED = ("ets", "theta", "prophet", seasonal_median.KIND)
 
 
 @dataclass(frozen=True)
@@ -129,8 +132,9 @@ def choose(
     choosable = [s for s in ranked if s.model_kind in allowed or s.model_kind == COMBINATION]
     if not choosable:
         return None
+    tolerance = EQUAL_ERROR_SHARE * float(np.abs(points).mean())
     if COMBINATION in by_kind and (
-        naive is None or _rank_error(by_kind[COMBINATION]) <= _rank_error(naive)
+        naive is None or by_kind[COMBINATION].mae - naive.mae <= tolerance
     ):
         chosen = COMBINATION
         why = "the combination, not worse than seasonal naive on the backtest"

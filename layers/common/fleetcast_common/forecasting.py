@@ -191,7 +191,7 @@ class CustomerModel(BaseModel):
     )
     model_kind: str = Field(
         default="prophet",
-        description="The model family: prophet, ets, theta, seasonal_naive or combination",
+        description="The model family: prophet, ets, theta, seasonal_naive, seasonal_median or combination",
     )
     backtest: Backtest | None = Field(
         default=None,

@@ -101,7 +101,7 @@ HYPERPARAMETER_DEFAULTS: dict[str, str] = {
     "daily_seasonality": "auto",
     "uncertainty_samples": "1000",
     # The model families scored for each customer by backtest; seasonal naive always is.
-    "candidates": "seasonal_naive,ets,theta,prophet",
+    "candidates": "seasonal_naive,seasonal_median,ets,theta,prophet",
     "backtest_windows": "3",
     "workers": "0",
     # The holidays of customers without metadata: a country code of the holidays package

@@ -23,6 +23,7 @@ from fleetcast_common.forecasters.forecast import Forecaster
 _MODULES = {
     PROPHET_KIND: "fleetcast_common.forecasters.prophet_family",
     "seasonal_naive": "fleetcast_common.forecasters.seasonal_naive",
+    "seasonal_median": "fleetcast_common.forecasters.seasonal_median",
     "ets": "fleetcast_common.forecasters.ets",
     "theta": "fleetcast_common.forecasters.theta",
     "combination": "fleetcast_common.forecasters.combination",
