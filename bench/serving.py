@@ -36,6 +36,7 @@ from bench.measure import (
     compare,
     percentiles_per_round,
     resident_bytes,
+    single,
     taking_turns,
     timed,
 )
@@ -326,3 +327,39 @@ def serving_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> li
             },
         ),
     ]
+
+
+def family_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> list[Row]:
+    """Warm forecasts of each family's models as training served them (its default
+    candidates): every family's answer goes through the endpoint's one cache, so each must
+    stay as fast as Prophet's."""
+    by_kind: dict[str, list[Path]] = {}
+    for path in archives:
+        by_kind.setdefault(read_archive(path)[1].model_kind, []).append(path)
+    rows = []
+    picker = random.Random(11)
+    for kind, paths in sorted(by_kind.items()):
+        opt_ml = scratch / kind
+        names = write_fleet(opt_ml, paths, min(len(paths), sizes.models))
+        settings = InferenceSettings("127.0.0.1", 0, opt_ml, 2**31, True)
+        with serving(InferenceApp(settings)) as ours:
+            for name in names:
+                ours.load(name)
+                ours.invoke(name)  # computed once, then answered from the cache
+            rounds = [
+                [ours.invoke(picker.choice(names)) for _ in range(sizes.warm_requests)]
+                for _ in range(sizes.rounds)
+            ]
+        rows.append(
+            single(
+                f"serving: warm forecast, period 7, {kind} (p50)",
+                "ms",
+                [percentiles_per_round(samples, 1, 0.5)[0] for samples in rounds],
+                higher_is_better=False,
+                target=at_most(0.5, "ms"),
+                detail=f"{sizes.rounds} rounds of {sizes.warm_requests} requests over the "
+                f"{len(names)} {kind} models training served (of {len(archives)}), HTTP "
+                "keep-alive on 127.0.0.1",
+            )
+        )
+    return rows

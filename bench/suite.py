@@ -47,7 +47,7 @@ from bench.report import (
     update_readme,
     write_results,
 )
-from bench.serving import ServingSizes, serving_rows
+from bench.serving import ServingSizes, family_rows, serving_rows
 from bench.training import TrainingSizes, training_rows
 from fleetcast_training.stan_backend import silence_stan_logging
 
@@ -183,7 +183,7 @@ def main() -> int:
         if options.training_only:
             with console.status("row 2: training"):
                 customer_files = customer_files_for_training(scratch, sizes.processing)
-                rows, _ = training_rows(customer_files, scratch / "training", sizes.training)
+                rows, _, _ = training_rows(customer_files, scratch / "training", sizes.training)
             with console.status("row 2b: the forecast export's share of training"):
                 rows += export_rows(customer_files, scratch / "export", sizes.export)
             with console.status("row 2c: hourly models"):
@@ -199,7 +199,9 @@ def main() -> int:
         rows += processing
         durations["processing"] = time.perf_counter() - started
         with console.status("row 2: training"):
-            training, archives = training_rows(customer_files, scratch / "training", sizes.training)
+            training, served, archives = training_rows(
+                customer_files, scratch / "training", sizes.training
+            )
         rows += training
         with console.status("row 2b: the forecast export's share of training"):
             rows += export_rows(customer_files, scratch / "export", sizes.export)
@@ -208,6 +210,7 @@ def main() -> int:
         durations["training"] = time.perf_counter() - started - sum(durations.values())
         with console.status("row 3: serving in the container"):
             rows += serving_rows(archives, scratch / "serving", sizes.serving)
+            rows += family_rows(served, scratch / "families", sizes.serving)
         durations["serving"] = time.perf_counter() - started - sum(durations.values())
         if not options.skip_stack:
             with console.status("rows 4 and 5: the pipeline and its API on the local stack"):
