@@ -55,7 +55,8 @@ def test_a_lease_whose_job_never_existed_is_freed_and_the_oldest_upload_sent_aga
     template = LocalTemplate(
         ROOT / "template.yaml", stack_name=prefix, parameter_overrides={"JobNamePrefix": prefix}
     )
-    create_resources(template, boto3.client)
+    # (no roles: this test's calls are the administrator's, as moto's are unsigned)
+    create_resources(template, boto3.client, lambda iam, sts: None)
     s3, sqs, events = boto3.client("s3"), boto3.client("sqs"), boto3.client("events")
     raw = template.physical_name("RawBucket")
     queue = UploadQueue(
