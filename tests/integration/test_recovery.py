@@ -18,6 +18,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
 from fleetcast.embedded.events import normalise_event
+from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.recovery import Recovery
 from fleetcast.embedded.resources import create_resources
 from fleetcast.embedded.sagemaker_jobs import JobRunner
@@ -53,7 +54,9 @@ def test_a_lease_whose_job_never_existed_is_freed_and_the_oldest_upload_sent_aga
     # for an upload whose job was never created, that upload and a later one waiting
     prefix = f"rec{uuid.uuid4().hex[:6]}"
     template = LocalTemplate(
-        ROOT / "template.yaml", stack_name=prefix, parameter_overrides={"JobNamePrefix": prefix}
+        ROOT / "template.yaml",
+        stack_name=prefix,
+        parameter_overrides={**LOCAL_IMAGE_PARAMETERS, "JobNamePrefix": prefix},
     )
     # (no roles: this test's calls are the administrator's, as moto's are unsigned)
     create_resources(template, boto3.client, lambda iam, sts: None)
