@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from fleetcast.status_table import status_table
 from fleetcast.status import RunStatus
+from fleetcast.status_table import status_table
 
 
 def _rendered(run: RunStatus) -> str:
