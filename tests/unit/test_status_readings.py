@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from fleetcast.cli import _status_table
+from fleetcast.status_table import status_table
 from fleetcast.status import RunStatus
 
 
 def _rendered(run: RunStatus) -> str:
     console = Console(width=400, record=True)
-    console.print(_status_table([run]))
+    console.print(status_table([run]))
     return console.export_text()
 
 
