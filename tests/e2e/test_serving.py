@@ -25,14 +25,22 @@ import pandas as pd
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from prophet.serialize import model_from_json
+from prophet.serialize import model_from_dict, model_from_json
 from test_pipeline import finished, readings, registry, to_csv, upload
 
 from fleetcast import cli
 from fleetcast.embedded.api import UsagePlan
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import read_archive, write_archive
+from fleetcast_common.contracts.model_archive import (
+    PROPHET_KIND,
+    ModelMetadata,
+    read_archive,
+    write_archive,
+)
+from fleetcast_common.forecasters import combination
+from fleetcast_common.forecasters.families import compile_archive
+from fleetcast_common.forecasters.gaussian import PathForecaster
 from fleetcast_common.forecasting import CustomerModel
 from fleetcast_common.prophet_forecaster import forecast_seed
 
@@ -75,21 +83,43 @@ def served(stack: EmbeddedStack) -> dict[str, Any]:
     return {"run_id": run_id, "env": stack.info.environment()}
 
 
-@pytest.fixture(scope="module")
-def prophet_yhat(stack: EmbeddedStack, served: dict[str, Any]) -> Any:
-    """Prophet's own predict for a customer's live model, from its archive in S3."""
+def served_yhat(model: str | dict[str, Any], model_kind: str, period: int) -> list[float]:
+    """What the endpoint must answer for a model, by its own family's definition: a Prophet
+    model, Prophet's own ``predict``; a combination, the mean of its members' answers (each
+    by this rule, so a Prophet member is Prophet's own); any other family, its archive
+    compiled by ``compile_archive``."""
+    if model_kind == PROPHET_KIND:
+        prophet = model_from_json(model) if isinstance(model, str) else model_from_dict(model)
+        future = prophet.make_future_dataframe(periods=period, include_history=False)
+        yhat: list[float] = prophet.predict(future)["yhat"].tolist()
+        return yhat
+    if model_kind == combination.KIND:
+        members = (json.loads(model) if isinstance(model, str) else model)["members"]
+        paths = [served_yhat(member["model"], member["kind"], period) for member in members]
+        return list(np.mean(paths, axis=0).tolist())
+    return list(compile_archive(model, model_kind, "D").yhat[:period].tolist())
+
+
+def live_archive(stack: EmbeddedStack, customer_id: str) -> tuple[str, ModelMetadata]:
+    """The customer's live model's ``model.json`` and metadata, from its archive in S3."""
     assert stack.info is not None
-    s3, bucket = stack.client("s3"), stack.info.artifacts_bucket
+    live = registry(stack).live(customer_id)
+    assert live is not None
+    archive = stack.client("s3").get_object(
+        Bucket=stack.info.artifacts_bucket, Key=layout.MODELS_PREFIX + live.target_model
+    )
+    return read_archive(archive["Body"].read())
+
+
+@pytest.fixture(scope="module")
+def expected_yhat(stack: EmbeddedStack, served: dict[str, Any]) -> Any:
+    """:func:`served_yhat` of a customer's live model."""
     cache: dict[tuple[str, int], list[float]] = {}
 
     def yhat(customer_id: str, period: int) -> list[float]:
         if (customer_id, period) not in cache:
-            live = registry(stack).live(customer_id)
-            assert live is not None
-            archive = s3.get_object(Bucket=bucket, Key=layout.MODELS_PREFIX + live.target_model)
-            model = model_from_json(read_archive(archive["Body"].read())[0])
-            future = model.make_future_dataframe(periods=period, include_history=False)
-            cache[customer_id, period] = model.predict(future)["yhat"].tolist()
+            model_json, metadata = live_archive(stack, customer_id)
+            cache[customer_id, period] = served_yhat(model_json, metadata.model_kind, period)
         return cache[customer_id, period]
 
     return yhat
@@ -139,9 +169,11 @@ def get_when_ready(env: dict[str, str], path: str) -> tuple[int, dict[str, str],
         time.sleep(min(float(headers["Retry-After"]), 5.0))
 
 
-def test_every_customer_gets_prophets_forecast_through_the_api(
-    served: dict[str, Any], prophet_yhat: Any
+def test_every_customer_gets_its_models_forecast_through_the_api(
+    served: dict[str, Any], expected_yhat: Any
 ) -> None:
+    # (Prophet's own predict for Prophet models: test_serving_prophet, on a stack that
+    # serves Prophet alone)
     for index, customer_id in enumerate(CUSTOMERS):
         period = (7, 1, 30)[index % 3]
         status, headers, body = get_when_ready(
@@ -158,23 +190,37 @@ def test_every_customer_gets_prophets_forecast_through_the_api(
             (pd.Timestamp("2024-03-01") + pd.Timedelta(days=DAYS - 1)).date()
         )
         yhat = [point["yhat"] for point in body["forecast"]]
-        assert np.allclose(yhat, prophet_yhat(customer_id, period), rtol=0, atol=1e-6)
+        assert np.allclose(yhat, expected_yhat(customer_id, period), rtol=0, atol=1e-6)
         assert all(p["yhat_lower"] < p["yhat"] < p["yhat_upper"] for p in body["forecast"])
 
 
-def test_quantiles_through_the_api_are_those_of_prophets_own_samples(
+def served_samples(model_json: str, model_kind: str, period: int, seed: int) -> Any:
+    """The model's predictive samples (periods by samples) as the endpoint draws them with
+    ``seed``: Prophet's own ``predictive_samples`` for a Prophet model; for every other
+    family its point path plus its deviation times ``seed``'s standard normals
+    (docs/model-families.md)."""
+    if model_kind == PROPHET_KIND:
+        model = model_from_json(model_json)
+        future = model.make_future_dataframe(periods=period, include_history=False)
+        np.random.seed(seed)
+        return model.predictive_samples(future)["yhat"]
+    compiled = compile_archive(model_json, model_kind, "D")
+    assert isinstance(compiled, PathForecaster)
+    samples = int(json.loads(model_json)["uncertainty_samples"])
+    normals = np.random.default_rng(seed).standard_normal((period, samples))
+    return compiled.yhat[:period, None] + compiled.sigma[:period, None] * normals
+
+
+def test_quantiles_through_the_api_are_those_of_the_models_own_samples(
     stack: EmbeddedStack, served: dict[str, Any]
 ) -> None:
-    # Given Prophet's own predictive samples for a customer's live model, seeded as the
-    # container seeds this customer, run and period
-    assert stack.info is not None
+    # Given the predictive samples of a customer's live model, seeded as the container
+    # seeds this customer, run and period
     customer_id, period = "srv-05", 14
-    key = layout.model_key(customer_id, served["run_id"])
-    archive = stack.client("s3").get_object(Bucket=stack.info.artifacts_bucket, Key=key)
-    model = model_from_json(read_archive(archive["Body"].read())[0])
-    future = model.make_future_dataframe(periods=period, include_history=False)
-    np.random.seed(forecast_seed(served["run_id"], period))
-    samples = model.predictive_samples(future)["yhat"]
+    model_json, metadata = live_archive(stack, customer_id)
+    samples = served_samples(
+        model_json, metadata.model_kind, period, forecast_seed(served["run_id"], period)
+    )
     path = f"/customers/{customer_id}/forecast?period={period}"
 
     # When the API is asked for quantiles (out of order, one repeated), and without them
@@ -183,13 +229,16 @@ def test_quantiles_through_the_api_are_those_of_prophets_own_samples(
     plain = get(served["env"], path)[2]
     refused = get(served["env"], path + "&quantiles=0.5,1.5")
 
-    # Then each point carries numpy's quantiles of Prophet's samples, the same every time,
+    # Then each point carries numpy's quantiles of those samples, the same every time,
     # beside the answer it has without them
     assert status == 200, body
     assert body["quantiles"] == [0.1, 0.5, 0.9] and again == body
     got = [[point["quantiles"][q] for q in ("0.1", "0.5", "0.9")] for point in body["forecast"]]
     expected = np.quantile(samples, [0.1, 0.5, 0.9], axis=1).T
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    # ... and the interval is the same samples' 10% and 90% (Prophet's interval_width 0.8)
+    bounds = [[point["yhat_lower"], point["yhat_upper"]] for point in plain["forecast"]]
+    np.testing.assert_allclose(bounds, np.quantile(samples, [0.1, 0.9], axis=1).T, atol=1e-6)
     assert "quantiles" not in plain and "clipped_at_zero" not in plain
     assert [{k: p[k] for k in p if k != "quantiles"} for p in body["forecast"]] == plain["forecast"]
     # ... and a quantile outside (0, 1) is a 400 naming it
@@ -324,7 +373,7 @@ def environment(variables: dict[str, str]) -> Iterator[None]:
 
 
 def test_boto3_invokes_the_endpoint_with_a_target_model(
-    stack: EmbeddedStack, served: dict[str, Any], prophet_yhat: Any
+    stack: EmbeddedStack, served: dict[str, Any], expected_yhat: Any
 ) -> None:
     live = registry(stack).live("srv-05")
     assert live is not None
@@ -342,11 +391,11 @@ def test_boto3_invokes_the_endpoint_with_a_target_model(
         endpoint = sagemaker.describe_endpoint(
             EndpointName=served["env"]["FLEETCAST_ENDPOINT_NAME"]
         )
-    # Then it gets Prophet's forecast, from an endpoint the control plane reports in service
+    # Then it gets the model's forecast, from an endpoint the control plane reports in service
     document = json.loads(response["Body"].read())
     assert document["customer_id"] == "srv-05" and document["model_version"] == served["run_id"]
     yhat = [p["yhat"] for p in document["forecast"]]
-    assert np.allclose(yhat, prophet_yhat("srv-05", 7), rtol=0, atol=1e-6)
+    assert np.allclose(yhat, expected_yhat("srv-05", 7), rtol=0, atol=1e-6)
     assert response["InvokedProductionVariant"] == "AllTraffic"
     assert endpoint["EndpointStatus"] == "InService"
 
@@ -355,7 +404,7 @@ def test_boto3_invokes_the_endpoint_with_a_target_model(
     not SDK_PYTHON.exists(), reason=".venv-sdk (the SageMaker Python SDK) is absent: `make install`"
 )
 def test_the_sagemaker_sdk_example_gets_the_forecast(
-    stack: EmbeddedStack, served: dict[str, Any], prophet_yhat: Any
+    stack: EmbeddedStack, served: dict[str, Any], expected_yhat: Any
 ) -> None:
     live = registry(stack).live("srv-06")
     assert live is not None
@@ -378,14 +427,14 @@ def test_the_sagemaker_sdk_example_gets_the_forecast(
     document = json.loads(result.stdout)
     assert document["customer_id"] == "srv-06"
     yhat = [p["yhat"] for p in document["forecast"]]
-    assert np.allclose(yhat, prophet_yhat("srv-06", 10), rtol=0, atol=1e-6)
+    assert np.allclose(yhat, expected_yhat("srv-06", 10), rtol=0, atol=1e-6)
 
 
 @pytest.mark.skipif(
     not AWS_CLI.exists(), reason=".venv-awscli (the AWS CLI) is absent: `make install`"
 )
 def test_the_aws_cli_invokes_the_endpoint(
-    stack: EmbeddedStack, served: dict[str, Any], prophet_yhat: Any, tmp_path: Path
+    stack: EmbeddedStack, served: dict[str, Any], expected_yhat: Any, tmp_path: Path
 ) -> None:
     live = registry(stack).live("srv-07")
     assert live is not None
@@ -413,19 +462,19 @@ def test_the_aws_cli_invokes_the_endpoint(
         timeout=120,
         check=False,
     )
-    # Then it writes Prophet's forecast and reports the variant that served it
+    # Then it writes the model's forecast and reports the variant that served it
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout)["InvokedProductionVariant"] == "AllTraffic"
     document = json.loads(answer.read_text())
     assert document["customer_id"] == "srv-07"
     yhat = [p["yhat"] for p in document["forecast"]]
-    assert np.allclose(yhat, prophet_yhat("srv-07", 7), rtol=0, atol=1e-6)
+    assert np.allclose(yhat, expected_yhat("srv-07", 7), rtol=0, atol=1e-6)
 
 
 def test_the_cli_prints_the_forecast_and_draws_it(
     stack: EmbeddedStack,
     served: dict[str, Any],
-    prophet_yhat: Any,
+    expected_yhat: Any,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -439,7 +488,7 @@ def test_the_cli_prints_the_forecast_and_draws_it(
         complaint = capsys.readouterr().err
     assert "model v1" in table and "srv-07" in table and document["forecast"][0]["ds"] in table
     assert np.allclose(
-        [p["yhat"] for p in document["forecast"]], prophet_yhat("srv-07", 10), atol=1e-6
+        [p["yhat"] for p in document["forecast"]], expected_yhat("srv-07", 10), atol=1e-6
     )
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 20_000
     assert "no live model" in complaint
@@ -498,10 +547,10 @@ RSS_ALLOWANCE = 48 * 1024 * 1024
 
 @pytest.fixture(scope="module")
 def many_models(
-    stack: EmbeddedStack, served: dict[str, Any], prophet_yhat: Any
+    stack: EmbeddedStack, served: dict[str, Any], expected_yhat: Any
 ) -> dict[str, list[float]]:
     """300 TargetModels made from the run's 30 archives, each relabelled with its own
-    customer id (the container serves what it is given); Prophet's yhat for each."""
+    customer id (the container serves what it is given); the forecast each must get."""
     assert stack.info is not None
     s3, bucket = stack.client("s3"), stack.info.artifacts_bucket
     run_id = served["run_id"]
@@ -519,12 +568,12 @@ def many_models(
         archive = folder / f"{customer_id}.tar.gz"
         write_archive(archive, model_json, metadata.model_copy(update={"customer_id": customer_id}))
         s3.upload_file(str(archive), bucket, layout.model_key(customer_id, run_id))
-        expected[layout.target_model(customer_id, run_id)] = prophet_yhat(
+        expected[layout.target_model(customer_id, run_id)] = expected_yhat(
             CUSTOMERS[index % len(sources)], max(PERIODS)
         )
 
     for customer_id in CUSTOMERS:
-        prophet_yhat(customer_id, max(PERIODS))
+        expected_yhat(customer_id, max(PERIODS))
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(publish, range(MODELS)))
     return expected

@@ -26,10 +26,13 @@ from template_helpers import REPO_ROOT, loads_template, local_template
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast_common.contracts import layout
 from fleetcast_common.contracts.ids import is_valid_run_id, processing_job_name, training_job_name
+from fleetcast_common.contracts.training import CANDIDATES_PATTERN, HYPERPARAMETER_DEFAULTS
 from fleetcast_common.cost import state as cost_state
 from fleetcast_common.cost.models import Anomaly
 from fleetcast_common.cost.settings import CostReportSettings
+from fleetcast_common.forecasters.families import known_kinds
 from fleetcast_common.forecasting import ForecastApiSettings
+from fleetcast_common.jobs import training_job_request
 from fleetcast_common.pipeline import STAGING_CONCURRENCY, STAGING_PART_BYTES
 from fleetcast_common.settings import (
     ProcessingSettings,
@@ -38,6 +41,7 @@ from fleetcast_common.settings import (
     TrainingSettings,
 )
 from fleetcast_common.upload_queue import UNSTARTED_LEASE_GRACE
+from fleetcast_training.hyperparameters import CANDIDATES, Hyperparameters
 
 # The template as the local stack reads and resolves it (parameters' defaults, the
 # stack named for JobNamePrefix's default, the local account and region).
@@ -341,6 +345,54 @@ def test_every_parameter_default_is_a_value_it_allows() -> None:
     holiday_pattern = PARAMETERS["DefaultHolidayCountry"]["AllowedPattern"]
     assert all(re.fullmatch(holiday_pattern, code) for code in ("", "US", "DE", "GBR"))
     assert not any(re.fullmatch(holiday_pattern, code) for code in ("us", "Germany", "D"))
+
+
+@pytest.mark.parametrize(
+    ("value", "deploys"),
+    [
+        ("seasonal_naive,ets,theta,prophet", True),
+        ("seasonal_median,prophet", True),
+        ("prophet", True),
+        ("ets,theta", True),
+        ("theta,seasonal_naive", True),
+        ("", False),
+        ("ets, theta", False),
+        ("Prophet", False),
+        ("arima", False),
+        ("ets,", False),
+    ],
+)
+def test_model_candidates_reach_the_training_job_as_its_candidates(
+    value: str, deploys: bool
+) -> None:
+    # Given ModelCandidates, checked at deploy time by its pattern
+    spec = PARAMETERS["ModelCandidates"]
+    assert bool(re.fullmatch(spec["AllowedPattern"], value)) is deploys
+    if not deploys:
+        # Then the start-training function refuses what CloudFormation would
+        with pytest.raises(ValidationError, match="MODEL_CANDIDATES"):
+            TrainingSettings.from_env(
+                environment_for("StartTrainingFunction", {"ModelCandidates": value})
+            )
+        return
+    # When start-training builds the job from the environment the template gives it
+    settings = TrainingSettings.from_env(
+        environment_for("StartTrainingFunction", {"ModelCandidates": value})
+    )
+    request = training_job_request(settings, "20261129t120000-0123456789", 3)
+    # Then the job's candidates are the parameter's value, which the job accepts
+    assert request["HyperParameters"]["candidates"] == value
+    parsed = Hyperparameters.parse(request["HyperParameters"])
+    assert set(parsed.candidates) == set(value.split(","))
+
+
+def test_model_candidates_default_to_every_family_the_job_knows() -> None:
+    spec = PARAMETERS["ModelCandidates"]
+    assert spec["AllowedPattern"] == CANDIDATES_PATTERN
+    assert spec["Default"] == HYPERPARAMETER_DEFAULTS["candidates"]
+    assert set(spec["Default"].split(",")) == set(CANDIDATES)
+    # And every family the job may serve is one the endpoint can compile
+    assert set(CANDIDATES) <= set(known_kinds())
 
 
 def test_globals_trace_and_dead_letter_and_the_layer_is_built_for_their_runtime() -> None:
@@ -1316,8 +1368,6 @@ def test_every_table_is_encrypted_and_recoverable(table: str) -> None:
 
 
 def test_training_needs_no_network_and_neither_does_the_endpoint() -> None:
-    from fleetcast_common.jobs import training_job_request
-
     settings = TrainingSettings.model_validate(environment_for("StartTrainingFunction"))
     assert training_job_request(settings, RUN_ID, 5)["EnableNetworkIsolation"] is True
     assert RESOURCES["ForecastModel"]["Properties"]["EnableNetworkIsolation"] is True

@@ -43,6 +43,7 @@ from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.grid import INTERVAL_WIDTH, on_grids, positions
 from fleetcast_training.grid_fit import SHAPES_KEPT, ShapeTemplates
 from fleetcast_training.history import History, read_series
+from fleetcast_training.holiday_fits import fit_families
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.model_json import encode_model
 from fleetcast_training.prophet_candidate import PROPHET, SHARED, ProphetCandidate
@@ -213,7 +214,7 @@ class CustomerTrainer:
         # (a batch shorter than the windows has every customer backtested on its own)
         if plan.origins[0] > 0:
             try:
-                fits = self._numpy_fits(grids, plan)
+                fits, fitted = self._numpy_fits(grids, plan, [c.calendar for c in loaded])
             except Exception as error:
                 # The batch's arrays are one fit: a fault in it is every customer's.
                 logger.warning("the batch's numpy families failed", exc_info=True)
@@ -223,7 +224,7 @@ class CustomerTrainer:
                     for c in loaded
                 ]
             for origin in plan.origins:
-                scorable |= grids.fits_before(origin)
+                scorable |= fitted.fits_before(origin)
         outcomes: list[CustomerReport | _Fitted] = []
         for column, customer in enumerate(loaded):
             if starting is not None:
@@ -246,14 +247,19 @@ class CustomerTrainer:
                 )
         return outcomes
 
-    def _numpy_fits(self, grids: Histories, plan: BacktestPlan) -> dict[str, Any]:
+    def _numpy_fits(
+        self,
+        grids: Histories,
+        plan: BacktestPlan,
+        calendars: list[HolidayCalendar | None],
+    ) -> tuple[dict[str, Any], Histories]:
+        """The numpy families' fits, with each customer's holidays, and the histories
+        they were fitted on (holiday periods left out)."""
         # Seasonal naive is always fitted: it is every model's yardstick, served or not.
         wanted = {seasonal_naive.KIND, *self._hyperparameters.candidates}
-        return {
-            kind: family.fit(grids, plan)
-            for kind, family in NUMPY_FAMILIES.items()
-            if kind in wanted
-        }
+        families = {kind: f for kind, f in NUMPY_FAMILIES.items() if kind in wanted}
+        step = np.timedelta64(1, "D" if self._hyperparameters.frequency == "D" else "h")
+        return fit_families(families, grids, plan, calendars, step)
 
     def _train_short(self, customer: _Loaded) -> _Fitted:
         """A customer too short for the batch's windows: backtested alone on windows of
@@ -270,7 +276,8 @@ class CustomerTrainer:
                 f"at least {3 * grids.season + windows}",
             )
         plan = BacktestPlan.of(grids.periods, horizon, windows)
-        return self._train(customer, 0, grids, plan, self._numpy_fits(grids, plan))
+        fits, _ = self._numpy_fits(grids, plan, [customer.calendar])
+        return self._train(customer, 0, grids, plan, fits)
 
     def _train(
         self,

@@ -18,6 +18,7 @@ from pydantic import (
 from fleetcast_common.contracts.ids import is_valid_run_id
 from fleetcast_common.contracts.inference import MAX_PERIOD
 from fleetcast_common.contracts.training import (
+    CANDIDATE_KINDS,
     HYPERPARAMETER_DEFAULTS,
     REQUIRED_HYPERPARAMETERS,
     SAGEMAKER_HYPERPARAMETER_PREFIX,
@@ -32,7 +33,7 @@ _PERIODS_PER_DAY = {DAILY: 1, HOURLY: 24}
 # The seasonal-naive baseline repeats the last week of daily data, the last day of hourly.
 _SEASON = {DAILY: timedelta(days=7), HOURLY: timedelta(days=1)}
 # The model families a customer's candidates may be drawn from, in the order they fit.
-CANDIDATES = ("seasonal_naive", "seasonal_median", "ets", "theta", "prophet")
+CANDIDATES = CANDIDATE_KINDS
 
 
 class InvalidHyperparametersError(ValueError):

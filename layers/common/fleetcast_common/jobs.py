@@ -211,6 +211,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, parts: int) ->
             "holdout_days": str(settings.holdout_days),
             "default_holiday_country": settings.default_holiday_country,
             "forecast_export_days": str(settings.forecast_export_days),
+            "candidates": settings.model_candidates,
         },
         "InputDataConfig": [
             {

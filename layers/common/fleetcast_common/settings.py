@@ -14,6 +14,8 @@ from typing import Literal, Self, TypeVar
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fleetcast_common.contracts.training import CANDIDATE_KINDS, CANDIDATES_PATTERN
+
 
 class _FromEnvironment(BaseSettings):
     # Each field's alias is its variable's exact name; values reach the validators as
@@ -80,6 +82,11 @@ class TrainingSettings(PipelineSettings):
         alias="DEFAULT_HOLIDAY_COUNTRY", default="", pattern=r"^([A-Z]{2,3})?$"
     )
     forecast_export_days: int = Field(alias="FORECAST_EXPORT_DAYS", default=30, ge=0, le=365)
+    # The model families each customer may be served (docs/model-families.md): the job's
+    # ``candidates``. Seasonal naive is scored whether listed or not.
+    model_candidates: str = Field(
+        alias="MODEL_CANDIDATES", default=",".join(CANDIDATE_KINDS), pattern=CANDIDATES_PATTERN
+    )
 
 
 class RegistrationSettings(PipelineSettings):

@@ -88,6 +88,13 @@ def is_manifest_name(name: str) -> bool:
     return name.startswith(MANIFEST_PREFIX) and name.endswith(MANIFEST_SUFFIX)
 
 
+# The model families training may score and serve (hyperparameter ``candidates``, the
+# stack parameter ModelCandidates), in the order they fit.
+CANDIDATE_KINDS = ("seasonal_naive", "seasonal_median", "ets", "theta", "prophet")
+_KIND = "(" + "|".join(CANDIDATE_KINDS) + ")"
+# A comma-separated list of them, no spaces: ModelCandidates' AllowedPattern.
+CANDIDATES_PATTERN = rf"^{_KIND}(,{_KIND})*$"
+
 # Hyperparameters the container understands, with their defaults. SageMaker passes every
 # value as a string; the container's hyperparameters.py parses and validates them.
 # ``run_id`` has no default.
@@ -101,7 +108,7 @@ HYPERPARAMETER_DEFAULTS: dict[str, str] = {
     "daily_seasonality": "auto",
     "uncertainty_samples": "1000",
     # The model families scored for each customer by backtest; seasonal naive always is.
-    "candidates": "seasonal_naive,seasonal_median,ets,theta,prophet",
+    "candidates": ",".join(CANDIDATE_KINDS),
     "backtest_windows": "3",
     "workers": "0",
     # The holidays of customers without metadata: a country code of the holidays package

@@ -11,7 +11,9 @@ asking for quantiles leaves the interval as it is.
 
 Their archives' ``model.json`` hold what each family needs to rebuild that path (states
 and parameters, not the forecast itself) and these common fields: ``last_history`` (ISO
-time of the last period fitted), ``uncertainty_samples`` and ``interval_width``.
+time of the last period fitted), ``uncertainty_samples`` and ``interval_width``; a model
+fitted with a holiday calendar also ``holidays``, whose effects are added to the point
+forecast on the forecast's holidays (:mod:`fleetcast_common.forecasters.holiday_effects`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from fleetcast_common.forecasters.forecast import (
     future_periods,
     row_quantiles,
 )
+from fleetcast_common.forecasters.holiday_effects import holiday_offsets
 
 # Prophet's defaults, which fleetcast keeps for every family.
 UNCERTAINTY_SAMPLES = 1000
@@ -117,6 +120,9 @@ def path_forecaster(
     last_ns = int(np.asarray(last_history).astype("datetime64[ns]").astype(np.int64))
     future = future_periods(last_ns, frequency, yhat.shape[0])
     yhat = np.ascontiguousarray(yhat, dtype=np.float64)
+    offsets = holiday_offsets(model, future.dates_ns)
+    if offsets is not None:
+        yhat = yhat + offsets
     sigma = np.ascontiguousarray(np.maximum(sigma, 0.0), dtype=np.float64)
     if not (all_finite(yhat) and all_finite(sigma)):
         raise ValueError("the model's parameters give non-finite forecasts")
