@@ -13,6 +13,7 @@ import pytest
 from test_pipeline import finished, readings, registry, to_csv, upload
 
 from fleetcast.embedded.stack import EmbeddedStack
+from fleetcast.status import run_ids
 from fleetcast_common.contracts import layout
 from fleetcast_common.jobs import Upload, processing_job_request
 from fleetcast_common.settings import ProcessingSettings
@@ -104,6 +105,7 @@ def test_a_job_whose_input_holds_a_key_leaving_its_folder_fails_naming_the_key(
     s3, sagemaker = stack.client("s3"), stack.client("sagemaker")
     escape = f"fleetcast-pwned-{uuid.uuid4().hex[:8]}"
     evil = f"incoming/job-u.csv_/../../../../tmp/{escape}/evil.csv"
+    known = run_ids(info.job_name_prefix, sagemaker)
     s3.put_object(Bucket=info.raw_bucket, Key=evil, Body=b"evil")
     s3.put_object(Bucket=info.raw_bucket, Key="incoming/job-u.csv", Body=b"plain")
     # When a processing job (start-processing's request, under a name of no run) reads
@@ -135,3 +137,11 @@ def test_a_job_whose_input_holds_a_key_leaving_its_folder_fails_naming_the_key(
     assert f"S3 key {evil!r}" in job["FailureReason"]
     assert "'..' path segment" in job["FailureReason"]
     assert not Path("/tmp", escape).exists()
+    # (The two puts are uploads too: their runs end before the next test, which counts the
+    # runs its own uploads start, shares the stack)
+    deadline = time.monotonic() + 120
+    while len(started := run_ids(info.job_name_prefix, sagemaker) - known) < 2:
+        assert time.monotonic() < deadline, f"only {len(started)} of the 2 uploads started a run"
+        time.sleep(0.5)
+    for run_id in started:
+        finished(stack, run_id)
