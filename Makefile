@@ -70,7 +70,8 @@ lint: $(STAMP)
 	$(BIN)/hadolint containers/*/Dockerfile
 
 typecheck: $(STAMP)
-	$(BIN)/mypy src layers/common containers/processing containers/training containers/inference
+	$(BIN)/mypy src layers/common containers/forecasters containers/processing containers/training containers/inference \
+		functions/cost_report/fleetcast_cost
 	for handler in functions/*/app.py; do $(BIN)/mypy --no-error-summary $$handler || exit 1; done
 
 test-unit: $(STAMP)  ## Unit tests: no sockets

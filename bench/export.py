@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from bench.measure import Row, at_most, single
 from bench.training import FleetcastRun, fleetcast_training, pick_customers
-from fleetcast_common.run_exports import EXPORTS_DIR, FORECASTS
+from fleetcast_training.run_exports import EXPORTS_DIR, FORECASTS
 
 
 @dataclass(frozen=True)

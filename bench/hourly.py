@@ -18,7 +18,7 @@ import pandas as pd
 
 from bench.measure import Row, single
 from bench.training import fleetcast_training
-from fleetcast_common.contracts.model_archive import read_archive
+from fleetcast_contracts.model_archive import read_archive
 
 HOURS = 2 * 365 * 24
 DAILY_BUDGET_MS = 10.0

@@ -3,7 +3,7 @@ group-by.
 
 Both read the same uncompressed CSV. The baseline writes a ``{customer_id}.csv`` per
 customer (daily totals, ``ds,y``); fleetcast writes its training parts and history shards
-(``fleetcast_common.contracts.shards``); every customer's days and totals are compared.
+(``fleetcast_contracts.shards``); every customer's days and totals are compared.
 fleetcast also validates every row, checks duplicates and writes the rejected-rows
 report; the baseline does none of that. Every run is a fresh interpreter, as a processing
 container is, started by this process; the two sides take turns on the same file.
@@ -37,7 +37,7 @@ from bench.measure import (
     timed,
 )
 from fleetcast.datagen import write_readings
-from fleetcast_common.contracts.processing import ProcessingPaths
+from fleetcast_contracts.processing import ProcessingPaths
 from fleetcast_processing.job import JobSettings, run
 
 MIB = 2**20

@@ -41,7 +41,7 @@ from fleetcast.demo import follow_with_progress
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import API_KEY_ENV, API_URL_ENV, ForecastApi, ServingError
 from fleetcast.status import RunStatus, run_ids, wait_for_new_run
-from fleetcast_common.contracts import layout
+from fleetcast_contracts import layout
 
 FIRST_DAY = date(2022, 1, 1)
 GIB = 2**30

@@ -40,8 +40,8 @@ from bench.measure import (
     taking_turns,
     timed,
 )
-from fleetcast_common.contracts.model_archive import read_archive
-from fleetcast_common.prophet_forecaster import compile_model, forecast_seed
+from fleetcast_contracts.model_archive import read_archive
+from fleetcast_forecasters.prophet_forecaster import compile_model, forecast_seed
 from fleetcast_inference.app import InferenceApp, build_served_model
 from fleetcast_inference.contract import InferenceSettings
 from fleetcast_inference.protocol import render_forecast

@@ -43,10 +43,10 @@ from bench.measure import (
     ratio_at_least,
     timed,
 )
-from fleetcast_common.contracts.model_archive import PROPHET_KIND, read_archive
-from fleetcast_common.contracts.shards import TRAIN_PARTS_PER_INSTANCE, train_part_name
-from fleetcast_common.contracts.training_manifest import CustomerOutcome, CustomerResult
-from fleetcast_common.forecasters.combination import KIND as COMBINATION_KIND
+from fleetcast_contracts.model_archive import PROPHET_KIND, read_archive
+from fleetcast_contracts.shards import TRAIN_PARTS_PER_INSTANCE, train_part_name
+from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
+from fleetcast_forecasters.combination import KIND as COMBINATION_KIND
 from fleetcast_training import exact_map
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters

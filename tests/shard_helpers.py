@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fleetcast_common.contracts.shards import (
+from fleetcast_contracts.shards import (
     HISTORY_SHARDS,
     SHARD_SUFFIX,
     history_shard_name,

@@ -42,17 +42,17 @@ from bench.accuracy.peers import Forecasts
 from bench.measure import cpu_seconds
 from fleetcast.embedded.sagemaker_jobs.transfer import shard
 from fleetcast.embedded.template import LocalTemplate
-from fleetcast_common.contracts import processing as processing_contract
-from fleetcast_common.contracts import training as training_contract
-from fleetcast_common.contracts.opt_ml import OPT_ML_ENV, resolve
-from fleetcast_common.contracts.training_manifest import CustomerOutcome
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
-from fleetcast_common.run_exports import EXPORTS_DIR, FORECASTS
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
+from fleetcast_contracts import processing as processing_contract
+from fleetcast_contracts import training as training_contract
+from fleetcast_contracts.opt_ml import OPT_ML_ENV, resolve
+from fleetcast_contracts.training_manifest import CustomerOutcome
 from fleetcast_processing.__main__ import main as processing_main
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.job import run_job
+from fleetcast_training.run_exports import EXPORTS_DIR, FORECASTS
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"

@@ -15,10 +15,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from fleetcast_common.cost.models import ReportOutcome
-from fleetcast_common.cost.report import CostClients, run_cost_report
-from fleetcast_common.cost.settings import CostReportSettings
 from fleetcast_common.settings import read_on_first_use
+from fleetcast_cost.models import ReportOutcome
+from fleetcast_cost.report import CostClients, run_cost_report
+from fleetcast_cost.settings import CostReportSettings
 
 logger = Logger()
 tracer = Tracer()

@@ -33,12 +33,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from fleetcast_common.aws import dynamodb_table
-from fleetcast_common.contracts.ids import (
-    CUSTOMER_ID_PATTERN,
-    InvalidCustomerIdError,
-    is_valid_customer_id,
-)
-from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.forecast_endpoint import ForecastEndpoint, runtime_client
 from fleetcast_common.forecasting import (
     CLIPPING_NOTE,
@@ -59,9 +53,15 @@ from fleetcast_common.forecasting import (
     customer_model,
     parse_quantiles,
 )
-from fleetcast_common.quantiles import MAX_QUANTILES
 from fleetcast_common.registry import ModelRegistry, RegistryUnavailableError
 from fleetcast_common.settings import read_on_first_use
+from fleetcast_contracts.ids import (
+    CUSTOMER_ID_PATTERN,
+    InvalidCustomerIdError,
+    is_valid_customer_id,
+)
+from fleetcast_contracts.inference import MAX_PERIOD, MIN_PERIOD
+from fleetcast_contracts.quantiles import MAX_QUANTILES
 
 # An error response publishes no metric; that is expected, not worth a warning each time.
 warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)

@@ -21,11 +21,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client, dynamodb_table
 from fleetcast_common.chunk_queue import enqueue_chunks
-from fleetcast_common.contracts.ids import run_id_from_job_name
 from fleetcast_common.registration import plan_registration, start_registration
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.sagemaker_events import TrainingJobStateChange
 from fleetcast_common.settings import RegistrationCoordinatorSettings, read_on_first_use
+from fleetcast_contracts.ids import run_id_from_job_name
 
 logger = Logger()
 tracer = Tracer()

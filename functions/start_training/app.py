@@ -15,11 +15,11 @@ from aws_lambda_powertools.utilities.parser import envelopes, event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client
-from fleetcast_common.contracts.ids import run_id_from_job_name
 from fleetcast_common.pipeline import Outcome, start_training
 from fleetcast_common.processing_report import rows_rejected
 from fleetcast_common.sagemaker_events import ProcessingJobStateChange
 from fleetcast_common.settings import TrainingSettings, read_on_first_use
+from fleetcast_contracts.ids import run_id_from_job_name
 
 logger = Logger()
 tracer = Tracer()

@@ -438,7 +438,7 @@ def _weekend_day(start: date, index: int) -> int:
 
 
 # Training on-demand $/hour used to turn synthetic costs into instance hours; they match
-# fleetcast_common/cost/prices.json for the types that appear here.
+# fleetcast_cost/prices.json for the types that appear here.
 _TRAINING_PRICES = {
     "ml.m5.large": 0.115,
     "ml.m5.xlarge": 0.23,

@@ -38,11 +38,11 @@ from fleetcast.status import RunStatus, pipeline_status
 from fleetcast.status_table import status_table
 from fleetcast.terminal import UsageError, console, err
 from fleetcast.up_cli import add_up_command
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.ids import is_valid_run_id
 from fleetcast_common.registry import ModelRegistry
-from fleetcast_common.run_exports import ACCURACY, FORECASTS
 from fleetcast_common.upload_queue import UploadQueue
+from fleetcast_contracts import layout
+from fleetcast_contracts.ids import is_valid_run_id
+from fleetcast_training.run_exports import ACCURACY, FORECASTS
 
 # -- shared helpers ----------------------------------------------------------------------
 

@@ -30,17 +30,17 @@ from rich.table import Table
 
 from fleetcast.terminal import UsageError, console, err
 from fleetcast_common.aws import RETRY_CONFIG
-from fleetcast_common.cost import delivery, sources
-from fleetcast_common.cost.models import CostAnalysis, ReportOutcome, SourceProblem
-from fleetcast_common.cost.prices import bundled_prices
-from fleetcast_common.cost.report import (
+from fleetcast_cost import delivery, sources
+from fleetcast_cost.models import CostAnalysis, ReportOutcome, SourceProblem
+from fleetcast_cost.prices import bundled_prices
+from fleetcast_cost.report import (
     COST_EXPLORER_REGION,
     CostClients,
     analyse,
     gather_analysis,
     run_cost_report,
 )
-from fleetcast_common.cost.settings import CostAnalysisSettings, CostReportSettings
+from fleetcast_cost.settings import CostAnalysisSettings, CostReportSettings
 
 if TYPE_CHECKING:
     from fleetcast.embedded.stack import EmbeddedStack, StackInfo

@@ -16,7 +16,7 @@ subdivision, ``DE-BY``) use drops on that calendar's public holidays, as energy 
 (by 20-40 %): each customer's expected use is lower by a per-customer U(20 %, 40 %) on
 those dates, on top of the weekend dip for a holiday at a weekend (so a holiday that falls
 on a weekend also shows, as Prophet's one effect per holiday expects). The dates are the
-ones fleetcast's training gives Prophet (``fleetcast_common.holiday_calendar.holiday_dates``),
+ones fleetcast's training gives Prophet (``fleetcast_contracts.holiday_calendar.holiday_dates``),
 and every other day keeps the value it has without ``holidays`` for the same seed.
 
 With ``readings_per_day`` > 1 each day's total is split over that many readings at
@@ -39,8 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fleetcast_common.contracts.ids import validate_customer_id
-from fleetcast_common.holiday_calendar import holiday_dates
+from fleetcast_contracts.holiday_calendar import holiday_dates
+from fleetcast_contracts.ids import validate_customer_id
 
 COLUMNS = ("customer_id", "timestamp", "consumption")
 SECONDS_PER_DAY = 86_400

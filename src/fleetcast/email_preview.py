@@ -2,7 +2,7 @@
 to a PNG, so a person can look at what the recipients get.
 
 The outbox's ``.html`` is the e-mail's HTML part with the chart embedded as a data URI
-(``fleetcast_common.cost.delivery.write_outbox``); Chromium renders it as a browser-based
+(``fleetcast_cost.delivery.write_outbox``); Chromium renders it as a browser-based
 mail client would. The PNG is written beside it unless ``--png`` says otherwise.
 
     python -m fleetcast.email_preview [--html FILE] [--png FILE]

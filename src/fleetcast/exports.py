@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from fleetcast_common.contracts import layout
 from fleetcast_common.registry import ModelRegistry
-from fleetcast_common.run_exports import (
+from fleetcast_contracts import layout
+from fleetcast_training.run_exports import (
     ACCURACY_SCHEMA,
     FORECAST_SCHEMA,
     FORECASTS,

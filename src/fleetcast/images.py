@@ -32,8 +32,8 @@ import boto3
 import tomlkit
 
 from fleetcast.embedded.stack import repo_root
-from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.contracts.images import ECR_IMAGE_URI_DESCRIPTION, is_ecr_image_uri
+from fleetcast_contracts.errors import error_code
+from fleetcast_contracts.images import ECR_IMAGE_URI_DESCRIPTION, is_ecr_image_uri
 
 FAMILIES = ("processing", "training", "inference")
 # The template parameter each image's URI goes to.

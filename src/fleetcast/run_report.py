@@ -2,7 +2,7 @@
 self-contained HTML report ``fleetcast report`` writes.
 
 Both come from the run's accuracy table (one row per customer of every instance's shard,
-:mod:`fleetcast_common.run_exports`) and the registry's decision on each model, read by
+:mod:`fleetcast_training.run_exports`) and the registry's decision on each model, read by
 the CLI; no Lambda function reads either.
 """
 
@@ -20,7 +20,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from fleetcast_common.registry import ModelRegistry, ModelStatus
-from fleetcast_common.run_exports import CANDIDATE_KINDS
+from fleetcast_training.run_exports import CANDIDATE_KINDS
 
 
 class Spread(BaseModel):

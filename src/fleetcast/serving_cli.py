@@ -24,16 +24,16 @@ from rich.table import Table
 
 from fleetcast.embedded.stack import StackInfo
 from fleetcast_common import storage
-from fleetcast_common.contracts.ids import InvalidCustomerIdError, is_valid_customer_id
-from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
-from fleetcast_common.contracts.layout import history_shard_key
 from fleetcast_common.forecasting import (
     DEFAULT_PERIOD,
     QUANTILES_EXAMPLE,
     InvalidRequestError,
     parse_quantiles,
 )
-from fleetcast_common.quantiles import quantile_key
+from fleetcast_contracts.ids import InvalidCustomerIdError, is_valid_customer_id
+from fleetcast_contracts.inference import MAX_PERIOD, MIN_PERIOD
+from fleetcast_contracts.layout import history_shard_key
+from fleetcast_contracts.quantiles import quantile_key
 
 API_URL_ENV = "FLEETCAST_API_URL"
 API_KEY_ENV = "FLEETCAST_API_KEY"

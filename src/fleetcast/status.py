@@ -13,23 +13,23 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fleetcast_common import storage
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.contracts.ids import (
+from fleetcast_common.jobs import UploadRecord
+from fleetcast_common.registration import read_registration_record
+from fleetcast_common.registry import ModelRegistry, RunRegistration
+from fleetcast_common.upload_queue import UploadQueue
+from fleetcast_contracts import layout
+from fleetcast_contracts.errors import error_code
+from fleetcast_contracts.ids import (
     processing_job_name,
     run_id_from_job_name,
     training_job_name,
     upload_sequence,
 )
-from fleetcast_common.contracts.object_keys import upload_file_name
-from fleetcast_common.contracts.processing import SUMMARY_FILE, ProcessingSummary
-from fleetcast_common.contracts.shards import USE_INACTIVE, USE_INCOMPLETE
-from fleetcast_common.contracts.training import host_names, progress_name
-from fleetcast_common.contracts.training_manifest import TrainingProgress
-from fleetcast_common.jobs import UploadRecord
-from fleetcast_common.registration import read_registration_record
-from fleetcast_common.registry import ModelRegistry, RunRegistration
-from fleetcast_common.upload_queue import UploadQueue
+from fleetcast_contracts.object_keys import upload_file_name
+from fleetcast_contracts.processing import SUMMARY_FILE, ProcessingSummary
+from fleetcast_contracts.shards import USE_INACTIVE, USE_INCOMPLETE
+from fleetcast_contracts.training import host_names, progress_name
+from fleetcast_contracts.training_manifest import TrainingProgress
 
 POLL_SECONDS = 0.5
 # An upload whose processing job waits for the one running (fleetcast_common.upload_queue).

@@ -26,8 +26,8 @@ from test_serving import usage_plan
 from fleetcast.embedded.api import KEY_REFRESH_SECONDS
 from fleetcast.embedded.api_server import MAX_HEAD_BYTES
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.contracts.ids import is_valid_customer_id
-from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
+from fleetcast_contracts.ids import is_valid_customer_id
+from fleetcast_contracts.inference import MAX_PERIOD, MIN_PERIOD
 
 pytestmark = [
     pytest.mark.e2e,

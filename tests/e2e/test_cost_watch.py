@@ -21,8 +21,8 @@ import pytest
 from fleetcast import billing
 from fleetcast.cli import main
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.cost.mail import CHART_SIZE
-from fleetcast_common.cost.settings import WEEKDAYS
+from fleetcast_cost.mail import CHART_SIZE
+from fleetcast_cost.settings import WEEKDAYS
 
 pytestmark = pytest.mark.e2e
 # The stack fills Cost Explorer for today (UTC); the report is dated by its run.

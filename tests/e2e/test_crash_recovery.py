@@ -33,10 +33,10 @@ from test_pipeline import readings, to_csv
 from fleetcast.embedded.stack import StackInfo
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import RunStatus, follow_run
-from fleetcast_common.contracts.ids import training_job_name
 from fleetcast_common.registration import plan_registration, register_chunk, start_registration
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import UploadQueue
+from fleetcast_contracts.ids import training_job_name
 
 pytestmark = [
     pytest.mark.e2e,

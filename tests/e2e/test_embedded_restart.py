@@ -28,7 +28,7 @@ from test_pipeline import readings, to_csv
 from fleetcast.embedded import lease
 from fleetcast.embedded.stack import StackInfo
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
-from fleetcast_common.contracts.ids import training_job_name, upload_sequence
+from fleetcast_contracts.ids import training_job_name, upload_sequence
 
 pytestmark = [
     pytest.mark.e2e,

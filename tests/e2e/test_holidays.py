@@ -17,9 +17,9 @@ from test_serving import get
 
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import run_ids, wait_for_new_run
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import read_archive
-from fleetcast_common.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_contracts import layout
+from fleetcast_contracts.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_contracts.model_archive import read_archive
 
 pytestmark = [
     pytest.mark.e2e,

@@ -18,8 +18,8 @@ from test_serving import get_when_ready
 
 from fleetcast.cli import main
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import read_archive
+from fleetcast_contracts import layout
+from fleetcast_contracts.model_archive import read_archive
 
 pytestmark = [
     pytest.mark.e2e,

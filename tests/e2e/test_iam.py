@@ -12,9 +12,9 @@ from test_pipeline import TIMEOUT, finished, readings, registry, to_csv, upload,
 
 from fleetcast.embedded.iam.policy import Request, evaluate
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.training import manifest_summary_name
-from fleetcast_common.cost.settings import CostReportSettings
+from fleetcast_contracts import layout
+from fleetcast_contracts.training import manifest_summary_name
+from fleetcast_cost.settings import CostReportSettings
 
 pytestmark = [
     pytest.mark.e2e,

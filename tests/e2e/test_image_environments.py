@@ -69,12 +69,17 @@ def test_an_images_environment_has_what_its_dockerfile_installs_and_nothing_else
     ).stdout.strip()
     assert image.base.startswith(f"python:{version}.")
 
-    # Its own code and the shared layer import; the development environment's do not
+    # Its own code and the contracts import; the Lambda functions' code and the
+    # development environment's do not
     def imports(module: str) -> bool:
         return subprocess.run([python, "-c", f"import {module}"], check=False).returncode == 0
 
-    assert imports(f"fleetcast_{family}") and imports("fleetcast_common")
-    assert not any(imports(m) for m in ("fleetcast", "moto", "pytest", "boto3"))
+    assert imports(f"fleetcast_{family}") and imports("fleetcast_contracts")
+    assert imports("fleetcast_forecasters") == (family != "processing")
+    assert not any(
+        imports(m) for m in ("fleetcast", "fleetcast_common", "fleetcast_cost", "moto", "boto3")
+    )
+    assert not imports("pytest")
     # And the local stack runs the container's ENTRYPOINT with it
     os.environ[IMAGE_ENVIRONMENTS_ENV] = str(environments)
     try:
@@ -126,46 +131,78 @@ def test_a_run_and_a_forecast_with_every_container_in_its_own_environment(
     assert len(body["forecast"]) == 7
 
 
-def _reached(package: Path, common: Path) -> set[Path]:
-    """The fleetcast_common modules ``package`` imports, directly or through others."""
+def _module_files(root: Path, name: str) -> list[Path]:
+    target = root.joinpath(*name.split("."))
+    return [m for m in (target.with_suffix(".py"), target / "__init__.py") if m.is_file()]
+
+
+def _reached(family: str) -> tuple[set[Path], set[str]]:
+    """The files of its image's packages that the family's code reaches, directly or through
+    others (an import anywhere in a module, or a module named in a string, as
+    ``fleetcast_forecasters.families`` names its families for ``importlib``), and every
+    first-party package it imports."""
+    image = DockerfileImage.read(REPO_ROOT / "containers" / family / "Dockerfile")
+    copied = {Path(source).name: REPO_ROOT / source for source, _ in image.copies}
+    pending = sorted(copied[f"fleetcast_{family}"].rglob("*.py"))
     reached: set[Path] = set()
-    pending = sorted(package.rglob("*.py"))
-    seen: set[Path] = set()
+    imported: set[str] = set()
     while pending:
         path = pending.pop()
-        if path in seen:
+        if path in reached:
             continue
-        seen.add(path)
+        reached.add(path)
         for node in ast.walk(ast.parse(path.read_text())):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                top = node.value.split(".")[0]
+                if top in copied and _module_files(copied[top].parent, node.value):
+                    names = [node.value]
             for name in names:
-                if not name.startswith("fleetcast_common"):
-                    continue
                 parts = name.split(".")
+                if not parts[0].startswith("fleetcast"):
+                    continue
+                imported.add(parts[0])
+                if parts[0] not in copied:
+                    continue
                 for depth in range(1, len(parts) + 1):
-                    target = common.parent.joinpath(*parts[:depth])
-                    for module in (target.with_suffix(".py"), target / "__init__.py"):
-                        if module.is_file() and module not in reached:
-                            reached.add(module)
-                            pending.append(module)
-    return reached
+                    module = ".".join(parts[:depth])
+                    pending += _module_files(copied[parts[0]].parent, module)
+    return reached, imported
 
 
-@pytest.mark.xfail(
-    reason=(
-        "every image copies all of layers/common/fleetcast_common, of which its code reaches "
-        "well under half (processing 9 of its 54 modules, inference 14, training 22): the shared "
-        "package is to be split by who imports it (STYLE.md, where fleetcast drifts)"
-    ),
-    strict=False,
-)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_each_image_copies_only_the_shared_modules_its_code_reaches(family: str) -> None:
-    common = REPO_ROOT / "layers/common/fleetcast_common"
-    copied = set(common.rglob("*.py"))
-    reached = _reached(REPO_ROOT / "containers" / family / f"fleetcast_{family}", common)
-    assert sorted(p.relative_to(common).as_posix() for p in copied - reached) == []
+def test_each_image_copies_only_the_packages_and_modules_its_code_reaches(family: str) -> None:
+    image = DockerfileImage.read(REPO_ROOT / "containers" / family / "Dockerfile")
+    packages = {
+        Path(source).name: REPO_ROOT / source
+        for source, _ in image.copies
+        if (REPO_ROOT / source).is_dir()
+    }
+    reached, imported = _reached(family)
+    # Every first-party package its code imports is copied, and no other: never the Lambda
+    # functions' fleetcast_common
+    assert imported == set(packages)
+    assert "fleetcast_common" not in packages
+    # And of each package but the contracts (the vocabulary every process shares, of
+    # which each reads its part), every module copied is one its code reaches
+    copied = {
+        path
+        for name, folder in packages.items()
+        if name != "fleetcast_contracts"
+        for path in folder.rglob("*.py")
+    }
+    assert sorted(str(p.relative_to(REPO_ROOT)) for p in copied - reached) == []
+
+
+def test_the_reach_check_sees_what_an_image_does_not_need() -> None:
+    # The processing image reaches only part of the contracts (no model archive), and
+    # imports no model family, so a copy of the forecasters would fail the check above
+    reached, imported = _reached("processing")
+    names = {p.name for p in reached}
+    assert {"processing.py", "layout.py"} <= names
+    assert "model_archive.py" not in names
+    assert imported == {"fleetcast_processing", "fleetcast_contracts"}

@@ -18,11 +18,11 @@ from prophet.serialize import model_from_json
 from fleetcast.cli import main
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import PROPHET_KIND, read_archive
-from fleetcast_common.contracts.training_manifest import CustomerOutcome, TrainingManifest
-from fleetcast_common.forecasters.families import compile_archive
 from fleetcast_common.registry import ModelRegistry
+from fleetcast_contracts import layout
+from fleetcast_contracts.model_archive import PROPHET_KIND, read_archive
+from fleetcast_contracts.training_manifest import CustomerOutcome, TrainingManifest
+from fleetcast_forecasters.families import compile_archive
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

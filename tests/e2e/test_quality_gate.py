@@ -24,7 +24,7 @@ from test_serving import environment, get_when_ready
 
 from fleetcast import cli
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.contracts.model_archive import PROPHET_KIND
+from fleetcast_contracts.model_archive import PROPHET_KIND
 
 pytestmark = [
     pytest.mark.e2e,

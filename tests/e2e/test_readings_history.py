@@ -13,7 +13,7 @@ from test_pipeline import upload
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import read_history
 from fleetcast.status import RunStatus, run_status
-from fleetcast_common.contracts import layout
+from fleetcast_contracts import layout
 
 pytestmark = pytest.mark.e2e
 HEADER = "customer_id,timestamp,consumption\n"

@@ -14,8 +14,8 @@ from test_pipeline import finished, readings, upload
 from fleetcast.cli import main
 from fleetcast.email_preview import CHROMIUM, render
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.contracts.training_manifest import CustomerOutcome
 from fleetcast_common.registry import ModelRegistry
+from fleetcast_contracts.training_manifest import CustomerOutcome
 
 pytestmark = pytest.mark.e2e
 CUSTOMERS = [f"exp-{n}" for n in range(6)]

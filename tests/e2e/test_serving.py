@@ -31,18 +31,18 @@ from test_pipeline import finished, readings, registry, to_csv, upload
 from fleetcast import cli
 from fleetcast.embedded.api import UsagePlan
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import (
+from fleetcast_common.forecasting import CustomerModel
+from fleetcast_contracts import layout
+from fleetcast_contracts.model_archive import (
     PROPHET_KIND,
     ModelMetadata,
     read_archive,
     write_archive,
 )
-from fleetcast_common.forecasters import combination
-from fleetcast_common.forecasters.families import compile_archive
-from fleetcast_common.forecasters.gaussian import PathForecaster
-from fleetcast_common.forecasting import CustomerModel
-from fleetcast_common.prophet_forecaster import forecast_seed
+from fleetcast_forecasters import combination
+from fleetcast_forecasters.families import compile_archive
+from fleetcast_forecasters.gaussian import PathForecaster
+from fleetcast_forecasters.prophet_forecaster import forecast_seed
 
 pytestmark = [
     pytest.mark.e2e,

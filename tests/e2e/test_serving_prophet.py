@@ -17,8 +17,8 @@ from test_pipeline import finished, readings, registry, to_csv, upload
 from test_serving import get, get_when_ready, live_archive
 
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.contracts.model_archive import PROPHET_KIND
-from fleetcast_common.prophet_forecaster import forecast_seed
+from fleetcast_contracts.model_archive import PROPHET_KIND
+from fleetcast_forecasters.prophet_forecaster import forecast_seed
 
 pytestmark = [
     pytest.mark.e2e,

@@ -7,7 +7,7 @@ import pytest
 from test_pipeline import finished, manifests, readings, registry, to_csv, upload
 
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.contracts.training_manifest import CustomerOutcome
+from fleetcast_contracts.training_manifest import CustomerOutcome
 
 pytestmark = pytest.mark.e2e
 CUSTOMERS = [f"spot-{i}" for i in range(60)]

@@ -15,8 +15,8 @@ from test_pipeline import finished, readings, registry, to_csv, upload, wait_for
 from test_serving import get
 
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_common.contracts import layout
 from fleetcast_common.registration import read_registration_record
+from fleetcast_contracts import layout
 
 pytestmark = [
     pytest.mark.e2e,

@@ -14,9 +14,9 @@ from test_pipeline import finished, readings, registry, to_csv, upload
 
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import run_ids
-from fleetcast_common.contracts import layout
 from fleetcast_common.jobs import Upload, processing_job_request
 from fleetcast_common.settings import ProcessingSettings
+from fleetcast_contracts import layout
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from moto.server import ThreadedMotoServer
 from template_helpers import load_template
 
 from fleetcast import billing
-from fleetcast_common.cost.delivery import DeliveryFailed
+from fleetcast_cost.delivery import DeliveryFailed
 
 pytestmark = pytest.mark.integration
 

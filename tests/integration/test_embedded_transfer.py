@@ -11,7 +11,7 @@ import pytest
 from fleetcast.embedded.endpoint import ModelDiskCache
 from fleetcast.embedded.sagemaker_jobs import S3Transfer
 from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync
-from fleetcast_common.contracts.object_keys import UnsafeKeyError
+from fleetcast_contracts.object_keys import UnsafeKeyError
 
 
 @pytest.fixture

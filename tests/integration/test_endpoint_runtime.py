@@ -37,8 +37,8 @@ from fleetcast.embedded.endpoint import (
     ModelDiskCache,
 )
 from fleetcast.embedded.sagemaker_jobs import image_entrypoint, local_command
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_contracts import layout
+from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 
 pytestmark = [
     pytest.mark.integration,

@@ -17,11 +17,11 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 from forecast_api_helpers import api_event, call, load_forecast_api
 
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
 from fleetcast_common.forecast_endpoint import ForecastEndpoint
 from fleetcast_common.forecasting import HoldoutAccuracy, LiveModelCache
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
+from fleetcast_contracts import layout
+from fleetcast_contracts.model_archive import HoldoutMetrics
 
 pytestmark = [
     pytest.mark.integration,

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_forecast_api_handler import RUN_ID, live
 
-from fleetcast_common.contracts.ids import is_valid_customer_id
-from fleetcast_common.contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_common.forecast_endpoint import ForecastEndpoint
 from fleetcast_common.forecasting import LiveModelCache
 from fleetcast_common.registry import ModelRegistry
+from fleetcast_contracts.ids import is_valid_customer_id
+from fleetcast_contracts.inference import MAX_PERIOD, MIN_PERIOD
 
 pytestmark = [
     pytest.mark.integration,

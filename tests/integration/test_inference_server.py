@@ -26,14 +26,14 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
-from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
-from fleetcast_common.holiday_calendar import (
+from fleetcast_contracts.holiday_calendar import (
     HolidayCalendar,
     calendar_years,
     holiday_dates,
     holidays_frame,
 )
-from fleetcast_common.prophet_forecaster import forecast_seed
+from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_forecasters.prophet_forecaster import forecast_seed
 from fleetcast_inference import app as app_module
 from fleetcast_inference.contract import InferenceSettings
 from fleetcast_inference.registry import ServedModel

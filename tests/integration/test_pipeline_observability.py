@@ -25,11 +25,11 @@ from test_registration import trained
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.queues import sqs_event
 from fleetcast.embedded.template import LocalTemplate
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.ids import run_id_for_upload
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
-from fleetcast_common.contracts.shards import train_part_name
 from fleetcast_common.registration import read_registration_record
+from fleetcast_contracts import layout
+from fleetcast_contracts.ids import run_id_for_upload
+from fleetcast_contracts.model_archive import HoldoutMetrics
+from fleetcast_contracts.shards import train_part_name
 
 ROOT = Path(__file__).resolve().parents[2]
 # The run the job samples are named for (events/README.md).

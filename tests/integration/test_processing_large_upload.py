@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
-from fleetcast_common.contracts.processing import ProcessingPaths, ProcessingSummary
+from fleetcast_contracts.opt_ml import OPT_ML_ENV
+from fleetcast_contracts.processing import ProcessingPaths, ProcessingSummary
 
 FILE_BYTES = 1_000_000_000
 HOURS = 14_000  # about 19 months of hourly readings per customer

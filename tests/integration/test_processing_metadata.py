@@ -20,10 +20,10 @@ from function_helpers import load_function
 from test_pipeline_observability import _Context, _event, world
 
 from fleetcast.embedded.sagemaker_jobs import split_s3_uri
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
-from fleetcast_common.contracts.processing import ProcessingSummary
-from fleetcast_common.contracts.training import CALENDARS_FILE
+from fleetcast_contracts import layout
+from fleetcast_contracts.opt_ml import OPT_ML_ENV
+from fleetcast_contracts.processing import ProcessingSummary
+from fleetcast_contracts.training import CALENDARS_FILE
 from fleetcast_processing.__main__ import main as processing_main
 
 __all__ = ["world"]

@@ -23,11 +23,11 @@ from fleetcast.embedded.recovery import Recovery
 from fleetcast.embedded.resources import create_resources
 from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.template import LocalTemplate
-from fleetcast_common.contracts.ids import processing_job_name
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, start_processing
 from fleetcast_common.settings import ProcessingSettings
 from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
+from fleetcast_contracts.ids import processing_job_name
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -19,22 +19,6 @@ from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import customers_done
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
-from fleetcast_common.contracts.training import (
-    MANIFEST_PAGE_SIZE,
-    manifest_page_name,
-    manifest_summary_name,
-    progress_name,
-)
-from fleetcast_common.contracts.training_manifest import (
-    CustomerOutcome,
-    CustomerResult,
-    ManifestSummary,
-    TrainingManifest,
-    TrainingProgress,
-    manifest_pages,
-)
 from fleetcast_common.registration import (
     ChunkReport,
     CustomerRegistration,
@@ -46,6 +30,22 @@ from fleetcast_common.registration import (
     start_registration,
 )
 from fleetcast_common.registry import ModelRegistry, ModelStatus, RunRegistration
+from fleetcast_contracts import layout
+from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_contracts.training import (
+    MANIFEST_PAGE_SIZE,
+    manifest_page_name,
+    manifest_summary_name,
+    progress_name,
+)
+from fleetcast_contracts.training_manifest import (
+    CustomerOutcome,
+    CustomerResult,
+    ManifestSummary,
+    TrainingManifest,
+    TrainingProgress,
+    manifest_pages,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_1, RUN_2, RUN_0, RUN_3 = (

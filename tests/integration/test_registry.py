@@ -10,7 +10,6 @@ import pytest
 from registry_tables import create_registry_table
 
 from fleetcast.embedded.gateway import Gateway
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
 from fleetcast_common.registry import (
     CHUNK_PREFIX,
     RUN_PARTITION_PREFIX,
@@ -20,6 +19,7 @@ from fleetcast_common.registry import (
     ModelRegistry,
     ModelStatus,
 )
+from fleetcast_contracts.model_archive import HoldoutMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = HoldoutMetrics(holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0)

@@ -23,12 +23,12 @@ from fleetcast.embedded.faults import SERVER_ERROR, THROTTLED, FaultInjector, ap
 from fleetcast.embedded.gateway import Gateway
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common.aws import RETRY_CONFIG
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
 from fleetcast_common.forecasting import LiveModelCache
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, start_processing
 from fleetcast_common.registry import ModelRegistry, ModelStatus
 from fleetcast_common.upload_queue import UploadQueue
+from fleetcast_contracts.model_archive import HoldoutMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_ID = "20261130t100000-0123456789"

@@ -16,15 +16,15 @@ import pytest
 
 from fleetcast import cli
 from fleetcast.exports import runs_with_exports
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
-from fleetcast_common.contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
-from fleetcast_common.run_exports import exports_prefix
+from fleetcast_contracts.model_archive import HoldoutMetrics
+from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_training.export import (
     ExportedCustomer,
     ExportedForecast,
     ShardExport,
 )
+from fleetcast_training.run_exports import exports_prefix
 
 OLD, NEW = "20261129t100000-aaaaaaaaaa", "20261129t110000-bbbbbbbbbb"
 GOOD = HoldoutMetrics(

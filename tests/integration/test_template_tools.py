@@ -385,7 +385,17 @@ def test_sam_build_builds_every_function_and_the_layer(repo_copy: Path, tmp_path
     # The cost report's chart library, built for Lambda's x86_64 Python 3.11
     assert list((build / COST_FUNCTION / "matplotlib").glob("*.cpython-311-x86_64-linux-gnu.so"))
     layer = build / "FleetcastCommonLayer" / "python"
-    assert (layer / "fleetcast_common" / "contracts" / "ids.py").is_file(), output_of(result)
+    assert (layer / "fleetcast_contracts" / "ids.py").is_file(), output_of(result)
+    assert (layer / "fleetcast_common" / "registry.py").is_file(), output_of(result)
+    # The cost watch only in its own function's artifact; the images' model families in none
+    assert (build / COST_FUNCTION / "fleetcast_cost" / "report.py").is_file()
+    assert (build / COST_FUNCTION / "fleetcast_cost" / "prices.json").is_file()
+    assert not (layer / "fleetcast_cost").exists()
+    assert not list(build.glob("*/fleetcast_forecasters")) + list(
+        layer.glob("fleetcast_forecasters")
+    )
+    for function in (*FUNCTIONS, *API_FUNCTIONS, CHUNK_FUNCTION):
+        assert not (build / function / "fleetcast_cost").exists(), function
     assert (layer / "aws_lambda_powertools").is_dir(), output_of(result)
     # Compiled wheels for the functions' architecture, not whatever this machine runs.
     assert list(layer.glob("pydantic_core/*.cpython-311-x86_64-linux-gnu.so")), output_of(result)

@@ -21,11 +21,11 @@ from moto.sagemaker.models import sagemaker_backends
 
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import WAITING, RunStatus, pipeline_status
-from fleetcast_common.contracts.ids import processing_job_name, upload_sequence
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
 from fleetcast_common.settings import ProcessingSettings
 from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
+from fleetcast_contracts.ids import processing_job_name, upload_sequence
 
 # The queue and the tests' helpers share one table per test: job_of reads it.
 _QUEUE: list[UploadQueue] = []

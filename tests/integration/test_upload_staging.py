@@ -14,9 +14,9 @@ from test_upload_queue import T0, arrive, end, job_of, pipeline, set_status, sta
 
 from fleetcast.embedded.sagemaker_jobs import split_s3_uri
 from fleetcast_common import pipeline as pipeline_module
-from fleetcast_common.contracts import layout
 from fleetcast_common.jobs import Upload, UploadRecord
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
+from fleetcast_contracts import layout
 
 __all__ = ["pipeline"]  # the fixture, shared with the upload queue's tests
 HEADER = b"customer_id,timestamp,consumption\n"

@@ -1,13 +1,13 @@
-"""The shared container contracts (fleetcast_common.contracts) as the processes use them."""
+"""The shared container contracts (fleetcast_contracts) as the processes use them."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from fleetcast_common.contracts import inference, opt_ml, training
 from fleetcast_common.jobs import training_job_request
 from fleetcast_common.settings import TrainingSettings
+from fleetcast_contracts import inference, opt_ml, training
 from fleetcast_inference.errors import BadRequestError
 from fleetcast_inference.protocol import render_error
 

@@ -7,9 +7,9 @@ import datetime as dt
 import pytest
 
 from fleetcast import billing
-from fleetcast_common.cost.detection import Thresholds, detect_anomalies
-from fleetcast_common.cost.models import Anomaly, DailyUsage, UsageHistory
-from fleetcast_common.cost.sources import parse_usage_pages
+from fleetcast_cost.detection import Thresholds, detect_anomalies
+from fleetcast_cost.models import Anomaly, DailyUsage, UsageHistory
+from fleetcast_cost.sources import parse_usage_pages
 
 THRESHOLDS = Thresholds(relative=0.5, absolute_usd=5.0)
 SEEDS = range(12)

@@ -11,19 +11,19 @@ from email.policy import default
 import pytest
 
 from fleetcast import billing
-from fleetcast_common.cost import mail
-from fleetcast_common.cost.chart import render_cost_chart
-from fleetcast_common.cost.models import (
+from fleetcast_cost import mail
+from fleetcast_cost.chart import render_cost_chart
+from fleetcast_cost.models import (
     Anomaly,
     CostAnalysis,
     DailyUsage,
     Recommendation,
     UsageHistory,
 )
-from fleetcast_common.cost.prices import bundled_prices
-from fleetcast_common.cost.report import analyse
-from fleetcast_common.cost.settings import CostAnalysisSettings
-from fleetcast_common.cost.sources import parse_usage_pages
+from fleetcast_cost.prices import bundled_prices
+from fleetcast_cost.report import analyse
+from fleetcast_cost.settings import CostAnalysisSettings
+from fleetcast_cost.sources import parse_usage_pages
 
 REPORT_DAY = dt.date(2026, 11, 30)
 SENT_AT = dt.datetime(2026, 11, 30, 6, 0, tzinfo=dt.UTC)

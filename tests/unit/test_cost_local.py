@@ -19,9 +19,9 @@ from werkzeug.test import Client
 from fleetcast import billing
 from fleetcast.cost_cli import CostUsageError, load_usage_pages
 from fleetcast.embedded.costs import LOCAL_MONITOR_ARN, AnomalyDetection, demo_window
-from fleetcast_common.cost.detection import Thresholds, detect_anomalies
-from fleetcast_common.cost.report import merge_anomalies
-from fleetcast_common.cost.sources import parse_anomaly_pages, parse_usage_pages
+from fleetcast_cost.detection import Thresholds, detect_anomalies
+from fleetcast_cost.report import merge_anomalies
+from fleetcast_cost.sources import parse_anomaly_pages, parse_usage_pages
 
 END = dt.date(2026, 11, 30)
 START = END - dt.timedelta(days=90)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from fleetcast_common.cost.models import TrainingJob, Utilisation
-from fleetcast_common.cost.prices import bundled_prices
-from fleetcast_common.cost.recommendations import recommend
+from fleetcast_cost.models import TrainingJob, Utilisation
+from fleetcast_cost.prices import bundled_prices
+from fleetcast_cost.recommendations import recommend
 
 PRICES = bundled_prices()
 REPORT_DAY = dt.date(2026, 11, 30)

@@ -14,11 +14,11 @@ import pytest
 from botocore.stub import Stubber
 
 from fleetcast import billing
-from fleetcast_common.cost import sources
-from fleetcast_common.cost.models import Anomaly
-from fleetcast_common.cost.prices import bundled_prices
-from fleetcast_common.cost.report import CostClients, gather_analysis, merge_anomalies
-from fleetcast_common.cost.settings import CostAnalysisSettings, CostReportSettings
+from fleetcast_cost import sources
+from fleetcast_cost.models import Anomaly
+from fleetcast_cost.prices import bundled_prices
+from fleetcast_cost.report import CostClients, gather_analysis, merge_anomalies
+from fleetcast_cost.settings import CostAnalysisSettings, CostReportSettings
 
 DATA = Path(__file__).parent.parent / "data" / "cost"
 END = dt.date(2026, 11, 30)

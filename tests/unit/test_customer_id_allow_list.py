@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.ids import (
+from fleetcast_contracts import layout
+from fleetcast_contracts.ids import (
     CUSTOMER_ID_PATTERN,
     InvalidCustomerIdError,
     is_valid_customer_id,

@@ -12,7 +12,7 @@ import pytest
 
 from fleetcast import datagen
 from fleetcast.datagen import generate_readings, write_readings
-from fleetcast_common.holiday_calendar import holiday_dates
+from fleetcast_contracts.holiday_calendar import holiday_dates
 
 
 def test_default_shape_one_reading_per_day_with_a_few_gaps() -> None:

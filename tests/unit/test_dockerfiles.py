@@ -19,7 +19,7 @@ from template_helpers import REPO_ROOT
 
 from fleetcast.embedded.sagemaker_jobs import image_entrypoint
 from fleetcast.embedded.serving import SERVE_COMMAND
-from fleetcast_common.contracts.processing import ENTRYPOINT as PROCESSING_ENTRYPOINT
+from fleetcast_contracts.processing import ENTRYPOINT as PROCESSING_ENTRYPOINT
 
 CONTAINERS = REPO_ROOT / "containers"
 FAMILIES = ("processing", "training", "inference")
@@ -115,9 +115,11 @@ def test_the_image_copies_only_what_its_dockerignore_lets_through(family: str) -
     assert set(sources) == allowed
     for source in sources:
         assert (REPO_ROOT / source).exists(), source
-    # The package of its own family and the shared layer, nothing of the other images.
+    # The package of its own family and the contracts, nothing of the other images and
+    # nothing of the Lambda functions' code
     assert f"containers/{family}/fleetcast_{family}" in sources
-    assert "layers/common/fleetcast_common" in sources
+    assert "layers/common/fleetcast_contracts" in sources
+    assert "layers/common/fleetcast_common" not in sources
 
 
 def test_hadolint_passes() -> None:
@@ -132,9 +134,9 @@ def test_hadolint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _imported_top_modules(package: Path, common: Path) -> set[str]:
+def _imported_top_modules(package: Path, shared: Path) -> set[str]:
     """Top-level modules imported anywhere (lazily too) by ``package`` and by the
-    fleetcast_common modules it reaches."""
+    modules it reaches of the shared package ``shared``."""
     import ast
 
     seen: set[Path] = set()
@@ -153,8 +155,8 @@ def _imported_top_modules(package: Path, common: Path) -> set[str]:
                 names = [node.module]
             for name in names:
                 modules.add(name.split(".")[0])
-                if name.startswith("fleetcast_common."):
-                    target = common.parent / (name.replace(".", "/"))
+                if name.startswith(f"{shared.name}."):
+                    target = shared.parent / (name.replace(".", "/"))
                     pending += [p for p in (target.with_suffix(".py"), target / "__init__.py")]
         pending = [p for p in pending if p.is_file()]
     return modules
@@ -189,7 +191,7 @@ def test_the_processing_image_installs_every_library_its_code_imports() -> None:
 
     modules = _imported_top_modules(
         CONTAINERS / "processing" / "fleetcast_processing",
-        REPO_ROOT / "layers" / "common" / "fleetcast_common",
+        REPO_ROOT / "layers" / "common" / "fleetcast_contracts",
     )
     third_party = {
         module

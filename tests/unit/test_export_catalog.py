@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from fleetcast.embedded.template import LocalTemplate
-from fleetcast_common.run_exports import ACCURACY_SCHEMA, FORECAST_SCHEMA, exports_prefix
+from fleetcast_training.run_exports import ACCURACY_SCHEMA, FORECAST_SCHEMA, exports_prefix
 
 TEMPLATE = LocalTemplate(Path(__file__).resolve().parents[2] / "template.yaml")
 # Athena's name for each Arrow type the exports use.

@@ -20,15 +20,15 @@ from forecast_api_helpers import load_forecast_api
 from template_helpers import local_template
 
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS, ParameterError, validate
-from fleetcast_common.contracts.images import (
-    OPTIONAL_ECR_IMAGE_URI_PATTERN,
-    MissingImageError,
-    checked_image_uri,
-)
 from fleetcast_common.forecast_endpoint import ForecastEndpoint
 from fleetcast_common.forecasting import ForecastApiSettings, NoEndpointError
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
+from fleetcast_contracts.images import (
+    OPTIONAL_ECR_IMAGE_URI_PATTERN,
+    MissingImageError,
+    checked_image_uri,
+)
 
 ADDRESSES = {"CostReportRecipients": "ops@example.com", "CostReportSender": "cost@example.com"}
 FIRST_DEPLOY = local_template(ADDRESSES)

@@ -1,4 +1,4 @@
-"""The forecast API lets no customer id past the allow-list (``fleetcast_common.contracts.ids``):
+"""The forecast API lets no customer id past the allow-list (``fleetcast_contracts.ids``):
 properties over any text, with sockets off, so a request that reached for the registry or
 the endpoint would fail the test. (Keys, TargetModels and file names built from ids:
 test_customer_id_allow_list.py.)"""
@@ -12,8 +12,8 @@ from forecast_api_helpers import api_event, call, load_forecast_api
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetcast_common.contracts.ids import is_valid_customer_id
 from fleetcast_common.forecasting import InvalidRequestError, live_model
+from fleetcast_contracts.ids import is_valid_customer_id
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 

@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fleetcast_common.contracts.model_archive import read_archive
-from fleetcast_common.forecasters.candidates import BacktestPlan, Histories
-from fleetcast_common.forecasters.families import compile_archive
-from fleetcast_common.forecasters.holiday_effects import GridHolidays, holiday_offsets
-from fleetcast_common.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_contracts.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_contracts.model_archive import read_archive
+from fleetcast_forecasters.candidates import BacktestPlan, Histories
+from fleetcast_forecasters.families import compile_archive
+from fleetcast_forecasters.holiday_effects import GridHolidays, holiday_offsets
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.holiday_fits import fit_families
@@ -139,7 +139,7 @@ def test_holiday_periods_are_left_out_of_the_fits_and_put_back_in_the_backtest()
     base = np.where(ds.day_of_week >= 5, 425.0, 500.0)
     holidays = {d for d, _ in holiday_dates("US", None, (2022, 2023))}
     values = np.where([s.date() in holidays for s in ds], base - 200, base)
-    from fleetcast_common.forecasters import seasonal_naive
+    from fleetcast_forecasters import seasonal_naive
 
     plan = BacktestPlan.of(ds.size, 30, 3)
     fits, fitted = fit_families(

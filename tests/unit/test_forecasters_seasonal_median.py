@@ -6,9 +6,9 @@ from datetime import datetime
 
 import numpy as np
 
-from fleetcast_common.forecasters import seasonal_median
-from fleetcast_common.forecasters.candidates import BacktestPlan, Histories
-from fleetcast_common.forecasters.families import compile_archive
+from fleetcast_forecasters import seasonal_median
+from fleetcast_forecasters.candidates import BacktestPlan, Histories
+from fleetcast_forecasters.families import compile_archive
 from fleetcast_training.selection import COMBINATION, Candidate, choose
 
 WEEK = np.array([10.0, 11, 12, 13, 14, 20, 22])

@@ -5,8 +5,15 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.ids import (
+from fleetcast_common.jobs import (
+    Upload,
+    processing_job_request,
+    training_instance_count,
+    training_job_request,
+)
+from fleetcast_common.settings import ProcessingSettings, TrainingSettings
+from fleetcast_contracts import layout
+from fleetcast_contracts.ids import (
     InvalidCustomerIdError,
     is_valid_customer_id,
     is_valid_run_id,
@@ -18,14 +25,7 @@ from fleetcast_common.contracts.ids import (
     upload_sequence,
     validate_customer_id,
 )
-from fleetcast_common.contracts.processing import source_key_from_environment
-from fleetcast_common.jobs import (
-    Upload,
-    processing_job_request,
-    training_instance_count,
-    training_job_request,
-)
-from fleetcast_common.settings import ProcessingSettings, TrainingSettings
+from fleetcast_contracts.processing import source_key_from_environment
 
 BASE_ENV = {
     "RAW_BUCKET": "raw",

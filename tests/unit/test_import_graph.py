@@ -1,6 +1,8 @@
-"""No import cycles in fleetcast or its layer: not at module level, not through an import
-inside a function, not through an import only the type checker reads. A cycle held
-together by a late import works until someone moves that import."""
+"""No import cycles in fleetcast, its layer or its containers: not at module level, not
+through an import inside a function, not through an import only the type checker reads. A
+cycle held together by a late import works until someone moves that import. And the
+layering: each package imports only the packages below it, so each image and each
+function ships only what it uses."""
 
 from __future__ import annotations
 
@@ -12,6 +14,28 @@ from template_helpers import REPO_ROOT
 PACKAGES = {
     "fleetcast": REPO_ROOT / "src" / "fleetcast",
     "fleetcast_common": REPO_ROOT / "layers" / "common" / "fleetcast_common",
+    "fleetcast_contracts": REPO_ROOT / "layers" / "common" / "fleetcast_contracts",
+    "fleetcast_forecasters": REPO_ROOT / "containers" / "forecasters" / "fleetcast_forecasters",
+    "fleetcast_cost": REPO_ROOT / "functions" / "cost_report" / "fleetcast_cost",
+    **{
+        f"fleetcast_{family}": REPO_ROOT / "containers" / family / f"fleetcast_{family}"
+        for family in ("processing", "training", "inference")
+    },
+}
+# What each package may import of ours besides itself. The contracts are the bottom: every
+# process reads them. The images (processing, training, inference, and the model families
+# the training job and the endpoint share) never import the Lambda functions' code; the
+# Lambda domain never imports an image's; the cost watch is a function of its own; only
+# the CLI and the local stack (fleetcast) see everything.
+MAY_IMPORT = {
+    "fleetcast_contracts": set(),
+    "fleetcast_forecasters": {"fleetcast_contracts"},
+    "fleetcast_processing": {"fleetcast_contracts"},
+    "fleetcast_training": {"fleetcast_contracts", "fleetcast_forecasters"},
+    "fleetcast_inference": {"fleetcast_contracts", "fleetcast_forecasters"},
+    "fleetcast_common": {"fleetcast_contracts"},
+    "fleetcast_cost": {"fleetcast_contracts", "fleetcast_common"},
+    "fleetcast": set(PACKAGES) - {"fleetcast"},
 }
 
 
@@ -103,3 +127,23 @@ def test_no_module_of_fleetcast_or_its_layer_imports_itself_in_a_cycle() -> None
     known = modules()
     graph = {module: imports(module, path, known) for module, path in known.items()}
     assert find_cycle(graph) is None
+
+
+def test_each_package_imports_only_the_packages_below_it() -> None:
+    known = modules()
+    crossing = sorted(
+        f"{module} imports {target}"
+        for module, path in known.items()
+        for target in imports(module, path, known)
+        if (theirs := target.split(".")[0]) != (ours := module.split(".")[0])
+        and theirs not in MAY_IMPORT[ours]
+    )
+    assert crossing == []
+
+
+def test_the_layering_check_sees_a_container_importing_lambda_code(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from fleetcast_common.registry import Registry\n")
+    imported = imports("fleetcast_training.probe", probe, modules())
+    assert imported == {"fleetcast_common.registry"}
+    assert "fleetcast_common" not in MAY_IMPORT["fleetcast_training"]

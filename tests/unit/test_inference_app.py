@@ -15,8 +15,8 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_to_json
 
-from fleetcast_common.contracts.inference import DEFAULT_PORT
-from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_contracts.inference import DEFAULT_PORT
+from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_inference.app import InferenceApp, Request
 from fleetcast_inference.contract import (
     InferenceSettings,

@@ -12,7 +12,7 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
-from fleetcast_common.prophet_forecaster import (
+from fleetcast_forecasters.prophet_forecaster import (
     ProphetForecaster,
     UnsupportedModelError,
     compile_model,

@@ -13,20 +13,20 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
-from fleetcast_common.contracts.model_archive import (
-    HoldoutMetrics,
-    ModelMetadata,
-    read_archive,
-    write_archive,
-)
-from fleetcast_common.holiday_calendar import (
+from fleetcast_contracts.holiday_calendar import (
     HOLIDAYS_VERSION,
     HolidayCalendar,
     calendar_years,
     holiday_dates,
     holidays_frame,
 )
-from fleetcast_common.prophet_forecaster import compile_model
+from fleetcast_contracts.model_archive import (
+    HoldoutMetrics,
+    ModelMetadata,
+    read_archive,
+    write_archive,
+)
+from fleetcast_forecasters.prophet_forecaster import compile_model
 from fleetcast_inference.app import build_served_model
 
 # Prophet 1.5 still calls pandas APIs that pandas 3 deprecates.

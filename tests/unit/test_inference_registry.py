@@ -17,7 +17,7 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_to_json
 
-from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_inference.app import build_served_model
 from fleetcast_inference.errors import (
     InsufficientMemoryError,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetcast_common.contracts.object_keys import (
+from fleetcast_contracts.object_keys import (
     UnsafeKeyError,
     local_path,
     local_paths,
@@ -15,7 +15,7 @@ from fleetcast_common.contracts.object_keys import (
     staged_upload_name,
     upload_file_name,
 )
-from fleetcast_common.contracts.processing import (
+from fleetcast_contracts.processing import (
     source_key_environment,
     source_key_from_environment,
 )

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from shard_helpers import parts_in, read_rows, write_history
 
-from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
-from fleetcast_common.contracts.processing import (
+from fleetcast_common.jobs import Upload, processing_job_request
+from fleetcast_common.settings import ProcessingSettings
+from fleetcast_contracts.opt_ml import OPT_ML_ENV
+from fleetcast_contracts.processing import (
     MAX_PERIOD_TOTAL_ENV,
     MAX_UPLOAD_BYTES_ENV,
     MESSAGE_LIMIT,
@@ -26,9 +28,7 @@ from fleetcast_common.contracts.processing import (
     ProcessingSummary,
     source_key_environment,
 )
-from fleetcast_common.contracts.shards import history_shard_name, history_shard_of
-from fleetcast_common.jobs import Upload, processing_job_request
-from fleetcast_common.settings import ProcessingSettings
+from fleetcast_contracts.shards import history_shard_name, history_shard_of
 from fleetcast_processing import __main__ as entrypoint
 
 DATA = Path(__file__).parent.parent / "data" / "processing"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 from test_processing import HEADER, Job, job  # noqa: F401  (the fixture)
 
-from fleetcast_common.contracts.processing import MESSAGE_LIMIT, REJECTED_ROWS_PER_REASON
+from fleetcast_contracts.processing import MESSAGE_LIMIT, REJECTED_ROWS_PER_REASON
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import pytest
 from test_processing import HEADER, Job, job  # noqa: F401  (the fixture)
 from test_processing_corpus import GOOD, GOOD_TRAIN
 
-from fleetcast_common.contracts.ids import CUSTOMER_ID_RULE, InvalidCustomerIdError
+from fleetcast_contracts.ids import CUSTOMER_ID_RULE, InvalidCustomerIdError
 from fleetcast_processing.metadata import MetadataPaths, run_metadata
 from fleetcast_processing.metadata_store import load_store
 

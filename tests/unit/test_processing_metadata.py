@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from shard_helpers import parts_in, read_rows, write_history
 
-from fleetcast_common.contracts.processing import (
+from fleetcast_contracts.processing import (
     MAX_ATTRIBUTE_COLUMNS,
     MAX_VALUE_CHARS,
     ProcessingSummary,
 )
-from fleetcast_common.contracts.training import CALENDARS_FILE
+from fleetcast_contracts.training import CALENDARS_FILE
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.metadata import MetadataPaths, read_text, run_metadata
 from fleetcast_processing.metadata_store import CustomerMetadata, load_store, write_store

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from shard_helpers import parts_in, read_periods
 
-from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
-from fleetcast_common.contracts.processing import ProcessingPaths, ProcessingSummary
+from fleetcast_contracts.opt_ml import OPT_ML_ENV
+from fleetcast_contracts.processing import ProcessingPaths, ProcessingSummary
 from fleetcast_processing import __main__ as entrypoint
 
 HEADER = "customer_id,timestamp,consumption\n"

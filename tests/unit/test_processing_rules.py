@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetcast_common.contracts.processing import RejectReason
+from fleetcast_contracts.processing import RejectReason
 from fleetcast_processing.aggregate import Frequency, period_totals
 from fleetcast_processing.duplicates import _EPOCH_2000_US, deduplicate, reading_keys
 from fleetcast_processing.history import Readings, merge_readings, reading_intervals

@@ -10,7 +10,7 @@ from shard_helpers import parts_in, read_rows, write_history
 from test_processing import HEADER, Job
 from test_processing import job as job  # the fixture
 
-from fleetcast_common.contracts.shards import (
+from fleetcast_contracts.shards import (
     HISTORY_SHARDS,
     history_shard_name,
     history_shard_of,

@@ -11,7 +11,7 @@ import pytest
 from shard_helpers import parts_in
 from test_processing import HEADER, Job, job  # noqa: F401  (the fixture)
 
-from fleetcast_common.contracts.processing import INCOMPLETE_BELOW_ENV, ZERO_RUN_DAYS_ENV
+from fleetcast_contracts.processing import INCOMPLETE_BELOW_ENV, ZERO_RUN_DAYS_ENV
 
 START = date(2024, 3, 1)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
-from fleetcast_common.quality_gate import (
+from fleetcast_contracts.model_archive import HoldoutMetrics
+from fleetcast_contracts.quality_gate import (
     EQUAL_ERROR_SHARE,
     holdout_level,
     passes_quality_gate,

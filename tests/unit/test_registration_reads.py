@@ -12,10 +12,10 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.training import manifest_name, manifest_summary_name
-from fleetcast_common.contracts.training_manifest import TrainingManifest
 from fleetcast_common.registration import plan_registration
+from fleetcast_contracts import layout
+from fleetcast_contracts.training import manifest_name, manifest_summary_name
+from fleetcast_contracts.training_manifest import TrainingManifest
 
 RUN, BUCKET = "q0000000001-20260101t000000", "artifacts"
 MANIFEST = layout.checkpoint_prefix(RUN) + manifest_name("algo-1")

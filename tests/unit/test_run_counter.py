@@ -17,8 +17,8 @@ from template_helpers import local_template
 
 from fleetcast.embedded import run_counter
 from fleetcast.embedded.template import ACCOUNT_ID, REGION
-from fleetcast_common.contracts.ids import run_id_for_upload, upload_sequence
 from fleetcast_common.upload_queue import UploadQueue
+from fleetcast_contracts.ids import run_id_for_upload, upload_sequence
 
 TABLE = "upload-queue"
 

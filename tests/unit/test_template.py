@@ -24,13 +24,6 @@ from pydantic import BaseModel, ValidationError
 from template_helpers import REPO_ROOT, loads_template, local_template
 
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.ids import is_valid_run_id, processing_job_name, training_job_name
-from fleetcast_common.contracts.training import CANDIDATES_PATTERN, HYPERPARAMETER_DEFAULTS
-from fleetcast_common.cost import state as cost_state
-from fleetcast_common.cost.models import Anomaly
-from fleetcast_common.cost.settings import CostReportSettings
-from fleetcast_common.forecasters.families import known_kinds
 from fleetcast_common.forecasting import ForecastApiSettings
 from fleetcast_common.jobs import training_job_request
 from fleetcast_common.pipeline import STAGING_CONCURRENCY, STAGING_PART_BYTES
@@ -41,6 +34,13 @@ from fleetcast_common.settings import (
     TrainingSettings,
 )
 from fleetcast_common.upload_queue import UNSTARTED_LEASE_GRACE
+from fleetcast_contracts import layout
+from fleetcast_contracts.ids import is_valid_run_id, processing_job_name, training_job_name
+from fleetcast_contracts.training import CANDIDATES_PATTERN, HYPERPARAMETER_DEFAULTS
+from fleetcast_cost import state as cost_state
+from fleetcast_cost.models import Anomaly
+from fleetcast_cost.settings import CostReportSettings
+from fleetcast_forecasters.families import known_kinds
 from fleetcast_training.hyperparameters import CANDIDATES, Hyperparameters
 
 # The template as the local stack reads and resolves it (parameters' defaults, the
@@ -911,7 +911,7 @@ COST_ENVIRONMENT: dict[str, Any] = RESOURCES[COST_FUNCTION]["Properties"]["Envir
     "Variables"
 ]
 _ARN = "arn:${AWS::Partition}:"
-# Every call the report makes (fleetcast_common/cost/{sources,state,delivery}.py), on
+# Every call the report makes (fleetcast_cost/{sources,state,delivery}.py), on
 # what. Cost Explorer, ListTrainingJobs and GetMetricData have no resource-level
 # permissions; every training job is read, as the bill covers them all.
 COST_GRANTS = {

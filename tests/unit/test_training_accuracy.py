@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata
+from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata
 from fleetcast_training.evaluation import in_sample_naive_mae, mae, mase, rmse, smape, wape
 from fleetcast_training.history import History
 

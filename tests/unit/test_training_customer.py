@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from prophet import Prophet
 
-from fleetcast_common.contracts.model_archive import read_archive
-from fleetcast_common.contracts.training_manifest import CustomerOutcome
-from fleetcast_common.forecasters import seasonal_naive
-from fleetcast_common.quality_gate import passes_quality_gate
+from fleetcast_contracts.model_archive import read_archive
+from fleetcast_contracts.quality_gate import passes_quality_gate
+from fleetcast_contracts.training_manifest import CustomerOutcome
+from fleetcast_forecasters import seasonal_naive
 from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.failures import FailureKind
 from fleetcast_training.history import History

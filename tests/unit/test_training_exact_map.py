@@ -18,7 +18,7 @@ from prophet import Prophet
 from prophet.models import CmdStanPyBackend
 from prophet.serialize import model_from_json, model_to_json
 
-from fleetcast_common.holiday_calendar import (
+from fleetcast_contracts.holiday_calendar import (
     HolidayCalendar,
     calendar_years,
     holiday_dates,

@@ -18,9 +18,8 @@ from test_training_job import (
     weekly_series,
 )
 
-from fleetcast_common.contracts.model_archive import read_archive, write_archive
-from fleetcast_common.contracts.training_manifest import CustomerOutcome, CustomerResult
-from fleetcast_common.run_exports import ACCURACY_SCHEMA, FORECAST_SCHEMA
+from fleetcast_contracts.model_archive import read_archive, write_archive
+from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_inference.app import InferenceApp, Request
 from fleetcast_inference.contract import InferenceSettings
 from fleetcast_training.export import (
@@ -29,6 +28,7 @@ from fleetcast_training.export import (
     ShardExport,
     forecast_batch,
 )
+from fleetcast_training.run_exports import ACCURACY_SCHEMA, FORECAST_SCHEMA
 
 GOOD = ["acme", "globex", "initech"]
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from prophet.serialize import model_from_json, model_to_dict
 
-from fleetcast_common.contracts.model_archive import read_archive
-from fleetcast_common.holiday_calendar import HolidayCalendar
+from fleetcast_contracts.holiday_calendar import HolidayCalendar
+from fleetcast_contracts.model_archive import read_archive
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.customer_training import PROPHET, SHARED, CustomerTrainer
 from fleetcast_training.grid_fit import ShapeTemplate, values_json

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fleetcast_common.holiday_calendar import (
+from fleetcast_contracts.holiday_calendar import (
     HolidayCalendar,
     calendar_years,
     holiday_dates,

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from prophet.serialize import model_from_json
 
-from fleetcast_common.contracts.model_archive import read_archive
-from fleetcast_common.contracts.training import CALENDARS_FILE
-from fleetcast_common.contracts.training_manifest import CustomerOutcome
-from fleetcast_common.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_contracts.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_contracts.model_archive import read_archive
+from fleetcast_contracts.training import CALENDARS_FILE
+from fleetcast_contracts.training_manifest import CustomerOutcome
 from fleetcast_training.calendars import CustomerCalendars, InvalidCalendarsError
 from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.failures import JobFailure

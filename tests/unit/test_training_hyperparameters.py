@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from fleetcast_common.contracts.training import HYPERPARAMETER_DEFAULTS
+from fleetcast_contracts.training import HYPERPARAMETER_DEFAULTS
 from fleetcast_training.hyperparameters import Hyperparameters, InvalidHyperparametersError
 
 RUN_ID = "20260101t120000-0a1b2c3d4e"

@@ -20,9 +20,9 @@ import pytest
 from prophet.serialize import model_from_json
 from threadpoolctl import ThreadpoolController
 
-from fleetcast_common.contracts.model_archive import read_archive, write_archive
-from fleetcast_common.contracts.opt_ml import OPT_ML_ENV
-from fleetcast_common.contracts.training import (
+from fleetcast_contracts.model_archive import read_archive, write_archive
+from fleetcast_contracts.opt_ml import OPT_ML_ENV
+from fleetcast_contracts.training import (
     FAILURE_FILE,
     FAILURE_LIMIT,
     METRIC_DEFINITIONS,
@@ -31,7 +31,7 @@ from fleetcast_common.contracts.training import (
     manifest_summary_name,
     progress_name,
 )
-from fleetcast_common.contracts.training_manifest import (
+from fleetcast_contracts.training_manifest import (
     CustomerOutcome,
     CustomerResult,
     ManifestPage,

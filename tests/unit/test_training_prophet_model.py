@@ -8,7 +8,7 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_to_json
 
-from fleetcast_common.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
+from fleetcast_contracts.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
 from fleetcast_training.prophet_model import FleetcastProphet
 from fleetcast_training.stan_backend import silence_stan_logging
 

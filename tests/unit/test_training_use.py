@@ -10,8 +10,8 @@ import pytest
 from prophet.serialize import model_from_json
 from test_training_job import DAYS, FIRST_DAY, Instance, run_container, weekly_series
 
-from fleetcast_common.contracts.model_archive import read_archive
-from fleetcast_common.contracts.training_manifest import CustomerOutcome
+from fleetcast_contracts.model_archive import read_archive
+from fleetcast_contracts.training_manifest import CustomerOutcome
 
 LEADING = 30
 

@@ -10,7 +10,7 @@ import sys
 import threading
 from types import FrameType
 
-from fleetcast_common.contracts.inference import LOG_LEVEL_ENV, MULTI_MODEL_ENV
+from fleetcast_contracts.inference import LOG_LEVEL_ENV, MULTI_MODEL_ENV
 from fleetcast_inference.contract import InferenceSettings, SettingsError
 from fleetcast_inference.server import InferenceServer
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
-from fleetcast_common.contracts.inference import (
+from fleetcast_contracts.holiday_calendar import HOLIDAYS_VERSION
+from fleetcast_contracts.inference import (
     INVOCATIONS_PATH,
     INVOKE_SUFFIX,
     MODELS_DIR,
@@ -22,11 +23,10 @@ from fleetcast_common.contracts.inference import (
     PING_PATH,
     TARGET_MODEL_HEADER,
 )
-from fleetcast_common.forecasters.families import compile_archive
-from fleetcast_common.forecasters.forecast import UnsupportedModelError as UnsupportedModel
-from fleetcast_common.forecasters.forecast import forecast_seed
-from fleetcast_common.holiday_calendar import HOLIDAYS_VERSION
-from fleetcast_common.quantiles import FORECAST_FLOOR
+from fleetcast_contracts.quantiles import FORECAST_FLOOR
+from fleetcast_forecasters.families import compile_archive
+from fleetcast_forecasters.forecast import UnsupportedModelError as UnsupportedModel
+from fleetcast_forecasters.forecast import forecast_seed
 from fleetcast_inference import protocol
 from fleetcast_inference.artifact import read_model_artifact
 from fleetcast_inference.contract import InferenceSettings, model_path

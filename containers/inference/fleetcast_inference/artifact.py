@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from fleetcast_common.contracts.layout import MODEL_ARCHIVE_SUFFIX
-from fleetcast_common.contracts.model_archive import (
+from fleetcast_contracts.layout import MODEL_ARCHIVE_SUFFIX
+from fleetcast_contracts.model_archive import (
     METADATA_MEMBER,
     MODEL_MEMBER,
     ModelMetadata,

@@ -1,7 +1,7 @@
 """How this multi-model endpoint container reads its settings and places its models.
 
 The contract itself (paths, environment variable names, routes, period limits) is
-``fleetcast_common.contracts.inference``, shared with the local stack that hosts this
+``fleetcast_contracts.inference``, shared with the local stack that hosts this
 container, the forecast API and the CLI.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from fleetcast_common.contracts.inference import (
+from fleetcast_contracts.inference import (
     BIND_HOST_ENV,
     DEFAULT_BIND_HOST,
     DEFAULT_BUDGET_FRACTION,
@@ -23,7 +23,7 @@ from fleetcast_common.contracts.inference import (
     MULTI_MODEL_ENV,
     PORT_ENV,
 )
-from fleetcast_common.contracts.opt_ml import opt_ml_root, resolve
+from fleetcast_contracts.opt_ml import opt_ml_root, resolve
 
 
 class SettingsError(ValueError):

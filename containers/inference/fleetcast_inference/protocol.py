@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 
 import numpy as np
 
-from fleetcast_common.contracts.inference import (
+from fleetcast_contracts.inference import (
     DEFAULT_LIST_LIMIT,
     LIST_LIMIT_PARAM,
     LIST_TOKEN_FIELD,
@@ -26,8 +26,8 @@ from fleetcast_common.contracts.inference import (
     MIN_PERIOD,
     error_body,
 )
-from fleetcast_common.forecasters.forecast import Forecast
-from fleetcast_common.quantiles import normalise_quantiles, quantile_key
+from fleetcast_contracts.quantiles import normalise_quantiles, quantile_key
+from fleetcast_forecasters.forecast import Forecast
 from fleetcast_inference.errors import BadRequestError, InferenceError
 from fleetcast_inference.registry import LoadedModelStatus, ServedModel
 

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from fleetcast_common.forecasters.forecast import Forecaster
+from fleetcast_forecasters.forecast import Forecaster
 from fleetcast_inference.errors import (
     InferenceError,
     InsufficientMemoryError,

@@ -18,8 +18,8 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
-from fleetcast_common.contracts.object_keys import upload_file_name
-from fleetcast_common.contracts.processing import (
+from fleetcast_contracts.object_keys import upload_file_name
+from fleetcast_contracts.processing import (
     FREQUENCIES,
     INPUT_KIND_ARGUMENT,
     INPUT_KINDS,

@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from fleetcast_common.contracts.processing import FREQUENCIES
+from fleetcast_contracts.processing import FREQUENCIES
 
 US_PER_HOUR = 3_600 * 1_000_000
 _PERIOD_BITS = 32

@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from fleetcast_common.contracts.processing import CHANGED_COLUMNS, CHANGED_ROWS_LISTED
+from fleetcast_contracts.processing import CHANGED_COLUMNS, CHANGED_ROWS_LISTED
 
 SCHEMA = pa.schema(
     [

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from fleetcast_common.contracts.processing import (
+from fleetcast_contracts.processing import (
     CHANGED_FILE,
     RAW_INPUT,
     REJECTED_FILE,

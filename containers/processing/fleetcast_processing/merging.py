@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from fleetcast_common.contracts.shards import history_shard_name
+from fleetcast_contracts.shards import history_shard_name
 from fleetcast_processing.aggregate import Frequency, period_totals
 from fleetcast_processing.changes import ChangedReadings
 from fleetcast_processing.duplicates import deduplicate, reading_keys

@@ -19,8 +19,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetcast_common.contracts.ids import CUSTOMER_ID_RULE, is_valid_customer_id
-from fleetcast_common.contracts.processing import (
+from fleetcast_contracts.holiday_calendar import check_calendar
+from fleetcast_contracts.ids import CUSTOMER_ID_RULE, is_valid_customer_id
+from fleetcast_contracts.processing import (
     MAX_ATTRIBUTE_COLUMNS,
     MAX_COLUMN_NAME_CHARS,
     MAX_METADATA_BYTES,
@@ -35,7 +36,6 @@ from fleetcast_common.contracts.processing import (
     MetadataSummary,
     ProcessingSummary,
 )
-from fleetcast_common.holiday_calendar import check_calendar
 from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.errors import UnusableInputError, visible
 from fleetcast_processing.metadata_store import (

@@ -22,8 +22,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fleetcast_common.contracts.layout import METADATA_STORE_FILE
-from fleetcast_common.contracts.training import CALENDAR_COLUMNS, CALENDARS_FILE
+from fleetcast_contracts.layout import METADATA_STORE_FILE
+from fleetcast_contracts.training import CALENDAR_COLUMNS, CALENDARS_FILE
 from fleetcast_processing.errors import UnusableInputError
 
 SCHEMA = pa.schema(

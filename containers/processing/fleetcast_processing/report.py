@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fleetcast_common.contracts.ids import CUSTOMER_ID_RULE
-from fleetcast_common.contracts.processing import (
+from fleetcast_contracts.ids import CUSTOMER_ID_RULE
+from fleetcast_contracts.processing import (
     DEFAULT_MAX_PERIOD_TOTAL,
     MAX_PERIOD_TOTAL_ENV,
     REJECTED_COLUMNS,

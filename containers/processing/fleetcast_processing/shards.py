@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fleetcast_common.contracts.ids import is_valid_customer_id
-from fleetcast_common.contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
-from fleetcast_common.contracts.shards import (
+from fleetcast_contracts.ids import is_valid_customer_id
+from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
+from fleetcast_contracts.shards import (
     HISTORY_COLUMNS,
     HISTORY_SHARDS,
     SHARD_SUFFIX,

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from fleetcast_common.contracts.processing import REQUIRED_COLUMNS
+from fleetcast_contracts.processing import REQUIRED_COLUMNS
 from fleetcast_processing.errors import UnusableInputError, visible
 from fleetcast_processing.upload import UTF8_BOM, UploadReader, check_first_bytes, sniff_delimiter
 

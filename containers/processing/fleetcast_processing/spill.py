@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from fleetcast_common.contracts.shards import HISTORY_SHARDS, history_shard_of
+from fleetcast_contracts.shards import HISTORY_SHARDS, history_shard_of
 
 SCHEMA = pa.schema(
     [

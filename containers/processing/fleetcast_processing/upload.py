@@ -9,7 +9,7 @@ import io
 import zlib
 from pathlib import Path
 
-from fleetcast_common.contracts.processing import MAX_UPLOAD_BYTES_ENV
+from fleetcast_contracts.processing import MAX_UPLOAD_BYTES_ENV
 from fleetcast_processing.errors import UnusableInputError
 
 GZIP_MAGIC = b"\x1f\x8b"

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_common.contracts.processing import DEFAULT_INCOMPLETE_BELOW, DEFAULT_ZERO_RUN_DAYS
-from fleetcast_common.contracts.shards import USE_INACTIVE, USE_INCOMPLETE, USE_OK, USES
+from fleetcast_contracts.processing import DEFAULT_INCOMPLETE_BELOW, DEFAULT_ZERO_RUN_DAYS
+from fleetcast_contracts.shards import USE_INACTIVE, USE_INCOMPLETE, USE_OK, USES
 from fleetcast_processing.aggregate import Frequency
 
 OK, INCOMPLETE, INACTIVE = (USES.index(use) for use in (USE_OK, USE_INCOMPLETE, USE_INACTIVE))

@@ -19,8 +19,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fleetcast_common.contracts.ids import is_valid_customer_id
-from fleetcast_common.contracts.processing import RejectReason
+from fleetcast_contracts.ids import is_valid_customer_id
+from fleetcast_contracts.processing import RejectReason
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 FUTURE_TOLERANCE = timedelta(days=1)

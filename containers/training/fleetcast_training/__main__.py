@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from fleetcast_common.contracts.opt_ml import opt_ml_root
-from fleetcast_common.contracts.training import FAILURE_FILE, FAILURE_LIMIT
+from fleetcast_contracts.opt_ml import opt_ml_root
+from fleetcast_contracts.training import FAILURE_FILE, FAILURE_LIMIT
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.failures import JobFailure
 from fleetcast_training.hyperparameters import Hyperparameters, InvalidHyperparametersError

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetcast_common.contracts.training import CALENDAR_COLUMNS, CALENDARS_FILE
-from fleetcast_common.holiday_calendar import HolidayCalendar
+from fleetcast_contracts.holiday_calendar import HolidayCalendar
+from fleetcast_contracts.training import CALENDAR_COLUMNS, CALENDARS_FILE
 from fleetcast_training.failures import JobFailure
 
 

@@ -1,7 +1,7 @@
 """What SageMaker tells this training container about its job, read from ``/opt/ml``.
 
 The contract itself (paths, file names, metric lines, hyperparameter names) is
-``fleetcast_common.contracts.training``, shared with the functions and the local stack.
+``fleetcast_contracts.training``, shared with the functions and the local stack.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetcast_common.contracts.opt_ml import opt_ml_root
-from fleetcast_common.contracts.training import (
+from fleetcast_contracts.opt_ml import opt_ml_root
+from fleetcast_contracts.training import (
     CHECKPOINT_DIR,
     DATA_DIR,
     HYPERPARAMETERS,

@@ -25,18 +25,18 @@ import pandas as pd
 import prophet
 from prophet.models import CmdStanPyBackend
 
-from fleetcast_common.contracts.model_archive import (
+from fleetcast_contracts.holiday_calendar import HolidayCalendar
+from fleetcast_contracts.model_archive import (
     PROPHET_KIND,
     ModelMetadata,
     read_archive,
     write_archive,
 )
-from fleetcast_common.contracts.training import MODEL_ARCHIVE_SUFFIX
-from fleetcast_common.contracts.training_manifest import CustomerOutcome, CustomerResult
-from fleetcast_common.forecasters import ets, seasonal_median, seasonal_naive, theta
-from fleetcast_common.forecasters.candidates import BacktestPlan, CandidateFamily, Histories
-from fleetcast_common.forecasters.gaussian import common_fields
-from fleetcast_common.holiday_calendar import HolidayCalendar
+from fleetcast_contracts.training import MODEL_ARCHIVE_SUFFIX
+from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
+from fleetcast_forecasters import ets, seasonal_median, seasonal_naive, theta
+from fleetcast_forecasters.candidates import BacktestPlan, CandidateFamily, Histories
+from fleetcast_forecasters.gaussian import common_fields
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.export import ExportedForecast, forecast_for_export
 from fleetcast_training.failures import CustomerFailure, FailureKind

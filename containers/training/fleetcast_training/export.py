@@ -1,8 +1,8 @@
-"""The run's forecast export and accuracy table (:mod:`fleetcast_common.run_exports`).
+"""The run's forecast export and accuracy table (:mod:`fleetcast_training.run_exports`).
 
 A worker forecasts each customer from the model it has just fitted (or the archive it
 resumed), with the inference container's own math (the family's compile, through
-:func:`fleetcast_common.forecasters.families.compile_archive`)
+:func:`fleetcast_forecasters.families.compile_archive`)
 and the seed the endpoint uses for a request of the same period, so an exported row equals
 what ``invoke_endpoint`` answers for that model and period. The parent process writes the
 shard's parts at the end of the job (:class:`ShardExport`), under names fixed by the host:
@@ -23,12 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
-from fleetcast_common.contracts.training_manifest import CustomerResult
-from fleetcast_common.forecasters.families import compile_archive
-from fleetcast_common.forecasters.forecast import forecast_seed
-from fleetcast_common.quantiles import FORECAST_FLOOR
-from fleetcast_common.run_exports import (
+from fleetcast_contracts.model_archive import HoldoutMetrics
+from fleetcast_contracts.quantiles import FORECAST_FLOOR
+from fleetcast_contracts.training_manifest import CustomerResult
+from fleetcast_forecasters.families import compile_archive
+from fleetcast_forecasters.forecast import forecast_seed
+from fleetcast_training.run_exports import (
     ACCURACY,
     ACCURACY_SCHEMA,
     CANDIDATE_KINDS,

@@ -1,5 +1,5 @@
 """Customers' histories on their regular grids, as the numpy families take a batch of them
-(:class:`fleetcast_common.forecasters.candidates.Histories`).
+(:class:`fleetcast_forecasters.candidates.Histories`).
 
 Each customer's rows are placed at their period's row of a grid from its first period to
 its last, one row per period of the model's frequency: a period with no row (a gap) is
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_common.forecasters.candidates import Histories
+from fleetcast_forecasters.candidates import Histories
 from fleetcast_training.history import History
 from fleetcast_training.hyperparameters import Hyperparameters
 

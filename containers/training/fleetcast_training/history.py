@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from fleetcast_common.contracts.shards import USE_OK, USES
+from fleetcast_contracts.shards import USE_OK, USES
 from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.parts import SERIES_DTYPE, SERIES_SUFFIX
 

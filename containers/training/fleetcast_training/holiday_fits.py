@@ -1,5 +1,5 @@
 """The numpy families' fits of a batch with each customer's holidays
-(:mod:`fleetcast_common.forecasters.holiday_effects`): holiday periods left out of the
+(:mod:`fleetcast_forecasters.holiday_effects`): holiday periods left out of the
 fits, each backtest window's forecast given the effects learnt before its origin, each
 whole-history model the effects of the whole history (its ``holidays`` field, which
 serving adds to the forecast's dates)."""
@@ -11,14 +11,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fleetcast_common.forecasters.candidates import (
+from fleetcast_contracts.holiday_calendar import HolidayCalendar
+from fleetcast_forecasters.candidates import (
     BacktestPlan,
     CandidateFamily,
     CandidateFits,
     Histories,
 )
-from fleetcast_common.forecasters.holiday_effects import GridHolidays
-from fleetcast_common.holiday_calendar import HolidayCalendar
+from fleetcast_forecasters.holiday_effects import GridHolidays
 
 
 def fit_families(

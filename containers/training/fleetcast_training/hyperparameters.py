@@ -15,15 +15,15 @@ from pydantic import (
     model_validator,
 )
 
-from fleetcast_common.contracts.ids import is_valid_run_id
-from fleetcast_common.contracts.inference import MAX_PERIOD
-from fleetcast_common.contracts.training import (
+from fleetcast_contracts.holiday_calendar import check_calendar
+from fleetcast_contracts.ids import is_valid_run_id
+from fleetcast_contracts.inference import MAX_PERIOD
+from fleetcast_contracts.training import (
     CANDIDATE_KINDS,
     HYPERPARAMETER_DEFAULTS,
     REQUIRED_HYPERPARAMETERS,
     SAGEMAKER_HYPERPARAMETER_PREFIX,
 )
-from fleetcast_common.holiday_calendar import check_calendar
 
 DAILY = "D"
 # pandas 3 spells hourly "h"; "H" is accepted on the way in.

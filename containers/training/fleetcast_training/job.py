@@ -25,9 +25,9 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
-from fleetcast_common.contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
-from fleetcast_common.contracts.shards import SHARD_SUFFIX
-from fleetcast_common.contracts.training import (
+from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
+from fleetcast_contracts.shards import SHARD_SUFFIX
+from fleetcast_contracts.training import (
     CALENDARS_CHANNEL,
     METRIC_FITS_CMDSTAN,
     METRIC_FITS_IN_PROCESS,
@@ -42,7 +42,7 @@ from fleetcast_common.contracts.training import (
     metric_line,
     progress_name,
 )
-from fleetcast_common.contracts.training_manifest import (
+from fleetcast_contracts.training_manifest import (
     CustomerOutcome,
     TrainingProgress,
 )

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fleetcast_common.contracts.ids import is_valid_customer_id
-from fleetcast_common.contracts.shards import TRAIN_COLUMNS, USES
+from fleetcast_contracts.ids import is_valid_customer_id
+from fleetcast_contracts.shards import TRAIN_COLUMNS, USES
 
 SERIES_SUFFIX = ".series"
 # One customer's rows: what processing wrote, as numpy reads it back without parsing

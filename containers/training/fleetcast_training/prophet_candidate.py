@@ -24,7 +24,7 @@ import pandas as pd
 from prophet import Prophet
 from prophet.serialize import model_to_dict
 
-from fleetcast_common.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
+from fleetcast_contracts.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
 from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.grid_fit import (
     SHAPES_KEPT,
@@ -81,7 +81,7 @@ def _features_at(model: Prophet) -> FeaturesAt:
 @dataclass(frozen=True)
 class _Holidays:
     """A customer's calendar, added to each of its models the way
-    :mod:`fleetcast_common.holiday_calendar` says serving expects: Prophet's
+    :mod:`fleetcast_contracts.holiday_calendar` says serving expects: Prophet's
     ``add_country_holidays`` for a country, a ``holidays=`` frame over
     :func:`calendar_years` of the whole history for a subdivision (the scored model gets
     the same frame, so its holiday columns are the served model's)."""

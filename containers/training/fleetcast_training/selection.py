@@ -3,7 +3,7 @@
 The rule, decided on ``make accuracy``'s real meter data (docs/model-families.md): the
 customer is served the **combination** (the mean of ETS, Theta, Prophet and the seasonal
 median, where each fitted) unless its backtest error is worse than seasonal naive's by
-more than the quality gate's tolerance (:data:`~fleetcast_common.quality_gate.EQUAL_ERROR_SHARE`
+more than the quality gate's tolerance (:data:`~fleetcast_contracts.quality_gate.EQUAL_ERROR_SHARE`
 of the backtest's mean level, the rule registration applies); then the single candidate of
 least backtest error, which may be seasonal naive itself. Choosing the best single
 candidate (or the best few) per customer every time did worse on the held-back days than
@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_common.contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
-from fleetcast_common.forecasters import combination, seasonal_median, seasonal_naive
-from fleetcast_common.quality_gate import EQUAL_ERROR_SHARE
+from fleetcast_contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
+from fleetcast_contracts.quality_gate import EQUAL_ERROR_SHARE
+from fleetcast_forecasters import combination, seasonal_median, seasonal_naive
 
 FloatArray = npt.NDArray[np.float64]
 NAIVE = seasonal_naive.KIND

@@ -18,12 +18,12 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from fleetcast_common.contracts.training import (
+from fleetcast_contracts.training import (
     MANIFEST_PAGE_SIZE,
     manifest_name,
     manifest_summary_name,
 )
-from fleetcast_common.contracts.training_manifest import (
+from fleetcast_contracts.training_manifest import (
     CustomerOutcome,
     CustomerResult,
     ManifestPage,
@@ -104,7 +104,7 @@ class ShardResults:
 
     def pages(self, size: int = MANIFEST_PAGE_SIZE) -> Iterator[tuple[str, ManifestPage]]:
         """The manifest's pages in customer id order, each read back from the kept JSON
-        as it is cut (:func:`~fleetcast_common.contracts.training_manifest.paged`)."""
+        as it is cut (:func:`~fleetcast_contracts.training_manifest.paged`)."""
         return paged(self._run_id, self._host, self._hosts, self.customers(), size)
 
     def write_manifest(self, *directories: Path) -> None:

@@ -24,13 +24,13 @@ from botocore.exceptions import (
 )
 from pydantic import ValidationError
 
-from fleetcast_common.contracts.errors import error_code
 from fleetcast_common.forecasting import (
     EndpointFailedError,
     EndpointForecast,
     EndpointUnavailableError,
     NoEndpointError,
 )
+from fleetcast_contracts.errors import error_code
 
 # Few, quick retries inside the function's time: API Gateway gives up on a REST API's
 # integration after 29 s ("Integration timeout: 50 milliseconds - 29 seconds", API Gateway

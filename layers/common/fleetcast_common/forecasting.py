@@ -18,20 +18,20 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.ids import (
+from fleetcast_common.registry import LiveModel
+from fleetcast_common.settings import _FromEnvironment
+from fleetcast_contracts import layout
+from fleetcast_contracts.ids import (
     CUSTOMER_ID_PATTERN,
     InvalidCustomerIdError,
     is_valid_customer_id,
     is_valid_run_id,
 )
-from fleetcast_common.contracts.model_archive import Backtest
-from fleetcast_common.quantiles import FORECAST_FLOOR, normalise_quantiles, quantile_key
-from fleetcast_common.registry import LiveModel
-from fleetcast_common.settings import _FromEnvironment
+from fleetcast_contracts.model_archive import Backtest
+from fleetcast_contracts.quantiles import FORECAST_FLOOR, normalise_quantiles, quantile_key
 
 # The horizons the API accepts are those the inference container serves
-# (fleetcast_common.contracts.inference.MIN_PERIOD / MAX_PERIOD).
+# (fleetcast_contracts.inference.MIN_PERIOD / MAX_PERIOD).
 DEFAULT_PERIOD = 7
 QUANTILES_PARAMETER = "quantiles"
 QUANTILES_EXAMPLE = "0.1,0.5,0.9"

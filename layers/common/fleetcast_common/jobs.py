@@ -1,7 +1,7 @@
 """The SageMaker job requests fleetcast makes, as pure functions of settings and a run.
 
 Container paths, channel and metric definitions come from the containers' contracts
-(``fleetcast_common.contracts``), which the images ship too.
+(``fleetcast_contracts``), which the images ship too.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from fleetcast_common.contracts import layout, processing, training
-from fleetcast_common.contracts.ids import processing_job_name, training_job_name
-from fleetcast_common.contracts.images import checked_image_uri
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
+from fleetcast_contracts import layout, processing, training
+from fleetcast_contracts.ids import processing_job_name, training_job_name
+from fleetcast_contracts.images import checked_image_uri
 
 
 class Upload(BaseModel):
@@ -32,7 +32,7 @@ class Upload(BaseModel):
     # The ETag the event named: on an unversioned bucket, the copy the job reads is made
     # only if the object still has it.
     etag: str | None = None
-    # S3's order of the events of this one key (fleetcast_common.contracts.ids.sequencer_order).
+    # S3's order of the events of this one key (fleetcast_contracts.ids.sequencer_order).
     sequencer: str | None = None
 
 

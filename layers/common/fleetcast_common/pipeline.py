@@ -12,11 +12,6 @@ from boto3.s3.transfer import TransferConfig
 from pydantic import BaseModel
 
 from fleetcast_common import storage
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.contracts.ids import processing_job_name, run_id_from_job_name
-from fleetcast_common.contracts.images import checked_image_uri
-from fleetcast_common.contracts.object_keys import shown_key
 from fleetcast_common.jobs import (
     Upload,
     UploadRecord,
@@ -25,6 +20,11 @@ from fleetcast_common.jobs import (
 )
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
 from fleetcast_common.upload_queue import Lease, NotProcessed, UploadQueue, WaitingUpload
+from fleetcast_contracts import layout
+from fleetcast_contracts.errors import error_code
+from fleetcast_contracts.ids import processing_job_name, run_id_from_job_name
+from fleetcast_contracts.images import checked_image_uri
+from fleetcast_contracts.object_keys import shown_key
 
 _DISPATCH_PASSES = 4
 # What DescribeProcessingJob answers for a job that does not exist.

@@ -1,5 +1,5 @@
 """Processing's report of a run, as the functions after it read it (the processing
-container writes it: ``fleetcast_common.contracts.processing.ProcessingSummary``)."""
+container writes it: ``fleetcast_contracts.processing.ProcessingSummary``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from fleetcast_common import storage
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.processing import SUMMARY_FILE
+from fleetcast_contracts import layout
+from fleetcast_contracts.processing import SUMMARY_FILE
 
 
 def _summary(s3: Any, bucket: str, run_id: str) -> dict[str, Any] | None:

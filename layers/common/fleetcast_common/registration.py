@@ -33,25 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fleetcast_common import storage
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.ids import validate_customer_id
-from fleetcast_common.contracts.model_archive import read_archive
-from fleetcast_common.contracts.training import (
-    MANIFEST_PAGE_SIZE,
-    host_of_manifest,
-    is_manifest_name,
-    manifest_page_name,
-    manifest_summary_name,
-)
-from fleetcast_common.contracts.training_manifest import (
-    CustomerOutcome,
-    CustomerResult,
-    ManifestPage,
-    ManifestSummary,
-    TrainingManifest,
-)
 from fleetcast_common.processing_report import customers_sent
-from fleetcast_common.quality_gate import passes_quality_gate, rejection_reason
 from fleetcast_common.registry import (
     ChunkCounts,
     CustomerState,
@@ -59,6 +41,24 @@ from fleetcast_common.registry import (
     ModelRecord,
     ModelRegistry,
     ModelStatus,
+)
+from fleetcast_contracts import layout
+from fleetcast_contracts.ids import validate_customer_id
+from fleetcast_contracts.model_archive import read_archive
+from fleetcast_contracts.quality_gate import passes_quality_gate, rejection_reason
+from fleetcast_contracts.training import (
+    MANIFEST_PAGE_SIZE,
+    host_of_manifest,
+    is_manifest_name,
+    manifest_page_name,
+    manifest_summary_name,
+)
+from fleetcast_contracts.training_manifest import (
+    CustomerOutcome,
+    CustomerResult,
+    ManifestPage,
+    ManifestSummary,
+    TrainingManifest,
 )
 
 # Registration is I/O bound: a few small requests per customer.

@@ -27,8 +27,6 @@ from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as EndpointUnreachableError
 from pydantic import BaseModel
 
-from fleetcast_common.contracts.errors import error_code
-
 # The records are read from here too (ModelStatus only for its callers).
 from fleetcast_common.registry_records import (
     HeldBackModel,
@@ -38,6 +36,7 @@ from fleetcast_common.registry_records import (
     to_item,
 )
 from fleetcast_common.registry_records import ModelStatus as ModelStatus
+from fleetcast_contracts.errors import error_code
 
 LIVE = "LIVE"
 MODEL_PREFIX = "MODEL#"

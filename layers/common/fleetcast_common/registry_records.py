@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from fleetcast_common.contracts.model_archive import PROPHET_KIND, Backtest, HoldoutMetrics
+from fleetcast_contracts.model_archive import PROPHET_KIND, Backtest, HoldoutMetrics
 
 
 class ModelStatus(StrEnum):

@@ -14,7 +14,7 @@ from typing import Literal, Self, TypeVar
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from fleetcast_common.contracts.training import CANDIDATE_KINDS, CANDIDATES_PATTERN
+from fleetcast_contracts.training import CANDIDATE_KINDS, CANDIDATES_PATTERN
 
 
 class _FromEnvironment(BaseSettings):

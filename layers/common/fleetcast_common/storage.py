@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from fleetcast_common.contracts.errors import error_code
+from fleetcast_contracts.errors import error_code
 
 # How S3 answers a GET of a key that does not exist.
 MISSING = ("NoSuchKey", "404")

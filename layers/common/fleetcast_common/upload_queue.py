@@ -18,7 +18,7 @@ the lease and creating the job), is taken over, so a lost event cannot block the
 Upload order is the order uploads reach this queue. S3 gives no order finer than whole
 seconds between different keys and EventBridge may deliver out of order, so an atomic
 counter numbers each upload when its event first arrives, and the number leads its run id
-(:func:`fleetcast_common.contracts.ids.run_id_for_upload`): the queue, the jobs and the registry's
+(:func:`fleetcast_contracts.ids.run_id_for_upload`): the queue, the jobs and the registry's
 "versions only go forward" all follow it. Between two uploads of the same key, S3's
 ``sequencer`` decides: an upload older than one already queued for its key was replaced
 in S3, and is reported as superseded rather than processed after the newer one.
@@ -48,14 +48,14 @@ from typing import Any
 from boto3.dynamodb.conditions import Attr, Key
 from pydantic import BaseModel
 
-from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.contracts.ids import (
+from fleetcast_common.jobs import Upload
+from fleetcast_contracts.errors import error_code
+from fleetcast_contracts.ids import (
     object_identity,
     run_id_for_upload,
     sequencer_order,
     upload_identity,
 )
-from fleetcast_common.jobs import Upload
 
 WAITING = "waiting"
 LEASE = "lease"

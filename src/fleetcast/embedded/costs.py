@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 from fleetcast import billing
 from fleetcast.embedded.gateway import MotoDispatcher
 from fleetcast.embedded.template import ACCOUNT_ID, REGION
-from fleetcast_common.cost import sources
-from fleetcast_common.cost.settings import CostReportSettings
+from fleetcast_cost import sources
+from fleetcast_cost.settings import CostReportSettings
 
 if TYPE_CHECKING:
     from fleetcast.embedded.context import ServiceContext

@@ -41,8 +41,6 @@ from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.template import ACCOUNT_ID, LocalTemplate
 from fleetcast_common import storage
 from fleetcast_common.chunk_queue import enqueue_chunks
-from fleetcast_common.contracts import layout
-from fleetcast_common.contracts.ids import run_id_from_job_name, training_job_name
 from fleetcast_common.jobs import Upload
 from fleetcast_common.registration import (
     RegistrationChunk,
@@ -51,6 +49,8 @@ from fleetcast_common.registration import (
 )
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import ENDED_STATUSES, UploadQueue
+from fleetcast_contracts import layout
+from fleetcast_contracts.ids import run_id_from_job_name, training_job_name
 
 COMPLETED = "Completed"
 

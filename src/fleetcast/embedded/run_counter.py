@@ -23,7 +23,7 @@ from moto.dynamodb.models import DynamoDBBackend
 from fleetcast_common.upload_queue import COUNTER, UPLOADS
 
 HANDED_OUT_FILE = "run-counter"
-# The sequence number inside a run id (fleetcast_common.contracts.ids.RUN_ID_PATTERN).
+# The sequence number inside a run id (fleetcast_contracts.ids.RUN_ID_PATTERN).
 _SEQUENCE = re.compile(r"q([0-9]{10})-[0-9]{8}t[0-9]{6}")
 _COUNTER_KEY = {"queue": {"S": COUNTER}, "entry": {"S": UPLOADS}}
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetcast.embedded.endpoint.exceptions import ContainerUnavailableError
-from fleetcast_common.contracts.inference import (
+from fleetcast_contracts.inference import (
     BIND_HOST_ENV,
     LOG_LEVEL_ENV,
     MEMORY_BUDGET_ENV,
@@ -25,7 +25,7 @@ from fleetcast_common.contracts.inference import (
     PING_PATH,
     PORT_ENV,
 )
-from fleetcast_common.contracts.opt_ml import OPT_ML_ENV, resolve
+from fleetcast_contracts.opt_ml import OPT_ML_ENV, resolve
 
 log = logging.getLogger("fleetcast.embedded.endpoint")
 
@@ -58,7 +58,7 @@ def free_port(host: str = HOST) -> int:
 
 class InferenceContainer:
     """The inference image's entrypoint as a subprocess, under the multi-model container
-    contract (``fleetcast_common.contracts.inference``): its ``/opt/ml`` is ``opt_ml``, it listens
+    contract (``fleetcast_contracts.inference``): its ``/opt/ml`` is ``opt_ml``, it listens
     on 127.0.0.1, and a watcher starts it again ``restart_delay`` seconds after it dies."""
 
     def __init__(

@@ -16,11 +16,11 @@ from typing import Any
 
 from fleetcast.embedded.endpoint.exceptions import ValidationError
 from fleetcast_common import storage
-from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.contracts.inference import (
+from fleetcast_contracts.errors import error_code
+from fleetcast_contracts.inference import (
     MODELS_DIR,
 )
-from fleetcast_common.contracts.object_keys import safe_file_name
+from fleetcast_contracts.object_keys import safe_file_name
 
 DOWNLOAD_CHUNK_BYTES = 1024 * 1024
 

@@ -20,7 +20,7 @@ from fleetcast.embedded.endpoint.exceptions import (
     ValidationError,
 )
 from fleetcast.embedded.endpoint.model_cache import ModelDiskCache
-from fleetcast_common.contracts.inference import (
+from fleetcast_contracts.inference import (
     INVOKE_SUFFIX,
     MODELS_PATH,
     TARGET_MODEL_HEADER,

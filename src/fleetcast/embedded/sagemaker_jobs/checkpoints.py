@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
-from fleetcast_common.contracts import training as training_contract
-from fleetcast_common.contracts.layout import MODEL_ARCHIVE_SUFFIX
+from fleetcast_contracts import training as training_contract
+from fleetcast_contracts.layout import MODEL_ARCHIVE_SUFFIX
 
 log = logging.getLogger("fleetcast.embedded.jobs")
 

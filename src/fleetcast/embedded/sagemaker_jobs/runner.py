@@ -41,10 +41,10 @@ from fleetcast.embedded.sagemaker_jobs.containers import (
 )
 from fleetcast.embedded.sagemaker_jobs.training import now
 from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
-from fleetcast_common.contracts import opt_ml
-from fleetcast_common.contracts import processing as processing_contract
-from fleetcast_common.contracts import training as training_contract
-from fleetcast_common.contracts.layout import MODEL_ARCHIVE_SUFFIX
+from fleetcast_contracts import opt_ml
+from fleetcast_contracts import processing as processing_contract
+from fleetcast_contracts import training as training_contract
+from fleetcast_contracts.layout import MODEL_ARCHIVE_SUFFIX
 
 log = logging.getLogger("fleetcast.embedded.jobs")
 

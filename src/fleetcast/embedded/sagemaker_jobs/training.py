@@ -13,7 +13,7 @@ from typing import Any
 
 from fleetcast.embedded.sagemaker_jobs.checkpoints import checkpoint_dir
 from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, shard, split_s3_uri
-from fleetcast_common.contracts import training as training_contract
+from fleetcast_contracts import training as training_contract
 
 
 def now() -> datetime:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetcast_common.contracts import opt_ml
-from fleetcast_common.contracts.object_keys import local_paths
+from fleetcast_contracts import opt_ml
+from fleetcast_contracts.object_keys import local_paths
 
 SMALL_OBJECT_BYTES = 8 * 1024 * 1024
 

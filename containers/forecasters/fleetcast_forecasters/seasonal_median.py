@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetcast_common.forecasters.candidates import (
+from fleetcast_forecasters.candidates import (
     BacktestPlan,
     CandidateFits,
     FloatArray,
@@ -34,14 +34,14 @@ from fleetcast_common.forecasters.candidates import (
     Model,
     empty_backtest,
 )
-from fleetcast_common.forecasters.gaussian import (
+from fleetcast_forecasters.gaussian import (
     PathForecaster,
     common_fields,
     floats,
     parse_model,
     path_forecaster,
 )
-from fleetcast_common.forecasters.seasonal_naive import repeated
+from fleetcast_forecasters.seasonal_naive import repeated
 
 KIND = "seasonal_median"
 SEASONS = 4

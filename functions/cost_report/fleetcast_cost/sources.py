@@ -17,8 +17,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.cost.models import (
+from fleetcast_contracts.errors import error_code
+from fleetcast_cost.models import (
     AwsAnomaly,
     DailyUsage,
     Source,
@@ -27,7 +27,7 @@ from fleetcast_common.cost.models import (
     UsageHistory,
     Utilisation,
 )
-from fleetcast_common.cost.prices import PriceTable
+from fleetcast_cost.prices import PriceTable
 
 SAGEMAKER_SERVICE = "Amazon SageMaker"
 TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"

@@ -1,6 +1,6 @@
 """What every model family's forecast is, and the parts every family shares.
 
-A family (``model_kind`` in an archive's metadata: :mod:`fleetcast_common.forecasters`)
+A family (``model_kind`` in an archive's metadata: :mod:`fleetcast_forecasters`)
 compiles a fitted model into a :class:`Forecaster`, which answers ``forecast(period,
 seed, quantiles)``: a point forecast, the interval and the quantiles asked for, the last
 two read from one seeded simulation of the model's future, so the same request to the

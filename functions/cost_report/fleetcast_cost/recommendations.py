@@ -15,8 +15,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from fleetcast_common.cost.models import Recommendation, RecommendationKind, TrainingJob
-from fleetcast_common.cost.prices import PriceTable, family
+from fleetcast_cost.models import Recommendation, RecommendationKind, TrainingJob
+from fleetcast_cost.prices import PriceTable, family
 
 DAYS_PER_MONTH = 30
 FASTFILE_MIN_DOWNLOAD_SHARE = 0.20

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetcast_common.holiday_calendar import HolidayCalendar
+from fleetcast_contracts.holiday_calendar import HolidayCalendar
 
 MODEL_MEMBER = "model.json"
 # The family of every archive written before families existed.
@@ -105,7 +105,7 @@ class ModelMetadata(BaseModel):
     # The public holidays the model was fitted with; None for a model without any (and
     # for every archive written before calendars existed).
     holiday_calendar: HolidayCalendar | None = None
-    # Which family made model.json (fleetcast_common.forecasters.families compiles it).
+    # Which family made model.json (fleetcast_forecasters.families compiles it).
     model_kind: str = PROPHET_KIND
     # How it was chosen; None for archives from before backtests.
     backtest: Backtest | None = None

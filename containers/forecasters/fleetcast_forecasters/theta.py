@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetcast_common.forecasters.candidates import (
+from fleetcast_forecasters.candidates import (
     BacktestPlan,
     CandidateFits,
     FloatArray,
@@ -35,7 +35,7 @@ from fleetcast_common.forecasters.candidates import (
     empty_backtest,
     seasonal_slots,
 )
-from fleetcast_common.forecasters.gaussian import (
+from fleetcast_forecasters.gaussian import (
     PathForecaster,
     common_fields,
     floats,

@@ -19,8 +19,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
 from matplotlib.figure import Figure
 
-from fleetcast_common.cost.mail import CHART_SIZE
-from fleetcast_common.cost.models import Anomaly, UsageHistory
+from fleetcast_cost.mail import CHART_SIZE
+from fleetcast_cost.models import Anomaly, UsageHistory
 
 TOP_USAGE_TYPES = 6
 OTHER = "other"

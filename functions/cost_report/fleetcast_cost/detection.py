@@ -37,7 +37,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fleetcast_common.cost.models import Anomaly, AnomalyKind, UsageHistory
+from fleetcast_cost.models import Anomaly, AnomalyKind, UsageHistory
 
 WARMUP_DAYS = 14
 NEW_USAGE_TYPE_MIN_HISTORY_DAYS = 7

@@ -13,7 +13,7 @@ Their archives' ``model.json`` hold what each family needs to rebuild that path 
 and parameters, not the forecast itself) and these common fields: ``last_history`` (ISO
 time of the last period fitted), ``uncertainty_samples`` and ``interval_width``; a model
 fitted with a holiday calendar also ``holidays``, whose effects are added to the point
-forecast on the forecast's holidays (:mod:`fleetcast_common.forecasters.holiday_effects`).
+forecast on the forecast's holidays (:mod:`fleetcast_forecasters.holiday_effects`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_common.forecasters.forecast import (
+from fleetcast_forecasters.forecast import (
     FloatArray,
     Forecast,
     all_finite,
@@ -35,7 +35,7 @@ from fleetcast_common.forecasters.forecast import (
     future_periods,
     row_quantiles,
 )
-from fleetcast_common.forecasters.holiday_effects import holiday_offsets
+from fleetcast_forecasters.holiday_effects import holiday_offsets
 
 # Prophet's defaults, which fleetcast keeps for every family.
 UNCERTAINTY_SAMPLES = 1000

@@ -16,8 +16,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.cost.models import Anomaly
+from fleetcast_contracts.errors import error_code
+from fleetcast_cost.models import Anomaly
 
 GROWTH_TO_REPORT_AGAIN = 0.10
 # Items outlive the longest lookback, then DynamoDB's TTL removes them.

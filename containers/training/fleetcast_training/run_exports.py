@@ -2,7 +2,7 @@
 
 The training job writes both as Parquet into its checkpoint directory, which is the one
 way out of a job with network isolation; SageMaker syncs it to ``models/{run_id}/``
-(:func:`fleetcast_common.contracts.layout.checkpoint_prefix`), so a run's files are
+(:func:`fleetcast_contracts.layout.checkpoint_prefix`), so a run's files are
 
 - ``models/{run_id}/exports/forecasts/part-{host}-{n}.parquet``: every trained (or
   resumed) customer's forecast, :data:`FORECAST_SCHEMA`, a few parts per instance;
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from fleetcast_common.contracts.layout import checkpoint_prefix
+from fleetcast_contracts.layout import checkpoint_prefix
 
 EXPORTS_DIR = "exports"
 FORECASTS = "forecasts"
@@ -44,7 +44,7 @@ FORECAST_SCHEMA = pa.schema(
 )
 
 # The measures of the model and of seasonal-naive, in this order, with ``naive_`` before
-# the second set (fleetcast_common.contracts.model_archive.HoldoutMetrics has the same names).
+# the second set (fleetcast_contracts.model_archive.HoldoutMetrics has the same names).
 MEASURES = ("smape", "wape", "mase", "rmse", "mae")
 # The model families a customer's backtest scores, each with a ``backtest_wape_`` column
 # (null where it was not a candidate or could not be fitted).

@@ -13,8 +13,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from fleetcast_common.contracts.model_archive import HoldoutMetrics, ModelMetadata
-from fleetcast_common.contracts.training import MANIFEST_PAGE_SIZE, manifest_page_name
+from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata
+from fleetcast_contracts.training import MANIFEST_PAGE_SIZE, manifest_page_name
 
 
 class CustomerOutcome(StrEnum):

@@ -35,7 +35,7 @@ FAILURE_LIMIT = 1024
 
 MODEL_ARCHIVE_SUFFIX = ".tar.gz"
 # manifest-{host}.json, one per instance, in the checkpoint dir (format:
-# fleetcast_common.contracts.training_manifest.TrainingManifest).
+# fleetcast_contracts.training_manifest.TrainingManifest).
 MANIFEST_PREFIX = "manifest-"
 MANIFEST_SUFFIX = ".json"
 
@@ -74,7 +74,7 @@ def host_of_manifest(name: str) -> str:
 
 
 # progress-{host}.json, one per instance in the checkpoint dir, rewritten as it trains
-# (format: fleetcast_common.contracts.training_manifest.TrainingProgress): how far a
+# (format: fleetcast_contracts.training_manifest.TrainingProgress): how far a
 # running job is, read without listing its archives.
 PROGRESS_PREFIX = "progress-"
 

@@ -1,25 +1,25 @@
 """Where everything lives in the artifacts bucket.
 
 A run's ``train/`` prefix holds a few parts of many customers per training instance
-(:mod:`fleetcast_common.contracts.shards`), which SageMaker's ``ShardedByS3Key``
+(:mod:`fleetcast_contracts.shards`), which SageMaker's ``ShardedByS3Key``
 distribution spreads over the instances; ``history/`` holds the history shards.
 """
 
 from __future__ import annotations
 
-from fleetcast_common.contracts.ids import is_valid_customer_id, validate_customer_id
-from fleetcast_common.contracts.object_keys import (
+from fleetcast_contracts.ids import is_valid_customer_id, validate_customer_id
+from fleetcast_contracts.object_keys import (
     KEY_MAX_BYTES,
     path_problem,
     shown_key,
     staged_upload_name,
 )
-from fleetcast_common.contracts.shards import (
+from fleetcast_contracts.shards import (
     SHARD_SUFFIX,
     history_shard_name,
     history_shard_of,
 )
-from fleetcast_common.contracts.training import MANIFEST_PREFIX
+from fleetcast_contracts.training import MANIFEST_PREFIX
 
 INCOMING_PREFIX = "incoming/"
 HISTORY_PREFIX = "history/"
@@ -96,7 +96,7 @@ def report_prefix(run_id: str) -> str:
 def staged_upload_key(run_id: str, upload_key: str) -> str:
     """The run's copy of its upload, the processing job's one raw input: every upload is
     copied by its version under a short, safe name
-    (:func:`fleetcast_common.contracts.object_keys.staged_upload_name`), so the job reads
+    (:func:`fleetcast_contracts.object_keys.staged_upload_name`), so the job reads
     exactly the bytes its event named, whatever the key's shape."""
     return f"{run_prefix(run_id)}upload/{staged_upload_name(upload_key)}"
 

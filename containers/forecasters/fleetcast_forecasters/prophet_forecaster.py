@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_common.contracts.inference import MAX_PERIOD
-from fleetcast_common.forecasters.forecast import (
+from fleetcast_contracts.holiday_calendar import holiday_dates
+from fleetcast_contracts.inference import MAX_PERIOD
+from fleetcast_forecasters.forecast import (
     MIDNIGHT_NS,
     NS_PER_SECOND,
     SECONDS_PER_DAY,
@@ -42,7 +43,6 @@ from fleetcast_common.forecasters.forecast import (
     future_periods,
     row_quantiles,
 )
-from fleetcast_common.holiday_calendar import holiday_dates
 
 # Kept importable from here, where they were first written for Prophet alone.
 __all__ = [

@@ -24,7 +24,7 @@ from email.policy import SMTP
 from email.utils import format_datetime, make_msgid
 from html import escape
 
-from fleetcast_common.cost.models import Anomaly, CostAnalysis, SourceProblem
+from fleetcast_cost.models import Anomaly, CostAnalysis, SourceProblem
 
 CHART_CID_DOMAIN = "fleetcast.cost"
 # The chart's size in pixels (chart.py draws it at 100 dpi); here, not there, so that

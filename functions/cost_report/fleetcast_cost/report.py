@@ -19,9 +19,9 @@ from typing import Any
 import boto3
 
 from fleetcast_common.aws import RETRY_CONFIG
-from fleetcast_common.cost import delivery, mail, sources
-from fleetcast_common.cost.detection import Thresholds, detect_anomalies
-from fleetcast_common.cost.models import (
+from fleetcast_cost import delivery, mail, sources
+from fleetcast_cost.detection import Thresholds, detect_anomalies
+from fleetcast_cost.models import (
     Anomaly,
     AwsAnomaly,
     CostAnalysis,
@@ -30,10 +30,10 @@ from fleetcast_common.cost.models import (
     TrainingJob,
     UsageHistory,
 )
-from fleetcast_common.cost.prices import PriceTable, bundled_prices
-from fleetcast_common.cost.recommendations import recommend
-from fleetcast_common.cost.settings import CostAnalysisSettings, CostReportSettings
-from fleetcast_common.cost.state import Claim, ReportedAnomalies, StateUnavailable
+from fleetcast_cost.prices import PriceTable, bundled_prices
+from fleetcast_cost.recommendations import recommend
+from fleetcast_cost.settings import CostAnalysisSettings, CostReportSettings
+from fleetcast_cost.state import Claim, ReportedAnomalies, StateUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ def run_cost_report(
 
     rows = recent if digest else news
     new_keys = {a.key for a in news}
-    from fleetcast_common.cost.chart import render_cost_chart  # matplotlib: this path only
+    from fleetcast_cost.chart import render_cost_chart  # matplotlib: this path only
 
     chart = render_cost_chart(analysis.history, analysis.anomalies, new_keys)
     email = mail.compose(

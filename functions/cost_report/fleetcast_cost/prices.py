@@ -113,5 +113,5 @@ def _split(instance_type: str) -> tuple[str, str]:
 
 @functools.cache
 def bundled_prices() -> PriceTable:
-    text = resources.files("fleetcast_common.cost").joinpath("prices.json").read_text()
+    text = resources.files("fleetcast_cost").joinpath("prices.json").read_text()
     return PriceTable.model_validate(json.loads(text))

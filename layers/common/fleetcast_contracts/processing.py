@@ -16,7 +16,7 @@ from urllib.parse import quote, unquote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetcast_common.contracts.opt_ml import resolve
+from fleetcast_contracts.opt_ml import resolve
 
 # How SageMaker starts the image (CreateProcessingJob's ContainerEntrypoint).
 ENTRYPOINT = ["python3", "-m", "fleetcast_processing"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetcast_common.forecasters.gaussian import PathForecaster, parse_model, path_forecaster
+from fleetcast_forecasters.gaussian import PathForecaster, parse_model, path_forecaster
 
 KIND = "combination"
 
@@ -35,7 +35,7 @@ class _Combination:
         last_history: np.datetime64 | None = None,
     ) -> PathForecaster:
         # (imported here: the registry imports this module)
-        from fleetcast_common.forecasters.families import compile_archive
+        from fleetcast_forecasters.families import compile_archive
 
         fields = parse_model(model, KIND)
         try:

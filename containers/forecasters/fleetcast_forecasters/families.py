@@ -14,19 +14,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fleetcast_common.contracts.inference import MAX_PERIOD
-from fleetcast_common.contracts.model_archive import PROPHET_KIND
-from fleetcast_common.forecasters.forecast import Forecaster
+from fleetcast_contracts.inference import MAX_PERIOD
+from fleetcast_contracts.model_archive import PROPHET_KIND
+from fleetcast_forecasters.forecast import Forecaster
 
 # model_kind -> the module whose FAMILY compiles it, imported on first use: an endpoint
 # serving only Prophet models never imports the others, and the reverse.
 _MODULES = {
-    PROPHET_KIND: "fleetcast_common.forecasters.prophet_family",
-    "seasonal_naive": "fleetcast_common.forecasters.seasonal_naive",
-    "seasonal_median": "fleetcast_common.forecasters.seasonal_median",
-    "ets": "fleetcast_common.forecasters.ets",
-    "theta": "fleetcast_common.forecasters.theta",
-    "combination": "fleetcast_common.forecasters.combination",
+    PROPHET_KIND: "fleetcast_forecasters.prophet_family",
+    "seasonal_naive": "fleetcast_forecasters.seasonal_naive",
+    "seasonal_median": "fleetcast_forecasters.seasonal_median",
+    "ets": "fleetcast_forecasters.ets",
+    "theta": "fleetcast_forecasters.theta",
+    "combination": "fleetcast_forecasters.combination",
 }
 
 
@@ -75,7 +75,7 @@ def compile_archive(
     """Compile a model of ``model_kind``. ``one_period=False`` may skip what only a
     one-period forecast needs (the export asks for its whole horizon); ``last_history``,
     the model's last history time when the caller knows it, may save parsing it. Raises
-    :class:`~fleetcast_common.forecasters.forecast.UnsupportedModelError` for a model a
+    :class:`~fleetcast_forecasters.forecast.UnsupportedModelError` for a model a
     period alone cannot forecast and ``ValueError`` for anything that is not a fitted model
     of that kind."""
     return family(model_kind).compile(

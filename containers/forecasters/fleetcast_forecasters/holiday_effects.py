@@ -17,8 +17,8 @@ models) gets the day's effect; overlapping holidays add up.
 
 Serving: the model's ``model.json`` carries ``"holidays": {"country", "subdivision",
 "effects": {name: effect}}`` and :func:`holiday_offsets` adds each forecast date's effects
-to the point forecast (:func:`fleetcast_common.forecasters.gaussian.path_forecaster`), from
-the same calendar (:func:`fleetcast_common.holiday_calendar.holiday_dates`). A combination
+to the point forecast (:func:`fleetcast_forecasters.gaussian.path_forecaster`), from
+the same calendar (:func:`fleetcast_contracts.holiday_calendar.holiday_dates`). A combination
 carries none of its own: its members' forecasts already include theirs.
 """
 
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_common.forecasters.candidates import FloatArray, IntArray
-from fleetcast_common.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_contracts.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_forecasters.candidates import FloatArray, IntArray
 
 NS_PER_DAY = 24 * 60 * 60 * 1_000_000_000
 DAYS_PER_WEEK = 7

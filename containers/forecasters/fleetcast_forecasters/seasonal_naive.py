@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetcast_common.forecasters.candidates import (
+from fleetcast_forecasters.candidates import (
     BacktestPlan,
     CandidateFits,
     FloatArray,
@@ -26,7 +26,7 @@ from fleetcast_common.forecasters.candidates import (
     Model,
     empty_backtest,
 )
-from fleetcast_common.forecasters.gaussian import (
+from fleetcast_forecasters.gaussian import (
     PathForecaster,
     common_fields,
     floats,

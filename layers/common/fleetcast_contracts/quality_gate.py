@@ -24,7 +24,7 @@ the tolerance is on absolute errors, measured against the series' own scale.
 
 from __future__ import annotations
 
-from fleetcast_common.contracts.model_archive import HoldoutMetrics
+from fleetcast_contracts.model_archive import HoldoutMetrics
 
 # Half a percent of the series' mean level: what the meters themselves cannot tell apart
 # (an accuracy class 0.5 meter is within ±0.5%, a household class 1 meter within ±1%),

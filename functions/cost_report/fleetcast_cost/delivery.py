@@ -15,8 +15,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fleetcast_common.contracts.errors import error_code
-from fleetcast_common.cost.mail import ComposedEmail
+from fleetcast_contracts.errors import error_code
+from fleetcast_cost.mail import ComposedEmail
 
 
 class DeliveryFailed(Exception):
