@@ -237,13 +237,21 @@ class JobRunner:
         run = self._run_processing if kind == "processing" else self._run_training
         job.future = self._pool.submit(self._guarded, run, backend, name)
 
-    def interrupt(self, name: str, after_archives: int = 0, timeout: float = 300.0) -> bool:
+    def interrupt(
+        self,
+        name: str,
+        after_archives: int = 0,
+        timeout: float = 300.0,
+        *,
+        every_instance: bool = False,
+    ) -> bool:
         """Emulate a spot interruption of a running training job: its instances are
         stopped, then the job resumes from its checkpoints, as SageMaker does.
 
         With ``after_archives``, first wait as :meth:`crash` does: the interruption lands
-        in the middle of the job's work however fast it trains."""
-        job = self._when_archived(name, after_archives, timeout)
+        in the middle of the job's work however fast it trains. ``every_instance``: wait
+        until each instance, not only the first, has written that many."""
+        job = self._when_archived(name, after_archives, timeout, every_instance=every_instance)
         if job is None:
             return False
         job.interrupted.set()
@@ -266,10 +274,13 @@ class JobRunner:
         kill_instance(job.processes[0])
         return True
 
-    def _when_archived(self, name: str, after_archives: int, timeout: float) -> RunningJob | None:
+    def _when_archived(
+        self, name: str, after_archives: int, timeout: float, every_instance: bool = False
+    ) -> RunningJob | None:
         """The running training job ``name`` once its first instance is running and has
-        written ``after_archives`` model archives to its checkpoint folder; None if the job
-        is not running (or has finished, or the wait timed out)."""
+        written ``after_archives`` model archives to its checkpoint folder (with
+        ``every_instance``, each of its instances has); None if the job is not running (or
+        has finished, or the wait timed out)."""
         deadline = time.monotonic() + timeout
         while True:
             job = self._running_training(name)
@@ -283,9 +294,10 @@ class JobRunner:
             first = job.processes[0] if job.processes else None
             if first is not None and first.poll() is not None:
                 return None
+            watched = job.checkpoints if every_instance else job.checkpoints[:1]
             if first is not None and (
                 after_archives <= 0
-                or (job.checkpoints and _archives_in(job.checkpoints[0]) >= after_archives)
+                or (watched and all(_archives_in(c) >= after_archives for c in watched))
             ):
                 return job
             if time.monotonic() > deadline:
