@@ -114,7 +114,9 @@ def _invoke(
 
 def _chunks_event(world: dict[str, Any]) -> dict[str, Any]:
     """The registration chunks the coordinator queued, as one SQS event."""
-    messages = world["sqs"].receive_message(QueueUrl=world["chunks"], MaxNumberOfMessages=10)
+    messages = world["sqs"].receive_message(
+        QueueUrl=world["chunks"], MaxNumberOfMessages=10, AttributeNames=["All"]
+    )
     return sqs_event(messages.get("Messages", []), "arn:aws:sqs:us-east-1:123456789012:chunks")
 
 
