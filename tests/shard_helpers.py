@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fleetcast_contracts.processing import ProcessingSummary
 from fleetcast_contracts.shards import (
     HISTORY_SHARDS,
     SHARD_SUFFIX,
@@ -81,3 +82,21 @@ def write_history(folder: Path, customer_id: str, rows: Rows) -> Path:
 
 
 __all__ = ["HISTORY_SHARDS", "parts_in", "read_periods", "read_rows", "write_history"]
+
+
+def processing_summary_json(customers: list[str], rows_rejected: int = 0) -> str:
+    """The ``summary.json`` of a processing run that sent ``customers`` to training, one
+    accepted reading each."""
+    return ProcessingSummary(
+        source_name="readings.csv",
+        frequency="D",
+        rows_read=len(customers) + rows_rejected,
+        rows_accepted=len(customers),
+        rows_rejected=rows_rejected,
+        rejected_by_reason={"bad_timestamp": rows_rejected} if rows_rejected else {},
+        customers=len(customers),
+        new_customers=len(customers),
+        days_written=len(customers),
+        days_uploaded=len(customers),
+        customers_list=customers,
+    ).model_dump_json()

@@ -6,13 +6,13 @@ replayed event reports the same day.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.settings import read_on_first_use
@@ -34,11 +34,9 @@ def _clients() -> CostClients:
 @logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-@event_source(data_class=EventBridgeEvent)
-def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
-    return _published(
-        run_cost_report(dt.datetime.fromisoformat(event.time), settings(), _clients())
-    )
+@event_parser(model=EventBridgeModel)
+def lambda_handler(event: EventBridgeModel, context: LambdaContext) -> dict[str, Any]:
+    return _published(run_cost_report(event.time, settings(), _clients()))
 
 
 def _published(outcome: ReportOutcome) -> dict[str, Any]:

@@ -20,11 +20,11 @@ from aws_lambda_powertools.utilities.batch import (
     process_partial_response,
 )
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client, dynamodb_table
-from fleetcast_common.registration import RegistrationChunk, register_chunk
+from fleetcast_common.chunk_queue import ChunkMessage
+from fleetcast_common.registration import register_chunk
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.settings import RegistrationSettings, read_on_first_use
 
@@ -32,12 +32,14 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 settings = read_on_first_use(RegistrationSettings)
-processor = BatchProcessor(event_type=EventType.SQS)
+
+
+processor = BatchProcessor(event_type=EventType.SQS, model=ChunkMessage)
 
 
 @tracer.capture_method
-def register(record: SQSRecord) -> None:
-    chunk = RegistrationChunk.model_validate_json(record.body)
+def register(record: ChunkMessage) -> None:
+    chunk = record.body
     logger.set_correlation_id(chunk.run_id)
     logger.append_keys(training_job=chunk.training_job, chunk=chunk.chunk_id)
     report = register_chunk(

@@ -12,14 +12,17 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
-from aws_lambda_powertools.utilities.parser import parse
-from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
+from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fleetcast_common.aws import client, dynamodb_table
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import JobStart, Outcome, processing_ended, start_processing
+from fleetcast_common.sagemaker_events import (
+    ObjectCreated,
+    ProcessingJobEnded,
+    StartProcessingEvent,
+)
 from fleetcast_common.settings import ProcessingSettings, read_on_first_use
 from fleetcast_common.upload_queue import UploadQueue
 
@@ -29,21 +32,14 @@ metrics = Metrics()
 settings = read_on_first_use(ProcessingSettings)
 
 
-PROCESSING_STATE_CHANGE = "SageMaker Processing Job State Change"
-
-
 @functools.cache
 def _queue() -> UploadQueue:
     return UploadQueue(dynamodb_table(settings().upload_queue_table))
 
 
-def upload_from(event: S3EventNotificationEventBridgeModel) -> Upload:
-    """The upload an S3 "Object Created" event describes.
-
-    EventBridge carries the key exactly as stored (classic S3 notifications URL-encode
-    it): the parser model keeps it raw, where the data class's ``key`` would
-    ``unquote_plus`` it and turn ``a+b.csv`` into ``a b.csv``.
-    """
+def upload_from(event: ObjectCreated) -> Upload:
+    """The upload an S3 "Object Created" event describes (EventBridge carries the key
+    exactly as stored; classic S3 notifications URL-encode it)."""
     detail = event.detail
     return Upload(
         bucket=detail.bucket.name,
@@ -57,7 +53,7 @@ def upload_from(event: S3EventNotificationEventBridgeModel) -> Upload:
     )
 
 
-def _uploaded(event: S3EventNotificationEventBridgeModel) -> JobStart:
+def _uploaded(event: ObjectCreated) -> JobStart:
     upload = upload_from(event)
     logger.set_correlation_id(upload.key)
     started = start_processing(upload, settings(), client("sagemaker"), client("s3"), _queue())
@@ -69,14 +65,14 @@ def _uploaded(event: S3EventNotificationEventBridgeModel) -> JobStart:
     return started
 
 
-def _ended(event: EventBridgeEvent) -> JobStart:
-    ended_job = str(event.detail["ProcessingJobName"])
+def _ended(event: ProcessingJobEnded) -> JobStart:
+    ended_job = event.detail.job_name
     logger.set_correlation_id(ended_job)
     started = processing_ended(ended_job, settings(), client("sagemaker"), client("s3"), _queue())
     logger.info(
         "after %s (%s): next processing job %s",
         ended_job,
-        event.detail.get("ProcessingJobStatus"),
+        event.detail.status,
         started.outcome,
         extra={"ended_job": ended_job, **started.model_dump()},
     )
@@ -86,11 +82,11 @@ def _ended(event: EventBridgeEvent) -> JobStart:
 @logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    if event.get("detail-type") == PROCESSING_STATE_CHANGE:
-        started = _ended(EventBridgeEvent(event))
-    else:
-        started = _uploaded(parse(event=event, model=S3EventNotificationEventBridgeModel))
+@event_parser(model=StartProcessingEvent)
+def lambda_handler(
+    event: ObjectCreated | ProcessingJobEnded, context: LambdaContext
+) -> dict[str, Any]:
+    started = _ended(event) if isinstance(event, ProcessingJobEnded) else _uploaded(event)
     if started.outcome is Outcome.STARTED:
         metrics.add_metric(name="ProcessingJobsStarted", unit=MetricUnit.Count, value=1)
     elif started.outcome is Outcome.QUEUED:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from fleetcast_common.registry import ModelRegistry, ModelStatus
-from fleetcast_training.run_exports import CANDIDATE_KINDS
+from fleetcast_training.run_exports import CANDIDATE_KINDS, MEASURES
 
 
 class Spread(BaseModel):
@@ -66,9 +66,6 @@ class RunAccuracy(BaseModel):
     @property
     def not_live(self) -> int:
         return self.rejected + self.superseded + self.failed + self.undecided
-
-
-MEASURES = ("smape", "wape", "mase", "rmse", "mae")
 
 
 def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAccuracy:

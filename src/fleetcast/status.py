@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from fleetcast_common import storage
 from fleetcast_common.jobs import UploadRecord
+from fleetcast_common.processing_report import processing_summary
 from fleetcast_common.registration import read_registration_record
 from fleetcast_common.registry import ModelRegistry, RunRegistration
 from fleetcast_common.upload_queue import UploadQueue
@@ -26,7 +27,6 @@ from fleetcast_contracts.ids import (
     upload_sequence,
 )
 from fleetcast_contracts.object_keys import upload_file_name
-from fleetcast_contracts.processing import SUMMARY_FILE, ProcessingSummary
 from fleetcast_contracts.shards import USE_INACTIVE, USE_INCOMPLETE
 from fleetcast_contracts.training import host_names, progress_name
 from fleetcast_contracts.training_manifest import TrainingProgress
@@ -227,9 +227,8 @@ def run_status(
         upload = UploadRecord.model_validate_json(record).upload
         status.source_key, status.source_version = upload.key, upload.version_id or upload.etag
         status.source = upload_file_name(status.source_key)
-    report = storage.read_text_if_exists(s3, bucket, layout.report_prefix(run_id) + SUMMARY_FILE)
-    if report is not None:
-        summary = ProcessingSummary.model_validate_json(report)
+    summary = processing_summary(s3, bucket, run_id)
+    if summary is not None:
         status.source = status.source or summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected

@@ -20,6 +20,7 @@ import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from function_helpers import load_function
+from shard_helpers import processing_summary_json
 from test_registration import trained
 
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
@@ -114,7 +115,9 @@ def _invoke(
 
 def _chunks_event(world: dict[str, Any]) -> dict[str, Any]:
     """The registration chunks the coordinator queued, as one SQS event."""
-    messages = world["sqs"].receive_message(QueueUrl=world["chunks"], MaxNumberOfMessages=10)
+    messages = world["sqs"].receive_message(
+        QueueUrl=world["chunks"], MaxNumberOfMessages=10, AttributeNames=["All"]
+    )
     return sqs_event(messages.get("Messages", []), "arn:aws:sqs:us-east-1:123456789012:chunks")
 
 
@@ -157,9 +160,10 @@ def test_start_training_logs_the_run_id_and_counts_rejected_rows(
         s3.put_object(
             Bucket=bucket, Key=layout.train_prefix(RUN_ID) + train_part_name(part), Body=b""
         )
-    summary = {"rows_read": 10, "rows_rejected": 3}
     s3.put_object(
-        Bucket=bucket, Key=f"{layout.report_prefix(RUN_ID)}summary.json", Body=json.dumps(summary)
+        Bucket=bucket,
+        Key=f"{layout.report_prefix(RUN_ID)}summary.json",
+        Body=processing_summary_json(["7", "8", "9", "10", "11", "12", "13"], rows_rejected=3),
     )
     # When its completion event arrives (moto accepts a second CreateTrainingJob of the
     # same name, so the repeated-event path is left to the unit tests of pipeline.py)
@@ -199,9 +203,10 @@ def test_a_failed_training_job_registers_what_it_wrote_and_logs_what_it_lost(
     # Given a failed job whose one finished instance trained 42, while 7 was never reached
     s3, bucket = world["s3"], world["bucket"]
     trained(s3, bucket, RUN_ID, {"42": GOOD}, hosts=1)
-    sent = {"rows_read": 2, "rows_rejected": 0, "customers_list": ["7", "42"]}
     s3.put_object(
-        Bucket=bucket, Key=f"{layout.report_prefix(RUN_ID)}summary.json", Body=json.dumps(sent)
+        Bucket=bucket,
+        Key=f"{layout.report_prefix(RUN_ID)}summary.json",
+        Body=processing_summary_json(["7", "42"]),
     )
     event = _event("training_job_failed.json")
     # When its failure event arrives

@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from shard_helpers import processing_summary_json
 
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
@@ -492,14 +493,8 @@ def failed_job(world: dict[str, Any], tmp_path: Path) -> str:
     s3.put_object(Bucket=bucket, Key=checkpoints + "c.tar.gz", Body=whole[: len(whole) // 2])
     s3.put_object(Bucket=bucket, Key=checkpoints + "d.tar.gz", Body=_archive(tmp_path, "d", RUN_0))
     # Processing's summary names the customers it sent to training.
-    sent = {
-        "rows_read": 6,
-        "rows_rejected": 0,
-        "customers_list": ["a", "short", "b", "c", "d", "e"],
-    }
-    s3.put_object(
-        Bucket=bucket, Key=layout.report_prefix(RUN_1) + "summary.json", Body=json.dumps(sent)
-    )
+    sent = processing_summary_json(["a", "short", "b", "c", "d", "e"])
+    s3.put_object(Bucket=bucket, Key=layout.report_prefix(RUN_1) + "summary.json", Body=sent)
     return "AlgorithmError: killed by SIGKILL (host algo-2)"
 
 
@@ -572,10 +567,8 @@ def test_a_job_that_wrote_nothing_is_registered_at_once_with_its_customers_lost(
 ) -> None:
     # Given a job that failed before any instance wrote a model or a manifest
     s3, bucket = world["s3"], world["bucket"]
-    sent = {"rows_read": 1, "rows_rejected": 0, "customers_list": ["e"]}
-    s3.put_object(
-        Bucket=bucket, Key=layout.report_prefix(RUN_1) + "summary.json", Body=json.dumps(sent)
-    )
+    sent = processing_summary_json(["e"])
+    s3.put_object(Bucket=bucket, Key=layout.report_prefix(RUN_1) + "summary.json", Body=sent)
     # When it is registered
     report = register(world, RUN_1, job_failure="CapacityError: no spot capacity")
     # Then there is no chunk to wait for: the run is registered, its customer lost

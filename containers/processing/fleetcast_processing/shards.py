@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleetcast_contracts.files import written_whole
 from fleetcast_contracts.ids import is_valid_customer_id
 from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_contracts.shards import (
@@ -214,10 +215,8 @@ def write_shard(path: Path, names: pa.Array, readings: Readings) -> None:
         ],
         names=list(HISTORY_COLUMNS),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    pq.write_table(table, partial, store_schema=False, **_WRITE_OPTIONS)
-    partial.replace(path)
+    with written_whole(path) as partial:
+        pq.write_table(table, partial, store_schema=False, **_WRITE_OPTIONS)
 
 
 def part_assignment(

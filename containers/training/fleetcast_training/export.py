@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleetcast_contracts.files import written_whole
 from fleetcast_contracts.model_archive import HoldoutMetrics
 from fleetcast_contracts.quantiles import FORECAST_FLOOR
 from fleetcast_contracts.training_manifest import CustomerResult
@@ -265,7 +266,6 @@ def _beats_naive(metrics: HoldoutMetrics) -> bool:
 
 
 def _write_atomically(table: pa.Table, path: Path) -> None:
-    # ".partial": the checkpoint sync skips it, so S3 never holds half a part.
-    partial = path.with_name(path.name + ".partial")
-    pq.write_table(table, partial, compression="zstd")
-    partial.replace(path)
+    # (The checkpoint sync skips the partial file, so S3 never holds half a part.)
+    with written_whole(path) as partial:
+        pq.write_table(table, partial, compression="zstd")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
+from fleetcast_contracts.files import PARTIAL_SUFFIX, write_whole
 from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_contracts.shards import SHARD_SUFFIX
 from fleetcast_contracts.training import (
@@ -54,7 +55,7 @@ from fleetcast_training.failures import FailureKind, JobFailure, summarise_failu
 from fleetcast_training.grid_fit import ShapeTemplates
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.parts import unpack_parts
-from fleetcast_training.shard_results import ShardResults, write_atomically
+from fleetcast_training.shard_results import ShardResults
 from fleetcast_training.stan_backend import IN_PROCESS, scratch_parent, silence_stan_logging
 
 logger = logging.getLogger(__name__)
@@ -505,7 +506,7 @@ class Progress:
     def _write(self) -> None:
         if self._file is not None:
             state = TrainingProgress(host=self._host, done=self._done, total=self._total)
-            write_atomically(self._file, state.model_dump_json())
+            write_whole(self._file, state.model_dump_json())
             self._written = time.perf_counter()
 
     def advance(self, count: int) -> None:
@@ -532,5 +533,5 @@ class Progress:
 
 def _remove_partial_files(checkpoint_dir: Path) -> None:
     """Half-written archives and manifests from an interrupted attempt; never valid."""
-    for partial in checkpoint_dir.rglob("*.partial"):
+    for partial in checkpoint_dir.rglob(f"*{PARTIAL_SUFFIX}"):
         partial.unlink(missing_ok=True)

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+from fleetcast_contracts.files import write_whole, written_whole
 from fleetcast_contracts.training import (
     MANIFEST_PAGE_SIZE,
     manifest_name,
@@ -113,16 +114,12 @@ class ShardResults:
         its summary and the export are there too."""
         first, *others = directories
         for name, page in self.pages():
-            write_atomically(first / name, page.model_dump_json())
-        write_atomically(
-            first / manifest_summary_name(self._host), self.summary().model_dump_json()
-        )
+            write_whole(first / name, page.model_dump_json())
+        write_whole(first / manifest_summary_name(self._host), self.summary().model_dump_json())
         written = self._write_whole(first / manifest_name(self._host))
         for directory in others:
-            directory.mkdir(parents=True, exist_ok=True)
-            partial = directory / (written.name + ".partial")
-            shutil.copyfile(written, partial)
-            partial.replace(directory / written.name)
+            with written_whole(directory / written.name) as partial:
+                shutil.copyfile(written, partial)
 
     def summary(self) -> ManifestSummary:
         """:meth:`ManifestSummary.of` the manifest."""
@@ -143,22 +140,10 @@ class ShardResults:
         ).model_dump_json()
         empty = '"customers":[]}'
         assert head.endswith(empty), "TrainingManifest's customers must stay its last field"
-        partial = path.with_name(path.name + ".partial")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with partial.open("w") as out:
+        with written_whole(path) as partial, partial.open("w") as out:
             out.write(head[: -len("]}")])
             for number, customer_id in enumerate(sorted(self._json)):
                 out.write("," if number else "")
                 out.write(self._json[customer_id])
             out.write("]}")
-        partial.replace(path)
         return path
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """A file readers (and the checkpoint sync, which skips ``*.partial``) see whole or
-    not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    partial.replace(path)

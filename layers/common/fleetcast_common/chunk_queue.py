@@ -1,4 +1,5 @@
-"""The registration chunks queue: the only module that sends to it.
+"""The registration chunks queue: the only module that sends to it, and the message that
+register-chunk parses from it (``ChunkMessage``, for Powertools' BatchProcessor).
 
 SendMessageBatch takes at most 10 messages a request (SQS message quotas: "A single
 message batch request can include a maximum of 10 messages"), and its total payload, the
@@ -15,10 +16,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
+from pydantic import Json
+
 from fleetcast_common.registration import RegistrationChunk
 
 MESSAGES_PER_REQUEST = 10
 BYTES_PER_REQUEST = 1_048_576
+
+
+class ChunkMessage(SqsRecordModel):
+    """One message of the chunks queue, as register-chunk receives it: its body is a chunk
+    (a body that is not one fails that record alone, as any failure does)."""
+
+    body: Json[RegistrationChunk]
 
 
 class ChunksNotQueuedError(Exception):

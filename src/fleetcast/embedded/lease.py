@@ -26,6 +26,8 @@ from pathlib import Path
 
 import psutil
 
+from fleetcast_contracts.files import write_whole
+
 log = logging.getLogger("fleetcast.embedded.lease")
 
 LEASE_FILE = "running.json"
@@ -138,10 +140,7 @@ def take(state_dir: Path) -> DeadStack | None:
         dead = DeadStack(found, last_seen, stop_left_behind(found))
     # Every process this stack starts from now on carries its mark.
     os.environ[STACK_PROCESS_ENV] = mine.mark
-    state_dir.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(asdict(mine), indent=2))
-    partial.replace(path)
+    write_whole(path, json.dumps(asdict(mine), indent=2))
     return dead
 
 

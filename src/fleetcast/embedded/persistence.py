@@ -36,6 +36,7 @@ from moto.dynamodb.models.dynamo_type import LimitedSizeDict
 from moto.s3.models import FakeKey
 
 from fleetcast.embedded.s3_objects import ObjectFile, ObjectFiles
+from fleetcast_contracts.files import PARTIAL_SUFFIX, written_whole
 
 SNAPSHOT_FILE = "aws-state.pickle"
 # moto's S3 backend is one per partition, the others one per region.
@@ -153,9 +154,8 @@ def save(path: Path, account_id: str, region: str, objects: ObjectFiles | None =
     sagemaker = sagemaker_backend(account_id, region)
     jobs = {kind: dict(getattr(sagemaker, attr)) for kind, attr in JOB_COLLECTIONS.items()}
     taken_at = datetime.now(UTC)
-    # Named by the writing process: a snapshot's child and a clean stop never share one.
-    partial = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    with partial.open("wb", buffering=1 << 20) as file:
+    # Shared: a snapshot's child and a clean stop never write the same partial file.
+    with written_whole(path, shared=True) as partial, partial.open("wb", buffering=1 << 20) as file:
         pickler = pickle.Pickler(file, pickle.HIGHEST_PROTOCOL)
         table: dict[type, Any] = {**copyreg.dispatch_table, LimitedSizeDict: _item_attributes}
         if objects is not None and objects.kept:
@@ -164,7 +164,6 @@ def save(path: Path, account_id: str, region: str, objects: ObjectFiles | None =
         pickler.dump({"s3": s3, "dynamodb": dynamodb, "jobs": jobs, "taken_at": taken_at})
         file.flush()
         os.fsync(file.fileno())
-    partial.replace(path)
     return _describe(s3, dynamodb, jobs, taken_at)
 
 
@@ -177,7 +176,7 @@ def restore(
     the snapshot names (written after it by a stack that then died, or released before
     it) are removed. The file is the stack's own, written by :func:`save` under the
     user's state folder."""
-    for stale in path.parent.glob(f"{path.name}.partial*"):
+    for stale in path.parent.glob(f"{path.name}*{PARTIAL_SUFFIX}"):
         # Half written by a stack (or its snapshot's child) that died writing it.
         stale.unlink(missing_ok=True)
     if not path.is_file():

@@ -21,6 +21,7 @@ from typing import Any
 from moto.dynamodb.models import DynamoDBBackend
 
 from fleetcast_common.upload_queue import COUNTER, UPLOADS
+from fleetcast_contracts.files import write_whole
 
 HANDED_OUT_FILE = "run-counter"
 # The sequence number inside a run id (fleetcast_contracts.ids.RUN_ID_PATTERN).
@@ -56,9 +57,7 @@ def _recording(update_item: Callable[..., Any]) -> Callable[..., Any]:
         if path is not None and key == _COUNTER_KEY and "last" in item.attrs:
             # Under moto's one-at-a-time DynamoDB writes: two numbers are never written
             # out of order.
-            partial = path.with_name(path.name + ".partial")
-            partial.write_text(str(item.attrs["last"].value))
-            partial.replace(path)
+            write_whole(path, str(item.attrs["last"].value))
         return item
 
     recorded._records_run_counter = True  # type: ignore[attr-defined]

@@ -14,10 +14,11 @@ import importlib.metadata
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from fleetcast_contracts.files import write_whole
 
 ACCOUNT_ID = "123456789012"
 REGION = "us-east-1"
@@ -84,16 +85,9 @@ def load_template(path: Path, cache: Path | None = None) -> dict[str, Any]:
         body: dict[str, Any] = json.loads(kept.read_text())
         return body
     body = loads_template(text, str(path))
-    with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
-        # Written whole, then renamed: a reader never finds half of it.
-        handle, partial = tempfile.mkstemp(dir=folder, prefix=".template-", suffix=".json")
-        try:
-            with os.fdopen(handle, "w") as out:
-                json.dump(body, out)
-            Path(partial).replace(kept)
-        except (OSError, TypeError, ValueError):  # (a value JSON cannot hold: not kept)
-            Path(partial).unlink(missing_ok=True)
+    # (A folder that cannot be written, or a value JSON cannot hold: not kept)
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        write_whole(kept, json.dumps(body), shared=True)
     return body
 
 

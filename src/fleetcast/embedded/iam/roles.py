@@ -19,13 +19,13 @@ import hashlib
 import json
 import os
 import subprocess
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fleetcast.embedded.template import ACCOUNT_ID, LocalTemplate, cache_folder
+from fleetcast_contracts.files import write_whole
 
 SAM_PYTHON_ENV = "FLEETCAST_SAM_PYTHON"
 _TRANSLATE = Path(__file__).with_name("sam_translate.py")
@@ -122,11 +122,7 @@ def translate(template: LocalTemplate, cache: Path | None = None) -> dict[str, A
         )
     translated = json.loads(done.stdout)
     with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
-        handle, partial = tempfile.mkstemp(dir=folder, prefix=".sam-roles-", suffix=".json")
-        with os.fdopen(handle, "w") as out:
-            out.write(done.stdout)
-        Path(partial).replace(kept)
+        write_whole(kept, done.stdout, shared=True)
     return translated
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer, split_s3_uri, under_root
 from fleetcast_contracts import training as training_contract
+from fleetcast_contracts.files import is_partial
 from fleetcast_contracts.layout import MODEL_ARCHIVE_SUFFIX
 
 log = logging.getLogger("fleetcast.embedded.jobs")
@@ -106,7 +107,7 @@ class CheckpointSync:
         # Names, not Path objects: tens of thousands of archives per instance.
         listed = set(os.listdir(directory))  # noqa: PTH208
         for name in listed - self._archives_copied.get(directory, set()):
-            if name.endswith(".partial"):
+            if is_partial(name):
                 continue
             path = directory / name
             if path.is_dir():
