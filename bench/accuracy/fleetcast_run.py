@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from bench.accuracy.datasets import CustomerSplit
 from bench.accuracy.peers import Forecasts
 from bench.measure import cpu_seconds
+from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.sagemaker_jobs.transfer import shard
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
@@ -80,8 +81,15 @@ class FleetcastRun:
     incomplete: list[str]
 
 
-def run(customers: list[CustomerSplit], scratch: Path) -> FleetcastRun:
-    template = LocalTemplate(TEMPLATE)
+def run(
+    customers: list[CustomerSplit], scratch: Path, parameters: dict[str, str] | None = None
+) -> FleetcastRun:
+    """fleetcast's processing and training jobs on ``customers``, with the settings the
+    template gives a stack (the local stack's image URIs, and ``parameters`` over its
+    defaults, as ``sam deploy --parameter-overrides`` would)."""
+    template = LocalTemplate(
+        TEMPLATE, parameter_overrides={**LOCAL_IMAGE_PARAMETERS, **(parameters or {})}
+    )
     processing_settings = ProcessingSettings.from_env(
         template.function_environment("StartProcessingFunction")
     )
