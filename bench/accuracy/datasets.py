@@ -41,6 +41,9 @@ class DataSet:
     title: str
     file: str
     description: str
+    # The country whose public holidays a stack serving these customers is given
+    # (DefaultHolidayCountry), as a deployment in that country would be.
+    holiday_country: str
 
     @property
     def path(self) -> Path:
@@ -54,6 +57,7 @@ DATA_SETS = (
         file="london-lcl-2013.parquet",
         description="100 London households of UK Power Networks' Low Carbon London "
         "smart-meter trial, half-hourly kWh, calendar year 2013",
+        holiday_country="GB",
     ),
     DataSet(
         key="sgsc-nsw",
@@ -61,6 +65,7 @@ DATA_SETS = (
         file="sgsc-nsw-2013.parquet",
         description="50 New South Wales households of Ausgrid's Smart Grid, Smart City "
         "customer trial, half-hourly kWh (general supply), 2013",
+        holiday_country="AU",
     ),
     DataSet(
         key="cambridge-estates",
@@ -68,6 +73,7 @@ DATA_SETS = (
         file="cambridge-estates-2022-2023.parquet",
         description="74 non-residential buildings of the University of Cambridge estate "
         "(offices, labs, libraries), whole-building electricity, hourly kWh, 2022-2023",
+        holiday_country="GB",
     ),
 )
 

@@ -389,9 +389,11 @@ Real public meter readings, never generated data: sources, commits and licences 
 last {horizon} days are held back from every method ({horizon}: the forecast export's
 horizon, `ForecastExportDays`' default). **fleetcast** is the forecast a customer is
 served: its processing and training jobs run on the readings as uploaded, with the
-settings a deployed stack gives them, and each forecast is read from the run's forecast
-export. The peers get the same readings as daily totals (pandas' per-day sums, a day
-without readings 0): stock `Prophet()`, seasonal naive (last week repeated),
+settings a deployed stack gives them (the defaults, and `DefaultHolidayCountry` set to the
+set's country, as a deployment there would set it: every family then learns each public
+holiday's effect from the customer's history), and each forecast is read from the run's
+forecast export. The peers get the same readings as daily totals (pandas' per-day sums, a
+day without readings 0), without holidays: stock `Prophet()`, seasonal naive (last week repeated),
 statsforecast's AutoETS, AutoTheta and AutoARIMA (season length 7), and the day-by-day
 {MEDIAN} ({members}). One window per customer, its last {horizon} days: each set's dates
 are below (a set that ends in December holds back December, holidays included; a rolling

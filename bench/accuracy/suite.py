@@ -66,7 +66,11 @@ def evaluate(
     key = split_set.data_set.key
     began = time.perf_counter()
     with console.status(f"{key}: fleetcast (processing + training, {len(customers)} customers)"):
-        run = fleetcast_run.run(customers, scratch / key)
+        run = fleetcast_run.run(
+            customers,
+            scratch / key,
+            {"DefaultHolidayCountry": split_set.data_set.holiday_country},
+        )
     models = peers.STATSFORECAST_MODELS if with_arima else peers.STATSFORECAST_MODELS[:2]
     cache = (
         peers_cache / f"{key}-{peers.inputs_digest(customers, horizon, models)}.pickle"
