@@ -34,7 +34,7 @@ from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.job import run_job
 
-RUN_ID = "20240101t000000-0123456789"
+RUN_ID = "q0000000900-20240101t000000"
 VARIANTS = (("none", None), ("US", ("US", "")), ("DE-BY", ("DE", "BY")), ("none again", None))
 
 

@@ -54,7 +54,7 @@ from fleetcast_training.job import run_job
 from fleetcast_training.prophet_model import FleetcastProphet
 from fleetcast_training.stan_backend import IN_PROCESS, FleetcastStanBackend
 
-RUN_ID = "20240101t000000-0123456789"
+RUN_ID = "q0000000900-20240101t000000"
 # CmdStan's L-BFGS stops near, not at, the optimum: the exact fit's log posterior must be
 # at least CmdStan's, up to rounding.
 LOG_POSTERIOR_SLACK = 1e-9

@@ -3,7 +3,6 @@ its processing job and report, its training job and manifests, and the registry.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from fleetcast_common import storage
 from fleetcast_common.jobs import UploadRecord
 from fleetcast_common.processing_report import processing_summary
 from fleetcast_common.registration import read_registration_record
-from fleetcast_common.registry import ModelRegistry, RunRegistration
+from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import UploadQueue
 from fleetcast_contracts import layout
 from fleetcast_contracts.errors import error_code
@@ -101,8 +100,6 @@ class RunStatus(BaseModel):
     chunks_done: int | None = None
     chunks_total: int | None = None
     registered: bool = False
-    # A run registered before registration fanned out has a record but no chunk count.
-    registered_before_chunks: bool = False
     created_at: datetime | None = None
     processing_started_at: datetime | None = None
     processing_ended_at: datetime | None = None
@@ -112,7 +109,7 @@ class RunStatus(BaseModel):
     @property
     def upload_order(self) -> int | None:
         """The upload queue's number for this run's upload: the order uploads are processed
-        and their models promoted in (None for a run from before uploads were numbered)."""
+        and their models promoted in."""
         return upload_sequence(self.run_id)
 
     @property
@@ -125,11 +122,6 @@ class RunStatus(BaseModel):
         if self.training_status not in ("Completed", "Failed", "Stopped"):
             return False
         # A failed or stopped job's models are registered too.
-        if self.registered_before_chunks:
-            return self.training_status != "Completed" or (
-                self.customers_trained is not None
-                and self.customers_decided >= self.customers_trained
-            )
         return self.registered
 
     @property
@@ -163,40 +155,6 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return None if start is None or end is None else (end - start).total_seconds()
 
 
-def decisions_per_run(table: Any, run_id: str | None = None) -> dict[str, dict[str, int]]:
-    """Per run (every run, or just ``run_id``): how many of its models are recorded, and
-    how many of them went live."""
-    if run_id is None:
-        wanted = ("begins_with(#r, :record)", "MODEL#")
-    else:
-        wanted = ("#r = :record", f"MODEL#{run_id}")
-    counts: dict[str, dict[str, int]] = {}
-    scan: dict[str, Any] = {
-        "FilterExpression": wanted[0],
-        "ExpressionAttributeNames": {"#r": "record", "#s": "status"},
-        "ExpressionAttributeValues": {":record": wanted[1]},
-        "ProjectionExpression": "run_id, #s",
-    }
-    while True:
-        page = table.scan(**scan)
-        for item in page.get("Items", []):
-            run = counts.setdefault(str(item["run_id"]), {"decided": 0, "live": 0})
-            run["decided"] += 1
-            run["live"] += item.get("status") == "live"
-        if "LastEvaluatedKey" not in page:
-            return counts
-        scan["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-def decisions_cover(progress: RunRegistration, counts: dict[str, int]) -> bool:
-    """Whether a run's decision ``counts`` (from :func:`decisions_per_run`) include every
-    model its registration record counts as decided. A scan made while the last chunk
-    registered is older than the record read after it, and would show a registered run
-    with fewer live models than it has."""
-    decided = progress.registered + progress.rejected + progress.superseded
-    return not progress.complete or counts.get("decided", 0) >= decided
-
-
 def run_status(
     run_id: str,
     prefix: str,
@@ -204,12 +162,9 @@ def run_status(
     sagemaker: Any,
     s3: Any,
     table: Any,
-    decisions: Callable[[], dict[str, dict[str, int]]] | None = None,
 ) -> RunStatus:
     """One run's state, read with a number of requests that does not grow with its
-    customers. Only a run registered before chunks kept their model counts needs its
-    MODEL records counted: ``decisions`` (a memo of :func:`decisions_per_run` over every
-    run) shares that scan when many runs are looked at."""
+    customers."""
     processing_job = processing_job_name(prefix, run_id)
     described = sagemaker.describe_processing_job(ProcessingJobName=processing_job)
     status = RunStatus(
@@ -278,7 +233,6 @@ def run_status(
             status.customers_lost = len(plan.lost)
             if plan.lost:
                 status.first_lost = f"{plan.lost[0].customer_id}: {plan.lost[0].reason}"
-            status.registered_before_chunks = progress is None and plan.chunks == 0
         if progress is not None:
             status.chunks_done, status.chunks_total = progress.chunks_done, progress.chunks_total
             status.registered = progress.complete
@@ -287,20 +241,10 @@ def run_status(
                 status.customers_trained = progress.trained
                 status.customers_failed = progress.failed_training
                 status.customers_lost = progress.lost
-        if progress is not None and progress.models_decided is not None:
-            # The chunks keep their counts: one query of the run's partition.
+        if progress is not None:
+            # The chunks keep their counts on the run's record: one read.
             status.customers_decided = progress.models_decided
-            status.customers_registered = progress.models_live or 0
-            return status
-        # A run registered before chunks kept their counts: count its MODEL records.
-        counts = (decisions() if decisions is not None else decisions_per_run(table, run_id)).get(
-            run_id, {}
-        )
-        if progress is not None and not decisions_cover(progress, counts):
-            # The registry was scanned before this run's last chunk was counted.
-            counts = decisions_per_run(table, run_id).get(run_id, {})
-        status.customers_registered = counts.get("live", 0)
-        status.customers_decided = counts.get("decided", 0)
+            status.customers_registered = progress.models_live
     return status
 
 
@@ -374,11 +318,8 @@ def pipeline_status(
     """Every run of this stack in upload order (the order they reached the upload queue);
     with the upload ``queue``, also the uploads waiting for their processing job and those
     that left the queue without one (superseded or replaced)."""
-    decisions = functools.cache(lambda: decisions_per_run(table))
     started = run_ids(prefix, sagemaker)
-    runs = [
-        run_status(run_id, prefix, bucket, sagemaker, s3, table, decisions) for run_id in started
-    ]
+    runs = [run_status(run_id, prefix, bucket, sagemaker, s3, table) for run_id in started]
     waiting = [w for w in (queue.waiting() if queue else []) if w.run_id not in started]
     runs += [
         RunStatus(

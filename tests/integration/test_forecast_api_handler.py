@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:No application metrics to publish"),
 ]
 
-RUN_ID = "20261129t120000-0123456789"
+RUN_ID = "q0000000909-20261129t120000"
 ENDPOINT = "fleetcast-forecast"
 METRICS = HoldoutMetrics(holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0)
 
@@ -316,7 +316,7 @@ def clock(api: Any, registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch) ->
     return clock
 
 
-NEWER_RUN = "20261206t120000-abcdef0123"
+NEWER_RUN = "q0000000921-20261206t120000"
 
 
 def test_a_promoted_model_serves_once_the_cached_lookup_expires(
@@ -378,7 +378,7 @@ def test_a_customer_without_a_live_model_is_not_remembered(
 
 @pytest.mark.parametrize(
     "target_model",
-    ["43/20261129t120000-0123456789.tar.gz", "42/../43/x.tar.gz", "../../etc/passwd"],
+    ["43/q0000000909-20261129t120000.tar.gz", "42/../43/x.tar.gz", "../../etc/passwd"],
     ids=["another customer's", "dot-dot", "outside the prefix"],
 )
 def test_a_registry_entry_naming_another_target_model_is_refused_unsent(
@@ -397,7 +397,7 @@ def test_a_registry_entry_naming_another_target_model_is_refused_unsent(
     assert "43" not in body["message"] and "passwd" not in body["message"]
 
 
-NEWER_RUN = "20261206t120000-9876543210"
+NEWER_RUN = "q0000000920-20261206t120000"
 
 
 @pytest.mark.parametrize("sample_name", ["api_forecast.json", "api_model.json"])

@@ -50,10 +50,10 @@ from fleetcast_contracts.training_manifest import (
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_1, RUN_2, RUN_0, RUN_3 = (
-    "20261129t100000-aaaaaaaaaa",
-    "20261129t110000-bbbbbbbbbb",
-    "20261129t090000-cccccccccc",
-    "20261129t120000-dddddddddd",
+    "q0000000907-20261129t100000",
+    "q0000000908-20261129t110000",
+    "q0000000906-20261129t090000",
+    "q0000000911-20261129t120000",
 )
 GOOD = HoldoutMetrics(holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0)
 BAD = HoldoutMetrics(holdout_days=7, smape=0.30, mae=50.0, naive_smape=0.05, naive_mae=8.0)
@@ -73,7 +73,6 @@ def trained(
     run_id: str,
     outcomes: dict[str, HoldoutMetrics | None],
     hosts: int = 2,
-    pages: bool = True,
 ) -> None:
     """What a finished training job leaves in its checkpoint prefix."""
     results = []
@@ -118,14 +117,14 @@ def trained(
             Key=layout.checkpoint_prefix(run_id) + f"manifest-{host}.json",
             Body=manifest.model_dump_json(),
         )
-        if pages:  # as the training job writes them beside its manifest
-            summary = (manifest_summary_name(host), ManifestSummary.of(manifest))
-            for name, page in [*manifest_pages(manifest), summary]:
-                s3.put_object(
-                    Bucket=bucket,
-                    Key=layout.checkpoint_prefix(run_id) + name,
-                    Body=page.model_dump_json(),
-                )
+        # as the training job writes them beside its manifest
+        summary = (manifest_summary_name(host), ManifestSummary.of(manifest))
+        for name, page in [*manifest_pages(manifest), summary]:
+            s3.put_object(
+                Bucket=bucket,
+                Key=layout.checkpoint_prefix(run_id) + name,
+                Body=page.model_dump_json(),
+            )
 
 
 @dataclass
@@ -245,27 +244,22 @@ def test_a_redelivered_chunk_changes_nothing_and_is_counted_once(world: dict[str
         assert live is not None and live.model_version == 1
 
 
-@pytest.mark.parametrize("pages", [True, False], ids=["pages", "manifest only"])
-def test_each_chunk_reads_only_the_manifest_pages_of_its_slice(
-    world: dict[str, Any], pages: bool
-) -> None:
+def test_each_chunk_reads_only_the_manifest_pages_of_its_slice(world: dict[str, Any]) -> None:
     # Given an instance that trained more customers than a manifest page holds (one of
     # them failed)
     customers = [f"c{i:04d}" for i in range(MANIFEST_PAGE_SIZE + 10)]
     outcomes: dict[str, HoldoutMetrics | None] = {**dict.fromkeys(customers, GOOD), "c0007": None}
-    trained(world["s3"], world["bucket"], RUN_1, outcomes, 1, pages)
-    if pages:
-        # When its whole manifest is unreadable (a coordinator and chunks that read it
-        # would fail)
-        manifest_key = layout.checkpoint_prefix(RUN_1) + "manifest-algo-1.json"
-        world["s3"].put_object(Bucket=world["bucket"], Key=manifest_key, Body=b"{not json")
+    trained(world["s3"], world["bucket"], RUN_1, outcomes, 1)
+    # When its whole manifest is unreadable (a coordinator and chunks that read it would
+    # fail)
+    manifest_key = layout.checkpoint_prefix(RUN_1) + "manifest-algo-1.json"
+    world["s3"].put_object(Bucket=world["bucket"], Key=manifest_key, Body=b"{not json")
     plan, chunks = plan_registration(
         RUN_1, f"fleetcast-t-{RUN_1}", world["bucket"], 100, world["s3"]
     )
     start_registration(plan, world["s3"], world["bucket"], world["registry"])
     # Then the coordinator planned from the summary, and every chunk registers its slice,
-    # the one spanning two pages too, from the pages (a job from before pages and
-    # summaries is read from its manifest)
+    # the one spanning two pages too, from the pages
     assert (plan.customers_to_register, [f.customer_id for f in plan.failures]) == (259, ["c0007"])
     assert [(c.start, c.stop) for c in chunks] == [(0, 100), (100, 200), (200, 260)]
     reports = [

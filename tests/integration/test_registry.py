@@ -11,7 +11,6 @@ from registry_tables import create_registry_table
 
 from fleetcast.embedded.gateway import Gateway
 from fleetcast_common.registry import (
-    CHUNK_PREFIX,
     RUN_PARTITION_PREFIX,
     RUN_RECORD,
     ChunkCounts,
@@ -49,7 +48,7 @@ def record(run_id: str, customer_id: str = "42", **changes: Any) -> ModelRecord:
     return ModelRecord(**values)
 
 
-OLD, NEW = "20261129t100000-aaaaaaaaaa", "20261129t110000-bbbbbbbbbb"
+OLD, NEW = "q0000000907-20261129t100000", "q0000000908-20261129t110000"
 
 
 def test_versions_go_up_in_run_order(registry: ModelRegistry) -> None:
@@ -95,7 +94,7 @@ def test_a_held_back_model_is_noted_on_the_live_record_only_while_it_is_newer(
     # And a model of the live run itself is never noted as held back
     assert not registry.hold_back(record(OLD, status=ModelStatus.REJECTED), "worse")
     # When a newer model goes live, the note goes
-    assert registry.promote(record("20261129t120000-cccccccccc")) == 2
+    assert registry.promote(record("q0000000910-20261129t120000")) == 2
     live = registry.live("42")
     assert live is not None and live.held_back is None
 
@@ -182,40 +181,6 @@ def test_chunks_finishing_together_add_up_on_the_run_record_once_each(
     # and a late redelivery changes nothing
     again = registry.run(run_id)
     assert again is not None and (again.chunks_done, again.trained) == (40, 400)
-
-
-def test_a_run_started_before_totals_were_kept_adds_up_its_chunks_records(
-    registry: ModelRegistry, registry_table: Any
-) -> None:
-    # Given a run record and two chunk records as releases before running totals wrote them
-    run_id = "q0000000011-20261201t000000"
-    partition = RUN_PARTITION_PREFIX + run_id
-    registry_table.put_item(
-        Item={
-            "customer_id": partition,
-            "record": RUN_RECORD,
-            "run_id": run_id,
-            "training_job": "job",
-            "chunks_total": 3,
-            "started_at": "2026-12-01T00:00:00+00:00",
-            "lost_at_start": 0,
-        }
-    )
-    for number in range(2):
-        registry_table.put_item(
-            Item={
-                "customer_id": partition,
-                "record": f"{CHUNK_PREFIX}{number:05d}",
-                "counts": CHUNK.model_dump(),
-                "notes": {},
-                "finished_at": "2026-12-01T00:01:00+00:00",
-            }
-        )
-    # When its start event comes again
-    registry.start_run(run_id, "job", chunks_total=3, lost=0)
-    # Then its progress is still its chunks' records added up
-    run = registry.run(run_id)
-    assert run is not None and (run.chunks_done, run.trained, run.models_live) == (2, 20, 14)
 
 
 def test_promotions_share_transactions_and_a_stale_read_fails_alone(

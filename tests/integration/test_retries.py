@@ -31,7 +31,7 @@ from fleetcast_common.upload_queue import UploadQueue
 from fleetcast_contracts.model_archive import HoldoutMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_ID = "20261130t100000-0123456789"
+RUN_ID = "q0000000917-20261130t100000"
 # Past the budget, what matters is what fleetcast does with the error, not how long
 # botocore backs off first (up to 20 s a retry): a client with fewer retries shows it.
 FEW_RETRIES = RETRY_CONFIG.merge(Config(retries={"mode": "adaptive", "max_attempts": 1}))

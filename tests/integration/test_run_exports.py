@@ -26,7 +26,7 @@ from fleetcast_training.export import (
 )
 from fleetcast_training.run_exports import exports_prefix
 
-OLD, NEW = "20261129t100000-aaaaaaaaaa", "20261129t110000-bbbbbbbbbb"
+OLD, NEW = "q0000000907-20261129t100000", "q0000000908-20261129t110000"
 GOOD = HoldoutMetrics(
     holdout_days=7, smape=0.05, mae=5.0, naive_smape=0.10, naive_mae=9.0, wape=0.05, mase=0.6
 )
@@ -150,7 +150,7 @@ def test_export_of_the_accuracy_table(stack: dict[str, Any], tmp_path: Path):
 
 def test_export_errors_say_what_is_wrong(stack: dict[str, Any], tmp_path: Path, capsys):
     # A run without an export, a malformed run id, an unknown output format
-    missing = "20261130t000000-cccccccccc"
+    missing = "q0000000913-20261130t000000"
     assert cli.main(["export", "--run", missing, "-o", str(tmp_path / "x.parquet")]) == 2
     assert f"run {missing} has no forecasts export" in capsys.readouterr().err
     assert cli.main(["export", "--run", "../etc", "-o", str(tmp_path / "x.parquet")]) == 2

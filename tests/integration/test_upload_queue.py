@@ -320,7 +320,7 @@ def test_a_lease_whose_job_was_never_created_is_taken_over_after_the_grace_perio
 ) -> None:
     # Given a lease taken by a function that died before creating its job
     queue: UploadQueue = pipeline["queue"]
-    orphan = Lease(run_id="20261130t085900-aaaaaaaaaa", job_name="fleetcast-p-never", taken_at=T0)
+    orphan = Lease(run_id="q0000000914-20261130t085900", job_name="fleetcast-p-never", taken_at=T0)
     assert queue.take_lease(orphan, replacing=None)
     later = upload(1)
     # When an upload arrives within the grace period, it waits
@@ -333,10 +333,10 @@ def test_a_lease_whose_job_was_never_created_is_taken_over_after_the_grace_perio
 def test_two_functions_racing_for_the_lease_start_one_job(pipeline: dict[str, Any]) -> None:
     # Given two waiting uploads and a free lease
     queue: UploadQueue = pipeline["queue"]
-    held = Lease(run_id="20261130t090000-bbbbbbbbbb", job_name="fleetcast-p-x", taken_at=T0)
+    held = Lease(run_id="q0000000915-20261130t090000", job_name="fleetcast-p-x", taken_at=T0)
     # When two functions try to take it at once, only the first succeeds
     assert queue.take_lease(held, replacing=None)
-    contender = held.model_copy(update={"run_id": "20261130t090100-cccccccccc"})
+    contender = held.model_copy(update={"run_id": "q0000000916-20261130t090100"})
     assert not queue.take_lease(contender, replacing=None)
     # And taking over is only possible from the lease as it was read
     stale_read = held.model_copy(update={"taken_at": T0 - timedelta(minutes=1)})

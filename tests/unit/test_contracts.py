@@ -29,7 +29,7 @@ METRIC_LINE_NAMES = [
 def test_the_training_job_scrapes_every_metric_line_the_container_prints() -> None:
     # Given the request start-training sends
     settings = TrainingSettings.from_env(TRAINING_ENV)
-    definitions = training_job_request(settings, "20261129t120000-0123456789", 10)[
+    definitions = training_job_request(settings, "q0000000909-20261129t120000", 10)[
         "AlgorithmSpecification"
     ]["MetricDefinitions"]
     # Then each line the container can print is read by exactly one definition

@@ -29,7 +29,7 @@ def job(**changes: Any) -> TrainingJob:
     """A well-run job that deserves nothing: spot, FastFile, busy but not saturated,
     no warm pool. Two instances billed one hour each."""
     base = TrainingJob(
-        name="fleetcast-t-20261120t020000-0a1b2c3d4e",
+        name="fleetcast-t-q0000000905-20261120t020000",
         created=CREATED,
         instance_type="ml.m5.xlarge",
         instance_count=2,
@@ -124,7 +124,7 @@ CASES = {
                 keep_alive_seconds=1800,
                 warm_pool_status="Reused",
                 warm_pool_billed_seconds=600,
-                warm_pool_reused_by="fleetcast-t-20261120t030000-1b2c3d4e5f",
+                warm_pool_reused_by="fleetcast-t-q0000000922-20261120t030000",
             ),
             job(keep_alive_seconds=0),
         ],

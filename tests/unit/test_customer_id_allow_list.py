@@ -18,7 +18,7 @@ from fleetcast_contracts.ids import (
     is_valid_customer_id,
 )
 
-RUN_ID = "20261130t100000-0123456789"
+RUN_ID = "q0000000917-20261130t100000"
 SENTINEL = "Sentinel0Id"
 ALLOWED = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 

@@ -44,7 +44,7 @@ def test_each_glue_table_reads_its_parquet_with_run_id_projected(
     assert parameters["projection.enabled"] == "true"
     assert parameters["projection.run_id.type"] == "injected"
     bucket = TEMPLATE.physical_name("ArtifactsBucket")
-    run_id = "20261129t100000-aaaaaaaaaa"
+    run_id = "q0000000907-20261129t100000"
     location = parameters["storage.location.template"].replace("${run_id}", run_id)
     assert location == f"s3://{bucket}/{exports_prefix(run_id, table)}"
     assert properties["DatabaseName"] == TEMPLATE.physical_name("ExportsDatabase")

@@ -33,7 +33,7 @@ from fleetcast_common.forecasting import (
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
 ENDPOINT = "fleetcast-forecast"
-TARGET_MODEL = "42/20261129t120000-0123456789.tar.gz"
+TARGET_MODEL = "42/q0000000909-20261129t120000.tar.gz"
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +209,7 @@ def test_the_adapter_sends_the_period_to_the_target_model_and_reads_the_forecast
     client = runtime_client()
     forecast = {
         "customer_id": "42",
-        "model_version": "20261129t120000-0123456789",
+        "model_version": "q0000000909-20261129t120000",
         "forecast": [{"ds": "2026-11-30", "yhat": 1.5, "yhat_lower": 1.0, "yhat_upper": 2.0}],
     }
     with Stubber(client) as stub:

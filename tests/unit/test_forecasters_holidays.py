@@ -23,7 +23,7 @@ from fleetcast_training.holiday_fits import fit_families
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.stan_backend import silence_stan_logging
 
-RUN_ID = "20260101t120000-0a1b2c3d4e"
+RUN_ID = "q0000000904-20260101t120000"
 US = HolidayCalendar.of("US")
 DAY = np.timedelta64(1, "D")
 

@@ -74,15 +74,11 @@ def test_invalid_customer_ids_are_refused_with_a_message(customer_id: object) ->
 
 def test_layout_refuses_an_invalid_customer_id_before_it_becomes_a_key() -> None:
     with pytest.raises(InvalidCustomerIdError):
-        layout.model_key("../x", "20261129t120000-0123456789")
+        layout.model_key("../x", "q0000000909-20261129t120000")
     # The key the training job's checkpoint sync writes, and the TargetModel under models/
     assert layout.model_key("42", "r") == "models/r/42.tar.gz"
     assert layout.model_key("42", "r") == layout.checkpoint_prefix("r") + "42.tar.gz"
-    # Records registered before training wrote models in place keep their TargetModel
-    assert layout.is_target_model_of("42/r.tar.gz", "42", "r")
-    assert layout.is_target_model_of("r/42.tar.gz", "42", "r")
-    assert not layout.is_target_model_of("r/43.tar.gz", "42", "r")
-    assert not layout.is_target_model_of("r/manifest-algo-1.json", "42", "r")
+    assert layout.target_model("42", "r") == "r/42.tar.gz"
 
 
 def test_run_ids_sort_by_the_queue_number_whatever_the_event_time() -> None:
@@ -94,13 +90,12 @@ def test_run_ids_sort_by_the_queue_number_whatever_the_event_time() -> None:
     assert ninth < tenth < eleventh
     assert tenth == "q0000000010-20261129t120000"
     assert [upload_sequence(r) for r in (ninth, tenth, eleventh)] == [9, 10, 11]
-    # And a run id from before uploads were numbered is still valid, and older than any
-    legacy = "20261129t235959-0123456789"
-    assert is_valid_run_id(legacy) and upload_sequence(legacy) is None
-    assert legacy < run_id_for_upload(1, datetime(2020, 1, 1, tzinfo=UTC))
+    # And only a numbered run id is one
+    assert not is_valid_run_id("20261129t235959-0123456789")
+    assert upload_sequence("20261129t235959-0123456789") is None
     assert not is_valid_run_id("q12-20261129t120000")
     assert run_id_from_job_name("fleetcast", processing_job_name("fleetcast", tenth)) == tenth
-    assert run_id_from_job_name("fleetcast", training_job_name("fleetcast", legacy)) == legacy
+    assert run_id_from_job_name("fleetcast", training_job_name("fleetcast", ninth)) == ninth
     assert run_id_from_job_name("fleetcast", "someone-elses-job") is None
     # The longest job name prefix the template allows still makes a valid job name
     assert len(training_job_name("abcdefghijklmnopqrstu", eleventh)) <= 63
@@ -216,7 +211,7 @@ def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
             "TRAINING_INSTANCE_COUNT": "4",
         }
     )
-    request = training_job_request(settings, "20261129t120000-0123456789", parts=30)
+    request = training_job_request(settings, "q0000000909-20261129t120000", parts=30)
     source = request["InputDataConfig"][0]["DataSource"]["S3DataSource"]
     assert source["S3DataDistributionType"] == "ShardedByS3Key"
     assert request["EnableManagedSpotTraining"] is True
@@ -227,7 +222,7 @@ def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:
     # Checkpoints sync to the run's own folder of the endpoint's prefix: each archive is
     # written once, under the key the registry records (nothing is copied later)
     assert request["CheckpointConfig"]["S3Uri"] == (
-        "s3://artifacts/models/20261129t120000-0123456789/"
+        "s3://artifacts/models/q0000000909-20261129t120000/"
     )
     assert request["EnableNetworkIsolation"] is True
     assert request["ResourceConfig"]["InstanceCount"] == 4
@@ -243,14 +238,14 @@ def test_training_gets_every_calendar_on_every_instance_and_the_default_country(
             "DEFAULT_HOLIDAY_COUNTRY": "DE",
         }
     )
-    request = training_job_request(settings, "20261129t120000-0123456789", parts=30)
+    request = training_job_request(settings, "q0000000909-20261129t120000", parts=30)
     # Then the calendars channel is one prefix replicated to every instance
     channels = {
         c["ChannelName"]: c["DataSource"]["S3DataSource"] for c in request["InputDataConfig"]
     }
     assert channels["calendars"] == {
         "S3DataType": "S3Prefix",
-        "S3Uri": "s3://artifacts/runs/20261129t120000-0123456789/calendars/",
+        "S3Uri": "s3://artifacts/runs/q0000000909-20261129t120000/calendars/",
         "S3DataDistributionType": "FullyReplicated",
     }
     assert channels["train"]["S3DataDistributionType"] == "ShardedByS3Key"
@@ -280,7 +275,7 @@ def test_on_demand_training_has_no_max_wait() -> None:
             "TRAINING_USE_SPOT": "false",
         }
     )
-    request = training_job_request(settings, "20261129t120000-0123456789", parts=3)
+    request = training_job_request(settings, "q0000000909-20261129t120000", parts=3)
     assert request["EnableManagedSpotTraining"] is False
     assert "MaxWaitTimeInSeconds" not in request["StoppingCondition"]
 

@@ -28,7 +28,7 @@ from fleetcast_inference.registry import LoadedModels
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*")
 
-RUN_ID = "20240601t120000-0123456789"
+RUN_ID = "q0000000902-20240601t120000"
 
 
 def metadata(customer_id: str) -> ModelMetadata:

@@ -140,7 +140,7 @@ def test_several_parameter_draws_are_sampled_like_prophet(model_jsons: dict[str,
 def test_same_request_same_answer_and_seeds_differ_by_request(model_jsons: dict[str, str]) -> None:
     # Given a compiled model and the seeds of two requests
     forecaster = compile_model(model_jsons["defaults"], "D")
-    seed = forecast_seed("20240101t000000-0123456789", 7)
+    seed = forecast_seed("q0000000900-20240101t000000", 7)
 
     # When the same request is answered twice
     first, second = forecaster.forecast(7, seed), forecaster.forecast(7, seed)
@@ -148,16 +148,16 @@ def test_same_request_same_answer_and_seeds_differ_by_request(model_jsons: dict[
     # Then the answers are identical, and another model version or period gets another seed
     assert first.yhat_lower is not None and second.yhat_lower is not None
     np.testing.assert_array_equal(first.yhat_lower, second.yhat_lower)
-    assert seed == forecast_seed("20240101t000000-0123456789", 7)
-    assert seed != forecast_seed("20240102t000000-0123456789", 7)
-    assert seed != forecast_seed("20240101t000000-0123456789", 8)
+    assert seed == forecast_seed("q0000000900-20240101t000000", 7)
+    assert seed != forecast_seed("q0000000901-20240102t000000", 7)
+    assert seed != forecast_seed("q0000000900-20240101t000000", 8)
 
 
 def test_models_forecast_with_one_seed_share_its_draws_but_not_their_intervals(
     model_jsons: dict[str, str],
 ) -> None:
     # Given two customers' models of one run, forecast with the run's seed
-    seed = forecast_seed("20240101t000000-0123456789", 14)
+    seed = forecast_seed("q0000000900-20240101t000000", 14)
     first = compile_model(model_jsons["defaults"], "D").forecast(14, seed)
     other = compile_model(model_jsons["mixed-modes"], "D").forecast(14, seed)
     # Then each is Prophet's own interval for that seed (the other tests), and the two
@@ -385,7 +385,7 @@ def test_a_parsed_model_without_one_period_forecasts_the_same_and_refuses_one_pe
     # Given the training export's way: the parsed model, its history left unparsed
     served = compile_model(model_jsons["defaults"], "D")
     exported = compile_model(json.loads(model_jsons["defaults"]), "D", 30, one_period=False)
-    seed = forecast_seed("20240101t000000-0123456789", 30)
+    seed = forecast_seed("q0000000900-20240101t000000", 30)
     # Then its 30-period forecast is the endpoint's, bounds included
     ours, theirs = exported.forecast(30, seed), served.forecast(30, seed)
     for name in ("yhat", "yhat_lower", "yhat_upper"):

@@ -254,7 +254,7 @@ def test_the_frame_is_prophets_own_for_a_subdivision() -> None:
 def archive_metadata(calendar: HolidayCalendar | None) -> ModelMetadata:
     return ModelMetadata(
         customer_id="c-berlin",
-        run_id="20240601t120000-0123456789",
+        run_id="q0000000902-20240601t120000",
         trained_at=datetime(2024, 6, 1, 12, tzinfo=UTC),
         data_start=HISTORY_START,
         data_end=date(2024, 3, 30),

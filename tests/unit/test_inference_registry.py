@@ -46,7 +46,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model = Prophet(yearly_seasonality=False).fit(history)
     metadata = ModelMetadata(
         customer_id="c-1",
-        run_id="20240601t120000-0123456789",
+        run_id="q0000000902-20240601t120000",
         trained_at=datetime(2024, 6, 1, 12, tzinfo=UTC),
         data_start=date(2022, 3, 1),
         data_end=date(2022, 6, 28),

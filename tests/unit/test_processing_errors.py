@@ -90,7 +90,7 @@ def paths(tmp_path: Path) -> MetadataPaths:
 def _metadata(paths: MetadataPaths, content: bytes) -> list[dict[str, str]]:
     upload = paths.report_output.parent / "meta.csv"
     upload.write_bytes(content)
-    run_metadata(upload, paths, "meta.csv", "20261129t120000-0123456789", "D")
+    run_metadata(upload, paths, "meta.csv", "q0000000909-20261129t120000", "D")
     with (paths.report_output / "rejected.csv").open(newline="") as report:
         return list(csv.DictReader(report))
 

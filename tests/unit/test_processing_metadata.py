@@ -55,7 +55,7 @@ def paths(tmp_path: Path) -> MetadataPaths:
 def process(paths: MetadataPaths, text: str, name: str = "meta.csv") -> ProcessingSummary:
     upload = paths.report_output.parent / name
     upload.write_text(text)
-    return run_metadata(upload, paths, name, "20261129t120000-0123456789", "D")
+    return run_metadata(upload, paths, name, "q0000000909-20261129t120000", "D")
 
 
 def rejected(paths: MetadataPaths) -> list[dict[str, str]]:

@@ -79,18 +79,8 @@ def test_fewer_customers_than_parts_give_one_part_each(job: Job) -> None:
     assert len(parts_in(job.paths.train_output)) == 2
 
 
-def test_per_customer_files_of_releases_before_shards_are_refused(job: Job) -> None:
-    # Given a history holding a customer's CSV file of a release before history shards
-    job.paths.history_input.mkdir(parents=True)
-    (job.paths.history_input / "b.csv").write_text("ds,y\n2024-01-01,7\n")
-    job.upload(HEADER + "b,2024-01-02,8\n")
-    # When the job runs, it fails saying what the file is instead of ignoring b's past
-    assert job.run() == 1
-    assert "b.csv" in job.message and "before history shards" in job.message
-
-
-def test_a_shard_of_totals_from_before_readings_is_refused(job: Job) -> None:
-    # Given a shard in the totals format (one row per customer and day)
+def test_a_shard_with_other_columns_is_refused(job: Job) -> None:
+    # Given a shard of totals (one row per customer and day), not readings
     name = history_shard_name(history_shard_of("a"))
     job.paths.history_input.mkdir(parents=True)
     totals = pa.table(
@@ -102,11 +92,13 @@ def test_a_shard_of_totals_from_before_readings_is_refused(job: Job) -> None:
     )
     pq.write_table(totals, job.paths.history_input / name)
     job.upload(HEADER + "a,2024-01-01,1\n")
-    # When the job runs, it fails naming the shard, its format and what to do
+    # When the job runs, it fails naming the shard, its columns and what to do
     assert job.run() == 1
     message = job.message
-    assert name in message and "totals format" in message
-    assert "upload the customers' readings again" in message
+    assert (
+        name in message and "['customer_id', 'ds', 'y'], not ['customer_id', 'ts', 'y']" in message
+    )
+    assert "Restore it from the bucket's versions" in message
     assert job.train_customers() == set()
 
 

@@ -1,20 +1,18 @@
 """Registration's fan-out without I/O: how a run is cut into chunks, how the local stack
 reads the SQS event source and a function's partial batch answer, and what status shows."""
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
 from fleetcast.embedded.template import LocalTemplate
-from fleetcast.status import RunStatus, decisions_cover
+from fleetcast.status import RunStatus
 from fleetcast_common.registration import RegistrationChunk, chunk_slices, plan_chunks
-from fleetcast_common.registry import RunRegistration
 from fleetcast_common.settings import RegistrationCoordinatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_ID = "20261129t120000-0123456789"
+RUN_ID = "q0000000909-20261129t120000"
 
 
 @pytest.mark.parametrize(
@@ -61,7 +59,11 @@ def test_a_chunk_message_is_small_at_the_largest_chunk_size() -> None:
     largest = RegistrationCoordinatorSettings.model_fields["chunk_size"].metadata
     assert any(getattr(m, "le", None) == 2000 for m in largest)
     chunk = RegistrationChunk(
-        run_id=RUN_ID, training_job="job", chunk_id="unlisted:0-2000", unlisted=["c" * 64] * 2000
+        run_id=RUN_ID,
+        training_job="job",
+        chunk_id="unlisted:0-2000",
+        unlisted=["c" * 64] * 2000,
+        number=19999,
     )
     assert len(chunk.model_dump_json()) < 256 * 1024
 
@@ -125,9 +127,8 @@ def test_status_shows_chunks_done_of_total_and_is_done_once_the_run_is_registere
     registered = _status(chunks_done=8, chunks_total=8, registered=True)
     assert (registered.registration, registered.done) == ("registered", True)
     assert _status().registration == "-"
-    # A run registered before registration fanned out is done as it was then
-    legacy = _status(registered_before_chunks=True, customers_decided=10)
-    assert legacy.done and not _status(registered_before_chunks=True).done
+    # Decisions alone do not make a run registered: its chunks do
+    assert not _status(customers_decided=10).done
 
 
 def test_a_run_with_nothing_to_train_is_done_once_processed() -> None:
@@ -135,28 +136,3 @@ def test_a_run_with_nothing_to_train_is_done_once_processed() -> None:
     assert _status(processing_status="Completed", customers_to_train=0).done
     # A readings upload waits for its training job
     assert not _status(processing_status="Completed", customers_to_train=3).done
-
-
-def test_a_registry_scan_older_than_the_completed_registration_is_not_trusted() -> None:
-    # Given a run whose registration record says every chunk is done: 17 live, 2 rejected,
-    # 1 superseded
-    started = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
-    record = RunRegistration(
-        run_id=RUN_ID,
-        training_job="t",
-        chunks_total=2,
-        chunks_done=2,
-        started_at=started,
-        registered_at=started,
-        trained=20,
-        registered=17,
-        rejected=2,
-        superseded=1,
-    )
-    # Then a scan made while the last chunk registered (10 decisions) is not enough, the
-    # scan after it is, and so is any scan while the run is still registering
-    assert not decisions_cover(record, {"decided": 10, "live": 10})
-    assert not decisions_cover(record, {})
-    assert decisions_cover(record, {"decided": 20, "live": 17})
-    registering = record.model_copy(update={"chunks_done": 1, "registered_at": None})
-    assert decisions_cover(registering, {"decided": 10, "live": 10})

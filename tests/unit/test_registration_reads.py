@@ -1,6 +1,7 @@
-"""register-models tells a page summary that is missing (a job from before summaries: read
-its manifest) from one it may not read (a grant missing: fail, retry, dead-letter, alarm),
-rather than taking S3's AccessDenied for "missing" (issue 27, finding 1). The S3 answers
+"""register-models tells a page summary that is missing (the run's checkpoints are
+incomplete: fail naming it) from one it may not read (a grant missing: S3's own error),
+and never takes S3's AccessDenied for "missing" (issue 27, finding 1); either way the
+plan fails, is retried, then dead-lettered (an alarm). The S3 answers
 are botocore's own (Stubber), in the shapes S3 gives them."""
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from fleetcast_common.registration import plan_registration
+from fleetcast_common.registration import ManifestPartError, plan_registration
 from fleetcast_contracts import layout
 from fleetcast_contracts.training import manifest_name, manifest_summary_name
-from fleetcast_contracts.training_manifest import TrainingManifest
 
 RUN, BUCKET = "q0000000001-20260101t000000", "artifacts"
 MANIFEST = layout.checkpoint_prefix(RUN) + manifest_name("algo-1")
@@ -48,22 +48,7 @@ def test_a_summary_it_may_not_read_fails_the_plan() -> None:
     assert raised.value.response["Error"]["Code"] == "AccessDenied"
 
 
-def test_a_missing_summary_is_read_from_the_manifest() -> None:
+def test_a_missing_summary_fails_the_plan_naming_it() -> None:
     s3, stub = s3_answering("NoSuchKey", 404)
-    manifest = TrainingManifest(run_id=RUN, host="algo-1", hosts=["algo-1"], customers=[])
-    stub.add_response(
-        "get_object",
-        {"Body": _body(manifest.model_dump_json().encode())},
-        {"Bucket": BUCKET, "Key": MANIFEST},
-    )
-    with stub:
-        plan, chunks = plan_registration(RUN, f"fleetcast-t-{RUN}", BUCKET, 250, s3)
-    assert (plan.hosts_reporting, chunks) == (1, [])
-
-
-def _body(data: bytes) -> Any:
-    import io
-
-    from botocore.response import StreamingBody
-
-    return StreamingBody(io.BytesIO(data), len(data))
+    with stub, pytest.raises(ManifestPartError, match=f"{SUMMARY} is missing"):
+        plan_registration(RUN, f"fleetcast-t-{RUN}", BUCKET, 250, s3)

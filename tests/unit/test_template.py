@@ -80,7 +80,7 @@ UNSCOPABLE_ACTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
 # Resource "*": AWSLambdaBasicExecutionRole (logs) and, for Tracing: Active,
 # AWSXrayWriteOnlyAccess. Checked on the transformed template in
 # tests/integration/test_template_tools.py.
-RUN_ID = "20261129t120000-0123456789"
+RUN_ID = "q0000000909-20261129t120000"
 PREFIX = "fleetcast"  # JobNamePrefix's default, which the samples are named for
 
 
@@ -379,7 +379,7 @@ def test_model_candidates_reach_the_training_job_as_its_candidates(
     settings = TrainingSettings.from_env(
         environment_for("StartTrainingFunction", {"ModelCandidates": value})
     )
-    request = training_job_request(settings, "20261129t120000-0123456789", 3)
+    request = training_job_request(settings, "q0000000909-20261129t120000", 3)
     # Then the job's candidates are the parameter's value, which the job accepts
     assert request["HyperParameters"]["candidates"] == value
     parsed = Hyperparameters.parse(request["HyperParameters"])

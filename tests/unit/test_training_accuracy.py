@@ -87,7 +87,7 @@ def test_the_measures_of_zeros_against_zeros():
 def test_metadata_written_before_the_new_measures_still_loads():
     # Given the metadata of an archive from before WAPE, RMSE and MASE
     old = (
-        '{"customer_id": "c1", "run_id": "20250101t000000-0123456789", '
+        '{"customer_id": "c1", "run_id": "q0000000903-20250101t000000", '
         '"trained_at": "2025-01-01T00:00:00Z", "data_start": "2024-01-01", '
         '"data_end": "2024-12-31", "rows": 366, "library_versions": {}, '
         '"metrics": {"holdout_days": 7, "smape": 0.1, "mae": 2.0, '

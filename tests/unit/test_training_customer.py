@@ -20,7 +20,7 @@ from fleetcast_training.history import History
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.stan_backend import ScratchStanBackend, silence_stan_logging
 
-RUN_ID = "20260101t120000-0a1b2c3d4e"
+RUN_ID = "q0000000904-20260101t120000"
 
 
 def series(periods: int, freq: str = "D", seed: int = 0) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.prophet_model import FleetcastProphet
 from fleetcast_training.stan_backend import IN_PROCESS, FleetcastStanBackend, silence_stan_logging
 
-RUN_ID = "20260101t120000-0a1b2c3d4e"
+RUN_ID = "q0000000904-20260101t120000"
 
 
 def meter(ds: pd.DatetimeIndex, seed: int, kind: str = "usage") -> pd.DataFrame:

@@ -20,7 +20,7 @@ from fleetcast_training.failures import JobFailure
 from fleetcast_training.hyperparameters import Hyperparameters, InvalidHyperparametersError
 from fleetcast_training.stan_backend import IN_PROCESS, silence_stan_logging
 
-RUN_ID = "20260101t120000-0a1b2c3d4e"
+RUN_ID = "q0000000904-20260101t120000"
 
 
 def dipping_history(country: str, subdivision: str | None) -> pd.DataFrame:

@@ -9,7 +9,7 @@ import pytest
 from fleetcast_contracts.training import HYPERPARAMETER_DEFAULTS
 from fleetcast_training.hyperparameters import Hyperparameters, InvalidHyperparametersError
 
-RUN_ID = "20260101t120000-0a1b2c3d4e"
+RUN_ID = "q0000000904-20260101t120000"
 
 
 def test_defaults_fill_in_everything_but_the_run_id():

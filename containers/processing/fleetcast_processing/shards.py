@@ -21,12 +21,10 @@ import pyarrow.parquet as pq
 
 from fleetcast_contracts.files import written_whole
 from fleetcast_contracts.ids import is_valid_customer_id
-from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_contracts.shards import (
     HISTORY_COLUMNS,
     HISTORY_SHARDS,
     SHARD_SUFFIX,
-    TOTALS_HISTORY_COLUMNS,
     TRAIN_COLUMNS,
     USES,
     history_shard_name,
@@ -109,14 +107,6 @@ def read_shard(path: Path) -> StoredShard:
     except (pa.ArrowInvalid, OSError) as error:
         raise _unusable(path, f"is not a readable Parquet file ({error})") from error
     names = tuple(table.schema.names)
-    if names == TOTALS_HISTORY_COLUMNS:
-        raise UnusableInputError(
-            f"the stored history shard {path.name} is in the totals format of earlier "
-            f"releases ({', '.join(TOTALS_HISTORY_COLUMNS)}: one total per customer and "
-            f"period), not readings ({', '.join(HISTORY_COLUMNS)}): an upload cannot be "
-            "merged into totals reading by reading. Remove the history/ prefix (keep a copy) "
-            "and upload the customers' readings again."
-        )
     if names != HISTORY_COLUMNS:
         raise _unusable(path, f"has the columns {list(names)}, not {list(HISTORY_COLUMNS)}")
     if table.num_rows == 0:
@@ -179,19 +169,9 @@ def _unusable(path: Path, problem: str) -> UnusableInputError:
 
 
 def check_store(history_input: Path) -> None:
-    """Refuse a store this release would half read: in another number of shards, or
-    holding the per-customer files of releases before shards (which it no longer reads:
-    merged without them, those customers' past would be lost)."""
+    """Refuse a store this release would half read: one in another number of shards."""
     if not history_input.is_dir():
         return
-    for path in history_input.glob(f"*{CUSTOMER_FILE_SUFFIX}"):
-        if customer_id_from_file_name(path.name, CUSTOMER_FILE_SUFFIX) is not None:
-            raise UnusableInputError(
-                f"the stored history holds {path.name}, a customer's history file of the "
-                "releases before history shards, which this release does not read. Remove "
-                "the history/ prefix's .csv files (keep a copy) and upload those customers' "
-                "readings again."
-            )
     for path in history_input.glob(f"shard-*{SHARD_SUFFIX}"):
         parsed = parse_history_shard_name(path.name)
         if parsed is not None and parsed[1] != HISTORY_SHARDS:

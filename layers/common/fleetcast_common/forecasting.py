@@ -407,7 +407,7 @@ def _endpoint_forecast(
     if (
         live.customer_id != customer_id
         or not is_valid_run_id(live.run_id)
-        or not layout.is_target_model_of(live.target_model, customer_id, live.run_id)
+        or live.target_model != layout.target_model(customer_id, live.run_id)
     ):
         raise EndpointFailedError(
             f"the registry's live model of {customer_id!r} names a TargetModel that is not "

@@ -110,9 +110,8 @@ class RegistrationChunk(BaseModel):
     start: int = 0
     stop: int = 0
     unlisted: list[str] = Field(default_factory=list)
-    # Its place in the run's plan, by which the run's record counts it once (None in
-    # chunks planned before the record kept the run's totals).
-    number: int | None = None
+    # Its place in the run's plan, by which the run's record counts it once.
+    number: int
 
     @property
     def size(self) -> int:
@@ -166,29 +165,25 @@ def plan_chunks(
 ) -> list[RegistrationChunk]:
     """Chunks of at most ``size`` customers: slices of each manifest (by key), then the
     unlisted archives. Chunk ids are deterministic, so a repeated event plans the same."""
-    chunks = [
-        RegistrationChunk(
-            run_id=run_id,
-            training_job=training_job,
-            chunk_id=f"{posixpath.basename(key)}:{start}-{stop}",
-            manifest_key=key,
-            start=start,
-            stop=stop,
-        )
+    slices: list[dict[str, Any]] = [
+        {
+            "chunk_id": f"{posixpath.basename(key)}:{start}-{stop}",
+            "manifest_key": key,
+            "start": start,
+            "stop": stop,
+        }
         for key, total in sorted(manifest_sizes.items())
         for start, stop in chunk_slices(total, size)
     ]
     ordered = sorted(unlisted)
-    chunks += [
-        RegistrationChunk(
-            run_id=run_id,
-            training_job=training_job,
-            chunk_id=f"unlisted:{start}-{stop}",
-            unlisted=ordered[start:stop],
-        )
+    slices += [
+        {"chunk_id": f"unlisted:{start}-{stop}", "unlisted": ordered[start:stop]}
         for start, stop in chunk_slices(len(ordered), size)
     ]
-    return [chunk.model_copy(update={"number": n}) for n, chunk in enumerate(chunks)]
+    return [
+        RegistrationChunk(run_id=run_id, training_job=training_job, number=number, **fields)
+        for number, fields in enumerate(slices)
+    ]
 
 
 def read_manifests(s3: Any, bucket: str, run_id: str) -> list[TrainingManifest]:
@@ -212,44 +207,41 @@ def _manifest_slice(
     s3: Any, bucket: str, key: str, start: int, stop: int, page_size: int = MANIFEST_PAGE_SIZE
 ) -> TrainingManifest:
     """Customers ``[start, stop)`` of the manifest at ``key``, read from the pages that
-    cover them: a chunk's reads are bounded by its size, whatever the instance's shard.
-    A job from before pages is read from its whole manifest."""
-    numbers = range(start // page_size, (stop - 1) // page_size + 1)
-    pages = _manifest_pages(s3, bucket, key, numbers, page_size)
-    if pages is None:
-        manifest = _read_manifest(s3, bucket, key)
-        return manifest.model_copy(update={"customers": manifest.customers[start:stop]})
+    cover them: a chunk's reads are bounded by its size, whatever the instance's shard."""
+    pages = []
+    for number in range(start // page_size, (stop - 1) // page_size + 1):
+        name = partial(manifest_page_name, page=number)
+        page = ManifestPage.model_validate_json(_beside_manifest(s3, bucket, key, name))
+        if page.first != number * page_size:
+            raise ManifestPartError(
+                f"page {number} beside {key} starts at customer {page.first}, not at "
+                f"{number * page_size}: the training job's pages do not match its manifest"
+            )
+        pages.append(page)
     customers = [customer for page in pages for customer in page.customers]
     offset = pages[0].first
     return pages[0].model_copy(update={"customers": customers[start - offset : stop - offset]})
 
 
-def _manifest_pages(
-    s3: Any, bucket: str, key: str, numbers: range, page_size: int
-) -> list[ManifestPage] | None:
-    """Pages ``numbers`` of the manifest at ``key``; None when one is missing or does not
-    start where it should."""
-    pages = []
-    for number in numbers:
-        text = _beside_manifest(s3, bucket, key, partial(manifest_page_name, page=number))
-        if text is None:
-            return None
-        page = ManifestPage.model_validate_json(text)
-        if page.first != number * page_size:
-            return None
-        pages.append(page)
-    return pages
+class ManifestPartError(Exception):
+    """A page or summary the training job writes beside each manifest is missing or does
+    not match it: the chunk fails, is retried, then dead-lettered (an alarm)."""
 
 
-def _beside_manifest(s3: Any, bucket: str, key: str, name_of: Callable[[str], str]) -> str | None:
+def _beside_manifest(s3: Any, bucket: str, key: str, name_of: Callable[[str], str]) -> str:
     """The text of the file its instance wrote beside the manifest at ``key`` (named by
-    ``name_of`` from the instance's host), or None for a job that did not write it."""
+    ``name_of`` from the instance's host)."""
     prefix = key.removesuffix(posixpath.basename(key))
-    host = host_of_manifest(posixpath.basename(key))
+    beside = prefix + name_of(host_of_manifest(posixpath.basename(key)))
     # Only a missing key is "not written" (the role may list models/, so S3 answers 404);
-    # AccessDenied is a grant missing, and fails the registration rather than falling
-    # back to reading every whole manifest.
-    return storage.read_text_if_exists(s3, bucket, prefix + name_of(host))
+    # AccessDenied is a grant missing, and fails as it is.
+    text = storage.read_text_if_exists(s3, bucket, beside)
+    if text is None:
+        raise ManifestPartError(
+            f"{beside} is missing: the training job writes it beside {key} before the "
+            "manifest, so this run's checkpoints are incomplete"
+        )
+    return text
 
 
 def _customers_in(keys: list[str], suffix: str) -> dict[str, str]:
@@ -273,8 +265,7 @@ def plan_registration(
     """The coordinator's work: the run's chunks, and its record (failures, lost customers).
 
     A completed job's plan reads each manifest's summary (counts and failures: its work
-    grows with instances and failures, not customers; a job from before summaries is
-    read from its manifests). A failed job's reads the manifests, and lists the run's
+    grows with instances and failures, not customers). A failed job's reads the manifests, and lists the run's
     archives (keys only, 1000 a request) and reads processing's summary to find the
     archives no manifest listed and the customers nothing was written for;
     ``job_failure`` is why it failed and becomes their reason.
@@ -321,12 +312,10 @@ def plan_registration(
 
 
 def _manifest_summary(s3: Any, bucket: str, key: str) -> ManifestSummary:
-    """The summary the instance wrote beside its manifest at ``key``; made from the
-    manifest itself for a job from before summaries."""
-    text = _beside_manifest(s3, bucket, key, manifest_summary_name)
-    if text is None:
-        return ManifestSummary.of(_read_manifest(s3, bucket, key))
-    return ManifestSummary.model_validate_json(text)
+    """The summary the instance wrote beside its manifest at ``key``."""
+    return ManifestSummary.model_validate_json(
+        _beside_manifest(s3, bucket, key, manifest_summary_name)
+    )
 
 
 def start_registration(

@@ -8,10 +8,9 @@ Per customer (partition key ``customer_id``) the sort key ``record`` holds:
 Registration's progress per run lives in the same table under the partition
 ``RUN#{run_id}`` (no customer id contains ``#``): ``REGISTRATION`` holds the run's number
 of chunks and when it was registered, ``CHUNK#{chunk_id}`` each chunk done with its
-outcomes. The run's totals are the sum of its chunk records, read with one query: a chunk
-is counted by one conditional PutItem, idempotent under redelivery, with no transaction
-(moto copies the whole table for each transaction, and restores the copy if one is
-cancelled, which at a fleet's size took seconds and lost concurrent writes).
+outcomes. The run's totals are kept on its record, so its progress is one read: a chunk
+is counted by one conditional UpdateItem that adds its counts and its number to the
+record unless the record already holds the number, idempotent under redelivery.
 
 Versions are numbered per customer by the LIVE record's conditional update, which only
 moves forward in run order (run ids sort in the order uploads reached the upload queue):
@@ -43,9 +42,6 @@ MODEL_PREFIX = "MODEL#"
 RUN_PARTITION_PREFIX = "RUN#"
 RUN_RECORD = "REGISTRATION"
 CHUNK_PREFIX = "CHUNK#"
-# On a run's record: its chunks add their counts to it as they finish (runs registered
-# before it was there are added up from their chunks' records).
-TOTALS_KEPT = "totals_kept"
 # On a run's record: the numbers of the chunks whose counts its totals hold (a number
 # set, a few bytes a chunk: 20,000 chunks, 10M customers at 500 a chunk, are ~100 KB of
 # DynamoDB's 400 KB an item).
@@ -80,10 +76,9 @@ class ChunkCounts(BaseModel):
     lost: int = 0
     # The chunk's models with a MODEL record, decided by this delivery or an earlier one,
     # and how many of them were made live: what ``fleetcast status`` shows, read from the
-    # run's chunk records rather than by counting MODEL records. None in records written
-    # before they were kept.
-    models_decided: int | None = None
-    models_live: int | None = None
+    # run's record rather than by counting MODEL records.
+    models_decided: int = 0
+    models_live: int = 0
 
 
 class RunRegistration(ChunkCounts):
@@ -95,17 +90,12 @@ class RunRegistration(ChunkCounts):
     chunks_done: int = 0
     started_at: datetime
     registered_at: datetime | None = None
-    # The numbers of the chunks counted (empty for a run whose record does not keep them).
+    # The numbers of the chunks counted.
     counted_chunks: frozenset[int] = frozenset()
 
     @property
     def complete(self) -> bool:
         return self.registered_at is not None
-
-
-def _total(counts: list[int | None]) -> int | None:
-    """A run's total of one chunk count; None if any chunk did not keep it."""
-    return None if None in counts else sum(c for c in counts if c is not None)
 
 
 class RegistryUnavailableError(Exception):
@@ -332,38 +322,21 @@ class ModelRegistry:
 
     def start_run(self, run_id: str, training_job: str, chunks_total: int, lost: int) -> None:
         """Create (or, for a repeated event, keep) the run's record with its chunk count.
-        Counters already added by chunks are kept. A new record says its chunks add their
-        counts to it (:data:`TOTALS_KEPT`); one from before that never says so."""
-        update = (
-            "SET run_id = :run_id, training_job = :job, chunks_total = :total, "
-            "started_at = if_not_exists(started_at, :now), #lost_at_start = :lost"
+        Counters already added by chunks are kept."""
+        self._table.update_item(
+            Key=self._run_key(run_id, RUN_RECORD),
+            UpdateExpression=(
+                "SET run_id = :run_id, training_job = :job, chunks_total = :total, "
+                "started_at = if_not_exists(started_at, :now), lost_at_start = :lost"
+            ),
+            ExpressionAttributeValues={
+                ":run_id": run_id,
+                ":job": training_job,
+                ":total": chunks_total,
+                ":now": datetime.now(UTC).isoformat(),
+                ":lost": lost,
+            },
         )
-        names = {"#lost_at_start": "lost_at_start"}
-        values = {
-            ":run_id": run_id,
-            ":job": training_job,
-            ":total": chunks_total,
-            ":now": datetime.now(UTC).isoformat(),
-            ":lost": lost,
-        }
-        key = self._run_key(run_id, RUN_RECORD)
-        try:
-            self._table.update_item(
-                Key=key,
-                UpdateExpression=update + ", #totals_kept = :kept",
-                ConditionExpression="attribute_not_exists(started_at)",
-                ExpressionAttributeNames={**names, "#totals_kept": TOTALS_KEPT},
-                ExpressionAttributeValues={**values, ":kept": True},
-            )
-        except ClientError as error:
-            if error_code(error) != "ConditionalCheckFailedException":
-                raise
-            self._table.update_item(
-                Key=key,
-                UpdateExpression=update,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
 
     def finish_chunk(
         self,
@@ -371,7 +344,7 @@ class ModelRegistry:
         chunk_id: str,
         counts: ChunkCounts,
         notes: Any,
-        number: int | None = None,
+        number: int,
     ) -> bool:
         """Record a chunk done, with its outcomes, and count it in its run exactly once.
         False when it was counted before.
@@ -379,17 +352,13 @@ class ModelRegistry:
         The chunk's record is written first (the same record on every delivery), then one
         conditional UpdateItem of the run's record adds the chunk's counts to its totals
         and the chunk's ``number`` to the set of chunks counted, unless the set has it: so
-        the run's progress is one read, whatever its chunk count. A chunk without a number
-        (planned before the run's record kept totals) is counted by its record alone, a
-        conditional PutItem."""
+        the run's progress is one read, whatever its chunk count."""
         record = {
             **self._run_key(run_id, CHUNK_PREFIX + chunk_id),
             "counts": counts.model_dump(),
             "notes": notes,
             "finished_at": datetime.now(UTC).isoformat(),
         }
-        if number is None:
-            return self._put_if_new(record)
         self._table.put_item(Item=to_item(record))
         # The run's totals: each count the chunk kept (None where it did not), one chunk.
         added: dict[str, Any] = {
@@ -410,41 +379,6 @@ class ModelRegistry:
                 return False
             raise
         return True
-
-    def _put_if_new(self, record: dict[str, Any]) -> bool:
-        try:
-            self._table.put_item(
-                Item=to_item(record),
-                ConditionExpression="attribute_not_exists(#r)",
-                ExpressionAttributeNames={"#r": "record"},
-            )
-        except ClientError as error:
-            if error_code(error) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
-
-    def _chunks(self, run_id: str) -> list[ChunkCounts]:
-        """Every chunk recorded for the run, by a consistent query of its partition."""
-        from boto3.dynamodb.conditions import Key
-
-        query: dict[str, Any] = {
-            "KeyConditionExpression": Key("customer_id").eq(RUN_PARTITION_PREFIX + run_id)
-            & Key("record").begins_with(CHUNK_PREFIX),
-            "ProjectionExpression": "#counts",
-            "ExpressionAttributeNames": {"#counts": "counts"},
-            "ConsistentRead": True,
-        }
-        chunks: list[ChunkCounts] = []
-        while True:
-            page = self._table.query(**query)
-            chunks.extend(
-                ChunkCounts.model_validate(from_item(item["counts"]))
-                for item in page.get("Items", [])
-            )
-            if "LastEvaluatedKey" not in page:
-                return chunks
-            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def mark_registered_if_complete(self, run_id: str) -> bool:
         """Set the run's ``registered_at`` once every chunk is recorded; True for the one
@@ -477,19 +411,10 @@ class ModelRegistry:
         if not item or "chunks_total" not in item:
             return None
         values = from_item(item)
-        if values.pop(TOTALS_KEPT, False):
-            # Each chunk added its counts to the record as it finished (finish_chunk).
-            totals = {name: values.pop(name, 0) for name in ChunkCounts.model_fields}
-            chunks_done = values.pop("chunks_done", 0)
-            values["counted_chunks"] = {int(n) for n in values.pop(COUNTED_CHUNKS, set())}
-        else:
-            # A run started before the record kept totals: its chunks' records added up.
-            chunks = self._chunks(run_id)
-            totals = {
-                name: _total([getattr(chunk, name) for chunk in chunks])
-                for name in ChunkCounts.model_fields
-            }
-            chunks_done = len(chunks)
+        # Each chunk added its counts to the record as it finished (finish_chunk).
+        totals = {name: values.pop(name, 0) for name in ChunkCounts.model_fields}
+        chunks_done = values.pop("chunks_done", 0)
+        values["counted_chunks"] = {int(n) for n in values.pop(COUNTED_CHUNKS, set())}
         totals["lost"] += values.pop("lost_at_start", 0)
         return RunRegistration.model_validate({**values, **totals, "chunks_done": chunks_done})
 

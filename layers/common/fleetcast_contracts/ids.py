@@ -20,11 +20,9 @@ _CUSTOMER_ID = re.compile(CUSTOMER_ID_PATTERN)
 # A run is one upload's journey: one processing job, one training job, one registration.
 # Run ids sort in the order uploads reached the upload queue, which is what decides which
 # model version is newer: "q", the queue's sequence number (zero-padded, so that text order
-# is number order), then the upload event's time for people. The run ids made before the
-# queue numbered uploads (time to the second, then a content hash) start with a digit, so
-# they stay valid and sort before every numbered run, which came after them.
+# is number order), then the upload event's time for people.
 SEQUENCE_DIGITS = 10
-RUN_ID_PATTERN = r"^(q[0-9]{10}-[0-9]{8}t[0-9]{6}|[0-9]{8}t[0-9]{6}-[0-9a-f]{10})$"
+RUN_ID_PATTERN = r"^q[0-9]{10}-[0-9]{8}t[0-9]{6}$"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 _SEQUENCER = re.compile(r"[0-9A-Fa-f]{1,64}")
 
@@ -62,9 +60,8 @@ def run_id_for_upload(sequence: int, uploaded_at: datetime) -> str:
 
 
 def upload_sequence(run_id: str) -> int | None:
-    """The queue's sequence number inside a run id; None for a run id made before uploads
-    were numbered."""
-    if not is_valid_run_id(run_id) or not run_id.startswith("q"):
+    """The queue's sequence number inside a run id; None for a string that is no run id."""
+    if not is_valid_run_id(run_id):
         return None
     return int(run_id[1 : 1 + SEQUENCE_DIGITS])
 

@@ -135,17 +135,6 @@ def target_model(customer_id: str, run_id: str) -> str:
     return f"{run_id}/{validate_customer_id(customer_id)}{MODEL_ARCHIVE_SUFFIX}"
 
 
-def legacy_target_model(customer_id: str, run_id: str) -> str:
-    """The TargetModel of models registered before training wrote them in place
-    (registration copied them to ``models/{customer_id}/{run_id}.tar.gz``)."""
-    return f"{validate_customer_id(customer_id)}/{run_id}{MODEL_ARCHIVE_SUFFIX}"
-
-
-def is_target_model_of(target: str, customer_id: str, run_id: str) -> bool:
-    """Whether ``target`` names this customer's model from this run, in either layout."""
-    return target in (target_model(customer_id, run_id), legacy_target_model(customer_id, run_id))
-
-
 def model_key(customer_id: str, run_id: str) -> str:
     return f"{MODELS_PREFIX}{target_model(customer_id, run_id)}"
 

@@ -22,9 +22,6 @@ A **training part** keeps one row per customer and period (:data:`TRAIN_COLUMNS`
 period's total, how many readings made it and the customer's reading interval, so that a
 period with fewer readings than the interval implies is known to be incomplete rather
 than taken for low consumption.
-
-Shards in the totals format of earlier releases (:data:`TOTALS_HISTORY_COLUMNS`) are
-refused, not read: a total cannot be merged with a reading it may already contain.
 """
 
 from __future__ import annotations
@@ -45,8 +42,6 @@ SHARD_SUFFIX = ".parquet"
 # reading's instant), y (float64: the reading), sorted by customer_id then ts, one row per
 # customer and instant.
 HISTORY_COLUMNS = ("customer_id", "ts", "y")
-# History shards of releases that kept one total per customer and period (ds: the period).
-TOTALS_HISTORY_COLUMNS = ("customer_id", "ds", "y")
 
 # A training part: one row per customer and period, each customer's rows together by ds.
 #   customer_id  string
