@@ -45,7 +45,6 @@ def register(record: ChunkMessage) -> None:
     report = register_chunk(
         chunk,
         settings().artifacts_bucket,
-        settings().quality_gate_ratio,
         client("s3"),
         ModelRegistry(dynamodb_table(settings().registry_table)),
     )

@@ -18,7 +18,6 @@ from typing import Any
 
 import boto3
 import pytest
-from template_helpers import REPO_ROOT
 from test_embedded_restart import (
     JOB_SECONDS,
     START_SECONDS,
@@ -31,7 +30,6 @@ from test_embedded_restart import (
 from test_pipeline import readings, to_csv
 
 from fleetcast.embedded.stack import StackInfo
-from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import RunStatus, follow_run
 from fleetcast_common.registration import plan_registration, register_chunk, start_registration
 from fleetcast_common.registry import ModelRegistry
@@ -118,11 +116,7 @@ def _cut_registration_short(up: Up, run_id: str) -> int:
     job = training_job_name(info.job_name_prefix, run_id)
     plan, chunks = plan_registration(run_id, job, info.artifacts_bucket, 1, s3)
     start_registration(plan, s3, info.artifacts_bucket, registry)
-    environment = LocalTemplate(REPO_ROOT / "template.yaml").function_environment(
-        "RegisterChunkFunction"
-    )
-    ratio = float(environment.get("QUALITY_GATE_RATIO", "1.5"))
-    register_chunk(chunks[0], info.artifacts_bucket, ratio, s3, registry)
+    register_chunk(chunks[0], info.artifacts_bucket, s3, registry)
     return len(chunks)
 
 

@@ -26,6 +26,7 @@ import pandas as pd
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from model_helpers import chosen
 from prophet import Prophet
 from prophet.serialize import model_to_json
 from werkzeug.serving import make_server
@@ -111,13 +112,16 @@ def fleet(s3: Any, tmp_path_factory: pytest.TempPathFactory) -> Fleet:
 
 def metadata(customer_id: str) -> ModelMetadata:
     return ModelMetadata(
+        **chosen(),
         customer_id=customer_id,
         run_id=RUN_ID,
         trained_at=datetime(2024, 6, 1, 12, tzinfo=UTC),
         data_start=date(2024, 1, 1),
         data_end=date(2024, 3, 30),
         rows=90,
-        metrics=HoldoutMetrics(holdout_days=7, smape=0.1, mae=10, naive_smape=0.2, naive_mae=20),
+        metrics=HoldoutMetrics(
+            windows=2, holdout_days=7, smape=0.1, mae=10, naive_smape=0.2, naive_mae=20
+        ),
         library_versions={"prophet": "1.5.0"},
     )
 

@@ -16,6 +16,7 @@ from botocore.config import Config
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 from forecast_api_helpers import api_event, call, load_forecast_api
+from model_helpers import chosen
 
 from fleetcast_common.forecast_endpoint import ForecastEndpoint
 from fleetcast_common.forecasting import HoldoutAccuracy, LiveModelCache
@@ -30,7 +31,9 @@ pytestmark = [
 
 RUN_ID = "q0000000909-20261129t120000"
 ENDPOINT = "fleetcast-forecast"
-METRICS = HoldoutMetrics(holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0)
+METRICS = HoldoutMetrics(
+    windows=2, holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,7 @@ def live(
     registry: ModelRegistry, customer_id: str = "42", run_id: str = RUN_ID, version: int = 1
 ) -> ModelRecord:
     record = ModelRecord(
+        **chosen(),
         customer_id=customer_id,
         run_id=run_id,
         status=ModelStatus.LIVE,

@@ -35,7 +35,9 @@ from fleetcast_contracts.shards import train_part_name
 ROOT = Path(__file__).resolve().parents[2]
 # The run the job samples are named for (events/README.md).
 RUN_ID = "q0000000909-20261129t120000"
-GOOD = HoldoutMetrics(holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0)
+GOOD = HoldoutMetrics(
+    windows=2, holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0
+)
 
 
 class _Context(LambdaContext):

@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from model_helpers import chosen
 from shard_helpers import processing_summary_json
 
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
@@ -55,8 +56,12 @@ RUN_1, RUN_2, RUN_0, RUN_3 = (
     "q0000000906-20261129t090000",
     "q0000000911-20261129t120000",
 )
-GOOD = HoldoutMetrics(holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0)
-BAD = HoldoutMetrics(holdout_days=7, smape=0.30, mae=50.0, naive_smape=0.05, naive_mae=8.0)
+GOOD = HoldoutMetrics(
+    windows=2, holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0
+)
+BAD = HoldoutMetrics(
+    windows=2, holdout_days=7, smape=0.30, mae=50.0, naive_smape=0.05, naive_mae=8.0
+)
 
 
 @pytest.fixture
@@ -85,6 +90,7 @@ def trained(
             )
             continue
         metadata = ModelMetadata(
+            **chosen(),
             customer_id=customer_id,
             run_id=run_id,
             trained_at=datetime(2026, 11, 29, tzinfo=UTC),
@@ -163,7 +169,7 @@ def register_run(
     job = f"fleetcast-t-{run_id}"
     plan, chunks = plan_registration(run_id, job, bucket, chunk_size, s3, job_failure)
     start_registration(plan, s3, bucket, registry)
-    reports = [register_chunk(chunk, bucket, 1.5, s3, registry) for chunk in chunks]
+    reports = [register_chunk(chunk, bucket, s3, registry) for chunk in chunks]
     run = registry.run(run_id)
     assert run is not None
     return Registered(plan, reports, run)
@@ -211,12 +217,12 @@ def test_the_run_is_registered_once_its_last_chunk_is_counted(world: dict[str, A
     # When every chunk but the last is registered, the run is not registered yet
     for chunk in chunks[:-1]:
         assert not register_chunk(
-            chunk, world["bucket"], 1.5, world["s3"], world["registry"]
+            chunk, world["bucket"], world["s3"], world["registry"]
         ).run_registered
     run = world["registry"].run(RUN_1)
     assert run is not None and (run.chunks_done, run.chunks_total, run.complete) == (3, 4, False)
     # Then the last chunk marks it registered, with every customer counted once
-    last = register_chunk(chunks[-1], world["bucket"], 1.5, world["s3"], world["registry"])
+    last = register_chunk(chunks[-1], world["bucket"], world["s3"], world["registry"])
     assert last.run_registered
     run = world["registry"].run(RUN_1)
     assert run is not None and run.complete and (run.chunks_done, run.registered) == (4, 7)
@@ -228,11 +234,9 @@ def test_a_redelivered_chunk_changes_nothing_and_is_counted_once(world: dict[str
     trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD, "b": GOOD, "c": GOOD})
     plan, chunks = plan_registration(RUN_1, f"fleetcast-t-{RUN_1}", world["bucket"], 2, world["s3"])
     start_registration(plan, world["s3"], world["bucket"], world["registry"])
-    first = [
-        register_chunk(c, world["bucket"], 1.5, world["s3"], world["registry"]) for c in chunks
-    ]
+    first = [register_chunk(c, world["bucket"], world["s3"], world["registry"]) for c in chunks]
     # When SQS delivers one of its chunks again
-    again = register_chunk(chunks[0], world["bucket"], 1.5, world["s3"], world["registry"])
+    again = register_chunk(chunks[0], world["bucket"], world["s3"], world["registry"])
     # Then its customers are repeats, the chunk is not counted twice and no version moved
     assert all(r.first_delivery for r in first) and not again.first_delivery
     assert again.counts.repeated == chunks[0].size and again.counts.registered == 0
@@ -262,9 +266,7 @@ def test_each_chunk_reads_only_the_manifest_pages_of_its_slice(world: dict[str, 
     # the one spanning two pages too, from the pages
     assert (plan.customers_to_register, [f.customer_id for f in plan.failures]) == (259, ["c0007"])
     assert [(c.start, c.stop) for c in chunks] == [(0, 100), (100, 200), (200, 260)]
-    reports = [
-        register_chunk(c, world["bucket"], 1.5, world["s3"], world["registry"]) for c in chunks
-    ]
+    reports = [register_chunk(c, world["bucket"], world["s3"], world["registry"]) for c in chunks]
     assert [c.customer_id for r in reports for c in r.customers] == [
         c for c in customers if c != "c0007"
     ]
@@ -291,9 +293,9 @@ def test_a_chunk_redelivered_after_its_decisions_still_counts_its_models(
     with monkeypatch.context() as patched:
         patched.setattr(registry, "finish_chunk", stopped)
         with pytest.raises(TimeoutError):
-            register_chunk(chunks[0], world["bucket"], 1.5, world["s3"], registry)
+            register_chunk(chunks[0], world["bucket"], world["s3"], registry)
     # When SQS delivers it again
-    again = register_chunk(chunks[0], world["bucket"], 1.5, world["s3"], registry)
+    again = register_chunk(chunks[0], world["bucket"], world["s3"], registry)
     # Then this delivery decided nothing, but the run counts every model and what became
     # of it (what fleetcast status shows, read from the chunk records alone)
     assert again.first_delivery and again.counts.repeated == 3 and again.counts.registered == 0
@@ -368,7 +370,7 @@ def test_the_live_record_says_which_newer_model_was_held_back_until_one_goes_liv
     assert live_a is not None and live_a.run_id == RUN_1
     assert live_a.held_back is not None
     assert (live_a.held_back.run_id, live_a.held_back.status) == (RUN_2, ModelStatus.REJECTED)
-    assert "over 1.5 x seasonal naive's" in live_a.held_back.reason
+    assert "over seasonal naive's" in live_a.held_back.reason
     assert live_b is not None and live_b.held_back is None
     # And a redelivery of run 2, or an older run finishing late, leaves the note as it is
     register(world, RUN_2)
@@ -453,7 +455,7 @@ def test_a_promotion_decided_on_a_stale_read_is_refused(world: dict[str, Any]) -
     after = registry.live("a")
     assert after is not None and (after.run_id, after.model_version) == (RUN_2, 1)
     # And registering the chunk properly decides superseded
-    report = register_chunk(chunk, world["bucket"], 1.5, world["s3"], registry)
+    report = register_chunk(chunk, world["bucket"], world["s3"], registry)
     assert [c.status for c in report.customers] == [ModelStatus.SUPERSEDED]
 
 
@@ -461,6 +463,7 @@ def _archive(tmp_path: Path, customer_id: str, run_id: str) -> bytes:
     """A model archive as the training container writes it."""
     path = tmp_path / f"{customer_id}-{run_id}.tar.gz"
     metadata = ModelMetadata(
+        **chosen(),
         customer_id=customer_id,
         run_id=run_id,
         trained_at=datetime(2026, 11, 29, tzinfo=UTC),

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from model_helpers import chosen
 from registry_tables import create_registry_table
 
 from fleetcast.embedded.gateway import Gateway
@@ -21,7 +22,9 @@ from fleetcast_common.registry import (
 from fleetcast_contracts.model_archive import HoldoutMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
-METRICS = HoldoutMetrics(holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0)
+METRICS = HoldoutMetrics(
+    windows=2, holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0
+)
 
 
 @pytest.fixture
@@ -43,6 +46,7 @@ def record(run_id: str, customer_id: str = "42", **changes: Any) -> ModelRecord:
         "data_end": date(2023, 12, 31),
         "rows": 730,
         "metrics": METRICS,
+        **chosen(),
     }
     values.update(changes)
     return ModelRecord(**values)

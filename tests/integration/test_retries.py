@@ -35,7 +35,9 @@ RUN_ID = "q0000000917-20261130t100000"
 # Past the budget, what matters is what fleetcast does with the error, not how long
 # botocore backs off first (up to 20 s a retry): a client with fewer retries shows it.
 FEW_RETRIES = RETRY_CONFIG.merge(Config(retries={"mode": "adaptive", "max_attempts": 1}))
-METRICS = HoldoutMetrics(holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0)
+METRICS = HoldoutMetrics(
+    windows=2, holdout_days=7, smape=0.03, mae=5.0, naive_smape=0.05, naive_mae=8.0
+)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
+from model_helpers import chosen
 
 from fleetcast import cli
 from fleetcast.exports import runs_with_exports
@@ -28,10 +29,24 @@ from fleetcast_training.run_exports import exports_prefix
 
 OLD, NEW = "q0000000907-20261129t100000", "q0000000908-20261129t110000"
 GOOD = HoldoutMetrics(
-    holdout_days=7, smape=0.05, mae=5.0, naive_smape=0.10, naive_mae=9.0, wape=0.05, mase=0.6
+    windows=2,
+    holdout_days=7,
+    smape=0.05,
+    mae=5.0,
+    naive_smape=0.10,
+    naive_mae=9.0,
+    wape=0.05,
+    mase=0.6,
 )
 POOR = HoldoutMetrics(
-    holdout_days=7, smape=0.40, mae=40.0, naive_smape=0.10, naive_mae=9.0, wape=0.4, mase=4.0
+    windows=2,
+    holdout_days=7,
+    smape=0.40,
+    mae=40.0,
+    naive_smape=0.10,
+    naive_mae=9.0,
+    wape=0.4,
+    mase=4.0,
 )
 
 
@@ -66,6 +81,7 @@ def upload_run(s3: Any, bucket: str, run_id: str, tmp: Path, customers: list[Exp
 
 def decide(registry: ModelRegistry, run_id: str, customer_id: str, status: ModelStatus) -> None:
     record = ModelRecord(
+        **chosen(),
         customer_id=customer_id,
         run_id=run_id,
         status=status,

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from model_helpers import chosen
 from prophet import Prophet
 from prophet.serialize import model_to_json
 
@@ -33,13 +34,16 @@ RUN_ID = "q0000000902-20240601t120000"
 
 def metadata(customer_id: str) -> ModelMetadata:
     return ModelMetadata(
+        **chosen(),
         customer_id=customer_id,
         run_id=RUN_ID,
         trained_at=datetime(2024, 6, 1, 12, tzinfo=UTC),
         data_start=date(2022, 3, 1),
         data_end=date(2022, 6, 28),
         rows=120,
-        metrics=HoldoutMetrics(holdout_days=7, smape=0.1, mae=10, naive_smape=0.2, naive_mae=20),
+        metrics=HoldoutMetrics(
+            windows=2, holdout_days=7, smape=0.1, mae=10, naive_smape=0.2, naive_mae=20
+        ),
         library_versions={"prophet": "1.5.0"},
     )
 

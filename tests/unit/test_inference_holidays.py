@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from model_helpers import chosen
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
@@ -253,13 +254,16 @@ def test_the_frame_is_prophets_own_for_a_subdivision() -> None:
 
 def archive_metadata(calendar: HolidayCalendar | None) -> ModelMetadata:
     return ModelMetadata(
+        **chosen(),
         customer_id="c-berlin",
         run_id="q0000000902-20240601t120000",
         trained_at=datetime(2024, 6, 1, 12, tzinfo=UTC),
         data_start=HISTORY_START,
         data_end=date(2024, 3, 30),
         rows=HISTORY_DAYS,
-        metrics=HoldoutMetrics(holdout_days=7, smape=0.1, mae=10, naive_smape=0.2, naive_mae=20),
+        metrics=HoldoutMetrics(
+            windows=2, holdout_days=7, smape=0.1, mae=10, naive_smape=0.2, naive_mae=20
+        ),
         library_versions={"prophet": "1.5.0"},
         holiday_calendar=calendar,
     )

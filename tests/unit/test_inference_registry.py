@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from model_helpers import chosen
 from prophet import Prophet
 from prophet.serialize import model_to_json
 
@@ -45,13 +46,16 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     logging.getLogger("cmdstanpy").disabled = True
     model = Prophet(yearly_seasonality=False).fit(history)
     metadata = ModelMetadata(
+        **chosen(),
         customer_id="c-1",
         run_id="q0000000902-20240601t120000",
         trained_at=datetime(2024, 6, 1, 12, tzinfo=UTC),
         data_start=date(2022, 3, 1),
         data_end=date(2022, 6, 28),
         rows=120,
-        metrics=HoldoutMetrics(holdout_days=7, smape=0.1, mae=10, naive_smape=0.2, naive_mae=20),
+        metrics=HoldoutMetrics(
+            windows=2, holdout_days=7, smape=0.1, mae=10, naive_smape=0.2, naive_mae=20
+        ),
         library_versions={"prophet": "1.5.0"},
     )
     path = tmp_path_factory.mktemp("model") / "c-1.tar.gz"

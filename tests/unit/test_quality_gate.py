@@ -17,7 +17,6 @@ from fleetcast_contracts.quality_gate import (
 )
 from fleetcast_training.evaluation import mae, smape, wape
 
-RATIO = 1.5
 # A week of a customer at 25 on weekdays and 12.5 at weekends.
 PERIODIC = np.array([25, 25, 25, 25, 25, 12.5, 12.5])
 
@@ -31,6 +30,7 @@ def holdout(actual: np.ndarray, model: np.ndarray, naive: np.ndarray) -> Holdout
         naive_mae=mae(actual, naive),
         wape=wape(actual, model),
         naive_wape=wape(actual, naive),
+        windows=1,
     )
 
 
@@ -40,15 +40,15 @@ def test_a_model_within_float_noise_of_an_exact_naive_forecast_passes() -> None:
     metrics = holdout(PERIODIC, PERIODIC * (1 + 1e-5), PERIODIC)
     assert metrics.naive_smape == 0 and 0 < metrics.smape < 1e-4
     # Then the errors count as equal: the model may go live
-    assert passes_quality_gate(metrics, RATIO)
+    assert passes_quality_gate(metrics)
 
 
 def test_a_model_clearly_off_an_exact_naive_forecast_is_rejected() -> None:
     # Given the same holdout and a model 5% off
     metrics = holdout(PERIODIC, PERIODIC * 1.05, PERIODIC)
     # Then it is clearly worse, and the reason says by how much
-    assert not passes_quality_gate(metrics, RATIO)
-    assert "0.5% of the holdout's mean level 21.43" in rejection_reason(metrics, RATIO)
+    assert not passes_quality_gate(metrics)
+    assert "0.5% of the backtest's mean level 21.43" in rejection_reason(metrics)
 
 
 def test_the_tolerance_is_a_share_of_the_series_own_level() -> None:
@@ -57,10 +57,10 @@ def test_the_tolerance_is_a_share_of_the_series_own_level() -> None:
     outside = holdout(PERIODIC, PERIODIC * (1 + 1.1 * EQUAL_ERROR_SHARE), PERIODIC)
     # Then the level is the holdout's mean reading, and the share decides
     assert holdout_level(inside) == pytest.approx(PERIODIC.mean())
-    assert passes_quality_gate(inside, RATIO)
-    assert not passes_quality_gate(outside, RATIO)
+    assert passes_quality_gate(inside)
+    assert not passes_quality_gate(outside)
     # And the same shapes at a hundred times the level decide the same way
-    assert passes_quality_gate(holdout(100 * PERIODIC, 100 * PERIODIC * 1.0045, 100 * PERIODIC), 1)
+    assert passes_quality_gate(holdout(100 * PERIODIC, 100 * PERIODIC * 1.0045, 100 * PERIODIC))
 
 
 def test_a_tiny_forecast_on_zero_readings_is_not_a_200_percent_error() -> None:
@@ -71,25 +71,29 @@ def test_a_tiny_forecast_on_zero_readings_is_not_a_200_percent_error() -> None:
     metrics = holdout(actual, model, actual)
     assert metrics.smape > 0.5
     # Then the gate compares what the errors are, not their share of nothing
-    assert passes_quality_gate(metrics, RATIO)
+    assert passes_quality_gate(metrics)
 
 
-def test_the_ratio_still_decides_between_noisy_errors() -> None:
+def test_a_model_worse_than_naive_by_more_than_the_share_is_rejected_on_noisy_errors() -> None:
     # Given a noisy holdout where naive is 5% off
     rng = np.random.default_rng(0)
     actual = 500 + rng.normal(0, 25, 7)
     naive = actual * (1 + 0.05 * rng.choice([-1, 1], 7))
-    close = holdout(actual, actual * (1 + 0.06 * rng.choice([-1, 1], 7)), naive)
+    level = float(np.abs(actual).mean())
+    close = holdout(actual, naive + 0.5 * EQUAL_ERROR_SHARE * level, naive)
     far = holdout(actual, actual * 1.2, naive)
-    # Then a model a little worse passes and one four times worse does not
-    assert passes_quality_gate(close, RATIO)
-    assert not passes_quality_gate(far, RATIO)
+    # Then a model within the share of naive's error passes and one four times worse not
+    assert close.mae - close.naive_mae <= EQUAL_ERROR_SHARE * holdout_level(close)
+    assert passes_quality_gate(close)
+    assert not passes_quality_gate(far)
 
 
 def test_without_a_level_to_measure_by_only_equal_errors_pass() -> None:
-    # Given an archive from before WAPE was kept, with a perfect naive forecast
-    metrics = HoldoutMetrics(holdout_days=7, smape=1e-5, mae=1e-4, naive_smape=0, naive_mae=0)
+    # Given an all-zero backtest (WAPE undefined), with a perfect naive forecast
+    metrics = HoldoutMetrics(
+        holdout_days=7, smape=1e-5, mae=1e-4, naive_smape=0, naive_mae=0, windows=2
+    )
     # Then there is no scale to call the errors equal by
     assert holdout_level(metrics) == 0
-    assert not passes_quality_gate(metrics, RATIO)
-    assert passes_quality_gate(metrics.model_copy(update={"smape": 0.0, "mae": 0.0}), RATIO)
+    assert not passes_quality_gate(metrics)
+    assert passes_quality_gate(metrics.model_copy(update={"smape": 0.0, "mae": 0.0}))

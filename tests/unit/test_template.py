@@ -177,13 +177,18 @@ def s3_object_grants(granted: list[dict[str, Any]]) -> set[tuple[str, str, str]]
     return grants
 
 
+def _own_variables(logical_id: str) -> dict[str, Any]:
+    """The function's own environment variables (none when it reads only the globals)."""
+    return RESOURCES[logical_id]["Properties"].get("Environment", {}).get("Variables", {})
+
+
 def environment_for(logical_id: str, overrides: dict[str, str] | None = None) -> dict[str, str]:
     """A function's resolved environment, as Lambda would give it, with parameter values
     overridden by name."""
     values = {**LOCAL.parameters, **(overrides or {})}
     merged = {
         **GLOBALS["Environment"]["Variables"],
-        **RESOURCES[logical_id]["Properties"]["Environment"]["Variables"],
+        **_own_variables(logical_id),
     }
     environment = {}
     for name, value in merged.items():
@@ -418,7 +423,7 @@ def test_each_function_has_its_code_and_no_variable_of_its_own_shadows_a_global(
     assert (REPO_ROOT / properties["CodeUri"] / "app.py").is_file()
     assert (REPO_ROOT / properties["CodeUri"] / "requirements.txt").is_file()
     # A function's own variable silently wins over a global one of the same name.
-    own = properties.get("Environment", {}).get("Variables", {})
+    own = _own_variables(function)
     assert not set(own) & set(GLOBALS["Environment"]["Variables"])
 
 
@@ -456,8 +461,10 @@ def _allowed_values(parameter: str) -> list[str]:
 
 @pytest.mark.parametrize("function", sorted(FUNCTION_SETTINGS))
 def test_every_value_a_parameter_allows_is_accepted_by_the_handler(function: str) -> None:
-    variables = RESOURCES[function]["Properties"]["Environment"]["Variables"]
-    parameters = [v["Ref"] for v in variables.values() if v["Ref"] in PARAMETERS]
+    variables = {**GLOBALS["Environment"]["Variables"], **_own_variables(function)}
+    parameters = [
+        v["Ref"] for v in variables.values() if isinstance(v, dict) and v.get("Ref") in PARAMETERS
+    ]
     checked = 0
     for parameter in parameters:
         for value in _allowed_values(parameter):

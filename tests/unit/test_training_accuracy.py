@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata
 from fleetcast_training.evaluation import in_sample_naive_mae, mae, mase, rmse, smape, wape
 from fleetcast_training.history import History
 
@@ -82,20 +81,3 @@ def test_the_measures_of_zeros_against_zeros():
     assert mae(zeros, zeros) == 0
     assert rmse(zeros, zeros) == 0
     assert wape(zeros, zeros) is None
-
-
-def test_metadata_written_before_the_new_measures_still_loads():
-    # Given the metadata of an archive from before WAPE, RMSE and MASE
-    old = (
-        '{"customer_id": "c1", "run_id": "q0000000903-20250101t000000", '
-        '"trained_at": "2025-01-01T00:00:00Z", "data_start": "2024-01-01", '
-        '"data_end": "2024-12-31", "rows": 366, "library_versions": {}, '
-        '"metrics": {"holdout_days": 7, "smape": 0.1, "mae": 2.0, '
-        '"naive_smape": 0.2, "naive_mae": 3.0}}'
-    )
-    # Then it reads, the new measures unknown
-    metrics = ModelMetadata.model_validate_json(old).metrics
-    assert metrics == HoldoutMetrics(
-        holdout_days=7, smape=0.1, mae=2.0, naive_smape=0.2, naive_mae=3.0
-    )
-    assert (metrics.wape, metrics.rmse, metrics.mase, metrics.naive_mase) == (None,) * 4

@@ -89,7 +89,7 @@ def test_every_candidate_is_scored_on_one_backtest_and_the_choice_recorded(tmp_p
     chosen, naive = backtest.score(backtest.chosen), backtest.score("seasonal_naive")
     assert chosen is not None and naive is not None
     assert chosen.wape is not None and naive.wape is not None
-    assert passes_quality_gate(metadata.metrics, ratio=1.5)
+    assert passes_quality_gate(metadata.metrics)
     assert metadata.metrics.wape == chosen.wape and metadata.metrics.naive_wape == naive.wape
     assert metadata.metrics.holdout_days == 30 and metadata.metrics.windows == 3
 

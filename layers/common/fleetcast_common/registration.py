@@ -124,9 +124,8 @@ class RegistrationPlan(BaseModel):
     run_id: str
     training_job: str
     hosts_reporting: int
-    # Defaults: a record written before registration fanned out has neither.
-    chunks: int = 0
-    chunk_size: int = 0
+    chunks: int
+    chunk_size: int
     customers_to_register: int = Field(
         default=0, description="trained customers in the manifests, plus unlisted archives"
     )
@@ -391,7 +390,7 @@ class _Promotion(BaseModel):
 _Decision = tuple[CustomerRegistration, ModelRecord | None]
 
 
-def _decide(record: ModelRecord, state: CustomerState, ratio: float) -> _Decision | _Promotion:
+def _decide(record: ModelRecord, state: CustomerState) -> _Decision | _Promotion:
     """The customer's registration and the MODEL record to write (batched by the caller),
     or the promotion to try. None as the registration's status means it was decided by an
     earlier delivery."""
@@ -427,14 +426,14 @@ def _decide(record: ModelRecord, state: CustomerState, ratio: float) -> _Decisio
             target_model=target,
             note=f"run {live.run_id} is newer and live",
         ), record.model_copy(update={"status": ModelStatus.SUPERSEDED})
-    if not passes_quality_gate(metrics, ratio):
+    if not passes_quality_gate(metrics):
         # A first model follows the same rule: one worse than seasonal naive is not made
         # live (training always offers one that passes: naive is a candidate).
         return CustomerRegistration(
             customer_id=customer_id,
             status=ModelStatus.REJECTED,
             target_model=target,
-            note=rejection_reason(metrics, ratio),
+            note=rejection_reason(metrics),
         ), record.model_copy(update={"status": ModelStatus.REJECTED})
     return _Promotion(record=record, live=live)
 
@@ -442,7 +441,6 @@ def _decide(record: ModelRecord, state: CustomerState, ratio: float) -> _Decisio
 def _decide_all(
     records: list[ModelRecord],
     states: dict[str, CustomerState],
-    ratio: float,
     registry: ModelRegistry,
     run_id: str,
 ) -> list[_Decision]:
@@ -454,7 +452,7 @@ def _decide_all(
     for _ in range(PROMOTION_ATTEMPTS):
         promotions: list[_Promotion] = []
         for record in pending:
-            outcome = _decide(record, states[record.customer_id], ratio)
+            outcome = _decide(record, states[record.customer_id])
             if isinstance(outcome, _Promotion):
                 promotions.append(outcome)
             else:
@@ -518,7 +516,6 @@ def _chunk_results(
 def register_chunk(
     chunk: RegistrationChunk,
     bucket: str,
-    quality_gate_ratio: float,
     s3: Any,
     registry: ModelRegistry,
 ) -> ChunkReport:
@@ -542,7 +539,7 @@ def register_chunk(
         if r.metadata is not None
     ]
     states = registry.states([r.customer_id for r in decidable], chunk.run_id)
-    decided = _decide_all(decidable, states, quality_gate_ratio, registry, chunk.run_id)
+    decided = _decide_all(decidable, states, registry, chunk.run_id)
     for registration, unconditional in decided:
         outcomes.append(
             registration.model_copy(update={"recovered": registration.customer_id in recovered})

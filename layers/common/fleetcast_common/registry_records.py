@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from fleetcast_contracts.model_archive import PROPHET_KIND, Backtest, HoldoutMetrics
+from fleetcast_contracts.model_archive import Backtest, HoldoutMetrics
 
 
 class ModelStatus(StrEnum):
@@ -33,9 +33,9 @@ class TrainedModel(BaseModel):
     data_end: date
     rows: int
     metrics: HoldoutMetrics
-    # The family that made the model and how it was chosen (None before backtests).
-    model_kind: str = PROPHET_KIND
-    backtest: Backtest | None = None
+    # The family that made the model and how it was chosen.
+    model_kind: str
+    backtest: Backtest
 
 
 class ModelRecord(TrainedModel):

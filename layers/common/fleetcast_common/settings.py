@@ -90,9 +90,8 @@ class TrainingSettings(PipelineSettings):
 
 
 class RegistrationSettings(PipelineSettings):
-    # A model whose holdout sMAPE exceeds this multiple of seasonal-naive's is recorded
-    # but does not go live.
-    quality_gate_ratio: float = Field(alias="QUALITY_GATE_RATIO", default=1.5, gt=0)
+    """The register-chunk function: what every pipeline function reads (the quality gate
+    has no setting: fleetcast_contracts.quality_gate)."""
 
 
 class RegistrationCoordinatorSettings(PipelineSettings):

@@ -24,16 +24,16 @@ from fleetcast_contracts.files import write_whole
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
 
 MODEL_MEMBER = "model.json"
-# The family of every archive written before families existed.
+# Prophet's family (fleetcast_forecasters.prophet_family).
 PROPHET_KIND = "prophet"
 METADATA_MEMBER = "metadata.json"
 
 
 class HoldoutMetrics(BaseModel):
     """Out-of-sample error of the served model's family beside a seasonal-naive forecast
-    (same weekday last week) on the same days: since backtests, its rolling-origin
-    backtest (``holdout_days`` the horizon of each window, ``windows`` of them, every
-    point pooled); before them, the last ``holdout_days`` of history."""
+    (same weekday last week) on the same days: its rolling-origin backtest
+    (``holdout_days`` the horizon of each window, ``windows`` of them, every point
+    pooled)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -42,9 +42,9 @@ class HoldoutMetrics(BaseModel):
     mae: float
     naive_smape: float = Field(description="Symmetric MAPE of the seasonal-naive forecast")
     naive_mae: float
-    # Amazon Forecast's accuracy measures, added after the first archives were written:
-    # None in those, and where a measure is undefined (WAPE of an all-zero holdout, MASE
-    # whose scale, the in-sample seasonal-naive MAE, is zero or has no season to measure).
+    # Amazon Forecast's accuracy measures: None where a measure is undefined (WAPE of an
+    # all-zero holdout, MASE whose scale, the in-sample seasonal-naive MAE, is zero or has
+    # no season to measure).
     wape: float | None = Field(default=None, description="sum|F - A| / sum|A|")
     rmse: float | None = None
     mase: float | None = Field(
@@ -53,8 +53,8 @@ class HoldoutMetrics(BaseModel):
     naive_wape: float | None = None
     naive_rmse: float | None = None
     naive_mase: float | None = None
-    # Backtest windows pooled (None: the one holdout of archives before backtests).
-    windows: int | None = None
+    # Backtest windows pooled.
+    windows: int
 
 
 class CandidateScore(BaseModel):
@@ -103,13 +103,12 @@ class ModelMetadata(BaseModel):
     rows: int
     metrics: HoldoutMetrics
     library_versions: dict[str, str]
-    # The public holidays the model was fitted with; None for a model without any (and
-    # for every archive written before calendars existed).
+    # The public holidays the model was fitted with; None for a model without any.
     holiday_calendar: HolidayCalendar | None = None
     # Which family made model.json (fleetcast_forecasters.families compiles it).
-    model_kind: str = PROPHET_KIND
-    # How it was chosen; None for archives from before backtests.
-    backtest: Backtest | None = None
+    model_kind: str
+    # How it was chosen.
+    backtest: Backtest
 
 
 def write_archive(path: Path, model_json: str | bytes, metadata: ModelMetadata) -> None:

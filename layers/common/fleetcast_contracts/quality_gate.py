@@ -2,19 +2,13 @@
 (registration keeps the customer's live model instead, and a customer's first model
 follows the same rule).
 
-The rule, in one function (:func:`passes_quality_gate`). A model scored on a rolling-origin
-backtest (``metrics.windows`` set: every model training makes now) is *worse* when its
-backtest mean absolute error is more than :data:`EQUAL_ERROR_SHARE` of the backtest's mean
-level above seasonal naive's on the same points: no ratio, since seasonal naive is one of
-training's candidates and every customer has a model at least that good. A model scored
-on one holdout (before backtests) is *clearly worse* when both
+The rule, in one function (:func:`passes_quality_gate`). A model, scored on a
+rolling-origin backtest, is *worse* when its backtest mean absolute error is more than
+:data:`EQUAL_ERROR_SHARE` of the backtest's mean level above seasonal naive's on the same
+points: no ratio, since seasonal naive is one of training's candidates and every customer
+has a model at least that good.
 
-- its holdout sMAPE is more than ``ratio`` (``QualityGateRatio``, 1.5 by default) times
-  seasonal naive's, and
-- its mean absolute error is more than :data:`EQUAL_ERROR_SHARE` of the holdout's mean
-  level above seasonal naive's.
-
-Two errors closer than that are equal. A ratio alone means nothing when naive's error is
+Two errors closer than that are equal. A ratio of errors means nothing when naive's error is
 0 (an exactly periodic series, which seasonal naive repeats exactly): any model's error,
 1e-05 from a float's last digits, is then "infinitely worse" and the customer kept a stale
 model for ever. sMAPE also jumps to its maximum on a zero reading whatever the forecast
@@ -36,34 +30,23 @@ EQUAL_ERROR_SHARE = 0.005
 def holdout_level(metrics: HoldoutMetrics) -> float:
     """The holdout's mean absolute reading: MAE over WAPE (sum|F - A| / n over
     sum|F - A| / sum|A|). 0 when it cannot be told: an all-zero holdout (WAPE undefined),
-    a perfect forecast (both 0: nothing to compare), an archive from before WAPE."""
+    a perfect forecast (both 0: nothing to compare)."""
     if metrics.wape is None or metrics.wape <= 0:
         return 0.0
     return metrics.mae / metrics.wape
 
 
-def passes_quality_gate(metrics: HoldoutMetrics, ratio: float) -> bool:
+def passes_quality_gate(metrics: HoldoutMetrics) -> bool:
     """False when the model is worse than seasonal naive (the rule is this module's
     docstring)."""
     tolerance = EQUAL_ERROR_SHARE * holdout_level(metrics)
-    worse_by_more_than_equal = metrics.mae - metrics.naive_mae > tolerance
-    if metrics.windows is not None:
-        return not worse_by_more_than_equal
-    worse_by_ratio = metrics.smape > ratio * metrics.naive_smape
-    return not (worse_by_ratio and worse_by_more_than_equal)
+    return metrics.mae - metrics.naive_mae <= tolerance
 
 
-def rejection_reason(metrics: HoldoutMetrics, ratio: float) -> str:
+def rejection_reason(metrics: HoldoutMetrics) -> str:
     """Why :func:`passes_quality_gate` refused the model, in the registry's words."""
-    if metrics.windows is not None:
-        return (
-            f"backtest mean absolute error {metrics.mae:.4g} over {metrics.windows} windows is "
-            f"over seasonal naive's {metrics.naive_mae:.4g} by more than "
-            f"{EQUAL_ERROR_SHARE:.1%} of the backtest's mean level {holdout_level(metrics):.4g}"
-        )
     return (
-        f"holdout sMAPE {metrics.smape:.4f} is over {ratio} x seasonal naive's "
-        f"{metrics.naive_smape:.4f}, and its mean absolute error {metrics.mae:.4g} is over "
-        f"naive's {metrics.naive_mae:.4g} by more than {EQUAL_ERROR_SHARE:.1%} of the "
-        f"holdout's mean level {holdout_level(metrics):.4g}"
+        f"backtest mean absolute error {metrics.mae:.4g} over {metrics.windows} windows is "
+        f"over seasonal naive's {metrics.naive_mae:.4g} by more than "
+        f"{EQUAL_ERROR_SHARE:.1%} of the backtest's mean level {holdout_level(metrics):.4g}"
     )
