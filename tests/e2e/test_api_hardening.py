@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from test_pipeline import finished, readings, to_csv, upload
 from test_serving import usage_plan
 
-from fleetcast.embedded.api import KEY_REFRESH_SECONDS
-from fleetcast.embedded.api_server import MAX_HEAD_BYTES
+from fleetcast.embedded.api.models import KEY_REFRESH_SECONDS
+from fleetcast.embedded.api.server import MAX_HEAD_BYTES
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_contracts.ids import is_valid_customer_id
 from fleetcast_contracts.inference import MAX_PERIOD, MIN_PERIOD

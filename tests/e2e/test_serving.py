@@ -29,7 +29,7 @@ from prophet.serialize import model_from_dict, model_from_json
 from test_pipeline import finished, readings, registry, to_csv, upload
 
 from fleetcast import cli
-from fleetcast.embedded.api import UsagePlan
+from fleetcast.embedded.api.models import UsagePlan
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.forecasting import CustomerModel
 from fleetcast_contracts import layout

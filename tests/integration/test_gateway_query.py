@@ -1,6 +1,7 @@
 """The local stack's moto answers a table Query from the named partition alone, and backs
 up only the partitions a transaction writes, with what DynamoDB would answer
-(fleetcast.embedded.gateway.query_partitions_only, transactions_back_up_partitions)."""
+(fleetcast.embedded.moto_patches.dynamodb: query_partitions_only,
+transactions_back_up_partitions)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from botocore.exceptions import ClientError
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.table import Table
 
-from fleetcast.embedded.gateway import (
-    Gateway,
+from fleetcast.embedded.gateway import Gateway
+from fleetcast.embedded.moto_patches.dynamodb import (
     _query_one_partition,
     _transact_backing_up_partitions,
 )

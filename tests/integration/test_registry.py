@@ -134,7 +134,7 @@ def test_a_run_record_without_its_fields_is_a_run_not_started(
 @pytest.fixture
 def stack_registry(aws_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelRegistry]:
     """The registry on the local stack's moto, whose writes are atomic as DynamoDB's are
-    (fleetcast.embedded.gateway.dynamodb_writes_one_at_a_time); plain moto's are not."""
+    (fleetcast.embedded.moto_patches.dynamodb.dynamodb_writes_one_at_a_time); plain moto's are not."""
     gateway = Gateway()
     gateway.start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", gateway.url)

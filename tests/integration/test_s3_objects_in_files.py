@@ -1,5 +1,5 @@
 """The local stack keeps S3 objects' bytes in files, not in its memory
-(fleetcast.embedded.s3_objects): what clients see is what S3 gives."""
+(fleetcast.embedded.moto_patches.s3): what clients see is what S3 gives."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from fleetcast.embedded.gateway import Gateway
-from fleetcast.embedded.s3_objects import ObjectFile, ObjectFiles, keep_objects_in_files
+from fleetcast.embedded.moto_patches.s3 import ObjectFile, ObjectFiles, keep_objects_in_files
 
 
 @pytest.fixture

@@ -189,7 +189,7 @@ def test_a_processing_jobs_environment_reaches_its_container_though_moto_drops_i
         seen.append(environ["wsgi.input"].read())
         return [b"{}"]
 
-    app = runner.keep_processing_environments(moto_app)
+    app = runner.environments.wrap(moto_app)
     request = {
         "ProcessingJobName": "fc-p-q0000000001-20261201t000000",
         "Environment": {"FLEETCAST_MAX_UPLOAD_BYTES": "1048576"},
@@ -209,10 +209,10 @@ def test_a_processing_jobs_environment_reaches_its_container_though_moto_drops_i
 
     # Then moto got the request unchanged, and the job's container will get the Environment
     assert seen == [body, b"x"]
-    assert runner.processing_environment("fc-p-q0000000001-20261201t000000") == {
+    assert runner.environments.of("fc-p-q0000000001-20261201t000000") == {
         "FLEETCAST_MAX_UPLOAD_BYTES": "1048576"
     }
-    assert runner.processing_environment("another-job") == {}
+    assert runner.environments.of("another-job") == {}
 
 
 def test_queue_delivery_serves_the_event_sources_it_is_handed(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ import pytest
 from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventModel
 from forecast_api_helpers import REPO_ROOT, sample
 
-from fleetcast.embedded.api import ApiRoute, TokenBucket, UsagePlan, proxy_event
+from fleetcast.embedded.api.models import TokenBucket, UsagePlan
+from fleetcast.embedded.api.responses import proxy_event
+from fleetcast.embedded.api.urls import ApiRoute
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.template import LocalTemplate
 

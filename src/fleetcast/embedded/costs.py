@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetcast import billing
-from fleetcast.embedded.gateway import MotoDispatcher
+from fleetcast.embedded.moto_patches.server import MotoDispatcher
 from fleetcast.embedded.template import ACCOUNT_ID, REGION
 from fleetcast_cost import sources
 from fleetcast_cost.settings import CostReportSettings

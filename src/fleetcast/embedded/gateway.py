@@ -2,35 +2,27 @@
 
 moto's own WSGI application answers the AWS APIs. Requests that moto cannot serve the
 way AWS does (a multi-model endpoint's invocations, for one) are routed to handlers the
-local stack registers, by a WSGI middleware in front of moto.
+local stack registers, by a WSGI middleware in front of moto. What the stack changes in
+moto itself is in :mod:`fleetcast.embedded.moto_patches`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import errno
-import functools
 import logging
 import socket
 import threading
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.models.dynamo_type import DynamoType
-from moto.dynamodb.models.table import Table
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication,
-    MotoRequestHandler,
-    create_backend_app,
-)
+from moto.moto_server.werkzeug_app import MotoRequestHandler
 from moto.s3.models import s3_backends
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from fleetcast.embedded.s3_objects import copy_value, keep_objects_in_files
+from fleetcast.embedded import moto_patches
+from fleetcast.embedded.moto_patches.s3 import copy_value
+from fleetcast.embedded.moto_patches.server import MotoDispatcher
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # Told of each S3 write made in process: method, bucket, key.
@@ -66,151 +58,6 @@ def bind_preferred(
     return bind(0), f"port {default} was taken: {what} on a free port instead"
 
 
-class MotoDispatcher(DomainDispatcherApplication):
-    """moto's WSGI dispatcher, remembering which backend serves each host name.
-
-    moto finds the backend anew for every request, under one lock: it lists the folders
-    of its package and tries every service's URL patterns. On the local stack that was
-    over half of the time of each AWS request, and it serialised them all; the answer
-    for a host name never changes.
-    """
-
-    def __init__(self, create_app: Callable[..., Any] = create_backend_app) -> None:
-        super().__init__(create_app)
-        self._backends: dict[str | None, Any] = {}
-
-    def get_backend_for_host(self, host: str | None) -> Any:
-        if host not in self._backends:
-            self._backends[host] = super().get_backend_for_host(host)
-        return self._backends[host]
-
-
-_moto_query = Table.query
-
-
-def _query_one_partition(
-    table: Table, hash_key: Any, *args: Any, **kwargs: Any
-) -> tuple[list[Any], int, dict[str, Any] | None]:
-    """moto's ``Table.query``, looking at the one partition a table query names.
-
-    moto 5.2.5 answers every Query by sorting all of the table's items and keeping those
-    of the partition: at 100k customers the registry holds 200k items, and each query of
-    a run's chunk records (each finishing chunk's, before runs kept totals) took about half
-    a second, and failed ("dictionary changed size during iteration") when a write landed
-    meanwhile. DynamoDB reads the partition alone; so does this, by handing moto's own
-    query a shallow copy of the table whose items are that partition's. Index queries
-    (not used by fleetcast) go to moto unchanged.
-    """
-    index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
-    if index_name is not None or hash_key is None:
-        return _moto_query(table, hash_key, *args, **kwargs)
-    partition = copy.copy(table)
-    partition.items = defaultdict(dict)
-    found = table.items.get(hash_key)
-    if found is not None:
-        # A copy of the partition's items (one C-level copy under the GIL): a write to the
-        # partition while the query reads it would otherwise fail the query, as moto's own
-        # iteration over the whole table fails under concurrent writes.
-        partition.items[hash_key] = dict(found) if table.range_key_attr else found
-    return _moto_query(partition, hash_key, *args, **kwargs)
-
-
-def query_partitions_only() -> None:
-    """Install :func:`_query_one_partition` in moto (idempotent)."""
-    Table.query = _query_one_partition  # type: ignore[method-assign,assignment]
-
-
-_moto_transact_write_items = DynamoDBBackend.transact_write_items
-_transacting = threading.local()
-
-
-def _table_deepcopy(table: Table, memo: dict[int, Any]) -> Table:
-    """A table's deep copy, as Python makes one; within a transaction of
-    :func:`_transact_backing_up_partitions`, the table itself (moto's backup of it)."""
-    if getattr(_transacting, "active", False):
-        return table
-    copied = copy.copy(table)
-    memo[id(table)] = copied
-    copied.__dict__.update(copy.deepcopy(table.__dict__, memo))
-    return copied
-
-
-def _transact_backing_up_partitions(
-    backend: DynamoDBBackend, transact_items: list[dict[str, Any]]
-) -> None:
-    """moto's TransactWriteItems, backing up only the partitions its actions name.
-
-    moto 5.2.5 deep-copies every table a transaction writes, to put it back if the
-    transaction is cancelled: at 100k customers the registry holds 200k items, and each
-    transaction of registration's promotions would copy them all. This keeps deep copies
-    of the partitions the actions write (a customer's few records) and puts those back;
-    moto's own restore puts back the table itself.
-    """
-    backups: list[tuple[Table, DynamoType, Any]] = []
-    for action in transact_items:
-        operation: dict[str, Any] = next(iter(action.values()), {})
-        table = backend.tables.get(str(operation.get("TableName")))
-        key = operation.get("Item") or operation.get("Key") or {}
-        if table is None or table.hash_key_attr not in key:
-            continue
-        hash_key = DynamoType(key[table.hash_key_attr])
-        backups.append((table, hash_key, copy.deepcopy(table.items.get(hash_key))))
-    _transacting.active = True
-    try:
-        _moto_transact_write_items(backend, transact_items)
-    except Exception:
-        for table, hash_key, partition in reversed(backups):
-            if partition is None:
-                table.items.pop(hash_key, None)
-            else:
-                table.items[hash_key] = partition
-        raise
-    finally:
-        _transacting.active = False
-
-
-def transactions_back_up_partitions() -> None:
-    """Install :func:`_transact_backing_up_partitions` in moto (idempotent)."""
-    Table.__deepcopy__ = _table_deepcopy  # type: ignore[attr-defined]
-    DynamoDBBackend.transact_write_items = _transact_backing_up_partitions  # type: ignore[method-assign,assignment]
-
-
-_dynamodb_writes = threading.RLock()
-
-
-def _one_at_a_time(write: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(write)
-    def locked(*args: Any, **kwargs: Any) -> Any:
-        with _dynamodb_writes:
-            return write(*args, **kwargs)
-
-    locked._one_at_a_time = True  # type: ignore[attr-defined]
-    return locked
-
-
-@contextlib.contextmanager
-def dynamodb_writes_held() -> Iterator[None]:
-    """No DynamoDB write runs (nor is half done) while this holds (a snapshot's fork)."""
-    with _dynamodb_writes:
-        yield
-
-
-def dynamodb_writes_one_at_a_time() -> None:
-    """Make moto's DynamoDB writes atomic, as DynamoDB's are (idempotent).
-
-    moto 5.2.5 reads an item, checks a write's condition and changes the item with no
-    lock, and its server answers requests on many threads: two conditional writes at once
-    can both pass their condition, and two ``ADD`` updates of one item can lose one (the
-    run's record, which every finishing registration chunk adds to). Here each write
-    (a Put, an Update, a Delete, a whole transaction; BatchWriteItem's Puts one by one)
-    runs alone; reads do not wait.
-    """
-    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
-        write = getattr(DynamoDBBackend, name)
-        if not getattr(write, "_one_at_a_time", False):
-            setattr(DynamoDBBackend, name, _one_at_a_time(write))
-
-
 class _QuietHandler(MotoRequestHandler):
     def log_request(self, code: Any = "-", size: Any = "-") -> None:
         pass
@@ -223,10 +70,7 @@ SHUTDOWN_POLL_SECONDS = 0.05
 
 class Gateway:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        query_partitions_only()
-        transactions_back_up_partitions()
-        dynamodb_writes_one_at_a_time()
-        keep_objects_in_files()
+        moto_patches.install()
         self._moto: WsgiApp = MotoDispatcher()
         self._routes: list[Route] = []
         self._s3_observers: list[S3WriteObserver] = []

@@ -22,7 +22,7 @@ from moto.backends import get_backend
 
 from fleetcast.embedded import lease, persistence, run_counter
 from fleetcast.embedded.gateway import Gateway
-from fleetcast.embedded.s3_objects import ObjectFiles, keep_objects_in_files
+from fleetcast.embedded.moto_patches.s3 import ObjectFiles, keep_objects_in_files
 from fleetcast.embedded.snapshots import Snapshots
 
 log = logging.getLogger("fleetcast.embedded.keeping")

@@ -10,7 +10,7 @@ the SageMaker processing and training jobs.
 A running stack writes the snapshot as its state changes (:mod:`.snapshots`: within
 seconds of a change, and at every job's state change) and when it stops. The objects'
 bytes are not in it: a kept stack holds them in files of its state folder
-(:mod:`.s3_objects`), and the snapshot names each object's file, so writing one costs
+(:mod:`.moto_patches.s3`), and the snapshot names each object's file, so writing one costs
 the objects' and items' metadata, not their gigabytes. A job that had finished keeps its
 outcome and does not run again; a job still running is run again at the next start (a
 training job from its checkpoints, as after a spot interruption). Not kept: events still
@@ -35,7 +35,7 @@ from moto.backends import get_backend
 from moto.dynamodb.models.dynamo_type import LimitedSizeDict
 from moto.s3.models import FakeKey
 
-from fleetcast.embedded.s3_objects import ObjectFile, ObjectFiles
+from fleetcast.embedded.moto_patches.s3 import ObjectFile, ObjectFiles
 from fleetcast_contracts.files import PARTIAL_SUFFIX, written_whole
 
 SNAPSHOT_FILE = "aws-state.pickle"

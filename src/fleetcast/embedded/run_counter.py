@@ -11,15 +11,13 @@ the highest run number that file, any job, job folder, S3 key or DynamoDB item h
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from moto.dynamodb.models import DynamoDBBackend
-
+from fleetcast.embedded.moto_patches.dynamodb import observe_updates
 from fleetcast_common.upload_queue import COUNTER, UPLOADS
 from fleetcast_contracts.files import write_whole
 
@@ -28,40 +26,32 @@ HANDED_OUT_FILE = "run-counter"
 _SEQUENCE = re.compile(r"q([0-9]{10})-[0-9]{8}t[0-9]{6}")
 _COUNTER_KEY = {"queue": {"S": COUNTER}, "entry": {"S": UPLOADS}}
 
-# Upload-queue table name -> the file its counter's numbers are written to.
-_recorders: dict[str, Path] = {}
+# Upload-queue table name -> what stops its recording.
+_recording: dict[str, Callable[[], None]] = {}
 _lock = threading.Lock()
 
 
 def record_handed_out(table_name: str, path: Path) -> None:
     """Write each number ``table_name``'s upload counter hands out to ``path``."""
+
+    def record(updated_table: str, key: dict[str, Any], item: Any) -> None:
+        if updated_table == table_name and key == _COUNTER_KEY and "last" in item.attrs:
+            # Told under moto's one-at-a-time DynamoDB writes: two numbers are never
+            # written out of order.
+            write_whole(path, str(item.attrs["last"].value))
+
     with _lock:
-        _recorders[table_name] = path
-        update_item = DynamoDBBackend.update_item
-        if not getattr(update_item, "_records_run_counter", False):
-            DynamoDBBackend.update_item = _recording(update_item)  # type: ignore[method-assign]
+        stop_before = _recording.pop(table_name, None)
+        if stop_before is not None:
+            stop_before()
+        _recording[table_name] = observe_updates(record)
 
 
 def stop_recording(table_name: str) -> None:
     with _lock:
-        _recorders.pop(table_name, None)
-
-
-def _recording(update_item: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(update_item)
-    def recorded(
-        backend: Any, table_name: str, key: dict[str, Any], *args: Any, **kwargs: Any
-    ) -> Any:
-        item = update_item(backend, table_name, key, *args, **kwargs)
-        path = _recorders.get(table_name)
-        if path is not None and key == _COUNTER_KEY and "last" in item.attrs:
-            # Under moto's one-at-a-time DynamoDB writes: two numbers are never written
-            # out of order.
-            write_whole(path, str(item.attrs["last"].value))
-        return item
-
-    recorded._records_run_counter = True  # type: ignore[attr-defined]
-    return recorded
+        stop = _recording.pop(table_name, None)
+    if stop is not None:
+        stop()
 
 
 def highest_in(texts: Iterable[str]) -> int:

@@ -14,8 +14,6 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from moto.backends import get_backend
-
 from fleetcast.embedded.api import LocalRestApi
 from fleetcast.embedded.endpoint import (
     EndpointRuntime,
@@ -23,6 +21,7 @@ from fleetcast.embedded.endpoint import (
     LocalEndpoint,
     ModelDiskCache,
 )
+from fleetcast.embedded.moto_patches.sagemaker import omit_empty_data_capture
 from fleetcast.embedded.sagemaker_jobs import image_entrypoint, local_command, split_s3_uri
 from fleetcast.embedded.template import ACCOUNT_ID, REGION
 
@@ -165,7 +164,7 @@ class LocalServing:
         sagemaker.create_endpoint(
             EndpointName=name, EndpointConfigName=template.physical_name(config_id)
         )
-        _omit_empty_data_capture(name)
+        omit_empty_data_capture(ACCOUNT_ID, REGION, name)
         log.info("endpoint %s: container pid %s on port %d", name, process.pid, process.port)
         return local
 
@@ -190,11 +189,3 @@ def _variant(variant: dict[str, Any]) -> dict[str, Any]:
     if "InitialVariantWeight" in converted:
         converted["InitialVariantWeight"] = float(converted["InitialVariantWeight"])
     return converted
-
-
-def _omit_empty_data_capture(endpoint_name: str) -> None:
-    """DescribeEndpoint leaves DataCaptureConfig out when none is configured; moto answers
-    ``{}``, which the SageMaker Python SDK rejects. (moto runs in this process.)"""
-    endpoint = get_backend("sagemaker")[ACCOUNT_ID][REGION].endpoints.get(endpoint_name)
-    if endpoint is not None and not endpoint.data_capture_config:
-        endpoint.data_capture_config = None  # type: ignore[assignment]

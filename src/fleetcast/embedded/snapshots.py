@@ -10,14 +10,14 @@ A snapshot is written by a forked child: the fork copies the stack's memory as i
 that instant (copy on write), and the child pickles that copy and writes it
 (:func:`persistence.save`) while the stack goes on. The stack waits only for the fork
 itself, with DynamoDB's writes held for that moment (moto changes an item in several steps;
-see ``gateway.dynamodb_writes_one_at_a_time``). moto's S3 and SageMaker changes are single
+see ``moto_patches.dynamodb.dynamodb_writes_one_at_a_time``). moto's S3 and SageMaker changes are single
 assignments (an object put in its bucket's dict, a job's status set), so a fork sees each
 whole or not at all. The child takes no lock and logs nothing (another thread may have held
 either at the fork), runs no garbage collection (a finaliser might), and leaves by
 ``os._exit``.
 
 S3 object files released since the last snapshot are removed once the next one is written
-(the last one may name them): see ``s3_objects.ObjectFiles.take_released``.
+(the last one may name them): see ``moto_patches.s3.ObjectFiles.take_released``.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from fleetcast.embedded import lease, persistence
-from fleetcast.embedded.gateway import dynamodb_writes_held
-from fleetcast.embedded.s3_objects import ObjectFiles
+from fleetcast.embedded.moto_patches.dynamodb import dynamodb_writes_held
+from fleetcast.embedded.moto_patches.s3 import ObjectFiles
 
 log = logging.getLogger("fleetcast.embedded.snapshots")
 

@@ -216,8 +216,8 @@ class EmbeddedStack:
                     download_object=functools.partial(gateway.download_object, ACCOUNT_ID),
                 ),
             )
-            self.runner.install()
-            self.gateway.wrap_aws_app(self.runner.keep_processing_environments)
+            self.runner.hooks.install()
+            self.gateway.wrap_aws_app(self.runner.environments.wrap)
             self.gateway.wrap_aws_app(AwsLimits)  # what AWS refuses and moto does not
             kept = self.keeping.restore()
             create_resources(self.template, self.client, self.iam.create_roles)
@@ -282,7 +282,7 @@ class EmbeddedStack:
             function.close()
         if self.runner:
             self.runner.shutdown()
-            self.runner.uninstall()
+            self.runner.hooks.uninstall()
         self.keeping.save()
         if self.gateway:
             self.gateway.stop()

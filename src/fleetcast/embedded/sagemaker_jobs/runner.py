@@ -1,17 +1,17 @@
 """Really running the SageMaker jobs that moto only records.
 
 moto's SageMaker control plane stores CreateProcessingJob / CreateTrainingJob requests and
-marks them Completed at once. The local stack hooks those two calls: the job is set
-InProgress, and a runner executes the job's container entrypoint under the SageMaker
-container contract (an ``/opt/ml`` tree per instance, inputs downloaded from S3,
-``ShardedByS3Key`` shares, checkpoints synced both ways, outputs uploaded), updates the job
-as DescribeProcessingJob/DescribeTrainingJob report it, and publishes the documented
+marks them Completed at once. The local stack hooks those two calls
+(:mod:`fleetcast.embedded.moto_patches.sagemaker`): the job is set InProgress, and a
+runner executes the job's container entrypoint under the SageMaker container contract (an
+``/opt/ml`` tree per instance, inputs downloaded from S3, ``ShardedByS3Key`` shares,
+checkpoints synced both ways, outputs uploaded), updates the job as
+DescribeProcessingJob/DescribeTrainingJob report it, and publishes the documented
 "SageMaker ... Job State Change" events so the chain goes on by itself.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -25,9 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from moto.sagemaker import models as sagemaker_models
-from moto.sagemaker.exceptions import ResourceInUseException
-
+from fleetcast.embedded.moto_patches.sagemaker import JobHooks, ProcessingEnvironments
 from fleetcast.embedded.sagemaker_jobs import training
 from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync, checkpoint_dir
 from fleetcast.embedded.sagemaker_jobs.containers import (
@@ -104,109 +102,12 @@ class JobRunner:
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="sagemaker-job")
         self._jobs: dict[str, RunningJob] = {}
         self._lock = threading.Lock()
-        self._originals: dict[str, Any] = {}
+        # Installed in moto by the stack: each job moto stores is submitted here.
+        self.hooks = JobHooks(self.submit)
+        self.environments = ProcessingEnvironments()
         # Set by shutdown: a job whose instances stop then stays InProgress, to run again
         # at the next start (see persistence.py), rather than failing for the stack's sake.
         self._stopping = threading.Event()
-        # CreateProcessingJob's Environment by job name: moto's FakeProcessingJob keeps none.
-        self._processing_environments: dict[str, dict[str, str]] = {}
-
-    # -- moto hooks -------------------------------------------------------------------
-    # Why a patch of SageMakerModelBackend: moto 5.2.5 (requirements/lock.txt) has no public
-    # hook to learn of a created SageMaker job nor to keep it from finishing. Its state manager
-    # (``moto.moto_api.state_manager``) moves only models built on ``ManagedState``, and
-    # FakeTrainingJob / FakeProcessingJob are not: they are Completed from their first
-    # line. A WSGI wrapper (as ``keep_processing_environments`` is) sees the request, but
-    # acts only after moto has stored the job, so a DescribeTrainingJob in between would
-    # read Completed for a job that never ran. moto 5.2.5 also overwrites a job of the
-    # same name (SageMaker refuses it: ResourceInUse) and swaps CreateTrainingJob's
-    # MetricDefinitions for a canned one. Wrapping the two create methods does all three
-    # under moto's own call. Upstream asks for such callbacks in getmoto/moto#7126 (open);
-    # when moto has them, this patch goes.
-
-    def install(self) -> None:
-        backend_class = sagemaker_models.SageMakerModelBackend
-        runner = self
-        self._originals = {
-            "create_processing_job": backend_class.create_processing_job,
-            "create_training_job": backend_class.create_training_job,
-        }
-        create_processing = self._originals["create_processing_job"]
-        create_training = self._originals["create_training_job"]
-
-        def create_processing_job(backend: Any, *args: Any, **kwargs: Any) -> Any:
-            name = kwargs["processing_job_name"]
-            if name in backend.processing_jobs:
-                raise ResourceInUseException(
-                    message=f"Job name must be unique within an AWS account and region, and a job with this name already exists ({name})"
-                )
-            job = create_processing(backend, *args, **kwargs)
-            job.processing_job_status = "InProgress"
-            job.processing_end_time = None
-            job.processing_start_time = None
-            runner.submit("processing", backend, name)
-            return job
-
-        def create_training_job(backend: Any, *args: Any, **kwargs: Any) -> Any:
-            name = kwargs["training_job_name"]
-            if name in backend.training_jobs:
-                raise ResourceInUseException(
-                    message=f"Training job names must be unique within an AWS account and region, and a training job with this name already exists ({name})"
-                )
-            requested_metrics = list(kwargs["algorithm_specification"].get("MetricDefinitions", []))
-            job = create_training(backend, *args, **kwargs)
-            # moto replaces the metric definitions with a canned one: put ours back.
-            job.algorithm_specification["MetricDefinitions"] = requested_metrics
-            job.training_job_status = "InProgress"
-            job.secondary_status = "Starting"
-            job.training_start_time = None
-            job.training_end_time = None
-            job.final_metric_data_list = []
-            job.secondary_status_transitions = []
-            job.model_artifacts = None
-            runner.submit("training", backend, name)
-            return job
-
-        setattr(backend_class, "create_processing_job", create_processing_job)  # noqa: B010 - patching moto
-        setattr(backend_class, "create_training_job", create_training_job)  # noqa: B010
-
-    def keep_processing_environments(self, aws_app: Any) -> Any:
-        """``aws_app`` (moto), reading CreateProcessingJob's ``Environment`` on the way in:
-        moto drops it, and the job's container must get the variables SageMaker would set
-        (the processing limits, the run id)."""
-
-        def app(environ: dict[str, Any], start_response: Any) -> Any:
-            if str(environ.get("HTTP_X_AMZ_TARGET", "")).endswith(".CreateProcessingJob"):
-                length = int(environ.get("CONTENT_LENGTH") or 0)
-                body = environ["wsgi.input"].read(length)
-                environ["wsgi.input"] = io.BytesIO(body)
-                self._remember_environment(body)
-            return aws_app(environ, start_response)
-
-        return app
-
-    def _remember_environment(self, body: bytes) -> None:
-        try:
-            request = json.loads(body or b"{}")
-        except ValueError:
-            return
-        name, variables = request.get("ProcessingJobName"), request.get("Environment")
-        if isinstance(name, str) and isinstance(variables, dict):
-            with self._lock:
-                self._processing_environments[name] = {
-                    str(key): str(value) for key, value in variables.items()
-                }
-
-    def processing_environment(self, name: str) -> dict[str, str]:
-        """The Environment a processing job was created with (empty if none)."""
-        with self._lock:
-            return dict(self._processing_environments.get(name, {}))
-
-    def uninstall(self) -> None:
-        backend_class = sagemaker_models.SageMakerModelBackend
-        for name, original in self._originals.items():
-            setattr(backend_class, name, original)
-        self._originals = {}
 
     def shutdown(self) -> None:
         self._stopping.set()
@@ -376,7 +277,7 @@ class JobRunner:
             command = local_command(command) + list(app.get("ContainerArguments") or [])
             env = {
                 **os.environ,
-                **self.processing_environment(name),
+                **self.environments.of(name),
                 OPT_ML_ENV: str(root),
                 training_contract.INSTANCE_CPUS_ENV: str(self._cpus),
             }

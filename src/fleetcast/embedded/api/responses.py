@@ -1,38 +1,21 @@
-"""An ``AWS::Serverless::Api`` of template.yaml, served on 127.0.0.1 the way API Gateway
-serves a REST API stage with a proxy integration.
-
-A request to ``http://127.0.0.1:<port>/<stage>/<path>`` is matched against the routes the
-template's functions declare (``Events: {Type: Api}``); API Gateway's checks come first,
-in its order and with its answers:
-
-- no route for the method and path: 403 ``{"message": "Missing Authentication Token"}``;
-- API key required but ``x-api-key`` missing, unknown or disabled: 403 ``Forbidden``;
-- over the usage plan's throttle (a token bucket per key, rate and burst from the plan)
-  or its quota: 429 ``Too Many Requests`` / ``Limit Exceeded``.
-
-Then the function gets a REST API proxy event (payload format 1.0) built from the request,
-and its ``statusCode``/``headers``/``body`` become the response; a function that fails
-gives 502 ``Internal server error``. A request over API Gateway's size limits, and any
-the HTTP server itself refuses, gets API Gateway's JSON too (:mod:`.api_server`). Keys
-and usage plans live in moto's API Gateway, so ``aws apigateway get-api-keys
---include-values`` shows the key the stack exports.
+"""A REST API stage's answers: API Gateway's checks in its order, then the function's
+proxy event (payload format 1.0) and its answer.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-import re
 import threading
-import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from fleetcast.embedded.api_server import ApiServer, GatewayAnswer, gateway_error, handler_for
+from fleetcast.embedded.api.models import ApiKeys, UsagePlan
+from fleetcast.embedded.api.server import ApiServer, GatewayAnswer, gateway_error, handler_for
+from fleetcast.embedded.api.urls import ApiRoute, resource_path_of
 from fleetcast.embedded.gateway import SHUTDOWN_POLL_SECONDS, bind_preferred
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
@@ -42,136 +25,6 @@ log = logging.getLogger("fleetcast.embedded.api")
 HOST = "127.0.0.1"
 DEFAULT_PORT = 3000
 API_KEY_HEADER = "x-api-key"
-KEY_REFRESH_SECONDS = 2.0
-
-
-@dataclass(frozen=True)
-class ApiRoute:
-    method: str  # upper case, or ANY
-    resource: str  # /customers/{customer_id}/forecast
-    function: LocalFunction
-    api_key_required: bool
-    pattern: re.Pattern[str]
-
-    @classmethod
-    def create(
-        cls, method: str, resource: str, function: LocalFunction, api_key_required: bool
-    ) -> ApiRoute:
-        regex = ""
-        for part in resource.strip("/").split("/"):
-            greedy = re.fullmatch(r"\{(\w+)\+\}", part)
-            single = re.fullmatch(r"\{(\w+)\}", part)
-            if greedy:
-                regex += f"/(?P<{greedy[1]}>.+)"
-            elif single:
-                regex += f"/(?P<{single[1]}>[^/]+)"
-            elif part:
-                regex += "/" + re.escape(part)
-        return cls(
-            method.upper(), resource, function, api_key_required, re.compile(f"^{regex or '/'}$")
-        )
-
-    def path_parameters(self, path: str) -> dict[str, str] | None:
-        match = self.pattern.match(path)
-        return {k: unquote(v) for k, v in match.groupdict().items()} if match else None
-
-
-class TokenBucket:
-    """API Gateway's throttle: ``rate`` requests per second, bursts up to ``burst``."""
-
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic):
-        self.rate = rate
-        self.burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._updated = clock()
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate)
-            self._updated = now
-            if self._tokens >= 1:
-                self._tokens -= 1
-                return True
-            return False
-
-
-@dataclass
-class UsagePlan:
-    """A usage plan's limits, applied per API key."""
-
-    rate: float | None
-    burst: int | None
-    quota: int | None
-    quota_period: str = "DAY"
-    _buckets: dict[str, TokenBucket] = field(default_factory=dict)
-    _used: dict[tuple[str, str], int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def admit(self, key_id: str) -> str | None:
-        """None when the request may go on, else API Gateway's 429 message."""
-        with self._lock:
-            if self.rate is not None and self.burst is not None:
-                bucket = self._buckets.setdefault(key_id, TokenBucket(self.rate, self.burst))
-                if not bucket.take():
-                    return "Too Many Requests"
-            if self.quota is not None:
-                window = (key_id, _quota_window(self.quota_period))
-                if self._used.get(window, 0) >= self.quota:
-                    return "Limit Exceeded"
-                self._used[window] = self._used.get(window, 0) + 1
-        return None
-
-
-def _quota_window(period: str) -> str:
-    now = datetime.now(UTC)
-    if period == "WEEK":
-        return now.strftime("%G-W%V")
-    if period == "MONTH":
-        return now.strftime("%Y-%m")
-    return now.strftime("%Y-%m-%d")
-
-
-class ApiKeys:
-    """The API keys of the usage plans on this API's stage, read from moto's API Gateway
-    (refreshed every few seconds, so a key disabled there stops working here)."""
-
-    def __init__(self, apigateway: Any, api_id: str, stage: str) -> None:
-        self._apigateway = apigateway
-        self._api_id = api_id
-        self._stage = stage
-        self._by_value: dict[str, str] = {}
-        self._refreshed = 0.0
-        self._lock = threading.Lock()
-
-    def key_id(self, value: str | None) -> str | None:
-        """The id of the enabled key with this value, else None."""
-        if not value:
-            return None
-        with self._lock:
-            stale = time.monotonic() - self._refreshed > KEY_REFRESH_SECONDS
-            if stale:
-                self._refresh()
-            return self._by_value.get(value)
-
-    def _refresh(self) -> None:
-        keys: dict[str, str] = {}
-        for plan in self._apigateway.get_usage_plans().get("items", []):
-            stages = plan.get("apiStages", [])
-            if not any(
-                s.get("apiId") == self._api_id and s.get("stage") == self._stage for s in stages
-            ):
-                continue
-            for plan_key in self._apigateway.get_usage_plan_keys(usagePlanId=plan["id"]).get(
-                "items", []
-            ):
-                key = self._apigateway.get_api_key(apiKey=plan_key["id"], includeValue=True)
-                if key.get("enabled"):
-                    keys[key["value"]] = key["id"]
-        self._by_value = keys
-        self._refreshed = time.monotonic()
 
 
 class LocalRestApi:
@@ -357,10 +210,6 @@ class LocalRestApi:
             key_value = str(key["value"])
         api = cls(name, api_id, stage, routes, ApiKeys(apigateway, api_id, stage), usage_plan, port)
         return api, key_value
-
-
-def resource_path_of(path: str, stage_prefix: str) -> str:
-    return path[len(stage_prefix) :] or "/"
 
 
 def proxy_event(

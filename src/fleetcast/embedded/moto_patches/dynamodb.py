@@ -1,0 +1,180 @@
+"""moto's DynamoDB, as DynamoDB behaves at a fleet's size: a Query reads its one
+partition, a transaction backs up only the partitions it writes, and each write runs
+alone (UpdateItems told to the stack's observers as they are applied). Written for moto 5.2.5 (see :mod:`fleetcast.embedded.moto_patches`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
+
+_moto_query = Table.query
+
+
+def _query_one_partition(
+    table: Table, hash_key: Any, *args: Any, **kwargs: Any
+) -> tuple[list[Any], int, dict[str, Any] | None]:
+    """moto's ``Table.query``, looking at the one partition a table query names.
+
+    moto 5.2.5 answers every Query by sorting all of the table's items and keeping those
+    of the partition: at 100k customers the registry holds 200k items, and each query of
+    a run's chunk records (each finishing chunk's, before runs kept totals) took about half
+    a second, and failed ("dictionary changed size during iteration") when a write landed
+    meanwhile. DynamoDB reads the partition alone; so does this, by handing moto's own
+    query a shallow copy of the table whose items are that partition's. Index queries
+    (not used by fleetcast) go to moto unchanged.
+    """
+    index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+    if index_name is not None or hash_key is None:
+        return _moto_query(table, hash_key, *args, **kwargs)
+    partition = copy.copy(table)
+    partition.items = defaultdict(dict)
+    found = table.items.get(hash_key)
+    if found is not None:
+        # A copy of the partition's items (one C-level copy under the GIL): a write to the
+        # partition while the query reads it would otherwise fail the query, as moto's own
+        # iteration over the whole table fails under concurrent writes.
+        partition.items[hash_key] = dict(found) if table.range_key_attr else found
+    return _moto_query(partition, hash_key, *args, **kwargs)
+
+
+def query_partitions_only() -> None:
+    """Install :func:`_query_one_partition` in moto (idempotent)."""
+    Table.query = _query_one_partition  # type: ignore[method-assign,assignment]
+
+
+_moto_transact_write_items = DynamoDBBackend.transact_write_items
+_transacting = threading.local()
+
+
+def _table_deepcopy(table: Table, memo: dict[int, Any]) -> Table:
+    """A table's deep copy, as Python makes one; within a transaction of
+    :func:`_transact_backing_up_partitions`, the table itself (moto's backup of it)."""
+    if getattr(_transacting, "active", False):
+        return table
+    copied = copy.copy(table)
+    memo[id(table)] = copied
+    copied.__dict__.update(copy.deepcopy(table.__dict__, memo))
+    return copied
+
+
+def _transact_backing_up_partitions(
+    backend: DynamoDBBackend, transact_items: list[dict[str, Any]]
+) -> None:
+    """moto's TransactWriteItems, backing up only the partitions its actions name.
+
+    moto 5.2.5 deep-copies every table a transaction writes, to put it back if the
+    transaction is cancelled: at 100k customers the registry holds 200k items, and each
+    transaction of registration's promotions would copy them all. This keeps deep copies
+    of the partitions the actions write (a customer's few records) and puts those back;
+    moto's own restore puts back the table itself.
+    """
+    backups: list[tuple[Table, DynamoType, Any]] = []
+    for action in transact_items:
+        operation: dict[str, Any] = next(iter(action.values()), {})
+        table = backend.tables.get(str(operation.get("TableName")))
+        key = operation.get("Item") or operation.get("Key") or {}
+        if table is None or table.hash_key_attr not in key:
+            continue
+        hash_key = DynamoType(key[table.hash_key_attr])
+        backups.append((table, hash_key, copy.deepcopy(table.items.get(hash_key))))
+    _transacting.active = True
+    try:
+        _moto_transact_write_items(backend, transact_items)
+    except Exception:
+        for table, hash_key, partition in reversed(backups):
+            if partition is None:
+                table.items.pop(hash_key, None)
+            else:
+                table.items[hash_key] = partition
+        raise
+    finally:
+        _transacting.active = False
+
+
+def transactions_back_up_partitions() -> None:
+    """Install :func:`_transact_backing_up_partitions` in moto (idempotent)."""
+    Table.__deepcopy__ = _table_deepcopy  # type: ignore[attr-defined]
+    DynamoDBBackend.transact_write_items = _transact_backing_up_partitions  # type: ignore[method-assign,assignment]
+
+
+_dynamodb_writes = threading.RLock()
+
+
+def _one_at_a_time(write: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(write)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _dynamodb_writes:
+            return write(*args, **kwargs)
+
+    locked._one_at_a_time = True  # type: ignore[attr-defined]
+    return locked
+
+
+@contextlib.contextmanager
+def dynamodb_writes_held() -> Iterator[None]:
+    """No DynamoDB write runs (nor is half done) while this holds (a snapshot's fork)."""
+    with _dynamodb_writes:
+        yield
+
+
+def dynamodb_writes_one_at_a_time() -> None:
+    """Make moto's DynamoDB writes atomic, as DynamoDB's are (idempotent).
+
+    moto 5.2.5 reads an item, checks a write's condition and changes the item with no
+    lock, and its server answers requests on many threads: two conditional writes at once
+    can both pass their condition, and two ``ADD`` updates of one item can lose one (the
+    run's record, which every finishing registration chunk adds to). Here each write
+    (a Put, an Update, a Delete, a whole transaction; BatchWriteItem's Puts one by one)
+    runs alone; reads do not wait.
+    """
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        write = getattr(DynamoDBBackend, name)
+        if not getattr(write, "_one_at_a_time", False):
+            if name == "update_item":
+                write = _observed(write)
+            setattr(DynamoDBBackend, name, _one_at_a_time(write))
+
+
+# Told of each UpdateItem moto has applied: the table's name, the key (DynamoDB JSON) and
+# moto's item as it now is.
+UpdateObserver = Callable[[str, dict[str, Any], Any], None]
+_update_observers: list[UpdateObserver] = []
+
+
+def _observed(update_item: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(update_item)
+    def observed(
+        backend: Any, table_name: str, key: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        item = update_item(backend, table_name, key, *args, **kwargs)
+        for observe in tuple(_update_observers):
+            observe(table_name, key, item)
+        return item
+
+    return observed
+
+
+def observe_updates(observer: UpdateObserver) -> Callable[[], None]:
+    """Tell ``observer`` of each UpdateItem as it is applied, under the one-at-a-time lock
+    (so in the order the updates were made; moto 5.2.5 delivers no stream records in
+    process). Returns what stops it."""
+    dynamodb_writes_one_at_a_time()
+    with _dynamodb_writes:
+        _update_observers.append(observer)
+
+    def stop() -> None:
+        with _dynamodb_writes:
+            if observer in _update_observers:
+                _update_observers.remove(observer)
+
+    return stop
