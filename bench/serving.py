@@ -41,7 +41,8 @@ from bench.measure import (
     timed,
 )
 from fleetcast_contracts.model_archive import read_archive
-from fleetcast_forecasters.prophet_forecaster import compile_model, forecast_seed
+from fleetcast_forecasters.prophet_compile import compile_model
+from fleetcast_forecasters.prophet_forecaster import forecast_seed
 from fleetcast_inference.app import InferenceApp, build_served_model
 from fleetcast_inference.contract import InferenceSettings
 from fleetcast_inference.protocol import render_forecast

@@ -12,10 +12,10 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
+from fleetcast_forecasters.prophet_compile import compile_model
 from fleetcast_forecasters.prophet_forecaster import (
     ProphetForecaster,
     UnsupportedModelError,
-    compile_model,
     forecast_seed,
     row_quantiles,
     standard_draws,

@@ -27,7 +27,7 @@ from fleetcast_contracts.model_archive import (
     read_archive,
     write_archive,
 )
-from fleetcast_forecasters.prophet_forecaster import compile_model
+from fleetcast_forecasters.prophet_compile import compile_model
 from fleetcast_inference.app import build_served_model
 
 # Prophet 1.5 still calls pandas APIs that pandas 3 deprecates.

@@ -41,9 +41,10 @@ from fleetcast_contracts.training_manifest import (
     manifest_pages,
 )
 from fleetcast_training import __main__ as entry_point
-from fleetcast_training import job
+from fleetcast_training import worker_pool
 from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.hyperparameters import Hyperparameters
+from fleetcast_training.progress import PROGRESS_FILE_SECONDS, Progress
 
 DATA = Path(__file__).parent.parent / "data" / "training"
 # Prophet served alone (seasonal naive still scored): these tests check its archives.
@@ -294,20 +295,20 @@ def test_progress_is_written_as_it_goes_and_at_most_every_few_seconds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     now = [0.0]
-    monkeypatch.setattr(job.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr("fleetcast_training.progress.time.perf_counter", lambda: now[0])
 
     def written() -> int:
         path = tmp_path / progress_name("algo-2")
         return TrainingProgress.model_validate_json(path.read_text()).done
 
-    progress = job.Progress("algo-2", total=100, directory=tmp_path)
+    progress = Progress("algo-2", total=100, directory=tmp_path)
     assert written() == 0
     # Within PROGRESS_FILE_SECONDS of the last write, a customer done is not written
     now[0] = 1.0
     progress.advance(1)
     assert written() == 0
     # After it, it is
-    now[0] = job.PROGRESS_FILE_SECONDS + 0.5
+    now[0] = PROGRESS_FILE_SECONDS + 0.5
     progress.advance(2)
     assert written() == 3
     # And a logged 5% step is written at once
@@ -558,7 +559,7 @@ def test_a_worker_runs_its_matrix_products_on_one_blas_thread(tmp_path: Path):
     with controller.limit(limits=2, user_api="blas"):
         assert max(pool["num_threads"] for pool in controller.info()) == 2
         # When it starts as a training worker
-        job._start_worker(Hyperparameters.parse({"run_id": RUN_ID}), tmp_path, tmp_path)
+        worker_pool._start_worker(Hyperparameters.parse({"run_id": RUN_ID}), tmp_path, tmp_path)
         # Then every BLAS and OpenMP pool it has runs one thread
         assert {pool["num_threads"] for pool in controller.info()} == {1}
 

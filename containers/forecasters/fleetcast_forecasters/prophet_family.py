@@ -1,5 +1,5 @@
 """Prophet as a family: its archives hold ``prophet.serialize.model_to_json``, compiled by
-:func:`fleetcast_forecasters.prophet_forecaster.compile_model`."""
+:func:`fleetcast_forecasters.prophet_compile.compile_model`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from fleetcast_contracts.model_archive import PROPHET_KIND
-from fleetcast_forecasters.prophet_forecaster import ProphetForecaster, compile_model
+from fleetcast_forecasters.prophet_compile import compile_model
+from fleetcast_forecasters.prophet_forecaster import ProphetForecaster
 
 
 class _Prophet:

@@ -1,31 +1,23 @@
 """One training instance's job: every customer file of its shard, in parallel, resumable.
 
-The parent process plans the shard, hands customers to one worker process per CPU in
-small batches (largest files first, so no worker is left with a long one at the end),
-logs progress, and writes the manifest. Workers fit, score and archive each customer
-into the checkpoint directory, which SageMaker syncs to S3 as it fills; after a spot
-interruption the restarted job finds those archives there and keeps them.
+The parent process plans the shard, hands customers to one worker process per CPU
+(:mod:`fleetcast_training.worker_pool`) in small batches (largest files first, so no
+worker is left with a long one at the end), logs progress, and writes the manifest.
+Workers fit, score and archive each customer into the checkpoint directory, which
+SageMaker syncs to S3 as it fills; after a spot interruption the restarted job finds
+those archives there and keeps them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
-import math
-import multiprocessing
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
-from threadpoolctl import threadpool_limits
-
-from fleetcast_contracts.files import PARTIAL_SUFFIX, write_whole
+from fleetcast_contracts.files import PARTIAL_SUFFIX
 from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_contracts.shards import SHARD_SUFFIX
 from fleetcast_contracts.training import (
@@ -41,41 +33,21 @@ from fleetcast_contracts.training import (
     METRIC_MODELS_TRAINED,
     TRAIN_CHANNEL,
     metric_line,
-    progress_name,
 )
-from fleetcast_contracts.training_manifest import (
-    CustomerOutcome,
-    TrainingProgress,
-)
+from fleetcast_contracts.training_manifest import CustomerOutcome
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.contract import TrainingEnvironment
-from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
+from fleetcast_training.customer_training import CustomerReport
 from fleetcast_training.export import ShardExport
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
-from fleetcast_training.grid_fit import ShapeTemplates
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.parts import unpack_parts
+from fleetcast_training.progress import Progress
 from fleetcast_training.shard_results import ShardResults
-from fleetcast_training.stan_backend import IN_PROCESS, scratch_parent, silence_stan_logging
+from fleetcast_training.stan_backend import IN_PROCESS, scratch_parent
+from fleetcast_training.worker_pool import CustomerFile, WorkerPool, batch_size
 
 logger = logging.getLogger(__name__)
-
-# A batch is the unit handed to a worker: big enough that inter-process traffic is
-# negligible and that its export forecasts, made one after another at its end, find the
-# CPU's caches warm (CustomerTrainer.train_batch); small enough (about 0.4 s of work at
-# ~12 ms a customer) to keep every worker busy at the end.
-MAX_BATCH = 32
-BATCHES_PER_WORKER = 4
-PROGRESS_STEP = 0.05
-# The progress file is rewritten at most this often (and at every logged step).
-PROGRESS_FILE_SECONDS = 2.0
-
-
-@dataclass(frozen=True)
-class CustomerFile:
-    customer_id: str
-    path: Path
-    size: int
 
 
 @dataclass(frozen=True)
@@ -314,7 +286,7 @@ def train_customers(
     """
     if not customers:
         return
-    pool = _Pool(hyperparameters, checkpoint_dir, scratch_parent(workers), calendars)
+    pool = WorkerPool(hyperparameters, checkpoint_dir, scratch_parent(workers), calendars)
     try:
         queue = sorted(customers, key=lambda c: (-c.size, c.customer_id))
         # One customer of typical size is trained here first: the workers fork after it
@@ -325,7 +297,7 @@ def train_customers(
         progress.advance(1)
         suspects: list[CustomerFile] = []
         while queue:
-            size = _batch_size(len(queue), workers)
+            size = batch_size(len(queue), workers)
             in_flight = pool.run(queue, workers, size, reports, progress)
             unfinished = [c for c in queue if c.customer_id not in reports]
             if in_flight is None:
@@ -359,176 +331,6 @@ def train_customers(
             suspects = [c for c in suspects if c.customer_id not in reports]
     finally:
         pool.close()
-
-
-def _batch_size(customers: int, workers: int) -> int:
-    return max(1, min(MAX_BATCH, math.ceil(customers / (workers * BATCHES_PER_WORKER))))
-
-
-class _Pool:
-    """Worker processes for one ``run`` at a time, each with a scratch directory where it
-    notes the customer it is training, so a crash can be traced to its customer."""
-
-    def __init__(
-        self,
-        hyperparameters: Hyperparameters,
-        checkpoint_dir: Path,
-        parent: Path | None,
-        calendars: CustomerCalendars | None = None,
-    ):
-        self._hyperparameters = hyperparameters
-        self._calendars = calendars
-        self._checkpoint_dir = checkpoint_dir
-        self._root = Path(tempfile.mkdtemp(prefix="fleetcast-training-", dir=parent))
-        self._shapes = ShapeTemplates()
-
-    def warm_up(self, customer: CustomerFile) -> CustomerReport:
-        """Train ``customer`` in this process; the workers of every later ``run`` inherit
-        the shape templates it made (they fork from here)."""
-        scratch = Path(tempfile.mkdtemp(prefix="parent-", dir=self._root))
-        trainer = CustomerTrainer(
-            self._hyperparameters, self._checkpoint_dir, scratch, self._calendars, self._shapes
-        )
-        with threadpool_limits(limits=1):
-            return trainer.train(customer.customer_id, customer.path)
-
-    def run(
-        self,
-        customers: list[CustomerFile],
-        workers: int,
-        batch_size: int,
-        reports: ShardResults,
-        progress: Progress,
-    ) -> set[str] | None:
-        """Add a report per finished customer to ``reports``. Return None when all
-        finished, else the customers whose worker was training them when the pool broke."""
-        scratch = Path(tempfile.mkdtemp(prefix="pool-", dir=self._root))
-        batches = [customers[i : i + batch_size] for i in range(0, len(customers), batch_size)]
-        broken = False
-        # fork: workers start in milliseconds with Prophet already imported (spawn would
-        # import it again in each). The parent has no threads of its own to fork.
-        with (
-            _heap_frozen(),
-            ProcessPoolExecutor(
-                max_workers=min(workers, len(batches)),
-                mp_context=multiprocessing.get_context("fork"),
-                initializer=_start_worker,
-                initargs=(
-                    self._hyperparameters,
-                    self._checkpoint_dir,
-                    scratch,
-                    self._calendars,
-                    self._shapes,
-                ),
-            ) as executor,
-        ):
-            # No list of the futures is kept here: as_completed lets go of each one it
-            # yields, so a finished batch's reports are freed once they are added.
-            futures = (
-                executor.submit(_train_batch, [(c.customer_id, c.path) for c in batch])
-                for batch in batches
-            )
-            for future in as_completed(futures):
-                try:
-                    batch_reports: list[CustomerReport] = future.result()
-                except BrokenProcessPool:
-                    broken = True  # every unfinished future says so; keep the finished ones
-                    continue
-                for report in batch_reports:
-                    reports.add(report)
-                progress.advance(len(batch_reports))
-        in_flight = {marker.read_text() for marker in scratch.glob(f"*/{_TRAINING_MARKER}")} - {""}
-        shutil.rmtree(scratch, ignore_errors=True)
-        return {c for c in in_flight if c not in reports} if broken else None
-
-    def close(self) -> None:
-        shutil.rmtree(self._root, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _heap_frozen() -> Iterator[None]:
-    """The parent's objects left out of garbage collections while workers fork from it: a
-    worker's collections would otherwise touch, and so copy, every page of the parent's
-    heap (``gc.freeze``'s documented use)."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
-_TRAINING_MARKER = "training"
-_trainer: CustomerTrainer | None = None
-_marker: Path | None = None
-
-
-def _start_worker(
-    hyperparameters: Hyperparameters,
-    checkpoint_dir: Path,
-    pool_dir: Path,
-    calendars: CustomerCalendars | None = None,
-    shapes: ShapeTemplates | None = None,
-) -> None:
-    global _trainer, _marker
-    silence_stan_logging()
-    # One BLAS thread per worker: the job already runs a worker per CPU, and the fits'
-    # small matrix products on a pool of BLAS threads that spin-wait cost more CPU than
-    # the products (60 ms of 105 ms per customer on 2 cores). The image sets
-    # OPENBLAS_NUM_THREADS=1; a job run anywhere else (the local stack, the bench) may not.
-    threadpool_limits(limits=1)
-    scratch = Path(tempfile.mkdtemp(prefix="worker-", dir=pool_dir))
-    _marker = scratch / _TRAINING_MARKER
-    _trainer = CustomerTrainer(hyperparameters, checkpoint_dir, scratch, calendars, shapes)
-
-
-def _train_batch(batch: list[tuple[str, Path]]) -> list[CustomerReport]:
-    assert _trainer is not None and _marker is not None, "the worker initializer did not run"
-    reports = _trainer.train_batch(batch, _marker.write_text)
-    _marker.write_text("")
-    return reports
-
-
-class Progress:
-    """Logs a line each time another ~5% of the shard is done, and keeps the instance's
-    progress file in ``directory`` (the checkpoint dir, synced to S3) up to date."""
-
-    def __init__(self, host: str, total: int, directory: Path | None = None) -> None:
-        self._host = host
-        self._total = total
-        self._step = max(1, math.ceil(total * PROGRESS_STEP))
-        self._done = 0
-        self._next = self._step
-        self._started = time.perf_counter()
-        self._file = None if directory is None else directory / progress_name(host)
-        self._written = -math.inf
-        self._write()
-
-    def _write(self) -> None:
-        if self._file is not None:
-            state = TrainingProgress(host=self._host, done=self._done, total=self._total)
-            write_whole(self._file, state.model_dump_json())
-            self._written = time.perf_counter()
-
-    def advance(self, count: int) -> None:
-        if count == 0:
-            return
-        self._done += count
-        if self._done < self._next and self._done < self._total:
-            if time.perf_counter() - self._written >= PROGRESS_FILE_SECONDS:
-                self._write()
-            return
-        self._write()
-        while self._next <= self._done:
-            self._next += self._step
-        elapsed = max(time.perf_counter() - self._started, 1e-9)
-        logger.info(
-            "%s: %d/%d customers done (%.0f%%), %.2f customers/s",
-            self._host,
-            self._done,
-            self._total,
-            100 * self._done / max(self._total, 1),
-            self._done / elapsed,
-        )
 
 
 def _remove_partial_files(checkpoint_dir: Path) -> None:
