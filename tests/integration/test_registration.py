@@ -21,9 +21,9 @@ from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import customers_done
+from fleetcast_common.promotion import CustomerRegistration
 from fleetcast_common.registration import (
     ChunkReport,
-    CustomerRegistration,
     LostCustomer,
     RegistrationPlan,
     plan_registration,
