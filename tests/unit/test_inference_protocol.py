@@ -28,12 +28,14 @@ from fleetcast_inference.protocol import (
 )
 def test_invoke_body_gives_the_period(body: bytes) -> None:
     # When a well-formed body is parsed, then the period is 7
-    assert parse_invoke_body(body) == InvokeRequest(7)
+    assert parse_invoke_body(body) == InvokeRequest(period=7)
 
 
 @pytest.mark.parametrize("period", [1, 365])
 def test_invoke_body_accepts_the_range_ends(period: int) -> None:
-    assert parse_invoke_body(json.dumps({"period": period}).encode()) == InvokeRequest(period)
+    assert parse_invoke_body(json.dumps({"period": period}).encode()) == InvokeRequest(
+        period=period
+    )
 
 
 @pytest.mark.parametrize(
@@ -53,7 +55,7 @@ def test_invoke_body_quantiles_come_sorted_without_repeats(
     quantiles: list[float], expected: tuple[float, ...]
 ) -> None:
     body = json.dumps({"period": 7, "quantiles": quantiles}).encode()
-    assert parse_invoke_body(body) == InvokeRequest(7, expected)
+    assert parse_invoke_body(body) == InvokeRequest(period=7, quantiles=expected)
 
 
 @pytest.mark.parametrize(

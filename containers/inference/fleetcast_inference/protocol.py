@@ -24,6 +24,9 @@ from fleetcast_contracts.inference import (
     MAX_LIST_LIMIT,
     MAX_PERIOD,
     MIN_PERIOD,
+    EndpointForecast,
+    ForecastPoint,
+    InvokeRequest,
     error_body,
 )
 from fleetcast_contracts.quantiles import normalise_quantiles, quantile_key
@@ -31,9 +34,8 @@ from fleetcast_forecasters.forecast import Forecast
 from fleetcast_inference.errors import BadRequestError, InferenceError
 from fleetcast_inference.registry import LoadedModelStatus, ServedModel
 
-PERIOD_FIELD = "period"
-QUANTILES_FIELD = "quantiles"
-CLIPPED_FIELD = "clipped_at_zero"
+# The request's field names, as the contract declares them.
+PERIOD_FIELD, QUANTILES_FIELD = tuple(InvokeRequest.model_fields)
 _EXAMPLE = f'{{"{PERIOD_FIELD}": 7}}'
 _QUANTILES_EXAMPLE = f'{{"{PERIOD_FIELD}": 7, "{QUANTILES_FIELD}": [0.1, 0.5, 0.9]}}'
 _MAX_NAME_LENGTH = 1024
@@ -43,13 +45,6 @@ _MAX_NAME_LENGTH = 1024
 class LoadRequest:
     model_name: str
     url: str
-
-
-@dataclass(frozen=True)
-class InvokeRequest:
-    period: int
-    # Ascending, without repeats; empty when none were asked for.
-    quantiles: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,8 +86,8 @@ def parse_invoke_body(body: bytes) -> InvokeRequest:
             f"{PERIOD_FIELD!r} must be from {MIN_PERIOD} to {MAX_PERIOD}, not {period}"
         )
     if QUANTILES_FIELD not in document:
-        return InvokeRequest(period)
-    return InvokeRequest(period, _quantiles(document[QUANTILES_FIELD]))
+        return InvokeRequest(period=period)
+    return InvokeRequest(period=period, quantiles=_quantiles(document[QUANTILES_FIELD]))
 
 
 def _quantiles(value: object) -> tuple[float, ...]:
@@ -170,32 +165,30 @@ def decode_page_token(token: str) -> str:
 
 
 def render_forecast(model: ServedModel, forecast: Forecast, clipped: int = 0) -> bytes:
-    """The answer: one point per period, with ``quantiles`` only when some were asked
-    for and ``clipped_at_zero`` (how many values were raised to 0) only when any were,
-    so an answer without either is what it was before they existed."""
+    """The answer (:class:`EndpointForecast`): one point per period, with ``quantiles``
+    only when some were asked for and ``clipped_at_zero`` (how many values were raised
+    to 0) only when any were."""
     unit: Literal["D", "s"] = "D" if model.forecaster.daily_dates else "s"
     dates = np.datetime_as_string(forecast.dates, unit=unit).tolist()
     yhat = forecast.yhat.tolist()
     lower = forecast.yhat_lower.tolist() if forecast.yhat_lower is not None else [None] * len(yhat)
     upper = forecast.yhat_upper.tolist() if forecast.yhat_upper is not None else [None] * len(yhat)
-    points: list[dict[str, Any]] = [
-        {"ds": ds, "yhat": y, "yhat_lower": lo, "yhat_upper": hi}
-        for ds, y, lo, hi in zip(dates, yhat, lower, upper, strict=True)
-    ]
+    per_period: list[dict[str, float | None]] = [{}] * len(yhat)
     if forecast.quantiles:
         keys = [quantile_key(quantile) for quantile in forecast.quantiles]
         values = forecast.quantile_values
-        per_period = values.T.tolist() if values is not None else [[None] * len(keys)] * len(yhat)
-        for point, row in zip(points, per_period, strict=True):
-            point[QUANTILES_FIELD] = dict(zip(keys, row, strict=True))
-    document: dict[str, Any] = {
-        "customer_id": model.customer_id,
-        "model_version": model.model_version,
-        "forecast": points,
-    }
-    if clipped:
-        document[CLIPPED_FIELD] = clipped
-    return _encode(document)
+        rows = values.T.tolist() if values is not None else [[None] * len(keys)] * len(yhat)
+        per_period = [dict(zip(keys, row, strict=True)) for row in rows]
+    points = [
+        ForecastPoint(ds=ds, yhat=y, yhat_lower=lo, yhat_upper=hi, quantiles=q)
+        for ds, y, lo, hi, q in zip(dates, yhat, lower, upper, per_period, strict=True)
+    ]
+    return EndpointForecast(
+        customer_id=model.customer_id,
+        model_version=model.model_version,
+        forecast=points,
+        clipped_at_zero=clipped,
+    ).body()
 
 
 def render_model_list(models: list[ServedModel], after: str | None) -> bytes:

@@ -10,7 +10,6 @@ answers is a failure to report (:class:`EndpointFailedError`).
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any
 
 import boto3
@@ -26,11 +25,11 @@ from pydantic import ValidationError
 
 from fleetcast_common.forecasting import (
     EndpointFailedError,
-    EndpointForecast,
     EndpointUnavailableError,
     NoEndpointError,
 )
 from fleetcast_contracts.errors import error_code
+from fleetcast_contracts.inference import EndpointForecast, InvokeRequest
 
 # Few, quick retries inside the function's time: API Gateway gives up on a REST API's
 # integration after 29 s ("Integration timeout: 50 milliseconds - 29 seconds", API Gateway
@@ -84,16 +83,14 @@ class ForecastEndpoint:
         any are given (the body without them is the one the container always took)."""
         if not self.endpoint_name:
             raise NoEndpointError()
-        request: dict[str, object] = {"period": period}
-        if quantiles:
-            request["quantiles"] = list(quantiles)
+        request = InvokeRequest(period=period, quantiles=quantiles)
         try:
             response = self._runtime.invoke_endpoint(
                 EndpointName=self.endpoint_name,
                 TargetModel=target_model,
                 ContentType="application/json",
                 Accept="application/json",
-                Body=json.dumps(request),
+                Body=request.body(),
             )
             body = response["Body"].read()
         except ClientError as error:

@@ -27,6 +27,7 @@ from fleetcast_contracts.ids import (
     is_valid_customer_id,
     is_valid_run_id,
 )
+from fleetcast_contracts.inference import EndpointForecast, ForecastPoint
 from fleetcast_contracts.model_archive import Backtest
 from fleetcast_contracts.quantiles import FORECAST_FLOOR, normalise_quantiles, quantile_key
 
@@ -56,33 +57,6 @@ class ForecastApiSettings(_FromEnvironment):
     # How long a warm function may reuse a customer's live-model lookup (see
     # LiveModelCache); 0 reads the registry on every request.
     live_model_cache_seconds: float = Field(alias="LIVE_MODEL_CACHE_SECONDS", default=30.0, ge=0)
-
-
-class ForecastPoint(BaseModel):
-    ds: str = Field(description="Date (YYYY-MM-DD) or date and time of the forecast period")
-    yhat: float = Field(description="Prophet's point forecast, at least 0")
-    yhat_lower: float | None = Field(description="Lower bound of the 80 % interval, at least 0")
-    yhat_upper: float | None = Field(description="Upper bound of the 80 % interval, at least 0")
-    # Absent unless asked for: an answer without quantiles is what it was before them.
-    quantiles: dict[str, float | None] = Field(
-        default_factory=dict,
-        exclude_if=_empty,
-        description=(
-            "Only when quantiles were asked for: each quantile (its shortest decimal, e.g. "
-            '"0.1") to its value, from the same 1000 seeded uncertainty samples as the '
-            "interval, at least 0; null like the bounds for a model fitted without samples"
-        ),
-        examples=[{"0.1": 512.4, "0.5": 601.9, "0.9": 688.0}],
-    )
-
-
-class EndpointForecast(BaseModel):
-    """What the inference container answers to ``{"period": N, "quantiles": [...]}``."""
-
-    customer_id: str
-    model_version: str = Field(description="The training run id of the model that answered")
-    forecast: list[ForecastPoint]
-    clipped_at_zero: int = Field(default=0, ge=0)
 
 
 class NewerModel(BaseModel):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from pydantic import BaseModel, ConfigDict, Field
+
 # SageMaker's load request names ``/opt/ml/models/<model_name>/model``; a url outside
 # this folder is refused, so a load request cannot make the container read other files.
 MODELS_DIR = "/opt/ml/models"
@@ -68,3 +70,59 @@ def error_body_code(body: bytes) -> str | None:
         return None
     code = document.get(ERROR_CODE_FIELD) if isinstance(document, dict) else None
     return str(code) if code is not None else None
+
+
+class InvokeRequest(BaseModel):
+    """What InvokeEndpoint's body asks a model for: ``{"period": N}``, and
+    ``"quantiles": [...]`` only when some are asked for (the body without them is the one
+    the container always took). The forecast API writes it (:meth:`body`); the container
+    reads it with messages that say what to send instead (``protocol.parse_invoke_body``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    period: int = Field(ge=MIN_PERIOD, le=MAX_PERIOD)
+    # Ascending, without repeats; empty when none were asked for.
+    quantiles: tuple[float, ...] = ()
+
+    def body(self) -> str:
+        """The body, as the forecast API has always sent it (``json.dumps``'s spacing)."""
+        return json.dumps(self.model_dump(mode="json", exclude_defaults=True))
+
+
+def _empty(value: object) -> bool:
+    return not value
+
+
+class ForecastPoint(BaseModel):
+    # A NaN or an infinity is refused, not written as JSON no client reads.
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    ds: str = Field(description="Date (YYYY-MM-DD) or date and time of the forecast period")
+    yhat: float = Field(description="The model's point forecast, at least 0")
+    yhat_lower: float | None = Field(description="Lower bound of the 80 % interval, at least 0")
+    yhat_upper: float | None = Field(description="Upper bound of the 80 % interval, at least 0")
+    # Absent unless asked for: an answer without quantiles is what it was before them.
+    quantiles: dict[str, float | None] = Field(
+        default_factory=dict,
+        exclude_if=_empty,
+        description=(
+            "Only when quantiles were asked for: each quantile (its shortest decimal, e.g. "
+            '"0.1") to its value, from the same 1000 seeded uncertainty samples as the '
+            "interval, at least 0; null like the bounds for a model fitted without samples"
+        ),
+        examples=[{"0.1": 512.4, "0.5": 601.9, "0.9": 688.0}],
+    )
+
+
+class EndpointForecast(BaseModel):
+    """What the inference container answers to an :class:`InvokeRequest`: written by the
+    container (``protocol.render_forecast``), read by the forecast API."""
+
+    customer_id: str
+    model_version: str = Field(description="The training run id of the model that answered")
+    forecast: list[ForecastPoint]
+    # Absent when no value was raised to 0.
+    clipped_at_zero: int = Field(default=0, ge=0, exclude_if=_empty)
+
+    def body(self) -> bytes:
+        return self.model_dump_json().encode()
