@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,6 +101,19 @@ def test_an_object_file_reads_writes_seeks_and_truncates_like_a_file(tmp_path: P
     # closing it (moto's dispose) removes the file
     value.close()
     assert not (tmp_path / "object").exists()
+
+
+def test_a_read_in_one_thread_is_not_moved_by_a_read_in_another(tmp_path: Path) -> None:
+    # Given an object a request is reading (moto's value: seek to the start, then read)
+    value = ObjectFile(tmp_path / "object")
+    value.write(b"the summary")
+    value.seek(0)
+    # When another request reads it to the end in between (moto's ETag, without the lock)
+    other = threading.Thread(target=lambda: (value.seek(0), value.read()))
+    other.start()
+    other.join()
+    # Then the first read still gets every byte
+    assert value.read() == b"the summary"
 
 
 def test_a_forked_child_leaves_its_parents_object_files_alone(tmp_path: Path) -> None:

@@ -40,13 +40,26 @@ _installed: ObjectFiles | None = None
 
 class ObjectFile:
     """One object's bytes in ``path``: the parts of a file's interface moto's FakeKey uses
-    (seek, read, write, truncate, close), each opening the file for just that call."""
+    (seek, read, write, truncate, close), each opening the file for just that call.
+
+    Each thread has its own position: moto reads a key's value under the key's lock but
+    computes its ETag (seek, read to the end) without it, so with one shared position a
+    GET could read from where another request's ETag left off, and return no bytes."""
 
     def __init__(self, path: Path, on_close: Callable[[Path], None] | None = None) -> None:
         self._path = path
-        self._position = 0
+        self._positions = threading.local()
         self._on_close = on_close
         path.touch()
+
+    @property
+    def _position(self) -> int:
+        position: int = getattr(self._positions, "at", 0)
+        return position
+
+    @_position.setter
+    def _position(self, at: int) -> None:
+        self._positions.at = at
 
     @property
     def path(self) -> Path:
