@@ -25,7 +25,7 @@ from fleetcast_common.registration import plan_registration, start_registration
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.sagemaker_events import TrainingJobStateChange
 from fleetcast_common.settings import RegistrationCoordinatorSettings, read_on_first_use
-from fleetcast_contracts.ids import run_id_from_job_name
+from fleetcast_contracts.stages import TRAINING
 
 logger = Logger()
 tracer = Tracer()
@@ -40,7 +40,7 @@ settings = read_on_first_use(RegistrationCoordinatorSettings)
 def lambda_handler(event: TrainingJobStateChange, context: LambdaContext) -> dict[str, Any]:
     job = event.job_name
     status = event.status
-    run_id = run_id_from_job_name(settings().job_name_prefix, job)
+    run_id = TRAINING.run_id_of(settings().job_name_prefix, job)
     logger.set_correlation_id(run_id)
     logger.append_keys(training_job=job)
     if run_id is None:

@@ -19,7 +19,7 @@ from fleetcast_common.pipeline import Outcome, start_training
 from fleetcast_common.processing_report import rows_rejected
 from fleetcast_common.sagemaker_events import ProcessingJobStateChange
 from fleetcast_common.settings import TrainingSettings, read_on_first_use
-from fleetcast_contracts.ids import run_id_from_job_name
+from fleetcast_contracts.stages import PROCESSING
 
 logger = Logger()
 tracer = Tracer()
@@ -33,7 +33,7 @@ settings = read_on_first_use(TrainingSettings)
 @event_parser(model=ProcessingJobStateChange, envelope=envelopes.EventBridgeEnvelope)
 def lambda_handler(event: ProcessingJobStateChange, context: LambdaContext) -> dict[str, Any]:
     processing_job = event.job_name
-    logger.set_correlation_id(run_id_from_job_name(settings().job_name_prefix, processing_job))
+    logger.set_correlation_id(PROCESSING.run_id_of(settings().job_name_prefix, processing_job))
     logger.append_keys(processing_job=processing_job)
     started = start_training(processing_job, settings(), client("sagemaker"), client("s3"))
     logger.info(

@@ -19,14 +19,10 @@ from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import UploadQueue
 from fleetcast_contracts import layout
 from fleetcast_contracts.errors import error_code
-from fleetcast_contracts.ids import (
-    processing_job_name,
-    run_id_from_job_name,
-    training_job_name,
-    upload_sequence,
-)
+from fleetcast_contracts.ids import upload_sequence
 from fleetcast_contracts.object_keys import upload_file_name
 from fleetcast_contracts.shards import USE_INACTIVE, USE_INCOMPLETE
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 from fleetcast_contracts.training import host_names, progress_name
 from fleetcast_contracts.training_manifest import TrainingProgress
 
@@ -165,12 +161,12 @@ def run_status(
 ) -> RunStatus:
     """One run's state, read with a number of requests that does not grow with its
     customers."""
-    processing_job = processing_job_name(prefix, run_id)
+    processing_job = PROCESSING.job_name(prefix, run_id)
     described = sagemaker.describe_processing_job(ProcessingJobName=processing_job)
     status = RunStatus(
         run_id=run_id,
         processing_job=processing_job,
-        processing_status=described["ProcessingJobStatus"],
+        processing_status=described[PROCESSING.status_field],
         processing_failure=described.get("FailureReason") or None,
         created_at=described.get("CreationTime"),
         processing_started_at=described.get("ProcessingStartTime"),
@@ -200,14 +196,14 @@ def run_status(
         return status
     try:
         training = sagemaker.describe_training_job(
-            TrainingJobName=training_job_name(prefix, run_id)
+            TrainingJobName=TRAINING.job_name(prefix, run_id)
         )
     except Exception as error:
         if error_code(error) in ("ValidationException", "ResourceNotFound"):
             return status
         raise
-    status.training_job = training["TrainingJobName"]
-    status.training_status = training["TrainingJobStatus"]
+    status.training_job = training[TRAINING.name_field]
+    status.training_status = training[TRAINING.status_field]
     status.training_secondary_status = training.get("SecondaryStatus")
     status.training_failure = training.get("FailureReason") or None
     status.instances = training.get("ResourceConfig", {}).get("InstanceCount")
@@ -265,9 +261,9 @@ def run_ids(prefix: str, sagemaker: Any) -> set[str]:
     """The run of every processing job this stack started."""
     found = set()
     paginator = sagemaker.get_paginator("list_processing_jobs")
-    for page in paginator.paginate(NameContains=processing_job_name(prefix, "")):
+    for page in paginator.paginate(NameContains=PROCESSING.job_name_prefix(prefix)):
         for job in page.get("ProcessingJobSummaries", []):
-            run_id = run_id_from_job_name(prefix, job["ProcessingJobName"])
+            run_id = PROCESSING.run_id_of(prefix, job[PROCESSING.name_field])
             if run_id is not None:
                 found.add(run_id)
     return found
@@ -326,7 +322,7 @@ def pipeline_status(
             run_id=w.run_id,
             source=upload_file_name(w.upload.key),
             source_key=w.upload.key,
-            processing_job=processing_job_name(prefix, w.run_id),
+            processing_job=PROCESSING.job_name(prefix, w.run_id),
             processing_status=WAITING,
             created_at=w.upload.uploaded_at,
         )
@@ -339,7 +335,7 @@ def pipeline_status(
             source=upload_file_name(n.upload.key),
             source_key=n.upload.key,
             source_version=n.upload.version_id or n.upload.etag,
-            processing_job=processing_job_name(prefix, n.run_id),
+            processing_job=PROCESSING.job_name(prefix, n.run_id),
             processing_status=NOT_PROCESSED.get(n.outcome, n.outcome),
             not_processed_reason=n.reason,
             superseded_by=n.superseded_by,

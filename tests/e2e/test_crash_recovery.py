@@ -34,7 +34,7 @@ from fleetcast.status import RunStatus, follow_run
 from fleetcast_common.registration import plan_registration, register_chunk, start_registration
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import UploadQueue
-from fleetcast_contracts.ids import training_job_name
+from fleetcast_contracts.stages import TRAINING
 
 pytestmark = [
     pytest.mark.e2e,
@@ -65,7 +65,7 @@ def _deliver_nothing_to(up: Up, rule_suffix: str) -> None:
 
 def _wait_for_training(up: Up, run_id: str, wanted: str = "Completed") -> None:
     sagemaker = up.client("sagemaker")
-    job = training_job_name(up.info().job_name_prefix, run_id)
+    job = TRAINING.job_name(up.info().job_name_prefix, run_id)
     deadline = time.monotonic() + START_SECONDS
     while True:
         try:
@@ -113,7 +113,7 @@ def _cut_registration_short(up: Up, run_id: str) -> int:
     registered; the other chunks' messages "lost". How many chunks it planned."""
     info = up.info()
     s3, registry = up.client("s3"), ModelRegistry(_table(info, info.registry_table))
-    job = training_job_name(info.job_name_prefix, run_id)
+    job = TRAINING.job_name(info.job_name_prefix, run_id)
     plan, chunks = plan_registration(run_id, job, info.artifacts_bucket, 1, s3)
     start_registration(plan, s3, info.artifacts_bucket, registry)
     register_chunk(chunks[0], info.artifacts_bucket, s3, registry)

@@ -28,7 +28,8 @@ from test_pipeline import readings, to_csv
 from fleetcast.embedded import lease
 from fleetcast.embedded.stack import StackInfo
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
-from fleetcast_contracts.ids import training_job_name, upload_sequence
+from fleetcast_contracts.ids import upload_sequence
+from fleetcast_contracts.stages import TRAINING
 
 pytestmark = [
     pytest.mark.e2e,
@@ -260,7 +261,7 @@ def test_a_killed_stack_is_said_at_the_next_start_keeps_its_completed_run_and_le
     completed = upload_and_follow(first, "kept.csv", done)
     assert completed.customers_registered == len(KEPT_CUSTOMERS), completed
     training = upload_only(first, "later.csv", to_csv(readings(LATER, "2024-01-01", 120, seed=4)))
-    job = training_job_name(info.job_name_prefix, training)
+    job = TRAINING.job_name(info.job_name_prefix, training)
     sagemaker = first.client("sagemaker")
     deadline = time.monotonic() + JOB_SECONDS
     while True:

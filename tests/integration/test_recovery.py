@@ -27,7 +27,7 @@ from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, start_processing
 from fleetcast_common.settings import ProcessingSettings
 from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
-from fleetcast_contracts.ids import processing_job_name
+from fleetcast_contracts.stages import PROCESSING
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -69,7 +69,7 @@ def test_a_lease_whose_job_never_existed_is_freed_and_the_oldest_upload_sent_aga
     runs = [queue.arrive(upload, T0).run_id for upload in uploads]
     for run_id, upload in zip(runs, uploads, strict=True):
         queue.add(WaitingUpload(run_id=run_id, upload=upload))
-    lease = Lease(run_id=runs[0], job_name=processing_job_name(prefix, runs[0]), taken_at=T0)
+    lease = Lease(run_id=runs[0], job_name=PROCESSING.job_name(prefix, runs[0]), taken_at=T0)
     assert queue.take_lease(lease, replacing=None)
     # (start-processing's rule, delivered to a queue this test reads)
     target = sqs.create_queue(QueueName=f"{prefix}-uploaded")["QueueUrl"]

@@ -25,7 +25,8 @@ from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
 from fleetcast_common.settings import ProcessingSettings
 from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
-from fleetcast_contracts.ids import processing_job_name, upload_sequence
+from fleetcast_contracts.ids import upload_sequence
+from fleetcast_contracts.stages import PROCESSING
 
 # The queue and the tests' helpers share one table per test: job_of reads it.
 _QUEUE: list[UploadQueue] = []
@@ -97,7 +98,7 @@ def job_of(uploaded: Upload) -> str:
     """The processing job of ``uploaded``, named after the run id the queue gave it."""
     run_id = _QUEUE[0].run_id_of(uploaded)
     assert run_id is not None, f"{uploaded.key} never reached the queue"
-    return processing_job_name(PREFIX, run_id)
+    return PROCESSING.job_name(PREFIX, run_id)
 
 
 def _sagemaker_backend() -> Any:

@@ -17,15 +17,13 @@ from fleetcast_contracts.ids import (
     InvalidCustomerIdError,
     is_valid_customer_id,
     is_valid_run_id,
-    processing_job_name,
     run_id_for_upload,
-    run_id_from_job_name,
     sequencer_order,
-    training_job_name,
     upload_sequence,
     validate_customer_id,
 )
 from fleetcast_contracts.processing import source_key_from_environment
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 BASE_ENV = {
     "RAW_BUCKET": "raw",
@@ -94,11 +92,13 @@ def test_run_ids_sort_by_the_queue_number_whatever_the_event_time() -> None:
     assert not is_valid_run_id("20261129t235959-0123456789")
     assert upload_sequence("20261129t235959-0123456789") is None
     assert not is_valid_run_id("q12-20261129t120000")
-    assert run_id_from_job_name("fleetcast", processing_job_name("fleetcast", tenth)) == tenth
-    assert run_id_from_job_name("fleetcast", training_job_name("fleetcast", ninth)) == ninth
-    assert run_id_from_job_name("fleetcast", "someone-elses-job") is None
+    assert PROCESSING.run_id_of("fleetcast", PROCESSING.job_name("fleetcast", tenth)) == tenth
+    assert TRAINING.run_id_of("fleetcast", TRAINING.job_name("fleetcast", ninth)) == ninth
+    # each stage knows only its own jobs
+    assert PROCESSING.run_id_of("fleetcast", TRAINING.job_name("fleetcast", ninth)) is None
+    assert PROCESSING.run_id_of("fleetcast", "someone-elses-job") is None
     # The longest job name prefix the template allows still makes a valid job name
-    assert len(training_job_name("abcdefghijklmnopqrstu", eleventh)) <= 63
+    assert len(TRAINING.job_name("abcdefghijklmnopqrstu", eleventh)) <= 63
     with pytest.raises(ValueError, match="outside"):
         run_id_for_upload(0, UPLOAD.uploaded_at)
 

@@ -12,7 +12,7 @@ import json
 import re
 import tomllib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from aws_lambda_powertools.utilities.parser.models import (
@@ -27,6 +27,11 @@ from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast_common.forecasting import ForecastApiSettings
 from fleetcast_common.jobs import training_job_request
 from fleetcast_common.pipeline import STAGING_CONCURRENCY, STAGING_PART_BYTES
+from fleetcast_common.sagemaker_events import (
+    ProcessingJobEnded,
+    ProcessingJobStateChange,
+    TrainingJobStateChange,
+)
 from fleetcast_common.settings import (
     ProcessingSettings,
     RegistrationCoordinatorSettings,
@@ -35,7 +40,8 @@ from fleetcast_common.settings import (
 )
 from fleetcast_common.upload_queue import UNSTARTED_LEASE_GRACE
 from fleetcast_contracts import layout
-from fleetcast_contracts.ids import is_valid_run_id, processing_job_name, training_job_name
+from fleetcast_contracts.ids import is_valid_run_id
+from fleetcast_contracts.stages import PIPELINE, PROCESSING, TRAINING
 from fleetcast_contracts.training import CANDIDATES_PATTERN, HYPERPARAMETER_DEFAULTS
 from fleetcast_cost import state as cost_state
 from fleetcast_cost.models import Anomaly
@@ -259,6 +265,44 @@ COUNTER_EXAMPLES: list[tuple[str, str, tuple[str, ...], Any]] = [
 ]  # fmt: skip
 
 
+def sagemaker_patterns() -> dict[str, dict[str, Any]]:
+    """Every EventBridge pattern on SageMaker job events (the functions' rules and the
+    failure rules), by rule, resolved."""
+    patterns = {f"{f}.{e}": p for (f, e), p in event_rules().items()}
+    for logical_id, resource in RESOURCES.items():
+        if resource["Type"] == "AWS::Events::Rule":
+            patterns[logical_id] = resolve(resource["Properties"]["EventPattern"])
+    return {rule: p for rule, p in patterns.items() if p.get("source") == ["aws.sagemaker"]}
+
+
+def test_every_sagemaker_rule_names_a_stage_as_the_pipeline_names_it() -> None:
+    # Given the pipeline's stages, named once (fleetcast_contracts.stages)
+    by_detail_type = {stage.detail_type: stage for stage in PIPELINE}
+    matched = set()
+    for rule, pattern in sagemaker_patterns().items():
+        # Then each rule on SageMaker's events is on one stage's events, and ours only
+        (detail_type,) = pattern["detail-type"]
+        stage = by_detail_type.get(detail_type)
+        assert stage is not None, f"{rule}: {detail_type!r} is no stage of PIPELINE"
+        assert pattern["detail"][stage.name_field] == [{"prefix": stage.job_name_prefix(PREFIX)}]
+        assert stage.status_field in pattern["detail"], rule
+        matched.add(stage)
+    # And every stage's end is seen by some rule (the next step starts from it)
+    assert matched == set(PIPELINE)
+    # And the events' models read the fields the stages name
+    detail_type = ProcessingJobEnded.model_fields["detail_type"].annotation
+    assert get_args(detail_type) == (PROCESSING.detail_type,)
+    for stage, model in (
+        (PROCESSING, ProcessingJobStateChange),
+        (TRAINING, TrainingJobStateChange),
+    ):
+        fields = model.model_fields
+        assert (fields["job_name"].alias, fields["status"].alias) == (
+            stage.name_field,
+            stage.status_field,
+        )
+
+
 @pytest.mark.parametrize(
     ("name", "path", "value"),
     [(name, path, value) for name, _, path, value in COUNTER_EXAMPLES],
@@ -297,7 +341,7 @@ def test_sample_names_agree_with_the_template_and_the_layout() -> None:
     for name in ("processing_job_completed.json", "processing_job_failed.json"):
         event = sample(name)
         detail = event["detail"]
-        job = processing_job_name(PREFIX, RUN_ID)
+        job = PROCESSING.job_name(PREFIX, RUN_ID)
         assert detail["ProcessingJobName"] == job
         assert detail["ProcessingJobArn"].endswith(f":processing-job/{job}")
         assert event["resources"] == [detail["ProcessingJobArn"]]
@@ -313,7 +357,7 @@ def test_sample_names_agree_with_the_template_and_the_layout() -> None:
     for name in ("training_job_completed.json", "training_job_failed.json"):
         event = sample(name)
         detail = event["detail"]
-        job = training_job_name(PREFIX, RUN_ID)
+        job = TRAINING.job_name(PREFIX, RUN_ID)
         assert detail["TrainingJobName"] == job
         assert event["resources"] == [detail["TrainingJobArn"]]
         assert all(isinstance(v, str) for v in detail["HyperParameters"].values())

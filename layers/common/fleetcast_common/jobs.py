@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict
 
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
 from fleetcast_contracts import layout, processing, training
-from fleetcast_contracts.ids import processing_job_name, training_job_name
 from fleetcast_contracts.images import checked_image_uri
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 
 class Upload(BaseModel):
@@ -119,7 +119,7 @@ def processing_job_request(
         }
 
     return {
-        "ProcessingJobName": processing_job_name(settings.job_name_prefix, run_id),
+        PROCESSING.name_field: PROCESSING.job_name(settings.job_name_prefix, run_id),
         "ProcessingResources": {
             "ClusterConfig": {
                 "InstanceCount": 1,
@@ -198,7 +198,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, parts: int) ->
             settings.max_wait_seconds, settings.max_runtime_seconds
         )
     return {
-        "TrainingJobName": training_job_name(settings.job_name_prefix, run_id),
+        TRAINING.name_field: TRAINING.job_name(settings.job_name_prefix, run_id),
         "AlgorithmSpecification": {
             "TrainingImage": checked_image_uri(settings.image_uri, "TrainingImageUri"),
             "TrainingInputMode": "File",

@@ -22,9 +22,9 @@ from fleetcast_common.settings import ProcessingSettings, TrainingSettings
 from fleetcast_common.upload_queue import Lease, NotProcessed, UploadQueue, WaitingUpload
 from fleetcast_contracts import layout
 from fleetcast_contracts.errors import error_code
-from fleetcast_contracts.ids import processing_job_name, run_id_from_job_name
 from fleetcast_contracts.images import checked_image_uri
 from fleetcast_contracts.object_keys import shown_key
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 _DISPATCH_PASSES = 4
 # What DescribeProcessingJob answers for a job that does not exist.
@@ -109,7 +109,7 @@ def start_processing(
         )
     arrival = queue.arrive(upload, now or datetime.now(UTC))
     run_id = arrival.run_id
-    job_name = processing_job_name(settings.job_name_prefix, run_id)
+    job_name = PROCESSING.job_name(settings.job_name_prefix, run_id)
     if _processing_job_status(sagemaker, job_name) is not None:
         return JobStart(outcome=Outcome.ALREADY_STARTED, run_id=run_id, job_name=job_name)
     # (A repeated event of an upload that was queued before the newer one arrived finds
@@ -156,7 +156,7 @@ def processing_ended(
 ) -> JobStart:
     """A processing job ended (Completed, Failed or Stopped): free its lease and start the
     next waiting upload, if any."""
-    run_id = run_id_from_job_name(settings.job_name_prefix, job_name)
+    run_id = PROCESSING.run_id_of(settings.job_name_prefix, job_name)
     if run_id is None:
         return JobStart(outcome=Outcome.IGNORED, reason=f"{job_name} is not a fleetcast job")
     queue.release_lease(run_id)
@@ -258,7 +258,7 @@ def _start_job(
 ) -> JobStart:
     """Stage the upload and create its processing job, unless the job exists already (then
     its upload was staged before, and copying it again could take minutes)."""
-    job_name = processing_job_name(settings.job_name_prefix, waiting.run_id)
+    job_name = PROCESSING.job_name(settings.job_name_prefix, waiting.run_id)
     if _processing_job_status(sagemaker, job_name) is not None:
         return JobStart(outcome=Outcome.ALREADY_STARTED, run_id=waiting.run_id, job_name=job_name)
     with_history = storage.any_object_under(s3, settings.artifacts_bucket, layout.HISTORY_PREFIX)
@@ -268,7 +268,7 @@ def _start_job(
         settings, waiting.run_id, waiting.upload, with_history, with_metadata
     )
     return _create_once(
-        sagemaker.create_processing_job, request, "ProcessingJobName", waiting.run_id
+        sagemaker.create_processing_job, request, PROCESSING.name_field, waiting.run_id
     )
 
 
@@ -319,7 +319,7 @@ def _stage_upload(s3: Any, settings: ProcessingSettings, waiting: WaitingUpload)
 
 
 def _lease_for(settings: ProcessingSettings, waiting: WaitingUpload, now: datetime) -> Lease:
-    job_name = processing_job_name(settings.job_name_prefix, waiting.run_id)
+    job_name = PROCESSING.job_name(settings.job_name_prefix, waiting.run_id)
     return Lease(run_id=waiting.run_id, job_name=job_name, taken_at=now)
 
 
@@ -331,7 +331,7 @@ def _processing_job_status(sagemaker: Any, job_name: str) -> str | None:
     """The job's ProcessingJobStatus; None when there is no such job."""
     try:
         return str(
-            sagemaker.describe_processing_job(ProcessingJobName=job_name)["ProcessingJobStatus"]
+            sagemaker.describe_processing_job(ProcessingJobName=job_name)[PROCESSING.status_field]
         )
     except Exception as error:
         if error_code(error) in _NO_SUCH_JOB:
@@ -342,7 +342,7 @@ def _processing_job_status(sagemaker: Any, job_name: str) -> str | None:
 def start_training(
     processing_job_name: str, settings: TrainingSettings, sagemaker: Any, s3: Any
 ) -> JobStart:
-    run_id = run_id_from_job_name(settings.job_name_prefix, processing_job_name)
+    run_id = PROCESSING.run_id_of(settings.job_name_prefix, processing_job_name)
     if run_id is None:
         return JobStart(
             outcome=Outcome.IGNORED, reason=f"{processing_job_name} is not a fleetcast job"
@@ -357,4 +357,4 @@ def start_training(
             outcome=Outcome.IGNORED, run_id=run_id, reason="processing wrote no training input"
         )
     request = training_job_request(settings, run_id, parts)
-    return _create_once(sagemaker.create_training_job, request, "TrainingJobName", run_id)
+    return _create_once(sagemaker.create_training_job, request, TRAINING.name_field, run_id)

@@ -1,4 +1,4 @@
-"""Identifiers: customer ids, run ids and the SageMaker job names derived from them.
+"""Identifiers: customer ids and run ids (the job names made of them: stages.py).
 
 A customer id becomes an S3 key, a file name and a multi-model endpoint TargetModel, so
 it must pass the allow-list here before it reaches any of them.
@@ -94,20 +94,3 @@ def sequencer_order(sequencer: str) -> str:
 
 def is_valid_run_id(run_id: str) -> bool:
     return _RUN_ID.fullmatch(run_id) is not None
-
-
-def processing_job_name(prefix: str, run_id: str) -> str:
-    return f"{prefix}-p-{run_id}"
-
-
-def training_job_name(prefix: str, run_id: str) -> str:
-    return f"{prefix}-t-{run_id}"
-
-
-def run_id_from_job_name(prefix: str, job_name: str) -> str | None:
-    """The run id inside one of our job names, or None for a job that is not ours."""
-    for kind in ("p", "t"):
-        head = f"{prefix}-{kind}-"
-        if job_name.startswith(head) and is_valid_run_id(job_name[len(head) :]):
-            return job_name[len(head) :]
-    return None

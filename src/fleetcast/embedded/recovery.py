@@ -50,7 +50,7 @@ from fleetcast_common.registration import (
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import ENDED_STATUSES, UploadQueue
 from fleetcast_contracts import layout
-from fleetcast_contracts.ids import run_id_from_job_name, training_job_name
+from fleetcast_contracts.stages import PROCESSING, TRAINING, Stage
 
 COMPLETED = "Completed"
 
@@ -144,11 +144,11 @@ class Recovery:
 
     # -- processing and the upload queue -----------------------------------------------
 
-    def _ours(self, jobs: dict[str, Any]) -> dict[str, str]:
-        """Run id -> job name of this stack's jobs in ``jobs``."""
+    def _ours(self, stage: Stage, jobs: dict[str, Any]) -> dict[str, str]:
+        """Run id -> job name of this stack's jobs of ``stage`` in ``jobs``."""
         found = {}
         for name in jobs:
-            run_id = run_id_from_job_name(self._prefix, name)
+            run_id = stage.run_id_of(self._prefix, name)
             if run_id is not None:
                 found[run_id] = name
         return found
@@ -159,8 +159,8 @@ class Recovery:
         jobs = self.sagemaker.processing_jobs
         ends = set()
         s3, bucket = self.client("s3"), self._name("ArtifactsBucket")
-        for run_id, name in self._ours(jobs).items():
-            trained = training_job_name(self._prefix, run_id) in self.sagemaker.training_jobs
+        for run_id, name in self._ours(PROCESSING, jobs).items():
+            trained = TRAINING.job_name(self._prefix, run_id) in self.sagemaker.training_jobs
             if jobs[name].processing_job_status != COMPLETED or trained:
                 continue
             if any(
@@ -228,7 +228,7 @@ class Recovery:
         registry = ModelRegistry(self.resource("dynamodb").Table(self._name("ModelRegistryTable")))
         s3, bucket = self.client("s3"), self._name("ArtifactsBucket")
         jobs = self.sagemaker.training_jobs
-        for run_id, name in sorted(self._ours(jobs).items()):
+        for run_id, name in sorted(self._ours(TRAINING, jobs).items()):
             job = jobs[name]
             if job.training_job_status not in ENDED_STATUSES:
                 continue

@@ -43,6 +43,7 @@ from fleetcast_contracts import opt_ml
 from fleetcast_contracts import processing as processing_contract
 from fleetcast_contracts import training as training_contract
 from fleetcast_contracts.layout import MODEL_ARCHIVE_SUFFIX
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 log = logging.getLogger("fleetcast.embedded.jobs")
 
@@ -312,7 +313,7 @@ class JobRunner:
 
     def publish_processing(self, job: Any) -> None:
         detail = _jsonable(job.response_object, as_string=False)
-        self._publish("SageMaker Processing Job State Change", job.arn, detail)
+        self._publish(PROCESSING.detail_type, job.arn, detail)
 
     # -- training ---------------------------------------------------------------------
 
@@ -452,7 +453,7 @@ class JobRunner:
 
     def publish_training(self, job: Any) -> None:
         detail = _jsonable(job.response_object, as_string=True)
-        self._publish("SageMaker Training Job State Change", job.arn, detail)
+        self._publish(TRAINING.detail_type, job.arn, detail)
 
 
 def _archives_in(folder: Path) -> int:
