@@ -75,10 +75,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         console.print(
             'In another shell: [bold]eval "$(fleetcast env)"[/] then use the AWS CLI or boto3. Ctrl-C stops.'
         )
-        try:
-            while not stopping.wait(0.5):
-                pass
-        except KeyboardInterrupt:
+        # Ctrl-C stops it even where it started with SIGINT ignored, as a shell without
+        # job control starts `fleetcast up &` (Python then raises no KeyboardInterrupt).
+        signal.signal(signal.SIGINT, lambda *_: stopping.set())
+        while not stopping.wait(0.5):
             pass
     finally:
         with console.status("stopping"):

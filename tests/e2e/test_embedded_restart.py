@@ -82,7 +82,11 @@ class Up:
         return self.output()
 
 
-def start_up(state_dir: Path, log: Path, *options: str, wait: bool = True) -> Up:
+def start_up(
+    state_dir: Path, log: Path, *options: str, wait: bool = True, sigint_ignored: bool = False
+) -> Up:
+    """``sigint_ignored``: started as a shell without job control starts ``fleetcast up &``
+    (SIGINT ignored), which Ctrl-C must stop all the same."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FLEETCAST_"))}
     environment.update(COLUMNS="200", AWS_CONFIG_FILE=os.devnull)
     with log.open("w") as output:
@@ -99,6 +103,7 @@ def start_up(state_dir: Path, log: Path, *options: str, wait: bool = True) -> Up
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=ignore_sigint if sigint_ignored else None,
         )
     up = Up(process, log, state_dir)
     deadline = time.monotonic() + START_SECONDS
@@ -107,6 +112,10 @@ def start_up(state_dir: Path, log: Path, *options: str, wait: bool = True) -> Up
         assert time.monotonic() < deadline, f"no stack after {START_SECONDS} s:\n{up.output()}"
         time.sleep(0.5)
     return up
+
+
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.fixture
@@ -134,7 +143,8 @@ def test_a_restarted_stack_keeps_objects_items_and_finished_jobs_and_the_logs(
     # Given a stack with an object, a registry record and a job that finished (failed:
     # its input prefix is empty), and a job log a user may still want
     state_dir = tmp_path / "state"
-    first = start_up(state_dir, tmp_path / "first.log", "--port", "0")
+    # (started with SIGINT ignored, as `fleetcast up &` in a script starts it)
+    first = start_up(state_dir, tmp_path / "first.log", "--port", "0", sigint_ignored=True)
     ups.append(first)
     assert "a new stack" in first.output()
     info = first.info()
