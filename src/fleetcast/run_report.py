@@ -20,7 +20,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from fleetcast_common.registry import ModelRegistry, ModelStatus
-from fleetcast_training.run_exports import CANDIDATE_KINDS, MEASURES
+from fleetcast_training.run_exports import MEASURES, SCORED_KINDS
 
 
 class Spread(BaseModel):
@@ -83,7 +83,7 @@ def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAc
         },
         family_wape={
             kind: Spread.of([row.get(f"backtest_wape_{kind}") for row in trained])
-            for kind in CANDIDATE_KINDS
+            for kind in SCORED_KINDS
             if any(row.get(f"backtest_wape_{kind}") is not None for row in trained)
         },
         run_id=run_id,

@@ -32,7 +32,6 @@ from fleetcast_forecasters.forecast import forecast_seed
 from fleetcast_training.run_exports import (
     ACCURACY,
     ACCURACY_SCHEMA,
-    CANDIDATE_KINDS,
     CUSTOMERS_PER_PART,
     EXPORTS_DIR,
     FORECAST_SCHEMA,
@@ -40,6 +39,7 @@ from fleetcast_training.run_exports import (
     MEASURES,
     PARQUET_SUFFIX,
     PART_PREFIX,
+    SCORED_KINDS,
     accuracy_part_name,
     forecast_part_name,
 )
@@ -250,7 +250,7 @@ def accuracy_batch(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.Rec
         row["model_kind"] = metadata.model_kind if metadata else None
         row["runner_up"] = backtest.runner_up if backtest else None
         row["backtest_windows"] = backtest.windows if backtest else None
-        for kind in CANDIDATE_KINDS:
+        for kind in SCORED_KINDS:
             score = backtest.score(kind) if backtest else None
             row[f"backtest_wape_{kind}"] = score.wape if score else None
         rows.append(row)

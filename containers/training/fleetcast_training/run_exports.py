@@ -19,6 +19,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from fleetcast_contracts.layout import checkpoint_prefix
+from fleetcast_contracts.training import CANDIDATE_KINDS
+from fleetcast_forecasters.combination import KIND as COMBINATION
 
 EXPORTS_DIR = "exports"
 FORECASTS = "forecasts"
@@ -46,11 +48,10 @@ FORECAST_SCHEMA = pa.schema(
 # The measures of the model and of seasonal-naive, in this order, with ``naive_`` before
 # the second set (fleetcast_contracts.model_archive.HoldoutMetrics has the same names).
 MEASURES = ("smape", "wape", "mase", "rmse", "mae")
-# The model families a customer's backtest scores, each with a ``backtest_wape_`` column
-# (null where it was not a candidate or could not be fitted).
-# (seasonal_median's backtest WAPE is in each archive's backtest, not yet a column here:
-# the column needs template.yaml's Glue table too.)
-CANDIDATE_KINDS = ("seasonal_naive", "ets", "theta", "prophet", "combination")
+# The model families a customer's backtest scores (every candidate a job may train, and
+# their combination), each with a ``backtest_wape_`` column (null where it was not a
+# candidate or could not be fitted).
+SCORED_KINDS = (*CANDIDATE_KINDS, COMBINATION)
 
 ACCURACY_SCHEMA = pa.schema(
     [
@@ -74,7 +75,7 @@ ACCURACY_SCHEMA = pa.schema(
         pa.field("model_kind", pa.string()),
         pa.field("runner_up", pa.string()),
         pa.field("backtest_windows", pa.int32()),
-        *(pa.field(f"backtest_wape_{kind}", pa.float64()) for kind in CANDIDATE_KINDS),
+        *(pa.field(f"backtest_wape_{kind}", pa.float64()) for kind in SCORED_KINDS),
     ]
 )
 
