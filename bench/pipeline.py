@@ -24,6 +24,7 @@ from fleetcast.datagen import write_readings
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common.registry import ModelRegistry
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 TIMEOUT_SECONDS = 900
 DEMO_SECONDS = 30
@@ -77,25 +78,24 @@ def run_pipeline(
         TIMEOUT_SECONDS,
     )
     finished = time.time()
-    if status.training_status != "Completed" or status.customers_trained != sizes.customers:
-        raise AssertionError(
-            f"the run did not train every customer: {status.processing_failure or status.training_failure or status}"
-        )
-    assert status.training_ended_at is not None
+    if not status.completed or status.customers_trained != sizes.customers:
+        raise AssertionError(f"the run did not train every customer: {status.failure or status}")
+    trained_at = status.job(TRAINING).ended_at
+    assert trained_at is not None
     stages += [
         Stage(
             "processing",
-            status.processing_seconds or 0.0,
+            status.job(PROCESSING).seconds or 0.0,
             f"{status.rows_read:,} rows, {status.customers_processed} customers",
         ),
         Stage(
             "training",
-            status.training_seconds or 0.0,
-            f"{status.instances} instances, {status.customers_trained} models",
+            status.job(TRAINING).seconds or 0.0,
+            f"{status.job(TRAINING).instances} instances, {status.customers_trained} models",
         ),
         Stage(
             "registration",
-            finished - status.training_ended_at.timestamp(),
+            finished - trained_at.timestamp(),
             f"{status.customers_registered} models live",
         ),
     ]

@@ -42,6 +42,7 @@ from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import API_KEY_ENV, API_URL_ENV, ForecastApi, ServingError
 from fleetcast.status import RunStatus, run_ids, wait_for_new_run
 from fleetcast_contracts import layout
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 FIRST_DAY = date(2022, 1, 1)
 GIB = 2**30
@@ -209,13 +210,13 @@ def run_once(
     results.stages += [
         Stage(
             f"{label}: processing",
-            status.processing_seconds or 0.0,
+            status.job(PROCESSING).seconds or 0.0,
             f"{status.rows_read or 0:,} rows, {status.customers_processed or 0:,} customers",
         ),
         Stage(
             f"{label}: training",
-            status.training_seconds or 0.0,
-            f"{status.instances} instances, {status.customers_trained or 0:,} trained, "
+            status.job(TRAINING).seconds or 0.0,
+            f"{status.job(TRAINING).instances} instances, {status.customers_trained or 0:,} trained, "
             f"{status.customers_failed or 0} failed",
         ),
         Stage(
@@ -225,11 +226,8 @@ def run_once(
             f"registration {status.registration}",
         ),
     ]
-    if status.processing_status != "Completed" or status.training_status != "Completed":
-        results.problems.append(
-            f"{label}: the run did not complete: "
-            f"{status.processing_failure or status.training_failure}"
-        )
+    if not status.completed:
+        results.problems.append(f"{label}: the run did not complete: {status.failure}")
     if status.customers_processed != expected:
         results.problems.append(
             f"{label}: {expected:,} customers uploaded, {status.customers_processed} processed"

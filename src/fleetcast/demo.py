@@ -22,6 +22,7 @@ from fleetcast.cost_cli import cost_report_for_demo
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import demo_forecast
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 TIMEOUT_SECONDS = 900
 
@@ -49,12 +50,12 @@ def follow_with_progress(
         registering = progress.add_task("registering", total=expected_customers, start=False)
 
         def show(status: RunStatus) -> None:
-            if status.processing_status != "InProgress":
+            if status.job(PROCESSING).status != "InProgress":
                 progress.update(processing, completed=1)
             if status.customers_processed:
                 progress.update(training, total=status.customers_processed)
                 progress.update(registering, total=status.customers_processed)
-            if status.training_job:
+            if status.job(TRAINING).name:
                 progress.start_task(training)
                 progress.update(
                     training,
@@ -62,7 +63,7 @@ def follow_with_progress(
                     if status.customers_trained is not None
                     else status.customers_checkpointed,
                 )
-            if status.training_status == "Completed":
+            if status.job(TRAINING).status == "Completed":
                 progress.start_task(registering)
                 if status.customers_trained is not None:
                     progress.update(registering, total=status.customers_trained)
@@ -120,21 +121,21 @@ def run_demo(
         stages.append(
             (
                 "processing",
-                status.processing_seconds or 0.0,
+                status.job(PROCESSING).seconds or 0.0,
                 f"{status.rows_read or 0:,} rows, {status.rows_rejected or 0} rejected, {status.customers_processed or 0} customers",
             )
         )
         stages.append(
             (
                 "training",
-                status.training_seconds or 0.0,
-                f"{status.instances} instances, {status.customers_trained or 0} trained, {status.customers_failed or 0} failed",
+                status.job(TRAINING).seconds or 0.0,
+                f"{status.job(TRAINING).instances} instances, {status.customers_trained or 0} trained, {status.customers_failed or 0} failed",
             )
         )
         stages.append(
             (
                 "registration",
-                _since(status.training_ended_at),
+                _since(status.job(TRAINING).ended_at),
                 f"{status.customers_registered} live",
             )
         )
@@ -146,11 +147,8 @@ def run_demo(
         for name, seconds, detail in stages:
             table.add_row(name, f"{seconds:.1f}", detail)
         console.print(table)
-        failed = status.processing_status != "Completed" or status.training_status != "Completed"
-        if failed:
-            console.print(
-                f"[red]the run did not complete:[/] {status.processing_failure or status.training_failure}"
-            )
+        if not status.completed:
+            console.print(f"[red]the run did not complete:[/] {status.failure}")
             return 1
         console.print(
             f"logs: {Path(info.state_dir) / 'logs'} (functions), {Path(info.state_dir) / 'jobs'} (SageMaker jobs)"

@@ -22,7 +22,7 @@ from fleetcast_contracts.errors import error_code
 from fleetcast_contracts.ids import upload_sequence
 from fleetcast_contracts.object_keys import upload_file_name
 from fleetcast_contracts.shards import USE_INACTIVE, USE_INCOMPLETE
-from fleetcast_contracts.stages import PROCESSING, TRAINING
+from fleetcast_contracts.stages import PIPELINE, PROCESSING, TRAINING, Stage
 from fleetcast_contracts.training import host_names, progress_name
 from fleetcast_contracts.training_manifest import TrainingProgress
 
@@ -45,6 +45,35 @@ class TrainingFailure(BaseModel):
     reason: str
 
 
+# SageMaker's job statuses that end a job.
+ENDED = ("Completed", "Failed", "Stopped")
+
+
+class StageJob(BaseModel):
+    """A run's job of one pipeline stage (fleetcast_contracts.stages), as SageMaker
+    describes it; every field None for a stage whose job has not started."""
+
+    name: str | None = None
+    # SageMaker's JobStatus; for processing also Waiting (the upload queue holds it back)
+    # or Superseded and Replaced (the upload got no run).
+    status: str | None = None
+    secondary_status: str | None = None
+    failure: str | None = None
+    instances: int | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return (self.ended_at - self.started_at).total_seconds()
+
+
+NOT_STARTED = StageJob()
+
+
 class RunStatus(BaseModel):
     run_id: str
     # The upload's file name, and its whole S3 key (from the run's upload record).
@@ -52,13 +81,12 @@ class RunStatus(BaseModel):
     source_key: str | None = None
     # The object version its event named (the ETag in an unversioned bucket).
     source_version: str | None = None
-    processing_job: str
-    # An upload that got no run (processing_status Superseded or Replaced): why, and the
-    # run of the newer upload of its key that superseded it.
+    # Its stages' jobs, in the pipeline's order, by stage name: those started so far.
+    jobs: dict[str, StageJob] = Field(default_factory=dict)
+    # An upload that got no run (its processing status Superseded or Replaced): why, and
+    # the run of the newer upload of its key that superseded it.
     not_processed_reason: str | None = None
     superseded_by: str | None = None
-    processing_status: str
-    processing_failure: str | None = None
     rows_read: int | None = None
     rows_rejected: int | None = None
     # Stored readings this upload replaced (same customer and instant), and of them those it
@@ -73,11 +101,6 @@ class RunStatus(BaseModel):
     # Customers processing sent to training: all of them for readings, those whose holiday
     # calendar changed (and who have history) for a metadata upload; 0 means no training job.
     customers_to_train: int | None = None
-    training_job: str | None = None
-    training_status: str | None = None
-    training_secondary_status: str | None = None
-    training_failure: str | None = None
-    instances: int | None = None
     customers_checkpointed: int = 0
     customers_trained: int | None = None
     customers_failed: int | None = None
@@ -97,10 +120,20 @@ class RunStatus(BaseModel):
     chunks_total: int | None = None
     registered: bool = False
     created_at: datetime | None = None
-    processing_started_at: datetime | None = None
-    processing_ended_at: datetime | None = None
-    training_started_at: datetime | None = None
-    training_ended_at: datetime | None = None
+
+    def job(self, stage: Stage) -> StageJob:
+        """Its job of ``stage``: :data:`NOT_STARTED` (every field None) before it starts."""
+        return self.jobs.get(stage.name, NOT_STARTED)
+
+    @property
+    def completed(self) -> bool:
+        """Every stage's job completed."""
+        return all(self.job(stage).status == "Completed" for stage in PIPELINE)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the first of its jobs that did not complete did not."""
+        return next((job.failure for job in self.jobs.values() if job.failure), None)
 
     @property
     def upload_order(self) -> int | None:
@@ -111,11 +144,12 @@ class RunStatus(BaseModel):
     @property
     def done(self) -> bool:
         """Nothing more will happen to this run."""
-        if self.processing_status in ("Failed", "Stopped", *NOT_PROCESSED.values()):
+        processing = self.job(PROCESSING).status
+        if processing in ("Failed", "Stopped", *NOT_PROCESSED.values()):
             return True
-        if self.processing_status == "Completed" and self.customers_to_train == 0:
+        if processing == "Completed" and self.customers_to_train == 0:
             return True  # a metadata upload that changed nobody's calendar: nothing to train
-        if self.training_status not in ("Completed", "Failed", "Stopped"):
+        if self.job(PIPELINE[-1]).status not in ENDED:
             return False
         # A failed or stopped job's models are registered too.
         return self.registered
@@ -138,17 +172,28 @@ class RunStatus(BaseModel):
             lines.append(f"{count} {kind} (first {first.customer_id}: {first.reason})")
         return lines
 
-    @property
-    def processing_seconds(self) -> float | None:
-        return _seconds(self.processing_started_at, self.processing_ended_at)
 
-    @property
-    def training_seconds(self) -> float | None:
-        return _seconds(self.training_started_at, self.training_ended_at)
-
-
-def _seconds(start: datetime | None, end: datetime | None) -> float | None:
-    return None if start is None or end is None else (end - start).total_seconds()
+def describe_job(sagemaker: Any, stage: Stage, job_name: str) -> StageJob | None:
+    """``stage``'s job of that name as SageMaker describes it; None when there is none."""
+    try:
+        described = getattr(sagemaker, stage.describe_operation)(**{stage.name_field: job_name})
+    except Exception as error:
+        if error_code(error) in ("ValidationException", "ResourceNotFound"):
+            return None
+        raise
+    instances: Any = described
+    for field in stage.instance_count_path:
+        instances = instances.get(field, {}) if isinstance(instances, dict) else {}
+    return StageJob(
+        name=described[stage.name_field],
+        status=described[stage.status_field],
+        secondary_status=described.get("SecondaryStatus"),
+        failure=described.get("FailureReason") or None,
+        instances=instances if isinstance(instances, int) else None,
+        created_at=described.get("CreationTime"),
+        started_at=described.get(stage.start_time_field),
+        ended_at=described.get(stage.end_time_field),
+    )
 
 
 def run_status(
@@ -161,17 +206,18 @@ def run_status(
 ) -> RunStatus:
     """One run's state, read with a number of requests that does not grow with its
     customers."""
-    processing_job = PROCESSING.job_name(prefix, run_id)
-    described = sagemaker.describe_processing_job(ProcessingJobName=processing_job)
-    status = RunStatus(
-        run_id=run_id,
-        processing_job=processing_job,
-        processing_status=described[PROCESSING.status_field],
-        processing_failure=described.get("FailureReason") or None,
-        created_at=described.get("CreationTime"),
-        processing_started_at=described.get("ProcessingStartTime"),
-        processing_ended_at=described.get("ProcessingEndTime"),
-    )
+    status = RunStatus(run_id=run_id)
+    for stage in PIPELINE:
+        job_name = stage.job_name(prefix, run_id)
+        job = describe_job(sagemaker, stage, job_name)
+        if job is None:
+            if stage is PIPELINE[0]:
+                raise LookupError(f"run {run_id} has no {stage.name} job {job_name}")
+            break
+        status.jobs[stage.name] = job
+        if job.status != "Completed":
+            break  # each job is started by the previous one's completion
+    status.created_at = status.job(PIPELINE[0]).created_at
     record = storage.read_text_if_exists(s3, bucket, layout.upload_record_key(run_id))
     if record is not None:
         # Written before the job started: a run that failed before its report has it too.
@@ -192,25 +238,11 @@ def run_status(
             status.customers_to_train = len(summary.metadata.retrained)
         else:
             status.customers_to_train = summary.customers
-    if status.processing_status != "Completed":
+    training = status.job(TRAINING)
+    if training.status is None:
         return status
-    try:
-        training = sagemaker.describe_training_job(
-            TrainingJobName=TRAINING.job_name(prefix, run_id)
-        )
-    except Exception as error:
-        if error_code(error) in ("ValidationException", "ResourceNotFound"):
-            return status
-        raise
-    status.training_job = training[TRAINING.name_field]
-    status.training_status = training[TRAINING.status_field]
-    status.training_secondary_status = training.get("SecondaryStatus")
-    status.training_failure = training.get("FailureReason") or None
-    status.instances = training.get("ResourceConfig", {}).get("InstanceCount")
-    status.training_started_at = training.get("TrainingStartTime")
-    status.training_ended_at = training.get("TrainingEndTime")
-    status.customers_checkpointed = customers_done(s3, bucket, run_id, status.instances or 0)
-    if status.training_status in ("Completed", "Failed", "Stopped"):
+    status.customers_checkpointed = customers_done(s3, bucket, run_id, training.instances or 0)
+    if training.status in ENDED:
         plan = read_registration_record(s3, bucket, run_id)
         progress = ModelRegistry(table).run(run_id)
         if plan is not None:
@@ -322,8 +354,11 @@ def pipeline_status(
             run_id=w.run_id,
             source=upload_file_name(w.upload.key),
             source_key=w.upload.key,
-            processing_job=PROCESSING.job_name(prefix, w.run_id),
-            processing_status=WAITING,
+            jobs={
+                PROCESSING.name: StageJob(
+                    name=PROCESSING.job_name(prefix, w.run_id), status=WAITING
+                )
+            },
             created_at=w.upload.uploaded_at,
         )
         for w in waiting
@@ -335,8 +370,12 @@ def pipeline_status(
             source=upload_file_name(n.upload.key),
             source_key=n.upload.key,
             source_version=n.upload.version_id or n.upload.etag,
-            processing_job=PROCESSING.job_name(prefix, n.run_id),
-            processing_status=NOT_PROCESSED.get(n.outcome, n.outcome),
+            jobs={
+                PROCESSING.name: StageJob(
+                    name=PROCESSING.job_name(prefix, n.run_id),
+                    status=NOT_PROCESSED.get(n.outcome, n.outcome),
+                )
+            },
             not_processed_reason=n.reason,
             superseded_by=n.superseded_by,
             created_at=n.upload.uploaded_at,

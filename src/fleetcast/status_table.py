@@ -4,18 +4,27 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from fleetcast.status import RunStatus
+from fleetcast.status import RunStatus, StageJob
+from fleetcast_contracts.stages import PIPELINE, PROCESSING
+
+
+def _job_cell(job: StageJob) -> str:
+    cell = (job.status or "-") + (
+        f" ({job.secondary_status})" if job.secondary_status and job.status == "InProgress" else ""
+    )
+    return cell + (f"\n{job.failure}" if job.failure else "")
 
 
 def status_table(runs: list[RunStatus]) -> Table:
     table = Table(title="fleetcast runs", header_style="bold")
+    later_stages = PIPELINE[1:]
     for column in (
         "order",
         "run",
         "source",
-        "processing",
+        PROCESSING.name,
         "rows (rejected)",
-        "training",
+        *(stage.name for stage in later_stages),
         "customers",
         "trained",
         "failed",
@@ -23,20 +32,11 @@ def status_table(runs: list[RunStatus]) -> Table:
     ):
         table.add_column(column)
     for run in runs:
-        processing = run.processing_status + (
-            f"\n{run.processing_failure}" if run.processing_failure else ""
-        )
+        processing = _job_cell(run.job(PROCESSING))
         if run.not_processed_reason:
             # An upload that got no run: which run took its place, and why.
             by = f" by {run.superseded_by}" if run.superseded_by else ""
             processing += f"{by}\n{run.not_processed_reason}"
-        training = (run.training_status or "-") + (
-            f" ({run.training_secondary_status})"
-            if run.training_secondary_status and run.training_status == "InProgress"
-            else ""
-        )
-        if run.training_failure:
-            training += f"\n{run.training_failure}"
         table.add_row(
             f"#{run.upload_order}" if run.upload_order is not None else "-",
             run.run_id,
@@ -60,7 +60,7 @@ def status_table(runs: list[RunStatus]) -> Table:
                 if run.periods_incomplete or run.periods_inactive
                 else ""
             ),
-            training,
+            *(_job_cell(run.job(stage)) for stage in later_stages),
             str(run.customers_processed if run.customers_processed is not None else "-"),
             str(
                 run.customers_trained

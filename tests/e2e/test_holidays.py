@@ -20,6 +20,7 @@ from fleetcast.status import run_ids, wait_for_new_run
 from fleetcast_contracts import layout
 from fleetcast_contracts.holiday_calendar import HolidayCalendar, holiday_dates
 from fleetcast_contracts.model_archive import read_archive
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 pytestmark = [
     pytest.mark.e2e,
@@ -85,8 +86,8 @@ def test_customers_are_forecast_with_their_own_holidays(holiday_stack: EmbeddedS
     metadata_run = put(stack, "incoming/metadata/customers.csv", metadata)
     # (a metadata upload that retrains nobody is done once processed: no training job)
     metadata_status = finished(stack, metadata_run)
-    assert metadata_status.processing_status == "Completed", metadata_status
-    assert metadata_status.customers_to_train == 0 and metadata_status.training_job is None
+    assert metadata_status.job(PROCESSING).status == "Completed", metadata_status
+    assert metadata_status.customers_to_train == 0 and metadata_status.job(TRAINING).name is None
     # When the customers' readings are uploaded and trained
     run_id = put(stack, "incoming/holidays.csv", to_csv(readings()))
     status = finished(stack, run_id)

@@ -20,6 +20,7 @@ from fleetcast.cli import main
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_contracts import layout
 from fleetcast_contracts.model_archive import read_archive
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 pytestmark = [
     pytest.mark.e2e,
@@ -84,8 +85,8 @@ def test_hourly_readings_make_hourly_models(
     hourly_stack: EmbeddedStack, hourly_run: dict[str, Any]
 ) -> None:
     status = hourly_run["status"]
-    assert status.processing_status == "Completed", status.processing_failure
-    assert status.training_status == "Completed", status.training_failure
+    assert status.job(PROCESSING).status == "Completed", status.job(PROCESSING).failure
+    assert status.job(TRAINING).status == "Completed", status.job(TRAINING).failure
     assert status.customers_registered == len(CUSTOMERS)
     assert hourly_stack.info is not None
     s3 = hourly_stack.client("s3")

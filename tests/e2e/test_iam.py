@@ -13,6 +13,7 @@ from test_pipeline import TIMEOUT, finished, readings, registry, to_csv, upload,
 from fleetcast.embedded.iam.policy import Request, evaluate
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_contracts import layout
+from fleetcast_contracts.stages import TRAINING
 from fleetcast_contracts.training import manifest_summary_name
 from fleetcast_cost.settings import CostReportSettings
 
@@ -87,7 +88,7 @@ def test_register_models_reads_the_page_summaries_it_plans_from(stack: EmbeddedS
         to_csv(readings(["iam-p1", "iam-p2", "iam-p3"], "2024-01-01", 60, seed=5)),
     )
     status = finished(stack, run_id)
-    assert status.training_status == "Completed"
+    assert status.job(TRAINING).status == "Completed"
     assert status.registration == "registered"
     # Then register-models read each instance's summary: nothing was refused
     assert denials_of(stack, "RegisterModelsFunction", run_id) == []

@@ -23,6 +23,7 @@ from test_serving import get_when_ready
 from fleetcast.embedded.sagemaker_jobs.containers import IMAGE_ENVIRONMENTS_ENV, local_command
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.image_environments import FAMILIES, DockerfileImage, build, environment_python
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 pytestmark = [pytest.mark.e2e, pytest.mark.own_stack, pytest.mark.images]
 CUSTOMERS = [f"image-{n}" for n in range(4)]
@@ -120,8 +121,8 @@ def test_a_run_and_a_forecast_with_every_container_in_its_own_environment(
         image_stack, "images.csv", to_csv(readings(CUSTOMERS, "2023-01-01", 400, seed=3))
     )
     status = finished(image_stack, run_id)
-    assert status.processing_status == "Completed", status.processing_failure
-    assert status.training_status == "Completed", status.training_failure
+    assert status.job(PROCESSING).status == "Completed", status.job(PROCESSING).failure
+    assert status.job(TRAINING).status == "Completed", status.job(TRAINING).failure
     assert status.customers_registered == len(CUSTOMERS)
     assert all(registry(image_stack).live(c) is not None for c in CUSTOMERS)
     status_code, _, body = get_when_ready(

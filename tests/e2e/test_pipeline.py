@@ -21,6 +21,7 @@ from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_contracts import layout
 from fleetcast_contracts.model_archive import PROPHET_KIND, read_archive
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 from fleetcast_contracts.training_manifest import CustomerOutcome, TrainingManifest
 from fleetcast_forecasters.families import compile_archive
 
@@ -151,8 +152,8 @@ def test_every_customer_gets_a_live_loadable_model(
     stack: EmbeddedStack, first_run: dict[str, Any]
 ) -> None:
     status: RunStatus = first_run["status"]
-    assert status.processing_status == "Completed", status.processing_failure
-    assert status.training_status == "Completed", status.training_failure
+    assert status.job(PROCESSING).status == "Completed", status.job(PROCESSING).failure
+    assert status.job(TRAINING).status == "Completed", status.job(TRAINING).failure
     assert status.customers_processed == 30 and status.customers_trained == 30
     assert status.customers_registered == 30
     # Registered through chunks, every one of them counted
@@ -220,10 +221,13 @@ def test_a_file_missing_columns_fails_processing_with_a_clear_reason_and_trains_
 ) -> None:
     run_id = upload(stack, "broken.csv", b"customer_id,when,kwh\n1,2024-01-01,3.5\n")
     status = finished(stack, run_id)
-    assert status.processing_status == "Failed"
-    assert status.processing_failure is not None
-    assert "timestamp" in status.processing_failure and "consumption" in status.processing_failure
-    assert status.training_job is None
+    assert status.job(PROCESSING).status == "Failed"
+    assert status.job(PROCESSING).failure is not None
+    assert (
+        "timestamp" in status.job(PROCESSING).failure
+        and "consumption" in status.job(PROCESSING).failure
+    )
+    assert status.job(TRAINING).name is None
 
 
 def test_a_mixed_file_processes_good_rows_and_reports_every_bad_one(stack: EmbeddedStack) -> None:
@@ -246,7 +250,7 @@ def test_a_mixed_file_processes_good_rows_and_reports_every_bad_one(stack: Embed
     frame = pd.concat([good, short, bad], ignore_index=True)
     run_id = upload(stack, "mixed.csv", to_csv(frame))
     status = finished(stack, run_id)
-    assert status.processing_status == "Completed"
+    assert status.job(PROCESSING).status == "Completed"
     assert status.rows_rejected == len(bad)
     assert stack.info is not None
     report = stack.client("s3").get_object(
@@ -295,7 +299,7 @@ def test_a_repeated_upload_event_starts_one_processing_job(
         assert time.monotonic() < deadline, "the upload never started processing"
         time.sleep(0.5)
     status = finished(stack, first["run_id"])
-    assert status.processing_status == "Completed" and status.source_key == key
+    assert status.job(PROCESSING).status == "Completed" and status.source_key == key
     jobs = stack.client("sagemaker").list_processing_jobs(NameContains=first["run_id"])
     assert len(jobs["ProcessingJobSummaries"]) == 1
 
@@ -310,7 +314,9 @@ def test_repeated_job_events_start_one_training_job_and_register_once(
     processing["detail"]["ProcessingJobName"] = f"{prefix}-p-{run_id}"
     training = json.loads((ROOT / "events" / "training_job_completed.json").read_text())
     training["detail"]["TrainingJobName"] = f"{prefix}-t-{run_id}"
-    training["detail"]["ResourceConfig"]["InstanceCount"] = first_run["status"].instances
+    training["detail"]["ResourceConfig"]["InstanceCount"] = (
+        first_run["status"].job(TRAINING).instances
+    )
     versions_before = {c: registry(stack).live(c) for c in first_run["customers"]}
     # When the functions get them
     started = stack.functions["StartTrainingFunction"].invoke(processing)
@@ -344,11 +350,9 @@ def test_status_reports_each_upload_with_its_jobs_and_counts(
     runs = {run["run_id"]: run for run in json.loads(capsys.readouterr().out)}
     # Then the first upload shows both jobs and its customer counts
     first = runs[first_run["run_id"]]
-    assert (first["processing_status"], first["training_status"], first["instances"]) == (
-        "Completed",
-        "Completed",
-        2,
-    )
+    jobs = first["jobs"]
+    assert (jobs["processing"]["status"], jobs["training"]["status"]) == ("Completed", "Completed")
+    assert jobs["training"]["instances"] == 2
     assert (
         first["customers_processed"],
         first["customers_trained"],
@@ -357,8 +361,8 @@ def test_status_reports_each_upload_with_its_jobs_and_counts(
     assert first["customers_registered"] == 30 and first["rows_rejected"] == 0
     assert first["source"] == "first.csv.gz"
     # And a failed upload says why
-    failed = [run for run in runs.values() if run["processing_status"] == "Failed"]
-    assert failed and all(run["processing_failure"] for run in failed)
+    failed = [run for run in runs.values() if run["jobs"]["processing"]["status"] == "Failed"]
+    assert failed and all(run["jobs"]["processing"]["failure"] for run in failed)
 
 
 def test_upload_puts_files_only_under_incoming_and_only_incoming_starts_a_run(

@@ -14,6 +14,7 @@ from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import read_history
 from fleetcast.status import RunStatus, run_status
 from fleetcast_contracts import layout
+from fleetcast_contracts.stages import PROCESSING
 
 pytestmark = pytest.mark.e2e
 HEADER = "customer_id,timestamp,consumption\n"
@@ -42,7 +43,7 @@ def _processed(stack: EmbeddedStack, run_id: str, timeout: float = 300) -> RunSt
             stack.client("s3"),
             stack.resource("dynamodb").Table(info.registry_table),
         )
-        if status.processing_status in ("Completed", "Failed", "Stopped"):
+        if status.job(PROCESSING).status in ("Completed", "Failed", "Stopped"):
             return status
         assert time.monotonic() < deadline, f"{run_id} not processed within {timeout} s"
         time.sleep(0.5)
@@ -59,7 +60,7 @@ def test_files_cut_at_local_midnight_keep_every_reading(stack: EmbeddedStack) ->
         runs.append(upload(stack, f"localday-{day}.csv", _local_day(day)))
         status = _processed(stack, runs[-1])
         # Then each run is processed, adding its 24 readings and replacing none
-        assert status.processing_status == "Completed", status.processing_failure
+        assert status.job(PROCESSING).status == "Completed", status.job(PROCESSING).failure
         assert (status.readings_replaced, status.readings_changed) == (0, 0)
 
     # Then the stored history holds all of them: the UTC days whole where both files

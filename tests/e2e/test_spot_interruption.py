@@ -7,6 +7,7 @@ import pytest
 from test_pipeline import finished, manifests, readings, registry, to_csv, upload
 
 from fleetcast.embedded.stack import EmbeddedStack
+from fleetcast_contracts.stages import TRAINING
 from fleetcast_contracts.training_manifest import CustomerOutcome
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +26,7 @@ def test_an_interrupted_training_job_resumes_without_retraining_or_losing_custom
     assert stack.runner.interrupt(job, after_archives=10)
     status = finished(stack, run_id)
     # Then the job completes after resuming from its checkpoints
-    assert status.training_status == "Completed", status.training_failure
+    assert status.job(TRAINING).status == "Completed", status.job(TRAINING).failure
     described = stack.client("sagemaker").describe_training_job(TrainingJobName=job)
     phases = [t["Status"] for t in described["SecondaryStatusTransitions"]]
     assert "Interrupted" in phases and phases[-1] == "Completed"
@@ -52,7 +53,7 @@ def test_after_an_interruption_every_instance_gets_the_whole_run_and_resumes_onl
     job = f"{stack.info.job_name_prefix}-t-{run_id}"
     # (once each instance has checkpointed some: the stop's final sync takes them to S3)
     assert stack.runner.interrupt(job, after_archives=4, every_instance=True)
-    assert finished(stack, run_id).training_status == "Completed"
+    assert finished(stack, run_id).job(TRAINING).status == "Completed"
     by_host = {m.host: {c.customer_id for c in m.customers} for m in manifests(stack, run_id)}
     assert len(by_host) == 2, "two instances share the run"
     # Then each instance's folder holds every archive that reached S3 before the restart,

@@ -93,14 +93,14 @@ def test_status_shows_replaced_and_superseded_uploads_with_key_version_reason_an
     assert main(["status", "--wait", "600", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     (replaced,) = [r for r in shown if r["source_key"] == "incoming/np-gone.csv"]
-    assert replaced["processing_status"] == "Replaced", replaced
+    assert replaced["jobs"]["processing"]["status"] == "Replaced", replaced
     assert replaced["source_version"] == gone["VersionId"]
     assert f"version {gone['VersionId']}) no longer exists" in replaced["not_processed_reason"]
     assert replaced["run_id"] > blocker
     of_twice = [r for r in shown if r["source_key"] == "incoming/np-twice.csv"]
     assert len(of_twice) == 2, of_twice
-    superseded = next(r for r in of_twice if r["processing_status"] == "Superseded")
-    processed = next(r for r in of_twice if r["processing_status"] != "Superseded")
+    superseded = next(r for r in of_twice if r["jobs"]["processing"]["status"] == "Superseded")
+    processed = next(r for r in of_twice if r["jobs"]["processing"]["status"] != "Superseded")
     assert superseded["source_version"] == "an-older-version"
     assert superseded["superseded_by"] == processed["run_id"]
     assert processed["run_id"] in superseded["not_processed_reason"]

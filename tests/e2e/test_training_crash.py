@@ -17,6 +17,7 @@ from test_serving import get
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.registration import read_registration_record
 from fleetcast_contracts import layout
+from fleetcast_contracts.stages import TRAINING
 
 pytestmark = [
     pytest.mark.e2e,
@@ -43,8 +44,8 @@ def test_an_instance_whose_customers_all_fail_does_not_take_the_healthy_ones_wit
     # When it is trained on two instances
     status = finished(stack, run_id)
     # Then the job completes: the short customers failed, each with its reason
-    assert status.instances == 2
-    assert status.training_status == "Completed", status.training_failure
+    assert status.job(TRAINING).instances == 2
+    assert status.job(TRAINING).status == "Completed", status.job(TRAINING).failure
     assert (status.customers_trained, status.customers_failed, status.customers_lost) == (1, 2, 0)
     record = read_registration_record(stack.client("s3"), stack.info.artifacts_bucket, run_id)
     assert record is not None and record.hosts_reporting == 2
@@ -72,14 +73,14 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
     assert stack.runner.crash(job, after_archives=5)
     status = finished(stack, run_id)
     # Then the job fails, and its FailureReason says what killed it
-    assert status.training_status == "Failed"
-    assert status.training_failure is not None
-    assert "killed by SIGKILL" in status.training_failure
+    assert status.job(TRAINING).status == "Failed"
+    assert status.job(TRAINING).failure is not None
+    assert "killed by SIGKILL" in status.job(TRAINING).failure
     described = stack.client("sagemaker").describe_training_job(TrainingJobName=job)
-    assert described["FailureReason"] == status.training_failure
+    assert described["FailureReason"] == status.job(TRAINING).failure
     # And the other instance's models and the killed one's checked archives are live
     record = read_registration_record(s3, bucket, run_id)
-    assert record is not None and record.job_failure == status.training_failure
+    assert record is not None and record.job_failure == status.job(TRAINING).failure
     progress = models.run(run_id)
     assert progress is not None and progress.complete
     assert status.registration == "registered"
@@ -104,7 +105,7 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
     lost = {c.customer_id: c.reason for c in record.lost}
     assert progress.lost == len(lost)
     assert registered.isdisjoint(lost) and registered | lost.keys() == set(CUSTOMERS)
-    assert all(reason.endswith(status.training_failure) for reason in lost.values())
+    assert all(reason.endswith(status.job(TRAINING).failure) for reason in lost.values())
     assert status.customers_lost == len(lost)
     assert status.customers_trained == len(registered)
     for customer_id in lost:
@@ -112,7 +113,7 @@ def test_a_crashed_training_job_fails_with_its_cause_and_registers_what_it_wrote
         assert models.models(customer_id) == []
     # And the failure event, delivered again, registers nothing twice
     event = json.loads((ROOT / "events" / "training_job_failed.json").read_text())
-    event["detail"].update(TrainingJobName=job, FailureReason=status.training_failure)
+    event["detail"].update(TrainingJobName=job, FailureReason=status.job(TRAINING).failure)
     again = stack.functions["RegisterModelsFunction"].invoke(event)
     assert (again["outcome"], again["chunks"], again["lost"]) == (
         "queued",

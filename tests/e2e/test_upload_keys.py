@@ -17,6 +17,7 @@ from fleetcast.status import run_ids
 from fleetcast_common.jobs import Upload, processing_job_request
 from fleetcast_common.settings import ProcessingSettings
 from fleetcast_contracts import layout
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,9 +45,9 @@ def test_an_upload_under_any_key_s3_allows_is_processed_and_trained(
     run_id = upload(stack, key.removeprefix(layout.INCOMING_PREFIX), to_csv(frame))
     status = finished(stack, run_id)
     # Then every row was read from that object and the customer has a live model
-    assert status.processing_status == "Completed", status.processing_failure
+    assert status.job(PROCESSING).status == "Completed", status.job(PROCESSING).failure
     assert (status.rows_read, status.rows_rejected) == (len(frame), 0)
-    assert status.training_status == "Completed", status.training_failure
+    assert status.job(TRAINING).status == "Completed", status.job(TRAINING).failure
     live = registry(stack).live(customer)
     assert live is not None and live.run_id == run_id
 
@@ -74,7 +75,7 @@ def test_a_key_of_any_shape_is_processed_from_a_safe_copy_and_writes_nothing_out
     run_id = upload(stack, name, to_csv(frame))
     status = finished(stack, run_id)
     # Then every row was read, and the run names the upload as it was put
-    assert status.processing_status == "Completed", status.processing_failure
+    assert status.job(PROCESSING).status == "Completed", status.job(PROCESSING).failure
     assert (status.rows_read, status.rows_rejected) == (len(frame), 0)
     assert (status.source, status.source_key) == (file_name, layout.INCOMING_PREFIX + name)
     # And no file was written where the key's path would lead
@@ -91,7 +92,7 @@ def test_a_key_that_is_the_prefix_of_a_folder_is_processed(stack: EmbeddedStack)
     run_id = upload(stack, "pre", to_csv(frame))
     status = finished(stack, run_id)
     # Then it is read alone (not "[Errno 17] File exists")
-    assert status.processing_status == "Completed", status.processing_failure
+    assert status.job(PROCESSING).status == "Completed", status.job(PROCESSING).failure
     assert (status.source_key, status.rows_read) == ("incoming/pre", len(frame))
 
 

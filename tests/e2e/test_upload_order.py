@@ -13,6 +13,7 @@ from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import read_history
 from fleetcast.status import RunStatus, pipeline_status, run_ids, wait_for_new_run
 from fleetcast_common.upload_queue import UploadQueue
+from fleetcast_contracts.stages import PROCESSING
 
 pytestmark = pytest.mark.e2e
 START = date(2024, 3, 1)
@@ -49,7 +50,7 @@ def test_uploads_close_together_are_processed_in_order_and_lose_nothing(
     statuses = {run_id: finished(stack, run_id) for run_id in (older, newer)}
 
     # Then both were processed, the newer only after the older had finished
-    assert all(status.processing_status == "Completed" for status in statuses.values())
+    assert all(status.job(PROCESSING).status == "Completed" for status in statuses.values())
     jobs = {
         run_id: sagemaker.describe_processing_job(
             ProcessingJobName=f"{info.job_name_prefix}-p-{run_id}"
@@ -137,9 +138,9 @@ def test_twelve_uploads_in_one_second_are_processed_and_promoted_in_arrival_orde
     # Then the runs, in run id order, are the uploads in the order they were put, each
     # processing job created only after the one before it had ended
     assert [statuses[r].source for r in in_order] == put_order
-    assert all(status.processing_status == "Completed" for status in statuses.values())
+    assert all(status.job(PROCESSING).status == "Completed" for status in statuses.values())
     jobs = [
-        sagemaker.describe_processing_job(ProcessingJobName=statuses[r].processing_job)
+        sagemaker.describe_processing_job(ProcessingJobName=statuses[r].job(PROCESSING).name)
         for r in in_order
     ]
     for before, after in itertools.pairwise(jobs):

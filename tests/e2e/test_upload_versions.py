@@ -10,6 +10,7 @@ from test_pipeline import finished, readings, to_csv
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import read_history
 from fleetcast.status import run_ids, wait_for_new_run
+from fleetcast_contracts.stages import PROCESSING
 
 pytestmark = pytest.mark.e2e
 CUSTOMER = "sk"
@@ -51,7 +52,7 @@ def test_two_uploads_of_one_key_while_the_queue_is_busy_each_apply_their_own_fil
     statuses = [finished(stack, run_id) for run_id in (blocker, first, second)]
 
     # Then each daily run read its own 20 rows, and both show the upload's real name
-    assert all(status.processing_status == "Completed" for status in statuses), statuses
+    assert all(status.job(PROCESSING).status == "Completed" for status in statuses), statuses
     assert [(s.source, s.rows_read) for s in statuses[1:]] == [("daily.csv", 20)] * 2
     # And the customer's history holds all 40 days, each from the file that carried it
     stored = read_history(s3, info.artifacts_bucket, CUSTOMER)

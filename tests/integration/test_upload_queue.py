@@ -184,7 +184,7 @@ def test_fleetcast_status_shows_an_upload_waiting_behind_a_running_job(
     runs = status(pipeline, registry_table)
     # Then the first is shown at its job's status and the second waiting, in upload order,
     # with the file it came from
-    assert [(run.processing_job, run.processing_status) for run in runs] == [
+    assert [(run.job(PROCESSING).name, run.job(PROCESSING).status) for run in runs] == [
         (job_of(first), "InProgress"),
         (job_of(second), WAITING),
     ]
@@ -192,7 +192,7 @@ def test_fleetcast_status_shows_an_upload_waiting_behind_a_running_job(
     # And once the first has ended, the second is shown at its own job's status
     end(pipeline, job_of(first))
     runs = status(pipeline, registry_table)
-    assert [run.processing_status for run in runs] == ["Completed", "InProgress"]
+    assert [run.job(PROCESSING).status for run in runs] == ["Completed", "InProgress"]
 
 
 @pytest.mark.parametrize("status", ["Failed", "Stopped"])

@@ -17,6 +17,7 @@ from fleetcast_common import pipeline as pipeline_module
 from fleetcast_common.jobs import Upload, UploadRecord
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
 from fleetcast_contracts import layout
+from fleetcast_contracts.stages import PROCESSING
 
 __all__ = ["pipeline"]  # the fixture, shared with the upload queue's tests
 HEADER = b"customer_id,timestamp,consumption\n"
@@ -171,8 +172,10 @@ def test_fleetcast_status_names_the_upload_of_a_run_that_failed_before_its_repor
     assert arrive(pipeline, uploaded) is Outcome.STARTED
     set_status(job_of(uploaded), "Failed")
     # When fleetcast status looks at the pipeline
-    (run,) = [r for r in status(pipeline, registry_table) if r.processing_job == job_of(uploaded)]
+    (run,) = [
+        r for r in status(pipeline, registry_table) if r.job(PROCESSING).name == job_of(uploaded)
+    ]
     # Then it shows the upload's own file name and key, not None nor its copy's name
-    assert run.processing_status == "Failed"
+    assert run.job(PROCESSING).status == "Failed"
     assert run.source == "März export (2).csv"
     assert run.source_key == key

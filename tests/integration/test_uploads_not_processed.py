@@ -10,6 +10,7 @@ from test_upload_queue import T0, arrive, end, job_of, pipeline, set_status, sta
 from test_upload_staging import HEADER, put_upload, unversioned
 
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
+from fleetcast_contracts.stages import PROCESSING
 
 __all__ = ["pipeline", "unversioned"]  # the fixtures, shared with the queue's tests
 
@@ -42,11 +43,11 @@ def test_a_superseded_upload_is_recorded_with_the_run_that_superseded_it(
     # And fleetcast status lists it beside the newer run, as done, saying why
     runs = {run.run_id: run for run in status(pipeline, registry_table)}
     shown = runs[record.run_id]
-    assert shown.processing_status == "Superseded" and shown.done
+    assert shown.job(PROCESSING).status == "Superseded" and shown.done
     assert (shown.source_key, shown.source_version) == (older.key, older.version_id)
     assert shown.superseded_by == newer_run
     assert shown.not_processed_reason == started.reason
-    assert runs[newer_run].processing_status == "InProgress"
+    assert runs[newer_run].job(PROCESSING).status == "InProgress"
 
 
 def test_a_replaced_upload_is_recorded_and_shown_when_the_queue_moves_past_it(
@@ -76,7 +77,7 @@ def test_a_replaced_upload_is_recorded_and_shown_when_the_queue_moves_past_it(
     assert record.reason == skipped.reason
     # And fleetcast status shows it, done, with its key and ETag as its version
     (shown,) = [run for run in status(pipeline, registry_table) if run.run_id == record.run_id]
-    assert shown.processing_status == "Replaced" and shown.done
+    assert shown.job(PROCESSING).status == "Replaced" and shown.done
     assert (shown.source, shown.source_key, shown.source_version) == (
         "daily.csv",
         key,

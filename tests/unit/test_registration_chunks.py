@@ -113,9 +113,10 @@ def test_only_the_messages_the_function_names_go_back(
 def _status(**fields: object) -> RunStatus:
     base = {
         "run_id": RUN_ID,
-        "processing_job": "p",
-        "processing_status": "Completed",
-        "training_status": "Completed",
+        "jobs": {
+            "processing": {"name": "p", "status": "Completed"},
+            "training": {"status": "Completed"},
+        },
         "customers_trained": 10,
     }
     return RunStatus.model_validate({**base, **fields})
@@ -133,6 +134,7 @@ def test_status_shows_chunks_done_of_total_and_is_done_once_the_run_is_registere
 
 def test_a_run_with_nothing_to_train_is_done_once_processed() -> None:
     # A metadata upload that changed nobody's calendar starts no training job
-    assert _status(processing_status="Completed", customers_to_train=0).done
+    processed = {"processing": {"name": "p", "status": "Completed"}}
+    assert _status(jobs=processed, customers_to_train=0).done
     # A readings upload waits for its training job
-    assert not _status(processing_status="Completed", customers_to_train=3).done
+    assert not _status(jobs=processed, customers_to_train=3).done

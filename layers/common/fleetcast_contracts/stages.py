@@ -28,6 +28,9 @@ class Stage:
     job_type: str
     # What its output is to the stage after it.
     hands_on: str
+    # Where its description (DescribeProcessingJob, DescribeTrainingJob) keeps the
+    # instance count: the nested keys, the count's own last.
+    instance_count_path: tuple[str, ...]
 
     @property
     def detail_type(self) -> str:
@@ -41,6 +44,19 @@ class Stage:
     @property
     def status_field(self) -> str:
         return f"{self.job_type}JobStatus"
+
+    @property
+    def describe_operation(self) -> str:
+        """boto3's method that describes one of its jobs: ``describe_training_job``."""
+        return f"describe_{self.job_type.lower()}_job"
+
+    @property
+    def start_time_field(self) -> str:
+        return f"{self.job_type}StartTime"
+
+    @property
+    def end_time_field(self) -> str:
+        return f"{self.job_type}EndTime"
 
     def job_name_prefix(self, prefix: str) -> str:
         """What each of its job names starts with (the rules match on it)."""
@@ -62,11 +78,13 @@ PROCESSING = Stage(
     kind="p",
     job_type="Processing",
     hands_on="the run's histories and its manifest of customers to train",
+    instance_count_path=("ProcessingResources", "ClusterConfig", "InstanceCount"),
 )
 TRAINING = Stage(
     "training",
     kind="t",
     job_type="Training",
     hands_on="model archives and the manifests of the chunks it finished, for registration",
+    instance_count_path=("ResourceConfig", "InstanceCount"),
 )
 PIPELINE = (PROCESSING, TRAINING)
