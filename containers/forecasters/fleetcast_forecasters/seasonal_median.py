@@ -14,34 +14,18 @@ is the root mean square of the last seasons' deviations from their positions' me
 scaled by ``sqrt(1 + pi / (2 * SEASONS))`` (a median of ``SEASONS`` draws misses the
 centre by about that much more than one draw does), the same for every step ahead.
 
-``model.json``: ``{"kind": "seasonal_median", "season": [...], "sigma": s, ...}`` with
-the season's values from the first period after the history on.
+``model.json``: as :mod:`fleetcast_forecasters.repeated_season` says.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
 import numpy as np
 
-from fleetcast_forecasters.candidates import (
-    BacktestPlan,
-    CandidateFits,
-    FloatArray,
-    Histories,
-    Model,
-    empty_backtest,
-)
-from fleetcast_forecasters.gaussian import (
-    PathForecaster,
-    common_fields,
-    floats,
-    parse_model,
-    path_forecaster,
-)
-from fleetcast_forecasters.seasonal_naive import repeated
+from fleetcast_forecasters.candidates import FloatArray
+from fleetcast_forecasters.repeated_season import RepeatedSeason
 
 KIND = "seasonal_median"
 SEASONS = 4
@@ -79,61 +63,16 @@ def season_medians(values: FloatArray, origin: int, season: int) -> tuple[FloatA
     return medians, np.where(count > 0, sigma, np.nan)
 
 
-class _SeasonalMedian:
+class _SeasonalMedian(RepeatedSeason):
     kind = KIND
 
-    def fit(self, histories: Histories, plan: BacktestPlan) -> CandidateFits:
-        season = histories.season
-        backtest = empty_backtest(histories, plan)
-        for window, origin in enumerate(plan.origins):
-            fits = histories.fits_before(origin)
-            path = repeated(season_medians(histories.values, origin, season)[0], plan.horizon)
-            backtest[:, window, :] = np.where(fits[:, None], path.T, np.nan)
-        latest, sigma = season_medians(histories.values, histories.periods, season)
-        models: list[Model | None] = []
-        for customer in range(histories.customers):
-            values = latest[:, customer]
-            if np.isnan(values).any() or not np.isfinite(sigma[customer]):
-                models.append(None)
-                continue
-            models.append(
-                {
-                    "kind": KIND,
-                    "season": values.tolist(),
-                    "sigma": float(sigma[customer]),
-                    **common_fields(
-                        histories.last_history[customer],
-                        histories.uncertainty_samples,
-                        histories.interval_width,
-                    ),
-                }
-            )
-        return CandidateFits(KIND, backtest, models)
+    def profile(
+        self, values: FloatArray, origin: int, season: int
+    ) -> tuple[FloatArray, FloatArray]:
+        return season_medians(values, origin, season)
 
-    def compile(
-        self,
-        model: str | dict[str, Any],
-        frequency: str,
-        horizon: int,
-        *,
-        one_period: bool = True,
-        last_history: np.datetime64 | None = None,
-    ) -> PathForecaster:
-        fields = parse_model(model, KIND)
-        try:
-            season_values = floats(fields, "season")
-            sigma = float(fields["sigma"])
-            if not season_values.size:
-                raise ValueError("the model's season is empty")
-        except (KeyError, TypeError) as error:
-            raise ValueError(f"model.json is not a fitted {KIND} model: {error!r}") from None
-        return path_forecaster(
-            fields,
-            frequency,
-            repeated(season_values, horizon),
-            np.full(horizon, sigma),
-            last_history,
-        )
+    def deviations(self, sigma: float, horizon: int, season: int) -> FloatArray:
+        return np.full(horizon, sigma)
 
 
 FAMILY = _SeasonalMedian()

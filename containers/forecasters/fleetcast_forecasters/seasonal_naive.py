@@ -8,31 +8,15 @@ errors' deviation is the in-sample seasonal differences' root mean square, growi
 the seasons ahead as a random walk's over seasons does: ``sigma * sqrt(k + 1)`` for the
 ``k``-th season ahead.
 
-``model.json``: ``{"kind": "seasonal_naive", "season": [...], "sigma": s, ...}`` with
-the season's values from the first period after the history on.
+``model.json``: as :mod:`fleetcast_forecasters.repeated_season` says.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from fleetcast_forecasters.candidates import (
-    BacktestPlan,
-    CandidateFits,
-    FloatArray,
-    Histories,
-    Model,
-    empty_backtest,
-)
-from fleetcast_forecasters.gaussian import (
-    PathForecaster,
-    common_fields,
-    floats,
-    parse_model,
-    path_forecaster,
-)
+from fleetcast_forecasters.candidates import FloatArray
+from fleetcast_forecasters.repeated_season import RepeatedSeason
 
 KIND = "seasonal_naive"
 SEASONS_BACK = 4
@@ -63,74 +47,25 @@ def last_season(values: FloatArray, origin: int, season: int) -> FloatArray:
 
 def seasonal_sigma(values: FloatArray, origin: int, season: int) -> FloatArray:
     """Per customer, the root mean square of ``y[t] - y[t - season]`` before ``origin``."""
-    changes = values[season:origin] - values[: origin - season]
+    changes = values[season:origin] - values[: max(origin - season, 0)]
     finite = np.isfinite(changes)
     count = finite.sum(axis=0)
     squares = np.where(finite, changes, 0.0) ** 2
     return np.sqrt(squares.sum(axis=0) / np.maximum(count, 1))
 
 
-def repeated(season_values: FloatArray, horizon: int) -> FloatArray:
-    """The season (first axis) repeated over ``horizon`` steps."""
-    reps = -(-horizon // season_values.shape[0])
-    return np.tile(season_values, (reps,) + (1,) * (season_values.ndim - 1))[:horizon]
-
-
-class _SeasonalNaive:
+class _SeasonalNaive(RepeatedSeason):
     kind = KIND
 
-    def fit(self, histories: Histories, plan: BacktestPlan) -> CandidateFits:
-        season = histories.season
-        backtest = empty_backtest(histories, plan)
-        for window, origin in enumerate(plan.origins):
-            fits = histories.fits_before(origin)
-            path = repeated(last_season(histories.values, origin, season), plan.horizon)
-            backtest[:, window, :] = np.where(fits[:, None], path.T, np.nan)
-        end = histories.periods
-        latest = last_season(histories.values, end, season)
-        sigma = seasonal_sigma(histories.values, end, season)
-        models: list[Model | None] = []
-        for customer in range(histories.customers):
-            values = latest[:, customer]
-            if np.isnan(values).any() or not np.isfinite(sigma[customer]):
-                models.append(None)
-                continue
-            models.append(
-                {
-                    "kind": KIND,
-                    "season": values.tolist(),
-                    "sigma": float(sigma[customer]),
-                    **common_fields(
-                        histories.last_history[customer],
-                        histories.uncertainty_samples,
-                        histories.interval_width,
-                    ),
-                }
-            )
-        return CandidateFits(KIND, backtest, models)
+    def profile(
+        self, values: FloatArray, origin: int, season: int
+    ) -> tuple[FloatArray, FloatArray]:
+        return last_season(values, origin, season), seasonal_sigma(values, origin, season)
 
-    def compile(
-        self,
-        model: str | dict[str, Any],
-        frequency: str,
-        horizon: int,
-        *,
-        one_period: bool = True,
-        last_history: np.datetime64 | None = None,
-    ) -> PathForecaster:
-        fields = parse_model(model, KIND)
-        try:
-            season_values = floats(fields, "season")
-            sigma = float(fields["sigma"])
-            if not season_values.size:
-                raise ValueError("the model's season is empty")
-        except (KeyError, TypeError) as error:
-            raise ValueError(f"model.json is not a fitted {KIND} model: {error!r}") from None
-        seasons_ahead = np.arange(horizon) // season_values.size
-        deviations = sigma * np.sqrt(seasons_ahead + 1.0)
-        return path_forecaster(
-            fields, frequency, repeated(season_values, horizon), deviations, last_history
-        )
+    def deviations(self, sigma: float, horizon: int, season: int) -> FloatArray:
+        seasons_ahead = np.arange(horizon) // season
+        deviation: FloatArray = sigma * np.sqrt(seasons_ahead + 1.0)
+        return deviation
 
 
 FAMILY = _SeasonalNaive()
