@@ -127,13 +127,10 @@ class CustomerForecast(BaseModel):
 
 class HoldoutAccuracy(BaseModel):
     """How the model did out of sample, beside seasonal naive on the same days: on its
-    rolling-origin backtest (``windows`` of ``holdout_days`` each), or for a model from
-    before backtests on the last ``holdout_days`` of history."""
+    rolling-origin backtest (``windows`` of ``holdout_days`` each)."""
 
     holdout_days: int = Field(description="Days forecast from each origin")
-    windows: int | None = Field(
-        default=None, description="Backtest windows scored (null: one holdout, before backtests)"
-    )
+    windows: int = Field(description="Backtest windows scored")
     wape: float | None = Field(default=None, description="sum|F - A| / sum|A| of the model")
     naive_wape: float | None = Field(default=None, description="The same of seasonal naive")
     smape: float = Field(description="Symmetric MAPE of the model on those days, 0..2")
@@ -164,11 +161,9 @@ class CustomerModel(BaseModel):
         default=None, exclude_if=_empty, description=_NEWER_MODEL
     )
     model_kind: str = Field(
-        default="prophet",
         description="The model family: prophet, ets, theta, seasonal_naive, seasonal_median or combination",
     )
-    backtest: Backtest | None = Field(
-        default=None,
+    backtest: Backtest = Field(
         description="Every candidate family's backtest errors, the chosen one and the runner-up",
     )
 
