@@ -16,7 +16,7 @@ from fleetcast_common.jobs import UploadRecord
 from fleetcast_common.processing_report import processing_summary
 from fleetcast_common.registration import read_registration_record
 from fleetcast_common.registry import ModelRegistry
-from fleetcast_common.upload_queue import UploadQueue
+from fleetcast_common.upload_queue import ENDED_STATUSES, UploadQueue
 from fleetcast_contracts import layout
 from fleetcast_contracts.errors import error_code
 from fleetcast_contracts.ids import upload_sequence
@@ -43,10 +43,6 @@ class TrainingFailure(BaseModel):
     customer_id: str
     kind: str
     reason: str
-
-
-# SageMaker's job statuses that end a job.
-ENDED = ("Completed", "Failed", "Stopped")
 
 
 class StageJob(BaseModel):
@@ -149,7 +145,7 @@ class RunStatus(BaseModel):
             return True
         if processing == "Completed" and self.customers_to_train == 0:
             return True  # a metadata upload that changed nobody's calendar: nothing to train
-        if self.job(PIPELINE[-1]).status not in ENDED:
+        if self.job(PIPELINE[-1]).status not in ENDED_STATUSES:
             return False
         # A failed or stopped job's models are registered too.
         return self.registered
@@ -242,7 +238,7 @@ def run_status(
     if training.status is None:
         return status
     status.customers_checkpointed = customers_done(s3, bucket, run_id, training.instances or 0)
-    if training.status in ENDED:
+    if training.status in ENDED_STATUSES:
         plan = read_registration_record(s3, bucket, run_id)
         progress = ModelRegistry(table).run(run_id)
         if plan is not None:
