@@ -12,6 +12,7 @@ from test_processing import job as job  # the fixture
 
 from fleetcast_contracts.shards import (
     HISTORY_SHARDS,
+    RUN_LAST_PERIOD_KEY,
     history_shard_name,
     history_shard_of,
 )
@@ -136,3 +137,17 @@ def test_hourly_rows_keep_their_hours_in_parts_and_shards(job: Job, tmp_path: Pa
     assert job.train("a") == [("2024-01-01T05:00:00", 3.0)]
     # And the history keeps the readings themselves
     assert job.history("a") == [("2024-01-01T05:10:00", 1.0), ("2024-01-01T05:50:00", 2.0)]
+
+
+def test_every_training_part_says_the_runs_last_period(job: Job) -> None:
+    # Given a stored customer whose history ends later than the upload's readings
+    write_history(job.paths.history_input, "7", [("2024-01-01", 1.0), ("2024-03-05", 2.0)])
+    # When an upload for it and for customers ending earlier is processed into several parts
+    job.upload(HEADER + "7,2024-01-02,3\n8,2024-02-01,4\n9,2024-02-10,5\n10,2024-01-20,6\n")
+    assert job.run() == 0
+    parts = sorted(job.paths.train_output.glob("part-*.parquet"))
+    assert len(parts) > 1
+    # Then every part, those without that customer too, names the latest period of the run
+    for part in parts:
+        said = pq.ParquetFile(part).metadata.metadata[RUN_LAST_PERIOD_KEY.encode()]
+        assert said == b"2024-03-05T00:00:00.000000"

@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_training_job import (
+    DAYS,
     RUN_ID,
     Instance,
     Run,
@@ -80,17 +82,96 @@ def test_the_exported_forecast_is_what_the_endpoint_serves(
 ):
     instance, _ = exported
     rows = [r for r in forecasts(instance).to_pylist() if r["customer_id"] == "globex"]
-    # Given the endpoint container with the customer's archive loaded
-    settings = InferenceSettings(
-        host="127.0.0.1",
-        port=0,
-        opt_ml_root=tmp_path,
-        memory_budget_bytes=2**30,
-        multi_model=True,
+    # Given the endpoint container with the customer's archive loaded, asked for the
+    # export's period
+    served = _served(instance, "globex", tmp_path, period=10)
+    # Then every value, interval included (same seed), is the exported one
+    assert len(served) == len(rows)
+    for point, row in zip(served, rows, strict=True):
+        assert point["ds"] == row["ds"].date().isoformat()
+        for name in ("yhat", "yhat_lower", "yhat_upper"):
+            assert point[name] == pytest.approx(row[name], rel=1e-9, abs=1e-9)
+
+
+def test_a_customer_whose_last_days_were_not_fitted_is_exported_after_its_last_reading(
+    tmp_path: Path,
+):
+    # Given a customer whose last three days are incomplete (left out of the fit), beside one
+    # whose every day is fitted
+    instance = Instance.create(tmp_path / "opt-ml", forecast_export_days="10")
+    cut = weekly_series(3)
+    cut["use"] = ["ok"] * (len(cut) - 3) + ["incomplete"] * 3
+    instance.add_part("part-00000.parquet", {"cut": cut, "whole": weekly_series(4)})
+    # When the job runs
+    assert run_container(instance).exit_code == 0
+    rows = forecasts(instance).to_pylist()
+    # Then each customer's ten exported days start the day after its last reading, though
+    # the cut customer's model ends three days earlier
+    last_reading = np.datetime64(cut["ds"].iloc[-1])
+    for customer_id in ("cut", "whole"):
+        days = [row["ds"].date() for row in rows if row["customer_id"] == customer_id]
+        first = last_reading + np.timedelta64(1, "D")
+        assert days == list((first + np.arange(10)).astype(object))
+    _, metadata = read_archive(instance.archive("cut"))
+    assert np.datetime64(metadata.data_end) == last_reading - np.timedelta64(3, "D")
+    # And they are the endpoint's answer for the days from the model's end through them
+    served = _served(instance, "cut", tmp_path / "endpoint", period=13)
+    exported = [row for row in rows if row["customer_id"] == "cut"]
+    for point, row in zip(served[3:], exported, strict=True):
+        assert point["ds"] == row["ds"].date().isoformat()
+        for name in ("yhat", "yhat_lower", "yhat_upper"):
+            assert point[name] == pytest.approx(row[name], rel=1e-9, abs=1e-9)
+
+
+def test_a_customer_whose_readings_lag_the_runs_is_exported_through_the_runs_horizon(
+    tmp_path: Path,
+):
+    # Given a run whose last period is its current customer's last day, a customer whose
+    # readings stopped five days earlier and one whose stopped more than a year earlier
+    instance = Instance.create(tmp_path / "opt-ml", forecast_export_days="10")
+    current, lagging = weekly_series(5), weekly_series(6, days=DAYS - 5)
+    gone = weekly_series(7)
+    gone["ds"] = (pd.to_datetime(gone["ds"]) - pd.Timedelta(days=400)).dt.strftime("%Y-%m-%d")
+    run_last = np.datetime64(current["ds"].iloc[-1])
+    instance.add_part(
+        "part-00000.parquet",
+        {"current": current, "lagging": lagging, "gone": gone},
+        run_last_period=str(run_last.astype("datetime64[us]")),
     )
-    folder = settings.models_root / "globex" / "model"
+    # When the job runs
+    assert run_container(instance).exit_code == 0
+    rows = forecasts(instance).to_pylist()
+
+    def days(customer_id: str) -> list[object]:
+        return [row["ds"].date() for row in rows if row["customer_id"] == customer_id]
+
+    def run_of(first: np.datetime64, last: np.datetime64) -> list[object]:
+        return list(np.arange(first, last + np.timedelta64(1, "D")).astype(object))
+
+    # Then the current and the lagging customer are exported through the ten days after
+    # the run's last day, the lagging one from the day after its own last reading
+    one = np.timedelta64(1, "D")
+    horizon_end = run_last + 10 * one
+    assert days("current") == run_of(run_last + one, horizon_end)
+    lagging_end = np.datetime64(lagging["ds"].iloc[-1])
+    assert days("lagging") == run_of(lagging_end + one, horizon_end)
+    # And the customer gone for over a year gets the ten days after its own readings only
+    gone_end = np.datetime64(gone["ds"].iloc[-1])
+    assert days("gone") == run_of(gone_end + one, gone_end + 10 * one)
+    accuracy_rows = {row["customer_id"]: row for row in accuracy(instance).to_pylist()}
+    assert accuracy_rows["lagging"]["forecast_rows"] == 15
+
+
+def _served(
+    instance: Instance, customer_id: str, root: Path, period: int
+) -> list[dict[str, object]]:
+    """What the endpoint container answers for ``period`` of the customer's archive."""
+    settings = InferenceSettings(
+        host="127.0.0.1", port=0, opt_ml_root=root, memory_budget_bytes=2**30, multi_model=True
+    )
+    folder = settings.models_root / customer_id / "model"
     folder.mkdir(parents=True)
-    folder.joinpath("globex.tar.gz").write_bytes(instance.archive("globex").read_bytes())
+    folder.joinpath(f"{customer_id}.tar.gz").write_bytes(instance.archive(customer_id).read_bytes())
     app = InferenceApp(settings)
 
     def call(path: str, body: object) -> dict[str, object]:
@@ -99,15 +180,10 @@ def test_the_exported_forecast_is_what_the_endpoint_serves(
         answer: dict[str, object] = json.loads(response.body)
         return answer
 
-    call("/models", {"model_name": "globex", "url": "/opt/ml/models/globex/model"})
-    # When it is asked for the export's period
-    served = call("/models/globex/invoke", {"period": 10})["forecast"]
-    # Then every value, interval included (same seed), is the exported one
-    assert isinstance(served, list) and len(served) == len(rows)
-    for point, row in zip(served, rows, strict=True):
-        assert point["ds"] == row["ds"].date().isoformat()
-        for name in ("yhat", "yhat_lower", "yhat_upper"):
-            assert point[name] == pytest.approx(row[name], rel=1e-9, abs=1e-9)
+    call("/models", {"model_name": customer_id, "url": f"/opt/ml/models/{customer_id}/model"})
+    forecast = call(f"/models/{customer_id}/invoke", {"period": period})["forecast"]
+    assert isinstance(forecast, list)
+    return forecast
 
 
 def test_the_accuracy_table_has_every_customer_of_the_shard(exported: tuple[Instance, Run]):

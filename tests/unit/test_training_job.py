@@ -22,6 +22,7 @@ from threadpoolctl import ThreadpoolController
 
 from fleetcast_contracts.model_archive import read_archive, write_archive
 from fleetcast_contracts.opt_ml import OPT_ML_ENV
+from fleetcast_contracts.shards import RUN_LAST_PERIOD_KEY
 from fleetcast_contracts.training import (
     FAILURE_FILE,
     FAILURE_LIMIT,
@@ -97,8 +98,14 @@ class Instance:
         """A customer file of its own, as runs processed before training parts have."""
         frame.to_csv(self.channel / f"{customer_id}.csv", index=False)
 
-    def add_part(self, name: str, customers: dict[str, pd.DataFrame]) -> None:
-        """A training part of many customers, as processing writes it (contracts.shards)."""
+    def add_part(
+        self,
+        name: str,
+        customers: dict[str, pd.DataFrame],
+        run_last_period: str | None = None,
+    ) -> None:
+        """A training part of many customers, as processing writes it (contracts.shards),
+        saying the run's last period when given."""
         table = pa.concat_tables(
             pa.table(
                 {
@@ -108,11 +115,15 @@ class Instance:
                     # One reading a day each
                     "readings": pa.array([1] * len(frame), pa.int64()),
                     "interval_s": pa.array([86_400.0] * len(frame), pa.float64()),
-                    "use": pa.array(frame["use"] if "use" in frame else ["ok"] * len(frame)),
+                    "use": pa.array(
+                        list(frame["use"]) if "use" in frame else ["ok"] * len(frame), pa.string()
+                    ),
                 }
             )
             for customer_id, frame in customers.items()
         )
+        if run_last_period is not None:
+            table = table.replace_schema_metadata({RUN_LAST_PERIOD_KEY: run_last_period})
         pq.write_table(table, self.channel / name)
 
     def archive(self, customer_id: str) -> Path:

@@ -24,6 +24,7 @@ from fleetcast_contracts.ids import is_valid_customer_id
 from fleetcast_contracts.shards import (
     HISTORY_COLUMNS,
     HISTORY_SHARDS,
+    RUN_LAST_PERIOD_KEY,
     SHARD_SUFFIX,
     TRAIN_COLUMNS,
     USES,
@@ -230,18 +231,29 @@ def train_table(periods: Periods, ids: pa.Array, frequency: Frequency) -> pa.Tab
 
 
 class TrainParts:
-    """The run's training parts, each opened at its first rows and appended to after."""
+    """The run's training parts, each opened at its first rows and appended to after; on
+    closing, each says the run's last period (:data:`RUN_LAST_PERIOD_KEY`), known once
+    every part is written."""
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         self._writers: dict[int, pq.ParquetWriter] = {}
+        self._last_period: np.datetime64 | None = None
 
     def __enter__(self) -> TrainParts:
         return self
 
     def __exit__(self, *_: object) -> None:
+        last = None if self._last_period is None else str(self._last_period)
         for writer in self._writers.values():
+            if last is not None:
+                writer.add_key_value_metadata({RUN_LAST_PERIOD_KEY: last})
             writer.close()
+
+    @property
+    def last_period(self) -> np.datetime64 | None:
+        """The latest period written so far, of any customer."""
+        return self._last_period
 
     @property
     def written(self) -> int:
@@ -251,6 +263,11 @@ class TrainParts:
     def append(self, table: pa.Table, parts: npt.NDArray[np.int64]) -> dict[int, int]:
         """Append each row of ``table`` to its part (``parts``, one per row; -1: to none),
         keeping the rows' order within each part. Returns the rows added per part."""
+        written = pc.max(pc.filter(table.column("ds"), pa.array(parts >= 0))).as_py()
+        if written is not None:
+            latest = np.datetime64(written, "us")
+            if self._last_period is None or latest > self._last_period:
+                self._last_period = latest
         order = np.argsort(parts, kind="stable")
         sorted_parts = parts[order]
         added = {}

@@ -86,6 +86,9 @@ class _Fitted:
     result: CustomerResult
     model: str | dict[str, Any]
     last_history: np.datetime64 | None = None
+    # The customer's last reading, later than last_history when its last periods were
+    # left out of the fit: its export covers the periods after it.
+    readings_end: np.datetime64 | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class _Loaded:
     history: History
     calendar: HolidayCalendar | None
     started: float
+    # The last stored period's time, those left out of the fit included.
+    readings_end: np.datetime64
 
 
 def _date(time: np.datetime64) -> date:
@@ -128,8 +133,12 @@ class CustomerTrainer:
         calendars: CustomerCalendars | None = None,
         shapes: ShapeTemplates | None = None,
         shapes_kept: int = SHAPES_KEPT,
+        run_last_period: np.datetime64 | None = None,
     ):
         self._hyperparameters = hyperparameters
+        # The run's last period (contracts.shards.RUN_LAST_PERIOD_KEY): every export runs
+        # through the export's horizon after it.
+        self._run_last_period = run_last_period
         self._calendars = calendars or CustomerCalendars()
         self._checkpoint_dir = checkpoint_dir
         self._prophet = ProphetCandidate(hyperparameters, scratch, shapes, shapes_kept)
@@ -173,7 +182,7 @@ class CustomerTrainer:
             if isinstance(item, _Fitted):
                 if starting is not None:
                     starting(item.result.customer_id)
-                item = self._with_forecast(item.result, item.model, item.last_history)
+                item = self._with_forecast(item)
             reports.append(item)
         return reports
 
@@ -182,7 +191,7 @@ class CustomerTrainer:
         try:
             resumed = self._resume(customer_id)
             if resumed is not None:
-                return _Fitted(*resumed)
+                return self._resumed(*resumed, source)
             stored = read_series(source)
             # Incomplete and inactive periods are gaps for every family, never low values.
             history = stored.for_fitting()
@@ -194,7 +203,13 @@ class CustomerTrainer:
                     f"has {len(history)} rows{f' to fit ({unused} left out)' if unused else ''}, "
                     f"needs at least {settings.required_rows}",
                 )
-            return _Loaded(customer_id, history, self._calendars.of(customer_id), started)
+            return _Loaded(
+                customer_id,
+                history,
+                self._calendars.of(customer_id),
+                started,
+                stored.times[-1],
+            )
         except CustomerFailure as failure:
             return CustomerReport.failed(customer_id, failure.kind, failure.reason)
         except Exception as error:
@@ -375,17 +390,30 @@ class CustomerTrainer:
             fit_methods=dict(self._backend.fit_methods - fits_before),
             metadata=metadata,
         )
-        return _Fitted(trained, choice.model, history.times[-1])
+        return _Fitted(trained, choice.model, history.times[-1], customer.readings_end)
 
-    def _with_forecast(
-        self,
-        result: CustomerResult,
-        model: str | dict[str, Any],
-        last_history: np.datetime64 | None = None,
-    ) -> CustomerReport:
-        """The report with the model's forecast for the run's export; a model the forecaster
-        cannot compile keeps its result and says why it has no forecast. ``last_history``
-        is the model's last history time, when it was just fitted here."""
+    def _resumed(self, result: CustomerResult, model: str, source: Path) -> _Fitted:
+        """A resumed customer, with the ends of its history and of its readings from its
+        series when the export needs them (else the export starts after the model's own
+        history)."""
+        if not self._hyperparameters.forecast_export_days:
+            return _Fitted(result, model)
+        try:
+            stored = read_series(source)
+            fitted = stored.for_fitting()
+        except Exception:
+            logger.warning("%s: series unreadable on resume", result.customer_id, exc_info=True)
+            return _Fitted(result, model)
+        if not len(fitted):
+            return _Fitted(result, model)
+        return _Fitted(result, model, fitted.times[-1], stored.times[-1])
+
+    def _with_forecast(self, fitted: _Fitted) -> CustomerReport:
+        """The report with the model's forecast for the run's export (the periods after the
+        customer's last reading through the export's horizon after the run's last period);
+        a model the forecaster cannot compile keeps its result and says why it has no
+        forecast."""
+        result, model = fitted.result, fitted.model
         settings = self._hyperparameters
         if not settings.forecast_export_days:
             return CustomerReport(result)
@@ -398,7 +426,9 @@ class CustomerTrainer:
                 result.metadata.model_kind if result.metadata else PROPHET_KIND,
                 settings.frequency,
                 settings.export_periods,
-                last_history,
+                fitted.last_history,
+                fitted.readings_end,
+                self._run_last_period,
             )
         except Exception as error:  # the model is archived: no export error may fail it
             logger.warning("no exported forecast for %s: %s", result.customer_id, error)

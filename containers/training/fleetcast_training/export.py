@@ -49,7 +49,7 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class ExportedForecast:
-    """One customer's exported forecast: ``periods`` rows from the end of its history."""
+    """One customer's exported forecast: ``periods`` rows after its last reading."""
 
     dates: npt.NDArray[np.datetime64]
     yhat: FloatArray
@@ -65,22 +65,67 @@ def forecast_for_export(
     frequency: str,
     periods: int,
     last_history: np.datetime64 | None = None,
+    readings_end: np.datetime64 | None = None,
+    run_last_period: np.datetime64 | None = None,
 ) -> ExportedForecast:
-    """What the endpoint serves for ``period=periods`` of this model of ``model_kind`` (its
-    JSON, or the object that JSON is made from): the same compile, the same seed (model
-    version = run, period) and the same floor. ``last_history`` is the model's last
-    history time, if known. ``ValueError`` for a model the forecaster cannot compile."""
+    """The customer's export of this model of ``model_kind`` (its JSON, or the object that
+    JSON is made from): every period after its last reading (``readings_end``) through
+    ``periods`` after the run's last period (``run_last_period``), or after its own when
+    that is later or the run's is unknown, or when its readings end more than
+    :data:`MAX_LAG_DAYS` before the run's (a customer long gone is not forecast for a
+    year).
+
+    The model's history ends at ``last_history``, which is earlier when the customer's
+    last periods were left out of the fit (incomplete or inactive): the forecast runs over
+    them first, as the endpoint's does, and they are not exported. The rows are what the
+    endpoint serves for ``period`` = every period from the model's end through the last
+    exported one: the same compile, the same seed (model version = run, period) and the
+    same floor. ``last_history`` None: the model's own (its readings' end and the run's are
+    then taken to be the same). ``ValueError`` for a model the forecaster cannot compile."""
+    skipped = periods_between(last_history, readings_end, frequency)
+    lag = periods_between(readings_end, run_last_period, frequency)
+    if lag * _period(frequency) > np.timedelta64(MAX_LAG_DAYS, "D"):
+        lag = 0
+    horizon = skipped + lag + periods
     forecaster = compile_archive(
         model,
         model_kind,
         frequency,
-        horizon=periods,
-        one_period=periods == 1,
+        horizon=horizon,
+        one_period=horizon == 1,
         last_history=last_history,
     )
-    seed = forecast_seed(run_id, periods)
-    forecast, _ = forecaster.forecast(periods, seed).clipped_at(FORECAST_FLOOR)
-    return ExportedForecast(forecast.dates, forecast.yhat, forecast.yhat_lower, forecast.yhat_upper)
+    seed = forecast_seed(run_id, horizon)
+    forecast, _ = forecaster.forecast(horizon, seed).clipped_at(FORECAST_FLOOR)
+
+    def exported(values: FloatArray | None) -> FloatArray | None:
+        return None if values is None else values[skipped:]
+
+    return ExportedForecast(
+        forecast.dates[skipped:],
+        forecast.yhat[skipped:],
+        exported(forecast.yhat_lower),
+        exported(forecast.yhat_upper),
+    )
+
+
+# A customer whose readings end more than this before the run's last period is exported
+# for the periods after its own readings only.
+MAX_LAG_DAYS = 366
+
+
+def _period(frequency: str) -> np.timedelta64:
+    return np.timedelta64(1, "D" if frequency == "D" else "h")
+
+
+def periods_between(
+    earlier: np.datetime64 | None, later: np.datetime64 | None, frequency: str
+) -> int:
+    """Whole periods from ``earlier`` to ``later`` (0 when either is unknown or ``later``
+    is not later)."""
+    if earlier is None or later is None or later <= earlier:
+        return 0
+    return int((later - earlier) // _period(frequency))
 
 
 @dataclass(frozen=True)

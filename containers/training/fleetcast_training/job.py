@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from fleetcast_contracts.files import PARTIAL_SUFFIX
 from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_contracts.shards import SHARD_SUFFIX
@@ -124,7 +126,7 @@ def _run_job(
     scratch: Path,
 ) -> JobResult:
     host = environment.current_host
-    customers, rejected = plan_shard(
+    customers, rejected, run_last_period = plan_shard(
         environment.channel_dir(TRAIN_CHANNEL), len(environment.hosts), scratch / "parts"
     )
     calendars = CustomerCalendars.load(
@@ -160,7 +162,14 @@ def _run_job(
     progress = Progress(host, total=len(customers) + len(rejected), directory=checkpoint_dir)
     progress.advance(len(rejected))
     train_customers(
-        customers, hyperparameters, checkpoint_dir, workers, progress, results, calendars
+        customers,
+        hyperparameters,
+        checkpoint_dir,
+        workers,
+        progress,
+        results,
+        calendars,
+        run_last_period,
     )
 
     export_cpu_seconds = 0.0
@@ -209,9 +218,10 @@ def describe_fits(fits: dict[str, int]) -> str:
 
 def plan_shard(
     channel_dir: Path, hosts: int, unpack_to: Path
-) -> tuple[list[CustomerFile], list[CustomerReport]]:
-    """The customers of this instance's training parts, unpacked into ``unpack_to``, and
-    a FAILED report for every entry that cannot be used.
+) -> tuple[list[CustomerFile], list[CustomerReport], np.datetime64 | None]:
+    """The customers of this instance's training parts, unpacked into ``unpack_to``, a
+    FAILED report for every entry that cannot be used, and the run's last period as the
+    parts say it (contracts.shards.RUN_LAST_PERIOD_KEY; None: no part says).
 
     Besides parts, a ``{customer_id}.csv`` per customer (runs processed before parts) is
     still read. Any other name, and any invalid customer id in a part, is never used as a
@@ -264,7 +274,7 @@ def plan_shard(
     if not customers and not rejected:
         # ShardedByS3Key gives an instance nothing when there are more instances than parts.
         logger.warning("this instance's shard is empty: nothing to train")
-    return customers, rejected
+    return customers, rejected, unpacked.run_last_period
 
 
 def train_customers(
@@ -275,6 +285,7 @@ def train_customers(
     progress: Progress,
     reports: ShardResults,
     calendars: CustomerCalendars | None = None,
+    run_last_period: np.datetime64 | None = None,
 ) -> None:
     """Train every customer, adding its report to ``reports``; never lets one customer
     stop the others.
@@ -286,7 +297,9 @@ def train_customers(
     """
     if not customers:
         return
-    pool = WorkerPool(hyperparameters, checkpoint_dir, scratch_parent(workers), calendars)
+    pool = WorkerPool(
+        hyperparameters, checkpoint_dir, scratch_parent(workers), calendars, run_last_period
+    )
     try:
         queue = sorted(customers, key=lambda c: (-c.size, c.customer_id))
         # One customer of typical size is trained here first: the workers fork after it

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetcast_contracts.ids import is_valid_customer_id
-from fleetcast_contracts.shards import TRAIN_COLUMNS, USES
+from fleetcast_contracts.shards import RUN_LAST_PERIOD_KEY, TRAIN_COLUMNS, USES
 
 SERIES_SUFFIX = ".series"
 # One customer's rows: what processing wrote, as numpy reads it back without parsing
@@ -39,11 +39,24 @@ _USES = pa.array(USES, type=pa.string())
 @dataclass
 class UnpackedParts:
     """``series``: customer id -> its ``.series`` file and row count; ``problems``: the
-    entries of the parts that could not be used, each with why."""
+    entries of the parts that could not be used, each with why; ``run_last_period``: the
+    run's last period, as the parts say (None: none says)."""
 
     series: dict[str, tuple[Path, int]] = field(default_factory=dict)
     problems: list[tuple[str, str]] = field(default_factory=list)
     repeated: set[str] = field(default_factory=set)
+    run_last_period: np.datetime64 | None = None
+
+    def saw_run_last_period(self, metadata: dict[bytes, bytes] | None) -> None:
+        said = (metadata or {}).get(RUN_LAST_PERIOD_KEY.encode())
+        if said is None:
+            return
+        try:
+            period = np.datetime64(said.decode(), "us")
+        except ValueError:
+            return
+        if self.run_last_period is None or period > self.run_last_period:
+            self.run_last_period = period
 
 
 def unpack_parts(parts: list[Path], target: Path) -> UnpackedParts:
@@ -62,6 +75,7 @@ def unpack_parts(parts: list[Path], target: Path) -> UnpackedParts:
                 )
                 continue
             _unpack(part.name, reader, target, unpacked)
+            unpacked.saw_run_last_period(reader.metadata.metadata)
         except (pa.ArrowInvalid, OSError) as error:
             # Half read: none of its customers is trained, as if none of it could be read.
             for customer_id in set(unpacked.series) - before:

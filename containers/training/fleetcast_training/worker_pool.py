@@ -22,6 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fleetcast_training.calendars import CustomerCalendars
@@ -64,9 +65,11 @@ class WorkerPool:
         checkpoint_dir: Path,
         parent: Path | None,
         calendars: CustomerCalendars | None = None,
+        run_last_period: np.datetime64 | None = None,
     ):
         self._hyperparameters = hyperparameters
         self._calendars = calendars
+        self._run_last_period = run_last_period
         self._checkpoint_dir = checkpoint_dir
         self._root = Path(tempfile.mkdtemp(prefix="fleetcast-training-", dir=parent))
         self._shapes = ShapeTemplates()
@@ -76,7 +79,12 @@ class WorkerPool:
         the shape templates it made (they fork from here)."""
         scratch = Path(tempfile.mkdtemp(prefix="parent-", dir=self._root))
         trainer = CustomerTrainer(
-            self._hyperparameters, self._checkpoint_dir, scratch, self._calendars, self._shapes
+            self._hyperparameters,
+            self._checkpoint_dir,
+            scratch,
+            self._calendars,
+            self._shapes,
+            run_last_period=self._run_last_period,
         )
         with threadpool_limits(limits=1):
             return trainer.train(customer.customer_id, customer.path)
@@ -108,6 +116,7 @@ class WorkerPool:
                     scratch,
                     self._calendars,
                     self._shapes,
+                    self._run_last_period,
                 ),
             ) as executor,
         ):
@@ -157,6 +166,7 @@ def _start_worker(
     pool_dir: Path,
     calendars: CustomerCalendars | None = None,
     shapes: ShapeTemplates | None = None,
+    run_last_period: np.datetime64 | None = None,
 ) -> None:
     global _trainer, _marker
     silence_stan_logging()
@@ -167,7 +177,14 @@ def _start_worker(
     threadpool_limits(limits=1)
     scratch = Path(tempfile.mkdtemp(prefix="worker-", dir=pool_dir))
     _marker = scratch / _TRAINING_MARKER
-    _trainer = CustomerTrainer(hyperparameters, checkpoint_dir, scratch, calendars, shapes)
+    _trainer = CustomerTrainer(
+        hyperparameters,
+        checkpoint_dir,
+        scratch,
+        calendars,
+        shapes,
+        run_last_period=run_last_period,
+    )
 
 
 def _train_batch(batch: list[tuple[str, Path]]) -> list[CustomerReport]:

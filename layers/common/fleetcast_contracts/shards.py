@@ -76,6 +76,14 @@ USE_INCOMPLETE = "incomplete"
 USE_INACTIVE = "inactive"
 USES = (USE_OK, USE_INCOMPLETE, USE_INACTIVE)
 
+# Every training part's Parquet key-value metadata: the run's last period, the latest ``ds``
+# of any customer in the run's training input (ISO 8601, UTC, no zone), the same in every
+# part. Training exports each customer's forecast from the period after its own last one
+# through ForecastExportDays after this one, so every customer's export covers the run's
+# horizon, a customer whose readings lag the others' included (Amazon Forecast's export
+# starts every item at the dataset's end too).
+RUN_LAST_PERIOD_KEY = "fleetcast.run_last_period"
+
 _HISTORY_SHARD = re.compile(r"shard-(\d{4})-of-(\d{4})\.parquet")
 
 
