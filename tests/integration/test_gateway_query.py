@@ -1,13 +1,14 @@
 """The local stack's moto answers a table Query from the named partition alone, and backs
 up only the partitions a transaction writes, with what DynamoDB would answer
 (fleetcast.embedded.moto_patches.dynamodb: query_partitions_only,
-transactions_back_up_partitions)."""
+transactions_back_up_partitions), and sizes a new item once."""
 
 from __future__ import annotations
 
 import inspect
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import boto3
@@ -15,10 +16,12 @@ import pytest
 from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import Item
 from moto.dynamodb.models.table import Table
 
 from fleetcast.embedded.gateway import Gateway
 from fleetcast.embedded.moto_patches.dynamodb import (
+    _item_sized_once,
     _query_one_partition,
     _transact_backing_up_partitions,
 )
@@ -125,3 +128,37 @@ def test_a_cancelled_transaction_leaves_every_partition_as_it_was(table: Any) ->
     )
     assert table.get_item(Key={"pk": "c1", "sk": "CHUNK#1"})["Item"]["n"] == 100
     assert table.get_item(Key={"pk": "new", "sk": "X"})["Item"]["n"] == 1
+
+
+def test_an_item_is_sized_once_and_still_held_to_the_size_limit(table: Any) -> None:
+    # Given the stack's moto, whose new items are sized once (items_sized_once)
+    assert Item.__init__ is _item_sized_once
+    nested = {
+        "chosen": "combination",
+        "candidates": [
+            {"model_kind": f"kind{n}", "wape": Decimal("0.25"), "windows": [Decimal(1)] * 3}
+            for n in range(6)
+        ],
+    }
+    # When an item of many attributes and nested maps is written, by Put and in a batch
+    item = {"pk": "c9", "sk": "MODEL#1", **{f"a{n}": n for n in range(20)}, "backtest": nested}
+    table.put_item(Item=item)
+    with table.batch_writer() as batch:
+        batch.put_item(Item={**item, "sk": "MODEL#2"})
+    # Then it reads back as written
+    for sk in ("MODEL#1", "MODEL#2"):
+        assert table.get_item(Key={"pk": "c9", "sk": sk})["Item"] == {**item, "sk": sk}
+    # And an item over DynamoDB's 400 KB is refused, as moto refuses it, whole or by an
+    # update that grows it past the limit
+    with pytest.raises(ClientError, match="maximum allowed size"):
+        table.put_item(Item={"pk": "c9", "sk": "BIG", "blob": "x" * 300_000, "more": "y" * 110_000})
+    table.put_item(Item={"pk": "c9", "sk": "GROWS", "blob": "x" * 300_000})
+    with pytest.raises(ClientError, match="maximum allowed size"):
+        table.update_item(
+            Key={"pk": "c9", "sk": "GROWS"},
+            UpdateExpression="SET more = :more",
+            ExpressionAttributeValues={":more": "y" * 110_000},
+        )
+    assert "BIG" not in {
+        i["sk"] for i in table.query(KeyConditionExpression=Key("pk").eq("c9"))["Items"]
+    }

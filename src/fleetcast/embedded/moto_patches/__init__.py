@@ -7,7 +7,8 @@ own process; each such change is here, one module per service, so that an upgrad
 moto is one audit of this package:
 
 - :mod:`.dynamodb`: a Query reads its one partition; a transaction backs up only the
-  partitions it writes; writes run one at a time (atomic, as DynamoDB's are), and the
+  partitions it writes; a new item's size is summed once, not once per attribute; writes
+  run one at a time (atomic, as DynamoDB's are), and the
   stack's own observers are told of each UpdateItem (the run counter's record).
 - :mod:`.s3`: objects' bytes live in files, not in the stack's memory.
 - :mod:`.sagemaker`: a created job is run (InProgress until the job runner ends it), job
@@ -56,5 +57,6 @@ def install() -> None:
         log.warning(mismatch)
     dynamodb.query_partitions_only()
     dynamodb.transactions_back_up_partitions()
+    dynamodb.items_sized_once()
     dynamodb.dynamodb_writes_one_at_a_time()
     s3.keep_objects_in_files()

@@ -1,6 +1,7 @@
 """moto's DynamoDB, as DynamoDB behaves at a fleet's size: a Query reads its one
-partition, a transaction backs up only the partitions it writes, and each write runs
-alone (UpdateItems told to the stack's observers as they are applied). Written for moto 5.2.5 (see :mod:`fleetcast.embedded.moto_patches`).
+partition, a transaction backs up only the partitions it writes, a new item's size is
+checked once, and each write runs alone (UpdateItems told to the stack's observers as
+they are applied). Written for moto 5.2.5 (see :mod:`fleetcast.embedded.moto_patches`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.models.utilities import bytesize
 
 _moto_query = Table.query
 
@@ -50,6 +53,41 @@ def _query_one_partition(
 def query_partitions_only() -> None:
     """Install :func:`_query_one_partition` in moto (idempotent)."""
     Table.query = _query_one_partition  # type: ignore[method-assign,assignment]
+
+
+# moto 5.2.5's limit on an item's size (DynamoDB's 400 KB, as moto measured it).
+ITEM_SIZE_LIMIT = 405_000
+
+
+def _item_sized_once(
+    item: Item, hash_key: DynamoType, range_key: DynamoType | None, attrs: dict[str, Any]
+) -> None:
+    """moto's ``Item.__init__``, with the item's size summed once.
+
+    moto 5.2.5 stores an item's attributes in a ``LimitedSizeDict`` whose every
+    assignment sums the sizes of every attribute already there, nested maps walked value
+    by value: quadratic in the attributes. A registry record (twenty attributes, a
+    backtest of six candidates' scores in nested maps) cost about 2 ms of the gateway's
+    time on each write, most of a registration's (100,000 customers: over six minutes).
+    The attributes are the same and the same limit is checked, on the whole item, which
+    is what moto's last assignment checks (sizes only add up); later changes of the item
+    (UpdateItem) still go through moto's check.
+    """
+    item.hash_key = hash_key
+    item.range_key = range_key
+    item.attrs = LimitedSizeDict()
+    size = 0
+    for key, value in attrs.items():
+        typed = DynamoType(value)
+        size += bytesize(key) + typed.size()
+        dict.__setitem__(item.attrs, key, typed)
+    if size > ITEM_SIZE_LIMIT:
+        raise ItemSizeTooLarge
+
+
+def items_sized_once() -> None:
+    """Install :func:`_item_sized_once` in moto (idempotent)."""
+    Item.__init__ = _item_sized_once  # type: ignore[method-assign,assignment]
 
 
 _moto_transact_write_items = DynamoDBBackend.transact_write_items
