@@ -32,8 +32,14 @@ from fleetcast_common.registration import (
     start_registration,
 )
 from fleetcast_common.registry import ModelRegistry, ModelStatus, RunRegistration
+from fleetcast_common.registry_records import to_item
 from fleetcast_contracts import layout
-from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
+from fleetcast_contracts.model_archive import (
+    Backtest,
+    HoldoutMetrics,
+    ModelMetadata,
+    write_archive,
+)
 from fleetcast_contracts.training import (
     MANIFEST_PAGE_SIZE,
     manifest_page_name,
@@ -69,7 +75,12 @@ def world(registry_table: Any) -> dict[str, Any]:
     bucket = f"artifacts-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=bucket)
-    return {"s3": s3, "bucket": bucket, "registry": ModelRegistry(registry_table)}
+    return {
+        "s3": s3,
+        "bucket": bucket,
+        "registry": ModelRegistry(registry_table),
+        "registry_table": registry_table,
+    }
 
 
 def trained(
@@ -727,3 +738,25 @@ def test_status_counts_a_running_jobs_customers_from_its_progress_files(
     # (an instance yet to write its file has done none)
     assert customers_done(world["s3"], world["bucket"], RUN_1, instances=3) == 75
     assert customers_done(world["s3"], world["bucket"], RUN_2, instances=2) == 0
+
+
+def test_a_records_backtest_is_kept_as_its_json_text_and_read_back_whole(
+    world: dict[str, Any],
+) -> None:
+    # Given a customer registered (its MODEL record written, its LIVE record promoted)
+    trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD})
+    register(world, RUN_1)
+    live = world["registry"].live("a")
+    assert live is not None and live.backtest.candidates
+    # Then both records hold the backtest as one string attribute, not nested maps
+    table = world["registry_table"]
+    for record in ("LIVE", f"MODEL#{RUN_1}"):
+        item = table.get_item(Key={"customer_id": "a", "record": record})["Item"]
+        assert isinstance(item["backtest"], str)
+        assert Backtest.model_validate_json(item["backtest"]) == live.backtest
+    # And a record kept as maps (written before) reads back the same
+    item = table.get_item(Key={"customer_id": "a", "record": "LIVE"})["Item"]
+    item["backtest"] = to_item(live.backtest.model_dump(mode="json"))
+    table.put_item(Item=item)
+    again = world["registry"].live("a")
+    assert again is not None and again.backtest == live.backtest

@@ -32,6 +32,7 @@ from fleetcast_common.registry_records import (
     LiveModel,
     ModelRecord,
     from_item,
+    stored,
     to_item,
 )
 from fleetcast_common.registry_records import ModelStatus as ModelStatus
@@ -129,7 +130,7 @@ class ModelRegistry:
     def record(self, record: ModelRecord) -> None:
         """Write the MODEL record with its decision. Idempotent: a repeated event writes
         the same content."""
-        item = {"record": MODEL_PREFIX + record.run_id, **record.model_dump(mode="json")}
+        item = {"record": MODEL_PREFIX + record.run_id, **stored(record)}
         self._table.put_item(Item=to_item(item))
 
     def promote(self, record: ModelRecord) -> int | None:
@@ -139,7 +140,7 @@ class ModelRegistry:
         already (a repeated event) or from a newer one.
         """
         now = datetime.now(UTC).isoformat()
-        dumped = record.model_dump(mode="json", exclude={"status", "model_version", "customer_id"})
+        dumped = stored(record, exclude={"status", "model_version", "customer_id"})
         # DynamoDB stores no nulls: a field the new model lacks (a backtest, for a model
         # from before backtests) is removed, so the LIVE record never keeps an older one's.
         fields = {k: v for k, v in dumped.items() if v is not None}
@@ -220,7 +221,7 @@ class ModelRegistry:
         client takes them, which serializes them). (A Put of
         the whole LIVE record rather than an Update setting each field: the same record,
         and moto parses a SET of twenty fields for seven times as long.)"""
-        live = record.model_dump(mode="json", exclude={"status", "model_version"})
+        live = stored(record, exclude={"status", "model_version"})
         live.update(
             record=LIVE,
             updated_at=datetime.now(UTC).isoformat(),
@@ -288,7 +289,7 @@ class ModelRegistry:
         on the LIVE record), 25 to a BatchWriteItem request. Idempotent like :meth:`record`."""
         with self._table.batch_writer() as batch:
             for record in records:
-                item = {"record": MODEL_PREFIX + record.run_id, **record.model_dump(mode="json")}
+                item = {"record": MODEL_PREFIX + record.run_id, **stored(record)}
                 batch.put_item(Item=to_item(item))
 
     def states(self, customer_ids: list[str], run_id: str) -> dict[str, CustomerState]:
