@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -86,11 +87,7 @@ def test_the_exported_forecast_is_what_the_endpoint_serves(
     # export's period
     served = _served(instance, "globex", tmp_path, period=10)
     # Then every value, interval included (same seed), is the exported one
-    assert len(served) == len(rows)
-    for point, row in zip(served, rows, strict=True):
-        assert point["ds"] == row["ds"].date().isoformat()
-        for name in ("yhat", "yhat_lower", "yhat_upper"):
-            assert point[name] == pytest.approx(row[name], rel=1e-9, abs=1e-9)
+    _assert_same_points(served, rows)
 
 
 def test_a_customer_whose_last_days_were_not_fitted_is_exported_after_its_last_reading(
@@ -116,11 +113,7 @@ def test_a_customer_whose_last_days_were_not_fitted_is_exported_after_its_last_r
     assert np.datetime64(metadata.data_end) == last_reading - np.timedelta64(3, "D")
     # And they are the endpoint's answer for the days from the model's end through them
     served = _served(instance, "cut", tmp_path / "endpoint", period=13)
-    exported = [row for row in rows if row["customer_id"] == "cut"]
-    for point, row in zip(served[3:], exported, strict=True):
-        assert point["ds"] == row["ds"].date().isoformat()
-        for name in ("yhat", "yhat_lower", "yhat_upper"):
-            assert point[name] == pytest.approx(row[name], rel=1e-9, abs=1e-9)
+    _assert_same_points(served[3:], [row for row in rows if row["customer_id"] == "cut"])
 
 
 def test_a_customer_whose_readings_lag_the_runs_is_exported_through_the_runs_horizon(
@@ -160,6 +153,15 @@ def test_a_customer_whose_readings_lag_the_runs_is_exported_through_the_runs_hor
     assert days("gone") == run_of(gone_end + one, gone_end + 10 * one)
     accuracy_rows = {row["customer_id"]: row for row in accuracy(instance).to_pylist()}
     assert accuracy_rows["lagging"]["forecast_rows"] == 15
+
+
+def _assert_same_points(served: list[dict[str, object]], rows: list[dict[str, Any]]) -> None:
+    """The endpoint's points are the exported rows: dates, values and intervals."""
+    assert len(served) == len(rows)
+    for point, row in zip(served, rows, strict=True):
+        assert point["ds"] == row["ds"].date().isoformat()
+        for name in ("yhat", "yhat_lower", "yhat_upper"):
+            assert point[name] == pytest.approx(row[name], rel=1e-9, abs=1e-9)
 
 
 def _served(
