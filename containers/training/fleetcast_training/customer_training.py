@@ -40,7 +40,7 @@ from fleetcast_forecasters.gaussian import common_fields
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.export import ExportedForecast, forecast_for_export
 from fleetcast_training.failures import CustomerFailure, FailureKind
-from fleetcast_training.grid import INTERVAL_WIDTH, on_grids, positions
+from fleetcast_training.grid import INTERVAL_WIDTH, on_grids, period, positions
 from fleetcast_training.grid_fit import SHAPES_KEPT, ShapeTemplates
 from fleetcast_training.history import History, read_series
 from fleetcast_training.holiday_fits import fit_families
@@ -273,8 +273,9 @@ class CustomerTrainer:
         # Seasonal naive is always fitted: it is every model's yardstick, served or not.
         wanted = {seasonal_naive.KIND, *self._hyperparameters.candidates}
         families = {kind: f for kind, f in NUMPY_FAMILIES.items() if kind in wanted}
-        step = np.timedelta64(1, "D" if self._hyperparameters.frequency == "D" else "h")
-        return fit_families(families, grids, plan, calendars, step)
+        return fit_families(
+            families, grids, plan, calendars, period(self._hyperparameters.frequency)
+        )
 
     def _train_short(self, customer: _Loaded) -> _Fitted:
         """A customer too short for the batch's windows: backtested alone on windows of
@@ -313,7 +314,7 @@ class CustomerTrainer:
         if PROPHET_KIND in settings.candidates:
             candidates.append(self._prophet_candidate(customer, column, grids, plan))
         last = history.times[-1]
-        step = np.timedelta64(1, "D" if settings.frequency == "D" else "h")
+        step = period(settings.frequency)
         origins = [
             pd.Timestamp(last + (origin - grids.periods + 1) * step).to_pydatetime()
             for origin in plan.origins

@@ -29,6 +29,7 @@ from fleetcast_contracts.quantiles import FORECAST_FLOOR
 from fleetcast_contracts.training_manifest import CustomerResult
 from fleetcast_forecasters.families import compile_archive
 from fleetcast_forecasters.forecast import forecast_seed
+from fleetcast_training.grid import period
 from fleetcast_training.run_exports import (
     ACCURACY,
     ACCURACY_SCHEMA,
@@ -84,7 +85,7 @@ def forecast_for_export(
     then taken to be the same). ``ValueError`` for a model the forecaster cannot compile."""
     skipped = periods_between(last_history, readings_end, frequency)
     lag = periods_between(readings_end, run_last_period, frequency)
-    if lag * _period(frequency) > np.timedelta64(MAX_LAG_DAYS, "D"):
+    if lag * period(frequency) > np.timedelta64(MAX_LAG_DAYS, "D"):
         lag = 0
     horizon = skipped + lag + periods
     forecaster = compile_archive(
@@ -114,10 +115,6 @@ def forecast_for_export(
 MAX_LAG_DAYS = 366
 
 
-def _period(frequency: str) -> np.timedelta64:
-    return np.timedelta64(1, "D" if frequency == "D" else "h")
-
-
 def periods_between(
     earlier: np.datetime64 | None, later: np.datetime64 | None, frequency: str
 ) -> int:
@@ -125,7 +122,7 @@ def periods_between(
     is not later)."""
     if earlier is None or later is None or later <= earlier:
         return 0
-    return int((later - earlier) // _period(frequency))
+    return int((later - earlier) // period(frequency))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,11 @@ from fleetcast_training.hyperparameters import Hyperparameters
 _STEPS = {"D": np.timedelta64(1, "D"), "h": np.timedelta64(1, "h")}
 
 
+def period(frequency: str) -> np.timedelta64:
+    """One period of the model's frequency (``D`` or ``h``)."""
+    return _STEPS[frequency]
+
+
 def positions(history: History, frequency: str) -> npt.NDArray[np.intp]:
     """Each row's period number from the history's first period."""
     step = _STEPS[frequency].astype("timedelta64[us]").astype(np.int64)
