@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from fleetcast_contracts.shards import RUN_LAST_PERIOD_KEY
 from fleetcast_training import parts
 from fleetcast_training.history import read_series as read_customer
 from fleetcast_training.parts import SERIES_DTYPE, unpack_parts
@@ -108,3 +109,21 @@ def test_a_part_that_breaks_half_way_trains_none_of_its_customers(
     assert [name for name, _ in unpacked.problems] == ["part-00000.parquet"]
     assert "is not a readable Parquet file" in unpacked.problems[0][1]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["d.series"]
+
+
+def test_the_runs_last_period_is_the_latest_the_parts_say_and_a_bad_one_is_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given two parts that name the run's last period, and one whose value is not a time
+    for name, said in (("a", "2025-03-01T00:00:00"), ("b", "2025-03-04T00:00:00"), ("c", "x")):
+        path = tmp_path / f"part-{name}.parquet"
+        part(path, [(name, 3)])
+        table = pq.read_table(path)
+        pq.write_table(table.replace_schema_metadata({RUN_LAST_PERIOD_KEY: said}), path)
+    # When they are unpacked
+    unpacked = unpack_parts(sorted(tmp_path.glob("part-*.parquet")), tmp_path / "out")
+    # Then the run's last period is the latest said, every customer is unpacked, and the
+    # part that says no time is named in the log
+    assert unpacked.run_last_period == np.datetime64("2025-03-04T00:00:00", "us")
+    assert sorted(unpacked.series) == ["a", "b", "c"]
+    assert RUN_LAST_PERIOD_KEY in caplog.text and "'x'" in caplog.text

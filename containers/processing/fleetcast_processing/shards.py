@@ -251,11 +251,6 @@ class TrainParts:
             writer.close()
 
     @property
-    def last_period(self) -> np.datetime64 | None:
-        """The latest period written so far, of any customer."""
-        return self._last_period
-
-    @property
     def written(self) -> int:
         """Parts written so far."""
         return len(self._writers)

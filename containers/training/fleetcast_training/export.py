@@ -50,7 +50,8 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class ExportedForecast:
-    """One customer's exported forecast: ``periods`` rows after its last reading."""
+    """One customer's exported forecast: every period after its last reading through the
+    export's horizon after the run's last period (:func:`forecast_for_export`)."""
 
     dates: npt.NDArray[np.datetime64]
     yhat: FloatArray

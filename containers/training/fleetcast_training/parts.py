@@ -8,6 +8,7 @@ in microseconds, and the parent holds a slice of a part at a time, never a whole
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pyarrow.parquet as pq
 
 from fleetcast_contracts.ids import is_valid_customer_id
 from fleetcast_contracts.shards import RUN_LAST_PERIOD_KEY, TRAIN_COLUMNS, USES
+
+logger = logging.getLogger(__name__)
 
 SERIES_SUFFIX = ".series"
 # One customer's rows: what processing wrote, as numpy reads it back without parsing
@@ -54,6 +57,12 @@ class UnpackedParts:
         try:
             period = np.datetime64(said.decode(), "us")
         except ValueError:
+            logger.warning(
+                "a training part's %s is not a time (%r): exports start after each "
+                "customer's own last reading",
+                RUN_LAST_PERIOD_KEY,
+                said[:40],
+            )
             return
         if self.run_last_period is None or period > self.run_last_period:
             self.run_last_period = period
