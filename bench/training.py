@@ -46,7 +46,7 @@ from bench.measure import (
 from fleetcast_contracts.model_archive import PROPHET_KIND, read_archive
 from fleetcast_contracts.shards import TRAIN_PARTS_PER_INSTANCE, train_part_name
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
-from fleetcast_forecasters.combination import KIND as COMBINATION_KIND
+from fleetcast_forecasters.combination import COMBINING
 from fleetcast_training import exact_map
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters
@@ -196,11 +196,11 @@ class ModelCheck:
 
 
 def _prophet_model(model_json: str, model_kind: str) -> str | None:
-    """The Prophet fit inside a served model: the model itself, or a combination's Prophet
-    member (whole-history fits both); None when the model holds none."""
+    """The Prophet fit inside a served model: the model itself, or a combination's (or naive
+    blend's) Prophet member (whole-history fits both); None when the model holds none."""
     if model_kind == PROPHET_KIND:
         return model_json
-    if model_kind != COMBINATION_KIND:
+    if model_kind not in COMBINING:
         return None
     members = json.loads(model_json)["members"]
     found = [member["model"] for member in members if member["kind"] == PROPHET_KIND]

@@ -85,18 +85,20 @@ def served(stack: EmbeddedStack) -> dict[str, Any]:
 
 def served_yhat(model: str | dict[str, Any], model_kind: str, period: int) -> list[float]:
     """What the endpoint must answer for a model, by its own family's definition: a Prophet
-    model, Prophet's own ``predict``; a combination, the mean of its members' answers (each
-    by this rule, so a Prophet member is Prophet's own); any other family, its archive
+    model, Prophet's own ``predict``; a combination (or naive blend), the weighted mean of its
+    members' answers (each by this rule, so a Prophet member is Prophet's own); any other
+    family, its archive
     compiled by ``compile_archive``."""
     if model_kind == PROPHET_KIND:
         prophet = model_from_json(model) if isinstance(model, str) else model_from_dict(model)
         future = prophet.make_future_dataframe(periods=period, include_history=False)
         yhat: list[float] = prophet.predict(future)["yhat"].tolist()
         return yhat
-    if model_kind == combination.KIND:
+    if model_kind in combination.COMBINING:
         members = (json.loads(model) if isinstance(model, str) else model)["members"]
         paths = [served_yhat(member["model"], member["kind"], period) for member in members]
-        return list(np.mean(paths, axis=0).tolist())
+        weights = [member.get("weight", 1.0) for member in members]
+        return list(np.average(paths, axis=0, weights=weights).tolist())
     return list(compile_archive(model, model_kind, "D").yhat[:period].tolist())
 
 

@@ -81,6 +81,7 @@ def test_every_candidate_is_scored_on_one_backtest_and_the_choice_recorded(tmp_p
         "theta",
         "prophet",
         "combination",
+        "naive_blend",
     }
     assert metadata.model_kind == backtest.chosen != backtest.runner_up
     assert json.loads(model_json)["kind" if backtest.chosen != "prophet" else "growth"]

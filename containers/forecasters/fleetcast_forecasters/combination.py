@@ -8,7 +8,9 @@ from different simulations), so its deviation is its own: the root mean square o
 combination's errors on the customer's backtest, the same for every step ahead.
 
 ``model.json``: ``{"kind": "combination", "members": [{"kind": ..., "model": {...}}],
-"sigma": s, ...}``.
+"sigma": s, ...}``. A member may carry a ``"weight"`` (a positive number; 1 when absent):
+the point forecast is then the members' weighted mean, which is how
+:mod:`fleetcast_forecasters.naive_blend` is written.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from fleetcast_forecasters.gaussian import PathForecaster, parse_model, path_for
 KIND = "combination"
 
 
-class _Combination:
-    kind = KIND
+class Combination:
+    """A weighted mean of fitted members, compiled; ``kind`` the family it serves as."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
 
     def compile(
         self,
@@ -37,12 +42,17 @@ class _Combination:
         # (imported here: the registry imports this module)
         from fleetcast_forecasters.families import compile_archive
 
-        fields = parse_model(model, KIND)
+        fields = parse_model(model, self.kind)
         try:
             members = fields["members"]
             sigma = float(fields["sigma"])
-            if not members or any(member["kind"] == KIND for member in members):
-                raise ValueError("a combination needs members, none of them a combination")
+            if not members or any(member["kind"] in COMBINING for member in members):
+                raise ValueError(f"a {self.kind} needs members, none of them a combination")
+            weights = [member.get("weight", 1.0) for member in members]
+            if not all(_positive_number(weight) for weight in weights):
+                raise ValueError(
+                    f"a {self.kind}'s member weights must be positive numbers: {weights}"
+                )
             paths = [
                 compile_archive(
                     member["model"],
@@ -55,9 +65,16 @@ class _Combination:
                 for member in members
             ]
         except (KeyError, TypeError) as error:
-            raise ValueError(f"model.json is not a fitted {KIND} model: {error!r}") from None
-        yhat = np.mean(paths, axis=0)
+            raise ValueError(f"model.json is not a fitted {self.kind} model: {error!r}") from None
+        yhat = np.average(paths, axis=0, weights=weights)
         return path_forecaster(fields, frequency, yhat, np.full(horizon, sigma), last_history)
 
 
-FAMILY = _Combination()
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < np.inf
+
+
+# The kinds written as a combination of members: none may be another's member.
+COMBINING = (KIND, "naive_blend")
+
+FAMILY = Combination(KIND)

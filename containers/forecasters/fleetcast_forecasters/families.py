@@ -27,6 +27,7 @@ _MODULES = {
     "ets": "fleetcast_forecasters.ets",
     "theta": "fleetcast_forecasters.theta",
     "combination": "fleetcast_forecasters.combination",
+    "naive_blend": "fleetcast_forecasters.naive_blend",
 }
 
 

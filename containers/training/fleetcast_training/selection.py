@@ -4,11 +4,12 @@ The rule, decided on ``make accuracy``'s real meter data (docs/model-families.md
 customer is served the **combination** (the mean of ETS, Theta, Prophet and the seasonal
 median, where each fitted) unless its backtest error is worse than seasonal naive's by
 more than the quality gate's tolerance (:data:`~fleetcast_contracts.quality_gate.EQUAL_ERROR_SHARE`
-of the backtest's mean level, the rule registration applies); then the single candidate of
-least backtest error, which may be seasonal naive itself. Choosing the best single
-candidate (or the best few) per customer every time did worse on the held-back days than
-always combining (a backtest of a few windows is noisy), and no customer is ever served a
-model the gate would refuse: naive is a candidate.
+of the backtest's mean level, the rule registration applies); then the candidate of least
+backtest error, which may be seasonal naive itself or the **naive blend** (half seasonal
+naive, half the combination: :mod:`fleetcast_forecasters.naive_blend`). Choosing the best
+single candidate (or the best few) per customer every time did worse on the held-back days
+than always combining (a backtest of a few windows is noisy), and no customer is ever
+served a model the gate would refuse: naive is a candidate.
 
 Errors are compared on the points every candidate forecast (and the customer had a usable
 value for), pooled over the windows: WAPE, ``sum|F - A| / sum|A|``; between candidates of
@@ -26,11 +27,12 @@ import numpy.typing as npt
 
 from fleetcast_contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
 from fleetcast_contracts.quality_gate import EQUAL_ERROR_SHARE
-from fleetcast_forecasters import combination, seasonal_median, seasonal_naive
+from fleetcast_forecasters import combination, naive_blend, seasonal_median, seasonal_naive
 
 FloatArray = npt.NDArray[np.float64]
 NAIVE = seasonal_naive.KIND
 COMBINATION = combination.KIND
+NAIVE_BLEND = naive_blend.KIND
 # The members of the combination, where they are candidates and fitted.
 COMBINED = ("ets", "theta", "prophet", seasonal_median.KIND)
 
@@ -104,9 +106,14 @@ def choose(
     fitted = [c for c in candidates if c.model is not None]
     allowed = servable if servable is not None else {c.kind for c in fitted} | {COMBINATION}
     members = [c for c in fitted if c.kind in COMBINED and c.kind in allowed]
+    naive_fit = next((c for c in fitted if c.kind == NAIVE and c.kind in allowed), None)
     if len(members) >= 2:
         mean = np.mean([m.backtest for m in members], axis=0)
         fitted.append(Candidate(COMBINATION, mean, None))
+        if naive_fit is not None:
+            weight = naive_blend.NAIVE_WEIGHT
+            blend = weight * naive_fit.backtest + (1 - weight) * mean
+            fitted.append(Candidate(NAIVE_BLEND, blend, None))
     if not fitted:
         return None
     scored = np.isfinite(actual)
@@ -129,7 +136,7 @@ def choose(
     by_kind = {score.model_kind: score for score in scores}
     ranked = sorted(scores, key=_rank_error)
     naive = by_kind.get(NAIVE)
-    choosable = [s for s in ranked if s.model_kind in allowed or s.model_kind == COMBINATION]
+    choosable = [s for s in ranked if s.model_kind in allowed | {COMBINATION, NAIVE_BLEND}]
     if not choosable:
         return None
     tolerance = EQUAL_ERROR_SHARE * float(np.abs(points).mean())
@@ -180,18 +187,26 @@ def _model(
     common: dict[str, Any],
     allowed: set[str],
 ) -> dict[str, Any]:
-    if chosen != COMBINATION:
+    if chosen not in (COMBINATION, NAIVE_BLEND):
         model = next(c.model for c in fitted if c.kind == chosen)
         assert model is not None
         return model
-    sigma = by_kind[COMBINATION].rmse
+    members: list[dict[str, Any]] = [
+        {"kind": c.kind, "model": c.model}
+        for c in fitted
+        if c.kind in COMBINED and c.model is not None and c.kind in allowed
+    ]
+    if chosen == NAIVE_BLEND:
+        naive = next(c.model for c in fitted if c.kind == NAIVE)
+        share = (1 - naive_blend.NAIVE_WEIGHT) / len(members)
+        members = [
+            {"kind": NAIVE, "model": naive, "weight": naive_blend.NAIVE_WEIGHT},
+            *({**member, "weight": share} for member in members),
+        ]
+    sigma = by_kind[chosen].rmse
     return {
-        "kind": COMBINATION,
-        "members": [
-            {"kind": c.kind, "model": c.model}
-            for c in fitted
-            if c.kind in COMBINED and c.model is not None and c.kind in allowed
-        ],
+        "kind": chosen,
+        "members": members,
         "sigma": sigma if np.isfinite(sigma) else 0.0,
         **common,
     }

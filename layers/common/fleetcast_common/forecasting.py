@@ -161,7 +161,7 @@ class CustomerModel(BaseModel):
         default=None, exclude_if=_empty, description=_NEWER_MODEL
     )
     model_kind: str = Field(
-        description="The model family: prophet, ets, theta, seasonal_naive, seasonal_median or combination",
+        description="The model family: prophet, ets, theta, seasonal_naive, seasonal_median, combination or naive_blend",
     )
     backtest: Backtest = Field(
         description="Every candidate family's backtest errors, the chosen one and the runner-up",
