@@ -48,7 +48,11 @@ def test_after_an_interruption_every_instance_gets_the_whole_run_and_resumes_onl
     a checkpoint): one CheckpointConfig.S3Uri per job, so every instance of a restarted
     job finds the other instances' archives in its folder too (issue 27, finding 5)."""
     assert stack.runner is not None and stack.info is not None
-    customers = [f"spot-share-{i}" for i in range(40)]
+    # (80 customers an instance, in batches of 20: each instance is still at work when the
+    # other has written its first batch; with 20 an instance, in batches of 5, a clean-clone
+    # CI run on a fast machine saw the first instance finish before the second had
+    # checkpointed 4, and the interruption had nothing left to land on)
+    customers = [f"spot-share-{i}" for i in range(160)]
     run_id = upload(stack, "spot-share.csv", to_csv(readings(customers, "2023-01-01", 400, seed=6)))
     job = f"{stack.info.job_name_prefix}-t-{run_id}"
     # (once each instance has checkpointed some: the stop's final sync takes them to S3)
