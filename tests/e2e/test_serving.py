@@ -87,8 +87,7 @@ def served_yhat(model: str | dict[str, Any], model_kind: str, period: int) -> li
     """What the endpoint must answer for a model, by its own family's definition: a Prophet
     model, Prophet's own ``predict``; a combination (or naive blend), the weighted mean of its
     members' answers (each by this rule, so a Prophet member is Prophet's own); any other
-    family, its archive
-    compiled by ``compile_archive``."""
+    family, its archive compiled by ``compile_archive``."""
     if model_kind == PROPHET_KIND:
         prophet = model_from_json(model) if isinstance(model, str) else model_from_dict(model)
         future = prophet.make_future_dataframe(periods=period, include_history=False)

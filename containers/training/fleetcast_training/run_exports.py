@@ -49,9 +49,9 @@ FORECAST_SCHEMA = pa.schema(
 # The measures of the model and of seasonal-naive, in this order, with ``naive_`` before
 # the second set (fleetcast_contracts.model_archive.HoldoutMetrics has the same names).
 MEASURES = ("smape", "wape", "mase", "rmse", "mae")
-# The model families a customer's backtest scores (every candidate a job may train, and
-# their combination and naive blend), each with a ``backtest_wape_`` column (null where it was not a
-# candidate or could not be fitted).
+# The model families a customer's backtest scores (every candidate a job may train, their
+# combination and naive blend), each with a ``backtest_wape_`` column (null where it was
+# not a candidate or could not be fitted).
 SCORED_KINDS = (*CANDIDATE_KINDS, COMBINATION, NAIVE_BLEND)
 
 ACCURACY_SCHEMA = pa.schema(

@@ -151,7 +151,7 @@ def choose(
             " (the combination was worse than seasonal naive)" if COMBINATION in by_kind else ""
         )
     runner_up = next((s.model_kind for s in ranked if s.model_kind != chosen), None)
-    model = _model(chosen, fitted, by_kind, common, allowed)
+    model = _model(chosen, fitted, by_kind, common, members, naive_fit)
     horizon = actual.shape[1]
     backtest = Backtest(
         horizon=horizon,
@@ -185,28 +185,27 @@ def _model(
     fitted: list[Candidate],
     by_kind: dict[str, CandidateScore],
     common: dict[str, Any],
-    allowed: set[str],
+    members: list[Candidate],
+    naive_fit: Candidate | None,
 ) -> dict[str, Any]:
+    """The chosen candidate's model: a fitted family's own, or a combination (or naive
+    blend) of ``members`` (and ``naive_fit``) as :func:`choose` scored it."""
     if chosen not in (COMBINATION, NAIVE_BLEND):
         model = next(c.model for c in fitted if c.kind == chosen)
         assert model is not None
         return model
-    members: list[dict[str, Any]] = [
-        {"kind": c.kind, "model": c.model}
-        for c in fitted
-        if c.kind in COMBINED and c.model is not None and c.kind in allowed
-    ]
+    written: list[dict[str, Any]] = [{"kind": c.kind, "model": c.model} for c in members]
     if chosen == NAIVE_BLEND:
-        naive = next(c.model for c in fitted if c.kind == NAIVE)
+        assert naive_fit is not None
         share = (1 - naive_blend.NAIVE_WEIGHT) / len(members)
-        members = [
-            {"kind": NAIVE, "model": naive, "weight": naive_blend.NAIVE_WEIGHT},
-            *({**member, "weight": share} for member in members),
+        written = [
+            {"kind": NAIVE, "model": naive_fit.model, "weight": naive_blend.NAIVE_WEIGHT},
+            *({**member, "weight": share} for member in written),
         ]
     sigma = by_kind[chosen].rmse
     return {
         "kind": chosen,
-        "members": members,
+        "members": written,
         "sigma": sigma if np.isfinite(sigma) else 0.0,
         **common,
     }
