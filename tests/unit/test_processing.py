@@ -228,7 +228,14 @@ def test_line_numbers_and_duplicates_hold_across_blocks(job: Job) -> None:
         (59, "invalid_customer_id"),
         (122, "negative_consumption"),
     }
-    assert "line 3" in job.rejected()[1]["message"]
+    repeat = job.rejected()[1]
+    assert "line 3" in repeat["message"]
+    # And the repeat's text is its own, as written (set aside in a block read after line 3's)
+    assert (repeat["customer_id"], repeat["timestamp"], repeat["consumption"]) == (
+        "c1",
+        "2024-01-01T00:00:00Z",
+        "5",
+    )
     assert job.summary.rows_accepted == 137
 
 
@@ -689,7 +696,8 @@ def test_repeats_in_every_shard_list_the_first_lines_of_the_file(job: Job) -> No
     # again, with one repeat of a new kind (same instant, other spelling) near the top
     rows = [f"m{index:04d},2024-01-0{1 + day},{index}" for index in range(600) for day in (0, 1)]
     rows.insert(1, "m0000,2024-01-01T00:00:00+00:00,7")  # line 3: repeats line 2
-    job.upload(HEADER + "\n".join(rows + rows[:1] + rows[2:]) + "\n")
+    uploaded = rows + rows[:1] + rows[2:]  # data row i is on line i + 2
+    job.upload(HEADER + "\n".join(uploaded) + "\n")
 
     # When the job runs
     assert job.run() == 0
@@ -703,7 +711,10 @@ def test_repeats_in_every_shard_list_the_first_lines_of_the_file(job: Job) -> No
     listed = [row for row in rejected if row["line"]]
     lines = [int(row["line"]) for row in listed]
     assert lines[0] == 3 and "as line 2," in listed[0]["message"]
-    assert listed[0]["timestamp"] == "2024-01-01T00:00:00+00:00"
+    # And each listed repeat's values are its own line's, as written
+    assert [f"{row['customer_id']},{row['timestamp']},{row['consumption']}" for row in listed] == [
+        uploaded[line - 2] for line in lines
+    ]
     assert lines == sorted(lines) and len(lines) == REJECTED_ROWS_PER_REASON
     assert lines[1:] == list(range(len(rows) + 2, len(rows) + 2 + len(lines) - 1))
     assert rejected[-1]["message"].startswith(

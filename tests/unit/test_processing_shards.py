@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from shard_helpers import parts_in, read_rows, write_history
@@ -16,6 +17,7 @@ from fleetcast_contracts.shards import (
     history_shard_name,
     history_shard_of,
 )
+from fleetcast_processing.spill import ShardSpill
 
 
 def _same_shard_as(customer_id: str, prefix: str) -> str:
@@ -151,3 +153,31 @@ def test_every_training_part_says_the_runs_last_period(job: Job) -> None:
     for part in parts:
         said = pq.ParquetFile(part).metadata.metadata[RUN_LAST_PERIOD_KEY.encode()]
         assert said == b"2024-03-05T00:00:00.000000"
+
+
+def test_the_spill_gives_back_the_text_of_the_rows_asked_for_in_their_order(
+    tmp_path: Path,
+) -> None:
+    # Given three blocks of four rows set aside, the middle block's second row rejected
+    spill = ShardSpill(tmp_path)
+    ids = ["a", "b", "c", "d"]
+    for block in range(3):
+        accepted = np.array([0, 2, 3] if block == 1 else [0, 1, 2, 3])
+        text = (
+            pa.array([f"t{block}.{row}" for row in range(4)]),
+            pa.array([f"v{block}.{row}" for row in range(4)]),
+        )
+        codes = accepted.astype(np.int64)
+        spill.add(ids, codes, codes * 10, codes * 1.5, block * 4 + accepted + 2, text, accepted)
+    spill.close()
+
+    # When rows are asked for across the blocks, out of order and one twice
+    rows = np.concatenate([spill.read(shard).column("row").to_numpy() for shard in spill.shards])
+    asked = np.array([11, 0, 6, 4, 6])
+    timestamps, consumption = spill.text(asked)
+
+    # Then each row's own text comes back, in the order asked
+    assert sorted(rows.tolist()) == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]
+    assert timestamps.to_pylist() == ["t2.3", "t0.0", "t1.2", "t1.0", "t1.2"]
+    assert consumption.to_pylist() == ["v2.3", "v0.0", "v1.2", "v1.0", "v1.2"]
+    assert spill.text(np.array([], dtype=np.int64))[0].to_pylist() == []

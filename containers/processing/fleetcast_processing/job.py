@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from fleetcast_contracts.processing import (
     CHANGED_FILE,
@@ -141,15 +140,14 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
                 checked = _check_block(block, customers, settings.now, header.delimiter == ";")
                 rejected.add(block, checked.reasons)
                 ok = np.flatnonzero(checked.reasons == ACCEPTED)
-                picked = pa.array(ok)
                 spill.add(
                     customers.ids,
                     checked.codes[ok],
                     checked.instants[ok],
                     checked.consumption[ok],
                     block.lines[ok],
-                    block.timestamp.take(picked),
-                    block.consumption.take(picked),
+                    (block.timestamp, block.consumption),
+                    ok,
                 )
                 progress.rows_read += len(block) + len(block.malformed)
                 progress.rows_accepted += len(ok)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,7 +129,9 @@ def _merge_shard(
     stored_ranks = np.array([rank_of_name[n] for n in stored.names], dtype=np.int64)
     ids = pa.array(names, type=pa.string())
 
-    uploaded, lines = _usable_readings(upload, rank_of_code[codes], ids, settings, rejected)
+    uploaded, lines = _usable_readings(
+        upload, rank_of_code[codes], ids, settings, rejected, spill.text
+    )
     if len(uploaded) == 0:
         return
     history = stored.readings(stored_ranks)
@@ -172,20 +175,21 @@ def _usable_readings(
     ids: pa.Array,
     settings: MergeSettings,
     rejected: RejectedRows,
+    text: Callable[[npt.NDArray[np.int64]], tuple[pa.Array, pa.Array]],
 ) -> tuple[Readings, npt.NDArray[np.int64]]:
     """The shard's uploaded readings without repeats (the first line of each customer and
     instant kept) and without periods whose total is implausible, sorted by key; and the
-    line of each. The others are rejected."""
+    line of each. The others are rejected (``text``: the upload's text of rows, by their
+    ``row``)."""
     instants = upload.column("instant").to_numpy()
     lines = upload.column("line").to_numpy()
     found = deduplicate(ranks, instants, lines)
     if len(found.repeated):
-        picked = pa.array(found.repeated)
+        rows = upload.column("row").to_numpy()[found.repeated]
         rejected.add_duplicates(
             lines[found.repeated],
             ids.take(pa.array(ranks[found.repeated])),
-            upload.column("timestamp").take(picked),
-            upload.column("consumption").take(picked),
+            lambda picked: text(rows[picked]),
             found.original_line,
         )
     kept = found.kept

@@ -9,6 +9,7 @@ would run as a formula.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -165,24 +166,26 @@ class RejectedRows:
         self,
         lines: npt.NDArray[np.int64],
         customer_ids: pa.Array,
-        timestamps: pa.Array,
-        consumption: pa.Array,
+        text: Callable[[npt.NDArray[np.int64]], tuple[pa.Array, pa.Array]],
         original_line: npt.NDArray[np.int64],
     ) -> None:
         """Reject rows that repeat an earlier reading (``original_line``: its line). They come
         a history shard at a time, not in file order: the first per_reason lines of all the
-        shards are listed."""
+        shards are listed, ``text`` giving the timestamp and consumption text of those (by
+        their positions in ``lines``)."""
         if len(lines) == 0:
             return
         self.by_reason[RejectReason.DUPLICATE_ROW.value] += len(lines)
-        picked = pa.array(np.argsort(lines, kind="stable")[: self.per_reason])
+        first = np.argsort(lines, kind="stable")[: self.per_reason]
+        picked = pa.array(first)
         kept = pc.cast(pa.array(original_line).take(picked), pa.string())
+        timestamps, consumption = text(first)
         rows = pa.table(
             [
                 pa.array(lines).take(picked),
                 customer_ids.take(picked),
-                timestamps.take(picked),
-                consumption.take(picked),
+                timestamps,
+                consumption,
                 pa.repeat(RejectReason.DUPLICATE_ROW.value, len(picked)),
                 pc.binary_join_element_wise(
                     "same customer_id and timestamp as line ", kept, ", which was kept", ""
