@@ -30,6 +30,7 @@ from fleetcast_contracts.processing import (
 )
 from fleetcast_contracts.shards import history_shard_name, history_shard_of
 from fleetcast_processing import __main__ as entrypoint
+from fleetcast_processing import job as processing_job
 
 DATA = Path(__file__).parent.parent / "data" / "processing"
 HEADER = "customer_id,timestamp,consumption\n"
@@ -210,9 +211,14 @@ def test_mixed_file_keeps_good_rows_and_reports_every_bad_row(job: Job) -> None:
     }
 
 
-def test_line_numbers_and_duplicates_hold_across_blocks(job: Job) -> None:
+@pytest.mark.parametrize("compressed", [False, True], ids=["spill plain", "spill compressed"])
+def test_line_numbers_and_duplicates_hold_across_blocks(
+    job: Job, compressed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a file read in many small blocks, with bad rows and a repeat far from its original
-    # (data row i is on line i + 2; rows[1] is c1's reading of 2024-01-01, on line 3)
+    # (data row i is on line i + 2; rows[1] is c1's reading of 2024-01-01, on line 3), and a
+    # volume that holds its readings set aside uncompressed, or one that does not
+    monkeypatch.setattr(processing_job, "compress_for", lambda *_: compressed)
     rows = [f"c{index % 7},2024-01-{1 + index // 7:02d}T00:00:00Z,{index}" for index in range(140)]
     rows[100] = "c1,2024-01-01T00:00:00Z,5"
     rows[57] = "bad id,2024-01-01,1"

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from shard_helpers import parts_in, read_rows, write_history
 from test_processing import HEADER, Job
 from test_processing import job as job  # the fixture
@@ -17,7 +18,7 @@ from fleetcast_contracts.shards import (
     history_shard_name,
     history_shard_of,
 )
-from fleetcast_processing.spill import ShardSpill
+from fleetcast_processing.spill import ShardSpill, compress_for
 
 
 def _same_shard_as(customer_id: str, prefix: str) -> str:
@@ -155,11 +156,12 @@ def test_every_training_part_says_the_runs_last_period(job: Job) -> None:
         assert said == b"2024-03-05T00:00:00.000000"
 
 
+@pytest.mark.parametrize("compressed", [False, True])
 def test_the_spill_gives_back_the_text_of_the_rows_asked_for_in_their_order(
-    tmp_path: Path,
+    tmp_path: Path, compressed: bool
 ) -> None:
     # Given three blocks of four rows set aside, the middle block's second row rejected
-    spill = ShardSpill(tmp_path)
+    spill = ShardSpill(tmp_path, compressed)
     ids = ["a", "b", "c", "d"]
     for block in range(3):
         accepted = np.array([0, 2, 3] if block == 1 else [0, 1, 2, 3])
@@ -181,3 +183,13 @@ def test_the_spill_gives_back_the_text_of_the_rows_asked_for_in_their_order(
     assert timestamps.to_pylist() == ["t2.3", "t0.0", "t1.2", "t1.0", "t1.2"]
     assert consumption.to_pylist() == ["v2.3", "v0.0", "v1.2", "v1.0", "v1.2"]
     assert spill.text(np.array([], dtype=np.int64))[0].to_pylist() == []
+
+
+def test_the_spill_is_compressed_only_where_the_volume_needs_it() -> None:
+    gb = 10**9
+    # A plain upload whose readings fit half the free space uncompressed: not compressed
+    assert not compress_for(2 * gb, gzip=False, free_bytes=28 * gb)
+    # One that would not fit, or a gzip that might hold ten times its size of CSV: compressed
+    assert compress_for(8 * gb, gzip=False, free_bytes=28 * gb)
+    assert compress_for(1 * gb, gzip=True, free_bytes=28 * gb)
+    assert not compress_for(100 * 2**20, gzip=True, free_bytes=28 * gb)

@@ -5,6 +5,7 @@ history, write the training parts (totals per customer and period) and the repor
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import time
 from contextlib import closing
@@ -37,7 +38,7 @@ from fleetcast_processing.source import (
     read_blocks,
     read_header,
 )
-from fleetcast_processing.spill import ShardSpill
+from fleetcast_processing.spill import ShardSpill, compress_for
 from fleetcast_processing.upload import UploadReader
 from fleetcast_processing.usage import UseRules
 from fleetcast_processing.validation import (
@@ -135,7 +136,17 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
             header.delimiter,
             ", ".join(header.columns),
         )
-        with closing(ShardSpill(Path(scratch))) as spill:
+        upload_bytes, free_bytes = upload_path.stat().st_size, shutil.disk_usage(scratch).free
+        compressed = compress_for(upload_bytes, upload.compressed, free_bytes)
+        if compressed:
+            logger.info(
+                "setting the readings aside LZ4-compressed: uncompressed, those of %s "
+                "(%.1f GB) could take more than half of the volume's %.1f GB free",
+                source_name,
+                upload_bytes / 1e9,
+                free_bytes / 1e9,
+            )
+        with closing(ShardSpill(Path(scratch), compressed)) as spill:
             for block in read_blocks(upload, header, settings.block_size):
                 checked = _check_block(block, customers, settings.now, header.delimiter == ";")
                 rejected.add(block, checked.reasons)

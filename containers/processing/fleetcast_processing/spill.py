@@ -10,11 +10,11 @@ history. Memory holds one block while reading and one shard's readings after, wh
 the size of the upload: a two-year backfill of 100,000 customers (72 million rows) held
 about 95 bytes a reading in memory before, 6.5 GiB.
 
-Nothing is compressed: about 75 bytes a daily reading on the volume, 40 in its shard and
-the rest its text (a 72-million-row upload: about 5.4 GB, beside the upload's own 2.3 on
-the processing volume's 30 GB). LZ4 made it 23 bytes, but took a third of the job's time
-on a file of ten readings a day; the text, which only the report of duplicate rows needs,
-is read back memory-mapped, and only the blocks those rows are in.
+Compressed only where the volume needs it (:func:`compress_for`): uncompressed, a daily
+reading takes about 74 bytes of the volume, 40 in its shard and the rest its text (a
+72-million-row upload: about 5.4 GB); LZ4 makes it about 23, but took a third of the job's
+time on a file of ten readings a day. The text, which only the report of duplicate rows
+needs, is read back memory-mapped, and only the blocks those rows are in.
 """
 
 from __future__ import annotations
@@ -40,19 +40,36 @@ SCHEMA = pa.schema(
 TEXT_SCHEMA = pa.schema([("timestamp", pa.string()), ("consumption", pa.string())])
 TEXT_FILE = "text.arrow"
 
+# The spill's bytes for each byte of CSV when it is not compressed (74 for a daily reading
+# of 32), taken high; and a gzip upload's CSV bytes for each of its own (4 for `fleetcast
+# generate`'s files, 5-10 for most CSV), taken high too.
+SPILL_BYTES_PER_CSV_BYTE = 2.5
+GZIP_RATIO = 10
+_LZ4 = pa.ipc.IpcWriteOptions(compression="lz4")
+_PLAIN = pa.ipc.IpcWriteOptions()
+
+
+def compress_for(upload_bytes: int, gzip: bool, free_bytes: int) -> bool:
+    """Whether the spill of an upload of ``upload_bytes`` (gzip or not) must be compressed
+    so as to leave at least half of the volume's ``free_bytes`` to the job's outputs."""
+    csv_bytes = upload_bytes * (GZIP_RATIO if gzip else 1)
+    return csv_bytes * SPILL_BYTES_PER_CSV_BYTE > free_bytes / 2
+
 
 class ShardSpill:
     """Accepted readings, appended in file order to the stream of their customer's shard."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, compressed: bool = False) -> None:
         self._folder = folder
+        self.compressed = compressed
+        self._options = _LZ4 if compressed else _PLAIN
         folder.mkdir(parents=True, exist_ok=True)
         self._writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
         self._sinks: list[pa.NativeFile] = []
         self._shard_of_code = np.zeros(0, dtype=np.int64)
         self._seen = np.zeros(0, dtype=np.bool_)
         self._text_sink = pa.OSFile(str(folder / TEXT_FILE), "wb")
-        self._text_writer = pa.ipc.new_file(self._text_sink, TEXT_SCHEMA)
+        self._text_writer = pa.ipc.new_file(self._text_sink, TEXT_SCHEMA, options=self._options)
         self._text_rows = 0
         self._text: pa.ipc.RecordBatchFileReader | None = None
         self._text_starts = np.zeros(1, dtype=np.int64)
@@ -102,7 +119,7 @@ class ShardSpill:
         if writer is None:
             sink = pa.OSFile(str(self._path(shard)), "wb")
             self._sinks.append(sink)
-            writer = self._writers[shard] = pa.ipc.new_stream(sink, SCHEMA)
+            writer = self._writers[shard] = pa.ipc.new_stream(sink, SCHEMA, options=self._options)
         return writer
 
     def _path(self, shard: int) -> Path:
