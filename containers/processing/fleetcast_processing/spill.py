@@ -61,7 +61,6 @@ class ShardSpill:
 
     def __init__(self, folder: Path, compressed: bool = False) -> None:
         self._folder = folder
-        self.compressed = compressed
         self._options = _LZ4 if compressed else _PLAIN
         folder.mkdir(parents=True, exist_ok=True)
         self._writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
@@ -70,9 +69,9 @@ class ShardSpill:
         self._seen = np.zeros(0, dtype=np.bool_)
         self._text_sink = pa.OSFile(str(folder / TEXT_FILE), "wb")
         self._text_writer = pa.ipc.new_file(self._text_sink, TEXT_SCHEMA, options=self._options)
-        self._text_rows = 0
+        # Where each block's text starts in the text file, and where the next one will.
+        self._text_starts = [0]
         self._text: pa.ipc.RecordBatchFileReader | None = None
-        self._text_starts = np.zeros(1, dtype=np.int64)
 
     def add(
         self,
@@ -92,8 +91,8 @@ class ShardSpill:
         self._know_shards(customer_ids)
         self._seen[codes] = True
         self._text_writer.write_batch(pa.record_batch(list(text), schema=TEXT_SCHEMA))
-        rows = rows + self._text_rows
-        self._text_rows += len(text[0])
+        rows = rows + self._text_starts[-1]
+        self._text_starts.append(self._text_starts[-1] + len(text[0]))
         shards = self._shard_of_code[codes]
         # A stable sort keeps each shard's rows in file order: the first of two readings of
         # one instant is the one kept.
@@ -152,22 +151,18 @@ class ShardSpill:
     def text(self, rows: npt.NDArray[np.int64]) -> tuple[pa.Array, pa.Array]:
         """The timestamp and consumption text of ``rows`` (values of the shards' ``row``),
         in their order (call after :meth:`close`). Only the blocks they are in are read."""
-        if self._text is None:
-            self._text = pa.ipc.open_file(pa.memory_map(str(self._folder / TEXT_FILE)))
-            sizes = [
-                self._text.get_batch(index).num_rows
-                for index in range(self._text.num_record_batches)
-            ]
-            self._text_starts = np.cumsum([0, *sizes])
         if len(rows) == 0:
             return pa.array([], pa.string()), pa.array([], pa.string())
-        batch_of = np.searchsorted(self._text_starts, rows, side="right") - 1
+        if self._text is None:
+            self._text = pa.ipc.open_file(pa.memory_map(str(self._folder / TEXT_FILE)))
+        starts = np.asarray(self._text_starts)
+        batch_of = np.searchsorted(starts, rows, side="right") - 1
         order = np.argsort(batch_of, kind="stable")
         # The rows of each block the text file holds, each block read once.
         groups = np.split(order, np.flatnonzero(np.diff(batch_of[order])) + 1)
         pieces = [
             self._text.get_batch(int(batch_of[group[0]])).take(
-                pa.array(rows[group] - self._text_starts[batch_of[group[0]]])
+                pa.array(rows[group] - starts[batch_of[group[0]]])
             )
             for group in groups
         ]
