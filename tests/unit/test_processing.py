@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import gzip
 import io
 import json
@@ -571,6 +572,25 @@ def test_unexpected_errors_become_a_message_not_a_traceback(
     # Then it exits 1 and the message names the error
     assert job.run() == 1
     assert "internal error (RuntimeError: boom)" in job.message
+
+
+def test_a_full_volume_says_so_and_what_to_change(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a job whose volume fills up while it sets the readings aside
+    job.upload(HEADER + "a,2024-01-01,1\n")
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(processing_job.ShardSpill, "add", full)
+
+    # When the job runs
+    # Then it exits 1, and the message says the volume is full and what setting to raise
+    assert job.run() == 1
+    assert "the job's volume is full" in job.message
+    assert "ProcessingVolumeSizeGB" in job.message
+    assert "internal error" not in job.message
 
 
 def test_bad_arguments_write_a_message(job: Job) -> None:

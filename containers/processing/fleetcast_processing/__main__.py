@@ -9,6 +9,7 @@ exit message or FailureReason) and to stderr.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -148,17 +149,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(paths.message_file, f"Processing did not start: bad settings: {problems}.")
     except UnusableInputError as error:
         return _fail(paths.message_file, f"Processing failed for {source_name}: {error}")
-    except Exception as error:
-        logger.exception("unexpected error")
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            return _internal_error(paths.message_file, error)
         return _fail(
             paths.message_file,
-            f"Processing failed with an internal error ({type(error).__name__}: {error}). "
-            "This is a fault in fleetcast, not necessarily in the upload; the job's log has "
-            "the details.",
+            f"Processing failed for {source_name}: the job's volume is full ({error}). The "
+            "upload's readings set aside while it is read and the job's outputs need more "
+            "room than the volume has: raise the stack's ProcessingVolumeSizeGB, or split "
+            "the upload into smaller files.",
         )
+    except Exception as error:
+        return _internal_error(paths.message_file, error)
     _write_message(paths.message_file, success_message(summary))
     logger.info("%s", success_message(summary))
     return 0
+
+
+def _internal_error(message_file: Path, error: Exception) -> int:
+    logger.exception("unexpected error")
+    return _fail(
+        message_file,
+        f"Processing failed with an internal error ({type(error).__name__}: {error}). "
+        "This is a fault in fleetcast, not necessarily in the upload; the job's log has "
+        "the details.",
+    )
 
 
 def _fail(message_file: Path, message: str) -> int:
