@@ -31,7 +31,7 @@ def _clients() -> CostClients:
     return CostClients.create(settings().region)
 
 
-@logger.inject_lambda_context(log_event=False)
+@logger.inject_lambda_context(log_event=False, clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 @event_parser(model=EventBridgeModel)

@@ -79,7 +79,7 @@ def _ended(event: ProcessingJobEnded) -> JobStart:
     return started
 
 
-@logger.inject_lambda_context(log_event=False)
+@logger.inject_lambda_context(log_event=False, clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 @event_parser(model=StartProcessingEvent)

@@ -27,7 +27,7 @@ metrics = Metrics()
 settings = read_on_first_use(TrainingSettings)
 
 
-@logger.inject_lambda_context(log_event=False)
+@logger.inject_lambda_context(log_event=False, clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 @event_parser(model=ProcessingJobStateChange, envelope=envelopes.EventBridgeEnvelope)

@@ -211,12 +211,16 @@ def test_a_failed_training_job_registers_what_it_wrote_and_logs_what_it_lost(
         Body=processing_summary_json(["7", "42"]),
     )
     event = _event("training_job_failed.json")
+    # And a warm process whose last invocation appended a customer's id to the service's
+    # logger (as the forecast API does for each request)
+    load_function("forecast_api").logger.append_keys(customer_id="7")
     # When its failure event arrives
     logs, emf = _invoke("register_models", event, capsys)
     # Then the logs are the run's: the job's failure, and the customer lost with its reason
     assert {line["correlation_id"] for line in logs} == {RUN_ID}
     errors = [line for line in logs if line["level"] == "ERROR"]
     assert errors[0]["failure_reason"] == event["detail"]["FailureReason"]
+    # (only the line about the lost customer names one: no key of the last invocation's)
     (lost,) = [line for line in errors if line.get("customer_id") == "7"]
     assert lost["reason"].endswith(event["detail"]["FailureReason"])
     assert _metric_values(emf) == {"TrainingJobsFailed": [1.0], "RegistrationChunksQueued": [1.0]}
