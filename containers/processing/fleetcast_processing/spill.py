@@ -129,9 +129,8 @@ class ShardSpill:
             writer.close()
         for sink in self._sinks:
             sink.close()
-        if not self._text_sink.closed:
-            self._text_writer.close()
-            self._text_sink.close()
+        self._text_writer.close()
+        self._text_sink.close()
 
     @property
     def codes(self) -> npt.NDArray[np.int64]:
