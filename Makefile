@@ -19,7 +19,7 @@ LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lo
          requirements/sdk.lock.txt requirements/awscli.lock.txt requirements/peers.lock.txt
 
 .PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck chromium \
-        bench bench-smoke accuracy accuracy-smoke load scale clean openapi email-preview images \
+        bench bench-smoke accuracy accuracy-smoke accuracy-record accuracy-replay load scale clean openapi email-preview images \
         test-images
 
 help:  ## List the targets
@@ -124,6 +124,13 @@ accuracy: $(STAMP)  ## Forecast accuracy on real meter data vs Prophet, naive, s
 
 accuracy-smoke: $(STAMP)  ## make accuracy on a handful of series: checks its answers, not its speed
 	$(BIN)/python -m bench.accuracy --smoke
+
+REPLAY_DIR ?= .fleetcast/accuracy-replay
+accuracy-record: $(STAMP)  ## Every customer's candidates of make accuracy, from its jobs (~5 min), for accuracy-replay
+	$(BIN)/python -m bench.accuracy.replay record $(REPLAY_DIR)
+
+accuracy-replay: $(STAMP)  ## A choice rule (RULE=module:function; default the job's own) on accuracy-record's candidates, in seconds
+	$(BIN)/python -m bench.accuracy.replay check $(REPLAY_DIR) $(if $(RULE),--rule $(RULE))
 
 scale: $(STAMP)  ## 100,000 customers x 730 days end to end on the local stack, then a 1% incremental run (long: see docs/scale.md)
 	$(BIN)/python -m bench.scale --customers 100000 --results bench/scale-results.json
