@@ -6,6 +6,7 @@ transactions_back_up_partitions), and sizes a new item once."""
 from __future__ import annotations
 
 import inspect
+import json
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -16,7 +17,7 @@ import pytest
 from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.models.dynamo_type import Item
+from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
 
 from fleetcast.embedded.gateway import Gateway
@@ -162,3 +163,20 @@ def test_an_item_is_sized_once_and_still_held_to_the_size_limit(table: Any) -> N
     assert "BIG" not in {
         i["sk"] for i in table.query(KeyConditionExpression=Key("pk").eq("c9"))["Items"]
     }
+
+
+def test_items_share_their_attribute_names() -> None:
+    # Given two requests' items, each parsed with its own string for each attribute name
+    first, second = (json.loads('{"pk": {"S": "c1"}, "model_kind": {"S": "ets"}}') for _ in "ab")
+    name = "model_kind"
+    assert next(k for k in first if k == name) is not next(k for k in second if k == name)
+    # When the stack's moto makes them items
+    items = []
+    for attributes in (first, second):
+        item = Item.__new__(Item)
+        _item_sized_once(item, DynamoType(attributes["pk"]), None, attributes)
+        items.append(item)
+    # Then the two items hold one string for the name, and the same values as before
+    shared = [next(k for k in item.attrs if k == name) for item in items]
+    assert shared[0] is shared[1]
+    assert [item.attrs[name].value for item in items] == ["ets", "ets"]

@@ -740,23 +740,28 @@ def test_status_counts_a_running_jobs_customers_from_its_progress_files(
     assert customers_done(world["s3"], world["bucket"], RUN_2, instances=2) == 0
 
 
-def test_a_records_backtest_is_kept_as_its_json_text_and_read_back_whole(
+def test_a_records_metrics_and_backtest_are_kept_as_their_json_text_and_read_back_whole(
     world: dict[str, Any],
 ) -> None:
     # Given a customer registered (its MODEL record written, its LIVE record promoted)
     trained(world["s3"], world["bucket"], RUN_1, {"a": GOOD})
     register(world, RUN_1)
     live = world["registry"].live("a")
-    assert live is not None and live.backtest.candidates
-    # Then both records hold the backtest as one string attribute, not nested maps
+    assert live is not None and live.backtest.candidates and live.metrics == GOOD
+    # Then both records hold the metrics and the backtest as one string attribute each,
+    # not nested maps
     table = world["registry_table"]
     for record in ("LIVE", f"MODEL#{RUN_1}"):
         item = table.get_item(Key={"customer_id": "a", "record": record})["Item"]
-        assert isinstance(item["backtest"], str)
+        assert isinstance(item["backtest"], str) and isinstance(item["metrics"], str)
         assert Backtest.model_validate_json(item["backtest"]) == live.backtest
+        assert HoldoutMetrics.model_validate_json(item["metrics"]) == live.metrics
+    assert world["registry"].model("a", RUN_1).metrics == live.metrics
     # And a record kept as maps (written before) reads back the same
     item = table.get_item(Key={"customer_id": "a", "record": "LIVE"})["Item"]
     item["backtest"] = to_item(live.backtest.model_dump(mode="json"))
+    item["metrics"] = to_item(live.metrics.model_dump(mode="json"))
     table.put_item(Item=item)
     again = world["registry"].live("a")
     assert again is not None and again.backtest == live.backtest
+    assert again.metrics == live.metrics

@@ -4,6 +4,7 @@ records and its ``LIVE`` record, and how their values become DynamoDB's and back
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -12,6 +13,9 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from fleetcast_contracts.model_archive import Backtest, HoldoutMetrics
+
+# The fields a record keeps as their JSON text (:func:`stored`), not as DynamoDB maps.
+STORED_AS_TEXT = ("metrics", "backtest")
 
 
 class ModelStatus(StrEnum):
@@ -37,11 +41,12 @@ class TrainedModel(BaseModel):
     model_kind: str
     backtest: Backtest
 
-    @field_validator("backtest", mode="before")
+    @field_validator(*STORED_AS_TEXT, mode="before")
     @classmethod
     def _from_stored_text(cls, value: Any) -> Any:
-        """The table keeps the backtest as its JSON text (:func:`stored`)."""
-        return Backtest.model_validate_json(value) if isinstance(value, str) else value
+        """The table keeps the metrics and the backtest as their JSON text (:func:`stored`);
+        a record written before 2026-12-05 keeps its metrics as a map."""
+        return json.loads(value) if isinstance(value, str) else value
 
 
 class ModelRecord(TrainedModel):
@@ -73,15 +78,17 @@ class LiveModel(TrainedModel):
 
 
 def stored(model: TrainedModel, **dump: Any) -> dict[str, Any]:
-    """``model`` as the table stores it: its JSON-able fields, the backtest as its JSON
-    text. The backtest (every candidate's errors, window by window) is read whole and never
-    queried in, and as nested maps it was most of a record's cost: about a hundred
-    attributes for boto3 and DynamoDB to serialize and parse on every write and read
-    (register-chunk's CPU) and, on the local stack, 13 KB of moto's memory a record
-    against 3.5 KB as text."""
+    """``model`` as the table stores it: its JSON-able fields, the metrics and the backtest
+    as their JSON text. Both are read whole and never queried in (what a user queries is the
+    accuracy export: docs/export.md), and as nested maps they were most of a record's cost:
+    about a hundred attributes for boto3 and DynamoDB to serialize and parse on every write
+    and read (register-chunk's CPU) and, on the local stack, moto's memory: a record took
+    13 KB of it with both as maps, 9.0 KB with the metrics alone (twelve numbers, each an
+    attribute of its own) and 6.4 KB with neither."""
     values = model.model_dump(mode="json", **dump)
-    if "backtest" in values:
-        values["backtest"] = model.backtest.model_dump_json()
+    for name in STORED_AS_TEXT:
+        if name in values:
+            values[name] = getattr(model, name).model_dump_json()
     return values
 
 

@@ -7,7 +7,8 @@ own process; each such change is here, one module per service, so that an upgrad
 moto is one audit of this package:
 
 - :mod:`.dynamodb`: a Query reads its one partition; a transaction backs up only the
-  partitions it writes; a new item's size is summed once, not once per attribute; writes
+  partitions it writes; a new item's size is summed once, not once per attribute, and its
+  attribute names are shared with every other item's; writes
   run one at a time (atomic, as DynamoDB's are), and the
   stack's own observers are told of each UpdateItem (the run counter's record).
 - :mod:`.s3`: objects' bytes live in files, not in the stack's memory.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -62,7 +63,8 @@ ITEM_SIZE_LIMIT = 405_000
 def _item_sized_once(
     item: Item, hash_key: DynamoType, range_key: DynamoType | None, attrs: dict[str, Any]
 ) -> None:
-    """moto's ``Item.__init__``, with the item's size summed once.
+    """moto's ``Item.__init__``, with the item's size summed once and its attribute
+    names shared.
 
     moto 5.2.5 stores an item's attributes in a ``LimitedSizeDict`` whose every
     assignment sums the sizes of every attribute already there, nested maps walked value
@@ -72,6 +74,11 @@ def _item_sized_once(
     The attributes are the same and the same limit is checked, on the whole item, which
     is what moto's last assignment checks (sizes only add up); later changes of the item
     (UpdateItem) still go through moto's check.
+
+    Each item's attribute names are its request's own strings: the registry's 200,000
+    records at 100,000 customers held 200,000 copies of each of their twenty names. They
+    are interned here (one string a name, in this process), which took a registry record
+    from about 9.0 to 7.4 KB of the stack's memory.
     """
     item.hash_key = hash_key
     item.range_key = range_key
@@ -80,7 +87,7 @@ def _item_sized_once(
     for key, value in attrs.items():
         typed = DynamoType(value)
         size += bytesize(key) + typed.size()
-        dict.__setitem__(item.attrs, key, typed)
+        dict.__setitem__(item.attrs, sys.intern(key), typed)
     if size > ITEM_SIZE_LIMIT:
         raise ItemSizeTooLarge
 
