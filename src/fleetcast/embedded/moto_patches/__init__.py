@@ -11,6 +11,7 @@ moto is one audit of this package:
   attribute names are shared with every other item's; writes
   run one at a time (atomic, as DynamoDB's are), and the
   stack's own observers are told of each UpdateItem (the run counter's record).
+- :mod:`.core`: moto keeps no list of every S3 key and DynamoDB item it ever made.
 - :mod:`.s3`: objects' bytes live in files, not in the stack's memory.
 - :mod:`.sagemaker`: a created job is run (InProgress until the job runner ends it), job
   names are unique, a training job keeps its metric definitions and a processing job its
@@ -30,7 +31,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 
-from fleetcast.embedded.moto_patches import dynamodb, s3
+from fleetcast.embedded.moto_patches import core, dynamodb, s3
 
 log = logging.getLogger("fleetcast.embedded.moto_patches")
 
@@ -56,6 +57,7 @@ def install() -> None:
     mismatch = check_moto_version()
     if mismatch:
         log.warning(mismatch)
+    core.fewer_models_tracked()
     dynamodb.query_partitions_only()
     dynamodb.transactions_back_up_partitions()
     dynamodb.items_sized_once()
