@@ -4,18 +4,18 @@ records and its ``LIVE`` record, and how their values become DynamoDB's and back
 
 from __future__ import annotations
 
-import json
 from datetime import date, datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from fleetcast_contracts.model_archive import Backtest, HoldoutMetrics
 
-# The fields a record keeps as their JSON text (:func:`stored`), not as DynamoDB maps.
-STORED_AS_TEXT = ("metrics", "backtest")
+# The fields a record keeps as their JSON text (:func:`stored`), not as DynamoDB maps,
+# and the models they are read back as.
+STORED_AS_TEXT: dict[str, type[BaseModel]] = {"metrics": HoldoutMetrics, "backtest": Backtest}
 
 
 class ModelStatus(StrEnum):
@@ -43,10 +43,12 @@ class TrainedModel(BaseModel):
 
     @field_validator(*STORED_AS_TEXT, mode="before")
     @classmethod
-    def _from_stored_text(cls, value: Any) -> Any:
+    def _from_stored_text(cls, value: Any, info: ValidationInfo) -> Any:
         """The table keeps the metrics and the backtest as their JSON text (:func:`stored`);
         a record written before 2026-12-05 keeps its metrics as a map."""
-        return json.loads(value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        return STORED_AS_TEXT[str(info.field_name)].model_validate_json(value)
 
 
 class ModelRecord(TrainedModel):
