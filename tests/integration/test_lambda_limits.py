@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,32 @@ def test_an_invocation_past_its_timeout_is_ended_and_only_it(
                 raise
             time.sleep(0.5)
     assert answer["answer"] == "x"
+
+
+def test_a_second_environment_starts_only_when_every_one_is_busy(
+    function: tuple[LocalFunction, Path],
+) -> None:
+    local, _ = function
+    # Given a function of concurrency 2, started: one environment, and invoked one at a
+    # time, it answers every invocation
+    assert local.environments == 1
+    assert len({local.invoke({})["pid"] for _ in range(5)}) == 1
+    assert local.environments == 1
+
+    # When invocations overlap, another environment starts (a cold start) and answers too
+    def overlapping() -> set[int]:
+        with ThreadPoolExecutor(2) as pool:
+            return {a["pid"] for a in pool.map(lambda _: local.invoke({"sleep": 0.3}), "ab")}
+
+    seen: set[int] = set()
+    deadline = time.monotonic() + 60
+    while len(seen) < 2 and time.monotonic() < deadline:
+        seen |= overlapping()
+    assert len(seen) == 2
+    # And never more than the function's concurrency
+    for _ in range(3):
+        assert overlapping() <= seen
+    assert local.environments == 2
 
 
 def test_payloads_past_invokes_limits_fail_with_lambdas_errors(

@@ -1,4 +1,4 @@
-"""Lambda functions without Docker: each function runs in warm worker processes of its own,
+"""Lambda functions without Docker: each function runs in worker processes of its own,
 with the environment template.yaml gives it, as the Lambda service would.
 
 A worker imports the handler module from the function's CodeUri (Lambda puts the code
@@ -163,7 +163,7 @@ class Invocations:
 
 
 class LocalFunction:
-    """One function: its warm workers and how to invoke it."""
+    """One function: its workers and how to invoke it."""
 
     def __init__(
         self,
@@ -194,10 +194,17 @@ class LocalFunction:
         )
 
     def warm_up(self) -> Future[int]:
-        """Start every worker now (imports take a second or two each), not when events
-        first find the started ones busy: on two cores those imports stall the requests
-        that arrive meanwhile. The future is one worker's start."""
+        """Start the function's first worker, whose future this is. Others start when
+        invocations find every worker busy, up to ``concurrency``
+        (:class:`~fleetcast.embedded.lambda_workers.WorkerPool`): such a start takes a
+        second or two of a core, as a cold start does on Lambda; make load's warm-up runs
+        its clients' concurrency first, so its timed run finds them started."""
         return self._pool.warm_up()
+
+    @property
+    def environments(self) -> int:
+        """The function's execution environments (workers) running or starting."""
+        return self._pool.environments
 
     def invoke(self, event: dict[str, Any], invocation: str = SYNCHRONOUS) -> Any:
         """The handler's answer to ``event``; ``invocation`` is Invoke's InvocationType:
