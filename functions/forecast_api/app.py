@@ -222,7 +222,10 @@ def _only_query_parameters(*known: str) -> Any:
         "Prophet's point forecast and 80 % interval, with the model's version, training "
         "time and last day of data; with `quantiles`, those quantiles of the same "
         "uncertainty samples at each point. The same request always gets the same answer. "
-        + CLIPPING_NOTE
+        "A warm function remembers a customer's live model for `LIVE_MODEL_CACHE_SECONDS` "
+        "(30 s by default), so for that long after a promotion it may answer from the "
+        "previous model (named in the answer); `Cache-Control: no-cache` asks for the model "
+        "live now. " + CLIPPING_NOTE
     ),
     tags=["forecasts"],
     responses=_documented("The forecast", 400, 403, 404, 429, 502, 503),
@@ -235,14 +238,26 @@ def get_forecast(
     asked = parse_quantiles(quantiles) if quantiles is not None else ()
     if asked:
         logger.append_keys(quantiles=asked)
+    live_models = _live_models()
+    if _no_cache(app.current_event.get_header_value("Cache-Control", default_value="")):
+        # The client asks for the model live now (fleetcast's CLI always does): not one
+        # this warm environment read before a promotion.
+        live_models.forget(customer_id)
     started = time.perf_counter()
-    forecast = customer_forecast(customer_id, period, _live_models(), _endpoint(), asked)
+    forecast = customer_forecast(customer_id, period, live_models, _endpoint(), asked)
     metrics.add_metric(
         name="ForecastLatency",
         unit=MetricUnit.Milliseconds,
         value=(time.perf_counter() - started) * 1000,
     )
     return forecast
+
+
+def _no_cache(cache_control: str | None) -> bool:
+    """Whether a request's Cache-Control asks for no cached answer (RFC 9111: ``no-cache``
+    among its directives)."""
+    directives = (part.strip().lower() for part in (cache_control or "").split(","))
+    return "no-cache" in directives
 
 
 @app.get(

@@ -64,9 +64,15 @@ class ForecastApi:
             raise ServingError(f"{API_URL_ENV}={self.url!r} is not an http(s) URL")
 
     def get(self, path: str) -> dict[str, Any]:
+        # no-cache: the model live now, not one a warm API environment looked up before a
+        # promotion (it keeps lookups for LIVE_MODEL_CACHE_SECONDS)
         request = urllib.request.Request(  # noqa: S310 - http(s) only, checked above
             self.url.rstrip("/") + path,
-            headers={"x-api-key": self.key, "Accept": "application/json"},
+            headers={
+                "x-api-key": self.key,
+                "Accept": "application/json",
+                "Cache-Control": "no-cache",
+            },
         )
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:  # noqa: S310

@@ -348,6 +348,35 @@ def test_a_promoted_model_serves_once_the_cached_lookup_expires(
     assert (status, body["model_version"], body["run_id"]) == (200, 2, NEWER_RUN)
 
 
+def test_no_cache_asks_for_the_model_live_now(
+    api: Any, registry: ModelRegistry, wired: Stubber, clock: Clock
+) -> None:
+    # Given 42's first model, served once (so the lookup is remembered), then a newer run
+    # promoted
+    first = live(registry)
+    wired.add_response("invoke_endpoint", container_answer(), expected_invoke(first, 7))
+    assert call(api, api_event())[2]["model_version"] == 1
+    second = live(registry, run_id=NEWER_RUN, version=2)
+    # When a request says Cache-Control: no-cache (as fleetcast's CLI does), at once
+    event = api_event()
+    event["headers"] = {**(event.get("headers") or {}), "Cache-Control": "max-age=0, no-cache"}
+    event["multiValueHeaders"] = {
+        **(event.get("multiValueHeaders") or {}),
+        "Cache-Control": ["max-age=0, no-cache"],
+    }
+    wired.add_response(
+        "invoke_endpoint", container_answer(run_id=NEWER_RUN), expected_invoke(second, 7)
+    )
+    status, _, body = call(api, event)
+    # Then it is the promoted model's answer
+    assert (status, body["model_version"], body["run_id"]) == (200, 2, NEWER_RUN)
+    # And the next request without it finds that lookup remembered
+    wired.add_response(
+        "invoke_endpoint", container_answer(run_id=NEWER_RUN), expected_invoke(second, 7)
+    )
+    assert call(api, api_event())[2]["model_version"] == 2
+
+
 def test_a_cached_model_the_endpoint_no_longer_has_is_looked_up_again(
     api: Any, registry: ModelRegistry, wired: Stubber, clock: Clock
 ) -> None:
