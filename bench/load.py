@@ -37,6 +37,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -180,10 +181,19 @@ def _status_fields(pid: int) -> dict[str, int]:
     }
 
 
-def _is_function_worker(pid: int) -> bool:
-    """A Lambda worker process (multiprocessing's spawn), not the resource tracker."""
+def _function_workers(pid: int) -> list[int]:
+    """The Lambda workers of the stack in process ``pid``: the children of its
+    multiprocessing forkserver, which forks every worker
+    (:func:`fleetcast.embedded.lambdas.worker_context`), as they are now (a function
+    starts a worker when its invocations find every one busy)."""
+    return [
+        worker for child in _children(pid) if _is_forkserver(child) for worker in _children(child)
+    ]
+
+
+def _is_forkserver(pid: int) -> bool:
     try:
-        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
@@ -201,6 +211,8 @@ class MemoryWatch:
     """Peak resident memory of the stack's processes while the load runs, sampled."""
 
     roles: dict[int, str]
+    # Called at each sample: processes started since, watched as Lambda workers.
+    workers: Callable[[], list[int]] | None = None
     peaks: dict[int, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -220,6 +232,8 @@ class MemoryWatch:
             self._sample_once()
 
     def _sample_once(self) -> None:
+        for worker in self.workers() if self.workers else ():
+            self.roles.setdefault(worker, "worker")
         for pid in self.roles:
             rss = _status_fields(pid).get("VmRSS", 0)
             self.peaks[pid] = max(self.peaks.get(pid, 0), rss)
@@ -303,10 +317,7 @@ def main() -> int:
         function_memory = function_memory_mb(stack) * MIB
 
         roles = {os.getpid(): "stack"} | {container.pid or 0: "container"}
-        for child in _children(os.getpid()):
-            if child not in roles and _is_function_worker(child):
-                roles[child] = "worker"
-        watch = MemoryWatch(roles)
+        watch = MemoryWatch(roles, workers=lambda: _function_workers(os.getpid()))
         url, key = stack.info.extra["FLEETCAST_API_URL"], stack.info.extra["FLEETCAST_API_KEY"]
         print(
             f"load: {args.clients} clients for {args.seconds:.0f} s over {len(customers)} "
