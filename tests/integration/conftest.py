@@ -7,6 +7,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 from registry_tables import create_registry_table
 
+from fleetcast.embedded.gateway import Gateway
+
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
@@ -37,3 +39,14 @@ def registry_table(aws_env: str) -> Iterator[Any]:
     table = create_registry_table()
     yield table
     table.delete()
+
+
+@pytest.fixture
+def gateway(aws_env: str) -> Iterator[Gateway]:
+    """The local stack's AWS gateway (moto with the stack's patches), in this process."""
+    running = Gateway()
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +16,6 @@ from fleetcast.embedded.gateway import Gateway
 from fleetcast.embedded.sagemaker_jobs import S3Transfer
 from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync
 from fleetcast.embedded.template import ACCOUNT_ID
-
-
-@pytest.fixture
-def gateway(aws_env: str) -> Iterator[Gateway]:
-    gateway = Gateway()
-    gateway.start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
 
 
 @pytest.fixture

@@ -7,24 +7,12 @@ from __future__ import annotations
 import json
 import urllib.request
 import uuid
-from collections.abc import Iterator
 
 import boto3
-import pytest
 from moto.dynamodb.models.dynamo_type import Item
 from moto.s3.models import FakeKey
 
 from fleetcast.embedded.gateway import Gateway
-
-
-@pytest.fixture
-def gateway(aws_env: str) -> Iterator[Gateway]:
-    running = Gateway()
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def test_replaced_objects_and_items_are_not_kept_and_sent_mail_is_listed(gateway: Gateway) -> None:
