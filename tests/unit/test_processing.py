@@ -802,6 +802,57 @@ def test_a_period_total_above_the_configured_limit_is_rejected_with_its_rows(
     assert "the 2 readings" in row["message"] and MAX_PERIOD_TOTAL_ENV in row["message"]
 
 
+def test_a_day_split_over_two_uploads_is_checked_whole_with_the_stored_readings(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a plausible-total limit of 10, a's morning of 2024-01-01 stored (6) and b's day
+    # (4), and an upload with a's afternoon (6: plausible alone), b's evening (5) and a's
+    # next day
+    monkeypatch.setenv(MAX_PERIOD_TOTAL_ENV, "10")
+    job.store_history("a", [("2024-01-01T01:00:00", 6.0)])
+    job.store_history("b", [("2024-01-01T01:00:00", 4.0)])
+    job.upload(
+        HEADER
+        + "a,2024-01-01T13:00:00Z,6\n"
+        + "b,2024-01-01T20:00:00Z,5\n"
+        + "a,2024-01-02T01:00:00Z,3\n"
+    )
+
+    # When the job runs
+    assert job.run() == 0
+
+    # Then a's day, 12 with the stored morning, keeps its stored reading only: the upload's
+    # reading of it is rejected and reported with the day's total; b's day (9) is merged
+    assert job.history("a") == [("2024-01-01T01:00:00", 6.0), ("2024-01-02T01:00:00", 3.0)]
+    assert job.train("a") == [("2024-01-01", 6.0), ("2024-01-02", 3.0)]
+    assert job.train("b") == [("2024-01-01", 9.0)]
+    summary = job.summary
+    assert (summary.rows_read, summary.rows_accepted, summary.rows_rejected) == (3, 2, 1)
+    assert summary.rejected_by_reason == {"implausible_period_total": 1}
+    assert (summary.readings_new, summary.readings_stored) == (2, 4)
+    [row] = job.rejected()
+    assert (row["customer_id"], row["timestamp"], row["consumption"]) == ("a", "2024-01-01", "12")
+    assert "the 1 readings the history already holds" in row["message"]
+    assert "the stored ones are kept" in row["message"]
+
+
+def test_an_upload_correcting_a_stored_reading_is_checked_on_the_corrected_total(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a stored day of 6 + 6 (stored before a limit of 10 was set), and an upload
+    # correcting its second reading to 3
+    monkeypatch.setenv(MAX_PERIOD_TOTAL_ENV, "10")
+    job.store_history("a", [("2024-01-01T01:00:00", 6.0), ("2024-01-01T02:00:00", 6.0)])
+    job.upload(HEADER + "a,2024-01-01T02:00:00Z,3\n")
+
+    # When the job runs
+    assert job.run() == 0
+
+    # Then the corrected day (9) is plausible: the correction is taken
+    assert job.train("a") == [("2024-01-01", 9.0)]
+    assert (job.summary.rows_rejected, job.summary.readings_changed) == (0, 1)
+
+
 def test_a_quote_left_open_in_a_large_file_names_its_line(job: Job) -> None:
     # Given 3 MB of rows with a stray quote in the middle (Arrow's reader said only
     # "straddling object straddles two block boundaries")

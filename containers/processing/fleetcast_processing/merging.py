@@ -3,7 +3,8 @@
 For each shard holding a customer of the upload: its accepted readings (set aside while
 the file was read, :mod:`fleetcast_processing.spill`) lose their repeats and the periods
 whose total is implausible (both rejected), then merge with the shard's stored readings
-reading by reading (:func:`fleetcast_processing.history.merge_readings`); the shard is
+reading by reading (:func:`fleetcast_processing.history.merge_readings`), less the
+upload's readings of any period that the merge makes implausible (rejected); the shard is
 written back whole and its upload customers' training periods set aside for the parts.
 Memory holds one shard's upload readings and one stored shard, whatever the size of the
 fleet or the upload; untouched shards are neither read nor written.
@@ -136,6 +137,12 @@ def _merge_shard(
         return
     history = stored.readings(stored_ranks)
     merged = merge_readings(history, uploaded)
+    over = _over_with_history(merged.readings, uploaded, ids, settings, rejected)
+    if over is not None:
+        uploaded, lines = uploaded.take(~over), lines[~over]
+        if len(uploaded) == 0:
+            return
+        merged = merge_readings(history, uploaded)
     if len(merged.changed):
         changed.add(
             lines[merged.changed],
@@ -230,6 +237,47 @@ def _plausible(
     )
     bad = (totals.codes[implausible] << 32) | totals.periods[implausible]
     return ~np.isin((ranks << 32) | frequency.periods(instants), bad)
+
+
+def _over_with_history(
+    merged: Readings,
+    uploaded: Readings,
+    ids: pa.Array,
+    settings: MergeSettings,
+    rejected: RejectedRows,
+) -> npt.NDArray[np.bool_] | None:
+    """Which uploaded readings are in a period that, with the readings the history already
+    holds for it, adds up to more than the limit (None: none of them). The upload's own
+    part of each period was checked before the merge (:func:`_plausible`); a day split
+    over two files is checked whole here, once both are in. The upload's readings of such
+    a period are rejected, the stored ones kept."""
+    if len(merged) == len(uploaded):  # the history held none of the shard's readings
+        return None
+    frequency = settings.frequency
+    totals, rows = period_totals(uploaded.ranks, uploaded.instants, uploaded.values, frequency)
+    # Each period's readings are one run of the merged keys (rank, then instant).
+    start = totals.periods * frequency.period_us
+    low = np.searchsorted(merged.keys, reading_keys(totals.codes, start))
+    high = np.searchsorted(merged.keys, reading_keys(totals.codes, start + frequency.period_us))
+    with_stored = np.flatnonzero(high - low > rows)
+    if len(with_stored) == 0:
+        return None
+    bounds = np.column_stack([low[with_stored], high[with_stored]]).ravel()
+    # reduceat sums each [low, high) run; the trailing 0 lets a run end at the last reading.
+    sums = np.add.reduceat(np.append(merged.values, 0.0), bounds)[::2]
+    implausible = sums > settings.max_period_total
+    if not implausible.any():
+        return None
+    picked = with_stored[implausible]
+    rejected.add_periods(
+        ids.take(pa.array(totals.codes[picked])).to_pylist(),
+        frequency.format(totals.periods[picked]),
+        sums[implausible].tolist(),
+        rows[picked].tolist(),
+        (high - low - rows)[picked].tolist(),
+    )
+    bad = (totals.codes[picked] << 32) | totals.periods[picked]
+    return np.isin((uploaded.ranks << 32) | frequency.periods(uploaded.instants), bad)
 
 
 def _runs(sorted_keys: npt.NDArray[np.int64]) -> int:

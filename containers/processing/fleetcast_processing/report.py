@@ -213,14 +213,22 @@ class RejectedRows:
         return table.sort_by("line")  # nulls (periods) last
 
     def add_periods(
-        self, customer_ids: list[str], periods: pa.Array, totals: list[float], rows: list[int]
+        self,
+        customer_ids: list[str],
+        periods: pa.Array,
+        totals: list[float],
+        rows: list[int],
+        stored: list[int] | None = None,
     ) -> None:
-        """Reject whole periods whose total is implausible: one row each, naming how many
-        readings it stands for."""
+        """Reject the upload's readings of whole periods whose total is implausible: one row
+        each, naming how many readings it stands for. ``stored``: how many readings the
+        history already held in each period, counted in its total and kept."""
         reason = RejectReason.IMPLAUSIBLE_PERIOD_TOTAL
         self.by_reason[reason.value] += sum(rows)
         room = self._room(reason)
-        shown = list(zip(customer_ids, periods.to_pylist(), totals, rows, strict=True))[:room]
+        kept = stored if stored is not None else [0] * len(rows)
+        shown = list(zip(customer_ids, periods.to_pylist(), totals, rows, kept, strict=True))
+        shown = shown[:room]
         self.listed[reason.value] += len(shown)
         self._periods_left_out += len(customer_ids) - len(shown)
         if not shown:
@@ -229,19 +237,30 @@ class RejectedRows:
             pa.table(
                 {
                     "line": pa.nulls(len(shown), pa.int64()),
-                    "customer_id": [customer_id for customer_id, _, _, _ in shown],
-                    "timestamp": [period for _, period, _, _ in shown],
-                    "consumption": [f"{total:.6g}" for _, _, total, _ in shown],
+                    "customer_id": [customer_id for customer_id, *_ in shown],
+                    "timestamp": [period for _, period, *_ in shown],
+                    "consumption": [f"{total:.6g}" for _, _, total, *_ in shown],
                     "reason": [reason.value] * len(shown),
                     "message": [
-                        f"the {count:,} readings of this customer in this period add up to "
-                        f"{total:.6g}, more than the plausible {self._period_limit:.6g} "
-                        f"(setting {MAX_PERIOD_TOTAL_ENV}): none of them is used"
-                        for _, _, total, count in shown
+                        self._period_message(total, count, already)
+                        for _, _, total, count, already in shown
                     ],
                 },
                 schema=SCHEMA,
             )
+        )
+
+    def _period_message(self, total: float, count: int, stored: int) -> str:
+        limit = f"more than the plausible {self._period_limit:.6g} (setting {MAX_PERIOD_TOTAL_ENV})"
+        if not stored:
+            return (
+                f"the {count:,} readings of this customer in this period add up to "
+                f"{total:.6g}, {limit}: none of them is used"
+            )
+        return (
+            f"with the {stored:,} readings the history already holds for this customer and "
+            f"period, this upload's {count:,} add up to {total:.6g}, {limit}: the upload's "
+            "readings of it are not used, the stored ones are kept"
         )
 
     def _room(self, reason: RejectReason) -> int:
