@@ -62,6 +62,9 @@ class RunAccuracy(BaseModel):
     # each candidate family's backtest WAPE over the customers it was scored for.
     served: dict[str, int] = {}
     family_wape: dict[str, Spread] = {}
+    # Customers with a level shift at the end of their history (members that cannot
+    # follow it left out: fleetcast_training.level_shift).
+    level_shifts: int = 0
 
     @property
     def not_live(self) -> int:
@@ -86,6 +89,7 @@ def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAc
             for kind in SCORED_KINDS
             if any(row.get(f"backtest_wape_{kind}") is not None for row in trained)
         },
+        level_shifts=sum(1 for row in trained if row.get("level_shift_days") is not None),
         run_id=run_id,
         customers=len(rows),
         scored=len(scored),
@@ -128,6 +132,11 @@ def summary_lines(summary: RunAccuracy) -> list[str]:
         lines.append(
             "  served by family (each customer's choice on its backtest): "
             + ", ".join(f"{kind} {count}" for kind, count in summary.served.items())
+        )
+    if summary.level_shifts:
+        lines.append(
+            f"  {summary.level_shifts} with a level shift at the end of their history: "
+            "members that cannot follow it left out"
         )
     if summary.family_wape:
         lines.append(

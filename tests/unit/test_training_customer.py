@@ -95,6 +95,29 @@ def test_every_candidate_is_scored_on_one_backtest_and_the_choice_recorded(tmp_p
     assert metadata.metrics.holdout_days == 30 and metadata.metrics.windows == 3
 
 
+def test_a_customer_whose_use_fell_weeks_ago_is_not_served_prophets_old_level(tmp_path: Path):
+    # Given a customer whose use fell to a fifth 25 days before the end of its history
+    frame = series(200)
+    frame.loc[frame.index[-25:], "y"] *= 0.2
+    source = write_customer(tmp_path, frame)
+    # When trained with every family as a candidate
+    report = trainer(tmp_path).train("acme", source)
+    # Then its archive records the fall, Prophet (scored still) is in no served model,
+    # and the served forecast is at the new level
+    assert report.result.outcome is CustomerOutcome.TRAINED
+    model_json, metadata = read_archive(tmp_path / "checkpoints" / "acme.tar.gz")
+    assert metadata.backtest is not None
+    assert metadata.backtest.level_shift_days == 25
+    assert "prophet cannot follow: left out" in metadata.backtest.why
+    assert metadata.backtest.score("prophet") is not None
+    model = json.loads(model_json)
+    assert metadata.model_kind != "prophet"
+    assert "prophet" not in {member["kind"] for member in model.get("members", [])}
+    assert report.forecast is not None
+    new_level = float(frame["y"].iloc[-25:].mean())
+    assert 0.75 * new_level < float(np.mean(report.forecast.yhat)) < 1.25 * new_level
+
+
 def test_hourly_customer_is_scored_on_whole_days(tmp_path: Path):
     # Given ten days of hourly data and a one-day holdout
     source = write_customer(tmp_path, series(240, freq="h"))

@@ -302,3 +302,22 @@ def test_parts_hold_a_bounded_number_of_customers_each(
     assert sorted(p.name for p in paths[0].parent.iterdir()) == [p.name for p in paths]
     ids = pa.concat_tables(pq.read_table(p) for p in paths).column("customer_id").to_pylist()
     assert ids == [f"c{i}" for i in range(5)]
+
+
+def test_a_level_shift_is_in_the_accuracy_table_and_the_archive(tmp_path: Path):
+    # Given two customers, one whose use fell to a fifth 20 days before the end, and every
+    # family a candidate
+    families = "seasonal_naive,seasonal_median,ets,theta,prophet"
+    instance = Instance.create(tmp_path, forecast_export_days="5", candidates=families)
+    instance.add_customer("steady", weekly_series(0))
+    fallen = weekly_series(1)
+    fallen.loc[fallen.index[-20:], "y"] *= 0.2
+    instance.add_customer("fallen", fallen)
+    # When the job runs
+    assert run_container(instance).exit_code == 0
+    # Then the accuracy table says which customer's history ends in a shift, and how old
+    rows = {row["customer_id"]: row for row in accuracy(instance).to_pylist()}
+    assert rows["fallen"]["level_shift_days"] == 20
+    assert rows["steady"]["level_shift_days"] is None
+    _, metadata = read_archive(instance.archive("fallen"))
+    assert metadata.backtest is not None and metadata.backtest.level_shift_days == 20

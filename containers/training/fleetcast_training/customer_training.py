@@ -37,6 +37,7 @@ from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResul
 from fleetcast_forecasters import ets, seasonal_median, seasonal_naive, theta
 from fleetcast_forecasters.candidates import BacktestPlan, CandidateFamily, Histories
 from fleetcast_forecasters.gaussian import common_fields
+from fleetcast_training import level_shift
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.export import ExportedForecast, forecast_for_export
 from fleetcast_training.failures import CustomerFailure, FailureKind
@@ -327,6 +328,7 @@ class CustomerTrainer:
             common_fields(last, settings.uncertainty_samples, INTERVAL_WIDTH),
             settings.periods_per_day,
             servable=set(settings.candidates),
+            shift=level_shift.find(values, settings.periods_per_day),
         )
         if choice is None:
             raise CustomerFailure(FailureKind.FIT_FAILED, "no candidate could be fitted and scored")

@@ -293,6 +293,7 @@ def accuracy_batch(run_id: str, customers: Sequence[ExportedCustomer]) -> pa.Rec
         row["model_kind"] = metadata.model_kind if metadata else None
         row["runner_up"] = backtest.runner_up if backtest else None
         row["backtest_windows"] = backtest.windows if backtest else None
+        row["level_shift_days"] = backtest.level_shift_days if backtest else None
         for kind in SCORED_KINDS:
             score = backtest.score(kind) if backtest else None
             row[f"backtest_wape_{kind}"] = score.wape if score else None

@@ -77,6 +77,9 @@ ACCURACY_SCHEMA = pa.schema(
         pa.field("runner_up", pa.string()),
         pa.field("backtest_windows", pa.int32()),
         *(pa.field(f"backtest_wape_{kind}", pa.float64()) for kind in SCORED_KINDS),
+        # A level shift this many days before the end of the history, which the members
+        # that cannot follow it were left out for (fleetcast_training.level_shift).
+        pa.field("level_shift_days", pa.int32()),
     ]
 )
 

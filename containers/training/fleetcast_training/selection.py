@@ -11,6 +11,10 @@ single candidate (or the best few) per customer every time did worse on the held
 than always combining (a backtest of a few windows is noisy), and no customer is ever
 served a model the gate would refuse: naive is a candidate.
 
+A level shift at the end of the history (:mod:`fleetcast_training.level_shift`), which the
+backtest's windows cannot see, leaves the members that cannot follow it out of the
+combination and of what may be served; the gate then applies as above.
+
 Errors are compared on the points every candidate forecast (and the customer had a usable
 value for), pooled over the windows: WAPE, ``sum|F - A| / sum|A|``; between candidates of
 one customer it ranks as MAE does.
@@ -28,6 +32,7 @@ import numpy.typing as npt
 from fleetcast_contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
 from fleetcast_contracts.quality_gate import EQUAL_ERROR_SHARE
 from fleetcast_forecasters import combination, naive_blend, seasonal_median, seasonal_naive
+from fleetcast_training.level_shift import LevelShift
 
 FloatArray = npt.NDArray[np.float64]
 NAIVE = seasonal_naive.KIND
@@ -95,6 +100,7 @@ def choose(
     common: dict[str, Any],
     periods_per_day: int,
     servable: set[str] | None = None,
+    shift: LevelShift | None = None,
 ) -> Choice | None:
     """The customer's model: ``candidates`` (seasonal naive among them) with their
     backtests over ``actual`` (windows by steps, NaN where there is no usable value);
@@ -102,9 +108,20 @@ def choose(
     ``common`` the fields every served model's JSON carries. None when no candidate has
     a model or no point of the backtest is scored. Only kinds in ``servable`` (all, if
     None) are served or combined; the others (seasonal naive, when it is left out of the
-    candidates) are scored as the yardstick."""
+    candidates) are scored as the yardstick. With a level ``shift`` at the end of the
+    history, the members that cannot follow it are neither combined nor served
+    (:mod:`fleetcast_training.level_shift`), unless no member can."""
     fitted = [c for c in candidates if c.model is not None]
     allowed = servable if servable is not None else {c.kind for c in fitted} | {COMBINATION}
+    left_out: list[str] = []
+    if shift is not None:
+        models = {c.kind: c.model for c in fitted if c.kind in COMBINED and c.kind in allowed}
+        follow = shift.followers(models)
+        if follow:
+            left_out = sorted(set(models) - follow)
+            allowed = set(allowed) - set(left_out)
+        else:
+            shift = None
     members = [c for c in fitted if c.kind in COMBINED and c.kind in allowed]
     naive_fit = next((c for c in fitted if c.kind == NAIVE and c.kind in allowed), None)
     if len(members) >= 2:
@@ -153,6 +170,10 @@ def choose(
     runner_up = next((s.model_kind for s in ranked if s.model_kind != chosen), None)
     model = _model(chosen, fitted, by_kind, common, members, naive_fit)
     horizon = actual.shape[1]
+    if shift is not None:
+        why += f"; {shift.describe()}" + (
+            f", which {', '.join(left_out)} cannot follow: left out" if left_out else ""
+        )
     backtest = Backtest(
         horizon=horizon,
         windows=windows,
@@ -160,6 +181,7 @@ def choose(
         chosen=chosen,
         runner_up=runner_up,
         why=why,
+        level_shift_days=None if shift is None else shift.days,
         candidates=ranked,
     )
     served, baseline = by_kind[chosen], naive or by_kind[chosen]

@@ -85,6 +85,14 @@ class Backtest(BaseModel):
     chosen: str = Field(description="The model_kind served")
     runner_up: str | None = None
     why: str = Field(default="", description="Why the chosen one was chosen")
+    level_shift_days: int | None = Field(
+        default=None,
+        description=(
+            "A level shift this many days before the end of the history: the members "
+            "that cannot follow it were neither combined nor served (null: none found, or "
+            "no candidate that follows it may be served)"
+        ),
+    )
     candidates: list[CandidateScore]
 
     def score(self, model_kind: str) -> CandidateScore | None:

@@ -1,0 +1,39 @@
+"""The accuracy summary ``fleetcast status`` prints under its table."""
+
+from __future__ import annotations
+
+from fleetcast.run_report import RunAccuracy, Spread, summary_lines
+
+MEASURES = ("smape", "wape", "mase", "rmse", "mae")
+
+
+def run_accuracy(**fields: object) -> RunAccuracy:
+    spread = Spread.of([0.1, 0.2, 0.3])
+    base: dict[str, object] = {
+        "run_id": "q0000000001-20260101t000000",
+        "customers": 3,
+        "scored": 3,
+        "model": dict.fromkeys(MEASURES, spread),
+        "naive": dict.fromkeys(MEASURES, spread),
+        "beat_naive": 2,
+        "live": 3,
+        "rejected": 0,
+        "superseded": 0,
+        "failed": 0,
+        "undecided": 0,
+        "not_exported": 0,
+        "served": {"combination": 2, "ets": 1},
+    }
+    return RunAccuracy.model_validate(base | fields)
+
+
+def test_customers_with_a_level_shift_are_counted_under_the_families():
+    lines = summary_lines(run_accuracy(level_shifts=2))
+    served = next(i for i, line in enumerate(lines) if "served by family" in line)
+    assert lines[served + 1] == (
+        "  2 with a level shift at the end of their history: members that cannot follow it left out"
+    )
+
+
+def test_no_line_when_no_customer_had_a_level_shift():
+    assert not any("level shift" in line for line in summary_lines(run_accuracy()))
