@@ -15,8 +15,10 @@ with every period and follow the shift; two members do not:
 
 The test is distribution-free: the last ``days`` days (at least a week, so no weekday
 pattern can pass for a shift) are **all** below, or all above, **every** day of the eight
-weeks before them. A household's ordinary variation (a cold week, a weekend away, a
-Monday peak) leaves some day of eight weeks beyond the last week's range. Shifts up to
+weeks before them. A household's ordinary variation (a weekend away, a Monday peak, an
+odd day) leaves some day of eight weeks beyond the last week's range. A cold spell that
+lifts a whole week above the eight before is a rise by this test: where the season
+explains it, a Prophet with yearly terms stays in the combination. Shifts up to
 four weeks old are looked for; the oldest age that separates is the shift's (a younger
 one can separate too when the first days after the shift are the least far from the old
 level).
