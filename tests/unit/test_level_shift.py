@@ -12,7 +12,7 @@ import pytest
 from fleetcast_contracts.quality_gate import passes_quality_gate
 from fleetcast_forecasters.gaussian import common_fields
 from fleetcast_training.level_shift import LevelShift, find
-from fleetcast_training.selection import COMBINATION, Candidate, choose
+from fleetcast_training.selection import COMBINATION, Candidate, Choice, choose
 
 WEEK = np.array([6.0, 6.5, 5.5, 6.0, 7.0, 8.0, 7.5])
 LAST = np.datetime64("2025-03-01")
@@ -89,8 +89,15 @@ def models(prophet_yearly: bool = False) -> dict[str, dict[str, Any]]:
     return {kind: {"kind": kind} for kind in kinds} | {"prophet": prophet_model(prophet_yearly)}
 
 
-def candidates(fitted: dict[str, dict[str, Any]], **levels: float) -> list[Candidate]:
-    return [Candidate(kind, np.full((2, 14), levels[kind]), fitted[kind]) for kind in levels]
+def chosen(
+    fitted: dict[str, dict[str, Any]], levels: dict[str, float], shift: LevelShift | None
+) -> Choice:
+    """The choice for candidates whose backtests are constant forecasts at ``levels``."""
+    candidates = [Candidate(k, np.full((2, 14), level), fitted[k]) for k, level in levels.items()]
+    common = common_fields(LAST, 0, 0.8)
+    choice = choose(candidates, ACTUAL, ORIGINS, None, common, 1, shift=shift)
+    assert choice is not None
+    return choice
 
 
 ACTUAL = np.full((2, 14), 100.0)
@@ -107,18 +114,10 @@ def test_a_fall_three_weeks_old_leaves_prophet_out_of_the_combination():
     # Given a customer whose backtest (before the shift) passes the gate for every member,
     # and a fall 22 days before the end
     fitted = models()
-    choice = choose(
-        candidates(fitted, **LEVELS),
-        ACTUAL,
-        ORIGINS,
-        None,
-        common_fields(LAST, 0, 0.8),
-        1,
-        shift=LevelShift(22, "fall"),
-    )
+    choice = chosen(fitted, LEVELS, LevelShift(22, "fall"))
     # Then the combination is served without Prophet (the seasonal median's four weeks
     # are mostly after the shift: it stays), and the archive says why
-    assert choice is not None and choice.kind == COMBINATION
+    assert choice.kind == COMBINATION
     assert [m["kind"] for m in choice.model["members"]] == ["seasonal_median", "ets", "theta"]
     assert choice.backtest.level_shift_days == 22
     assert "a level fall 22 days before the end" in choice.backtest.why
@@ -131,18 +130,10 @@ def test_a_fall_three_weeks_old_leaves_prophet_out_of_the_combination():
 def test_a_young_shift_leaves_the_seasonal_median_out_too_but_not_a_yearly_prophet():
     # Given a rise 9 days before the end, and a Prophet model with yearly seasonality
     fitted = models(prophet_yearly=True)
-    choice = choose(
-        candidates(fitted, **LEVELS),
-        ACTUAL,
-        ORIGINS,
-        None,
-        common_fields(LAST, 0, 0.8),
-        1,
-        shift=LevelShift(9, "rise"),
-    )
+    choice = chosen(fitted, LEVELS, LevelShift(9, "rise"))
     # Then the seasonal median (three of its four weeks before the shift) is left out;
     # Prophet, whose yearly terms may know the season's rise, stays
-    assert choice is not None and choice.kind == COMBINATION
+    assert choice.kind == COMBINATION
     assert [m["kind"] for m in choice.model["members"]] == ["ets", "theta", "prophet"]
     assert "seasonal_median cannot follow" in choice.backtest.why
 
@@ -152,17 +143,9 @@ def test_with_a_shift_the_fallback_serves_only_what_follows_it_or_naive():
     # Prophet (which cannot follow) the least backtest error
     fitted = models()
     levels = LEVELS | {"ets": 130.0, "theta": 125.0, "prophet": 100.0, "seasonal_naive": 110.0}
-    choice = choose(
-        candidates(fitted, **levels),
-        ACTUAL,
-        ORIGINS,
-        None,
-        common_fields(LAST, 0, 0.8),
-        1,
-        shift=LevelShift(8, "fall"),
-    )
+    choice = chosen(fitted, levels, LevelShift(8, "fall"))
     # Then seasonal naive is served (the least error of what may be), not Prophet
-    assert choice is not None and choice.kind == "seasonal_naive"
+    assert choice.kind == "seasonal_naive"
     assert choice.backtest.runner_up is not None
     assert passes_quality_gate(choice.metrics)
 
@@ -171,19 +154,8 @@ def test_a_shift_no_servable_member_can_follow_changes_nothing():
     # Given only Prophet (without yearly terms) and seasonal naive among the candidates
     fitted = models()
     levels = {"seasonal_naive": 100.0, "prophet": 100.0}
-    without = choose(
-        candidates(fitted, **levels), ACTUAL, ORIGINS, None, common_fields(LAST, 0, 0.8), 1
-    )
-    shifted = choose(
-        candidates(fitted, **levels),
-        ACTUAL,
-        ORIGINS,
-        None,
-        common_fields(LAST, 0, 0.8),
-        1,
-        shift=LevelShift(10, "fall"),
-    )
+    without = chosen(fitted, levels, None)
+    shifted = chosen(fitted, levels, LevelShift(10, "fall"))
     # Then the choice is the one made without the shift
-    assert without is not None and shifted is not None
     assert shifted.kind == without.kind
     assert shifted.backtest.level_shift_days is None
