@@ -135,8 +135,8 @@ def summary_lines(summary: RunAccuracy) -> list[str]:
         )
     if summary.level_shifts:
         lines.append(
-            f"  {summary.level_shifts} with a level shift at the end of their history: "
-            "members that cannot follow it left out"
+            f"  {summary.level_shifts} with a level shift at the end of their history, "
+            "served only by members that follow it"
         )
     if summary.family_wape:
         lines.append(

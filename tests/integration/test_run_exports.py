@@ -3,6 +3,7 @@ reading parts written by the training job's own writers."""
 
 from __future__ import annotations
 
+import io
 import uuid
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -162,6 +163,27 @@ def test_export_of_the_accuracy_table(stack: dict[str, Any], tmp_path: Path):
     assert sorted(rows) == ["a", "b", "c", "d"]
     assert (rows["d"]["outcome"], rows["d"]["failure_reason"]) == ("failed", "too few")
     assert (rows["c"]["beats_naive"], rows["a"]["beats_naive"]) == (False, True)
+
+
+def test_an_accuracy_part_from_before_level_shifts_reads_with_the_column_empty(
+    stack: dict[str, Any], tmp_path: Path
+):
+    # Given the run's accuracy part as a job wrote it before level_shift_days existed
+    s3, bucket = stack["s3"], stack["bucket"]
+    prefix = exports_prefix(NEW, "accuracy")
+    [key] = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
+    old = pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+    old = old.drop_columns(["level_shift_days"])
+    buffer = io.BytesIO()
+    pq.write_table(old, buffer)
+    s3.put_object(Bucket=bucket, Key=key, Body=buffer.getvalue())
+    # When the accuracy table is exported
+    output = tmp_path / "accuracy.parquet"
+    assert cli.main(["export", "--run", NEW, "--table", "accuracy", "-o", str(output)]) == 0
+    # Then every row is there, the new column null
+    table = pq.read_table(output)
+    assert sorted(table.column("customer_id").to_pylist()) == ["a", "b", "c", "d"]
+    assert table.column("level_shift_days").to_pylist() == [None] * 4
 
 
 def test_export_errors_say_what_is_wrong(stack: dict[str, Any], tmp_path: Path, capsys):

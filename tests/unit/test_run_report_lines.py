@@ -31,7 +31,7 @@ def test_customers_with_a_level_shift_are_counted_under_the_families():
     lines = summary_lines(run_accuracy(level_shifts=2))
     served = next(i for i, line in enumerate(lines) if "served by family" in line)
     assert lines[served + 1] == (
-        "  2 with a level shift at the end of their history: members that cannot follow it left out"
+        "  2 with a level shift at the end of their history, served only by members that follow it"
     )
 
 
