@@ -62,6 +62,10 @@ class Totals:
     def __len__(self) -> int:
         return len(self.codes)
 
+    def keys(self) -> npt.NDArray[np.int64]:
+        """Each sum's (customer code, period) as :func:`period_keys` has it."""
+        return (self.codes << _PERIOD_BITS) | self.periods
+
     @classmethod
     def empty(cls) -> Totals:
         return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
@@ -95,6 +99,13 @@ def is_sorted(values: npt.NDArray[np.int64]) -> bool:
     return bool(np.all(values[1:] >= values[:-1]))
 
 
+def period_keys(
+    codes: npt.NDArray[np.int64], instants_us: npt.NDArray[np.int64], frequency: Frequency
+) -> npt.NDArray[np.int64]:
+    """One key per reading for its (customer code, period), ordered as that pair is."""
+    return (codes << _PERIOD_BITS) | frequency.periods(instants_us)
+
+
 def period_totals(
     codes: npt.NDArray[np.int64],
     instants_us: npt.NDArray[np.int64],
@@ -102,6 +113,5 @@ def period_totals(
     frequency: Frequency,
 ) -> tuple[Totals, npt.NDArray[np.int64]]:
     """Readings summed per (customer code, period), and how many readings each sum adds up."""
-    keys = (codes << _PERIOD_BITS) | frequency.periods(instants_us)
-    keys, sums, rows = _sum_by_key(keys, values)
+    keys, sums, rows = _sum_by_key(period_keys(codes, instants_us, frequency), values)
     return Totals(keys >> _PERIOD_BITS, keys & _PERIOD_MASK, sums), rows

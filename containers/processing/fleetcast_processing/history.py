@@ -14,10 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_processing.aggregate import Frequency
+from fleetcast_processing.aggregate import Frequency, period_keys
 from fleetcast_processing.usage import UseRules, period_use
 
-_PERIOD_BITS = 32
 _US_PER_MS = 1000
 _MS_PER_SECOND = 1000
 # Gaps in milliseconds up to 2^40 (34 years) beside 23 bits of customer in one int64.
@@ -120,13 +119,13 @@ def training_periods(readings: Readings, frequency: Frequency, rules: UseRules) 
     if len(readings) == 0:
         empty = np.zeros(0, dtype=np.int64)
         return Periods(empty, empty, np.zeros(0), empty, np.zeros(0), np.zeros(0, np.int8))
-    keys = (readings.ranks << _PERIOD_BITS) | frequency.periods(readings.instants)
+    keys = period_keys(readings.ranks, readings.instants, frequency)
     starts = _run_starts(keys)
     ranks = readings.ranks[starts]
     intervals = reading_intervals(readings.ranks, readings.instants)
     # Periods are sorted by rank: each rank's interval is repeated over its periods.
     customer_starts = _run_starts(ranks)
-    periods = keys[starts] & ((1 << _PERIOD_BITS) - 1)
+    periods = frequency.periods(readings.instants[starts])
     values = np.add.reduceat(readings.values, starts)
     counts = np.diff(starts, append=len(keys))
     intervals = np.repeat(intervals, np.diff(customer_starts, append=len(ranks)))

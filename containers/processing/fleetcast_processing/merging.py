@@ -23,7 +23,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from fleetcast_contracts.shards import history_shard_name
-from fleetcast_processing.aggregate import Frequency, period_totals
+from fleetcast_processing.aggregate import Frequency, period_keys, period_totals
 from fleetcast_processing.changes import ChangedReadings
 from fleetcast_processing.duplicates import deduplicate, reading_keys
 from fleetcast_processing.history import Readings, merge_readings, training_periods
@@ -167,7 +167,7 @@ def _merge_shard(
 
     counts.history_shards += 1
     counts.periods_uploaded += _runs(
-        (uploaded.ranks << 32) | settings.frequency.periods(uploaded.instants)
+        period_keys(uploaded.ranks, uploaded.instants, settings.frequency)
     )
     counts.readings_replaced += len(merged.replaced)
     counts.readings_new += len(uploaded) - len(merged.replaced)
@@ -235,8 +235,7 @@ def _plausible(
         totals.values[implausible].tolist(),
         rows[implausible].tolist(),
     )
-    bad = (totals.codes[implausible] << 32) | totals.periods[implausible]
-    return ~np.isin((ranks << 32) | frequency.periods(instants), bad)
+    return ~np.isin(period_keys(ranks, instants, frequency), totals.keys()[implausible])
 
 
 def _over_with_history(
@@ -276,8 +275,8 @@ def _over_with_history(
         rows[picked].tolist(),
         (high - low - rows)[picked].tolist(),
     )
-    bad = (totals.codes[picked] << 32) | totals.periods[picked]
-    return np.isin((uploaded.ranks << 32) | frequency.periods(uploaded.instants), bad)
+    keys = period_keys(uploaded.ranks, uploaded.instants, frequency)
+    return np.isin(keys, totals.keys()[picked])
 
 
 def _runs(sorted_keys: npt.NDArray[np.int64]) -> int:

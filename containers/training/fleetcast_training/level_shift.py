@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from fleetcast_forecasters import seasonal_median
+from fleetcast_forecasters import ets, seasonal_median, theta
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -45,8 +45,10 @@ LONGEST_DAYS = 28  # the seasonal median's four weeks
 BEFORE_DAYS = 56  # the eight weeks the shift is measured against
 BEFORE_AT_LEAST = 28  # of which at least these have a usable value
 SEASONAL_MEDIAN_FOLLOWS_DAYS = 21  # three of its four weeks after the shift
+# prophet_candidate.PROPHET, spelt out as selection.COMBINED does: importing that module
+# would load Prophet into selection and this module, which need only the name.
 PROPHET = "prophet"
-ALWAYS_FOLLOW = ("ets", "theta")
+ALWAYS_FOLLOW = (ets.KIND, theta.KIND)
 
 
 @dataclass(frozen=True)
