@@ -22,6 +22,7 @@ every method and counted.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,15 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+# The data files are not in the repository (public data is never committed): every
+# developer and CI run has them in ``shared/accuracy-data`` beside the checkout
+# (bench/accuracy/data/README.md); FLEETCAST_ACCURACY_DATA names another folder.
+DATA_DIR = Path(
+    os.environ.get(
+        "FLEETCAST_ACCURACY_DATA",
+        Path(__file__).resolve().parents[3] / "shared" / "accuracy-data",
+    )
+)
 # Four weeks of weekly pattern before the horizon at the least: below that neither a
 # weekly seasonal model nor seasonal naive's in-sample scale (MASE) means much.
 MIN_FIT_DAYS = 28
@@ -47,7 +56,15 @@ class DataSet:
 
     @property
     def path(self) -> Path:
-        return DATA_DIR / self.file
+        path = DATA_DIR / self.file
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} is missing: make accuracy reads its real data sets from "
+                "shared/accuracy-data beside the checkout (or FLEETCAST_ACCURACY_DATA); "
+                "bench/accuracy/data/README.md says where they come from and "
+                "`python -m bench.accuracy.rebuild_data` writes them again"
+            )
+        return path
 
 
 DATA_SETS = (

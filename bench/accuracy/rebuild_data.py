@@ -1,4 +1,5 @@
-"""Rebuild ``bench/accuracy/data/*.parquet`` from the public repositories they come from.
+"""Rebuild make accuracy's data files (``shared/accuracy-data/*.parquet``, or
+``FLEETCAST_ACCURACY_DATA``) from the public repositories they come from.
 
     .venv/bin/python -m bench.accuracy.rebuild_data \\
         --lcl-git-dir PATH/bogyshi+Data512/repo --sgsc-git-dir PATH/Sayani07+gravitas/repo \
@@ -28,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+from bench.accuracy.datasets import DATA_DIR
 # What the upload shape calls its columns (README: customer_id,timestamp,consumption).
 COLUMNS = ("customer_id", "timestamp", "consumption")
 
@@ -212,7 +213,7 @@ def main() -> None:
     parser.add_argument("--sgsc-git-dir", type=Path, required=True)
     parser.add_argument("--cambridge-git-dir", type=Path, required=True)
     options = parser.parse_args()
-    DATA_DIR.mkdir(exist_ok=True)
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
     for key, readings in (
         ("lcl", lcl_readings(options.lcl_git_dir)),
         ("sgsc", sgsc_readings(options.sgsc_git_dir)),

@@ -202,7 +202,7 @@ def write_results(
                 "key": r.data_set.key,
                 "title": r.data_set.title,
                 "description": r.data_set.description,
-                "file": f"bench/accuracy/data/{r.data_set.file}",
+                "file": f"shared/accuracy-data/{r.data_set.file}",
                 "readings": r.readings,
                 "horizon_days": r.horizon,
                 "held_back": r.horizon_dates,
