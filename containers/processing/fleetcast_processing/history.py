@@ -15,7 +15,13 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_processing.aggregate import Frequency, period_keys
-from fleetcast_processing.usage import UseRules, period_use
+from fleetcast_processing.usage import (
+    UseRules,
+    carrying_meters,
+    covered_seconds,
+    longest_cover,
+    period_use,
+)
 
 _US_PER_MS = 1000
 _MS_PER_SECOND = 1000
@@ -128,9 +134,27 @@ def training_periods(readings: Readings, frequency: Frequency, rules: UseRules) 
     periods = frequency.periods(readings.instants[starts])
     values = np.add.reduceat(readings.values, starts)
     counts = np.diff(starts, append=len(keys))
+    covered = np.add.reduceat(_reading_cover(readings, intervals, frequency, rules), starts)
     intervals = np.repeat(intervals, np.diff(customer_starts, append=len(ranks)))
-    use = period_use(ranks, periods, values, counts, intervals, frequency, rules)
+    use = period_use(ranks, periods, values, covered, frequency, rules)
     return Periods(ranks, periods, values, counts, intervals, use)
+
+
+def _reading_cover(
+    readings: Readings, intervals: npt.NDArray[np.float64], frequency: Frequency, rules: UseRules
+) -> npt.NDArray[np.float64]:
+    """The seconds each reading covers (fleetcast_processing.usage), ``intervals`` being
+    each customer's (distinct rank, in order)."""
+    first = np.concatenate([[True], readings.ranks[1:] != readings.ranks[:-1]])
+    gaps = np.empty(len(readings))
+    gaps[0] = np.nan
+    gaps[1:] = np.diff(readings.instants // _US_PER_MS) / _MS_PER_SECOND
+    gaps[first] = np.nan
+    meters = np.cumsum(first) - 1
+    per_reading = intervals[meters]
+    longest = longest_cover(per_reading, frequency, rules)
+    carries = carrying_meters(meters, gaps, per_reading, readings.values, longest)
+    return covered_seconds(gaps, per_reading, carries, longest)
 
 
 def reading_intervals(

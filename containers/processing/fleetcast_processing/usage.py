@@ -1,6 +1,22 @@
 """What training is to do with each period: fit it, or leave it out as incomplete or
 inactive (the ``use`` column of contracts.shards, which defines the rules).
 
+A period is complete when its readings cover enough of its time, not when there are
+enough of them. Each reading covers the time since its meter's previous reading, up to a
+limit (:func:`longest_cover`): a meter that misses a transmission sends the consumption
+with its next reading (smart water and gas meters, and electricity meters on poor radio
+links, do), so a day with readings missing can still be whole, and a meter whose
+timestamps jitter covers its day with gaps a little shorter and a little longer than
+usual. Whether a meter carries is read from its own readings (:func:`carrying_meters`):
+where readings are lost rather than carried (a half-hourly electricity meter's missing
+half-hours), a reading covers no more than its own interval, and the rule is the reading
+count it replaced (44 of 48 half-hours make a whole day). A gap beyond the limit is time nobody measured (the meter was off, the readings
+were lost): its reading covers only the limit, the rest is uncovered. A meter's first
+reading covers one usual interval, so the stretch before it (a meter installed at noon)
+leaves its first day uncovered, and a history cut at 15:00 leaves that day's evening
+uncovered. A period is incomplete when less than FLEETCAST_INCOMPLETE_BELOW (90%) of it
+is covered.
+
 Nothing is changed or invented here: every period stays in the training parts with its
 total and its reading count, and the stored history keeps every reading. The decisions
 are counted per customer and for the run.
@@ -21,6 +37,12 @@ from fleetcast_processing.aggregate import Frequency
 
 OK, INCOMPLETE, INACTIVE = (USES.index(use) for use in (USE_OK, USE_INCOMPLETE, USE_INACTIVE))
 _SECONDS_PER_DAY = 86_400
+# A reading covers at least this many of its meter's usual intervals back: one missed
+# transmission carried into the next reading, or a late reading followed by an early one.
+CARRIED_INTERVALS = 2.0
+# A gap up to this many intervals is the meter's usual one (jitter); longer, readings are
+# missing before the reading that ends it.
+USUAL_GAP = 1.5
 
 
 @dataclass(frozen=True)
@@ -29,20 +51,88 @@ class UseRules:
     zero_run_days: float = DEFAULT_ZERO_RUN_DAYS
 
 
+def longest_cover(
+    intervals: npt.NDArray[np.float64], frequency: Frequency, rules: UseRules
+) -> npt.NDArray[np.float64]:
+    """The longest gap (seconds) a reading covers, for meters of ``intervals``: twice the
+    interval, or the share of a period that may be uncovered with the period still whole
+    (10% of a day: 2.4 hours), whichever is longer. A gap that short holds less than a
+    whole period may lack, so a run of missed transmissions (three in a row happen every
+    few days to a meter that misses one in five) is not mistaken for a meter that was off;
+    a meter whose readings were lost rather than carried is then still short by no more
+    than the reading count rule let a whole day be."""
+    share = (1.0 - rules.incomplete_below) * frequency.period_us / 1_000_000
+    return np.maximum(CARRIED_INTERVALS * intervals, share)
+
+
+def carrying_meters(
+    meters: npt.NDArray[np.int64],
+    gaps: npt.NDArray[np.float64],
+    intervals: npt.NDArray[np.float64],
+    values: npt.NDArray[np.float64],
+    longest: npt.NDArray[np.float64],
+) -> npt.NDArray[np.bool_]:
+    """Per reading, whether its meter carries missed readings into the next one (arrays
+    per reading; ``meters`` numbers each reading's meter from 0, in order).
+
+    A carrying meter's reading after ``k`` missing intervals holds about ``k + 1``
+    intervals' consumption; a meter that loses readings sends one interval's, as after a
+    usual gap. A meter carries when its readings after gaps (up to ``longest``) are, on
+    average, nearer the first than the second: above the mean of what the two would give.
+    A meter with no such gap carries (its gaps are all usual: a jittered meter's readings
+    cover the time between them)."""
+    count = int(meters[-1]) + 1 if len(meters) else 0
+    ratio = gaps / intervals
+    usual = ratio <= USUAL_GAP
+    after_gap = (ratio > USUAL_GAP) & (gaps <= longest)
+
+    def mean(
+        where: npt.NDArray[np.bool_], weights: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        total = np.bincount(meters[where], weights[where], minlength=count)
+        seen = np.bincount(meters[where], minlength=count)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return total / seen
+
+    usual_value = mean(usual, values)
+    gap_value, gap_ratio = mean(after_gap, values), mean(after_gap, ratio)
+    with np.errstate(invalid="ignore"):
+        loses = gap_value < usual_value * (1.0 + gap_ratio) / 2.0  # False where NaN
+    return ~loses[meters]
+
+
+def covered_seconds(
+    gaps: npt.NDArray[np.float64],
+    intervals: npt.NDArray[np.float64],
+    carries: npt.NDArray[np.bool_],
+    longest: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """The time each reading covers (arrays per reading): ``gaps`` (seconds since its
+    meter's previous reading; NaN for a meter's first) up to :func:`longest_cover` where
+    its meter ``carries`` (:func:`carrying_meters`), else up to its meter's interval
+    (``intervals``; NaN for a meter with a single reading, whose reading covers NaN:
+    nothing can be said of it). A first reading covers one interval."""
+    limit = np.where(carries, longest, intervals)
+    return np.where(np.isnan(gaps), intervals, np.minimum(gaps, limit))
+
+
 def period_use(
     customers: npt.NDArray[np.int64],
     periods: npt.NDArray[np.int64],
     values: npt.NDArray[np.float64],
-    readings: npt.NDArray[np.int64],
-    intervals: npt.NDArray[np.float64],
+    covered: npt.NDArray[np.float64],
     frequency: Frequency,
     rules: UseRules,
 ) -> npt.NDArray[np.int8]:
-    """The use code (index into USES) of each row: rows sorted by customer, then period."""
+    """The use code (index into USES) of each row: rows sorted by customer, then period;
+    ``covered`` is the seconds its readings cover (:func:`covered_seconds`, summed over
+    the period's readings; NaN for a meter with a single reading, never incomplete)."""
     period_seconds = frequency.period_us / 1_000_000
-    with np.errstate(invalid="ignore", divide="ignore"):
-        expected = np.maximum(period_seconds / intervals, 1.0)  # NaN where no interval
-        incomplete = readings < rules.incomplete_below * expected
+    # A meter reading less often than its periods (daily readings, hourly periods) covers a
+    # period with each reading it has: a period with a reading is never short of one.
+    needed = rules.incomplete_below * period_seconds
+    with np.errstate(invalid="ignore"):
+        incomplete = covered < needed
     use = np.where(incomplete, INCOMPLETE, OK).astype(np.int8)
     zero = values == 0
     if not zero.any():

@@ -101,8 +101,9 @@ DEFAULT_MAX_UPLOAD_BYTES = 10 * 2**30
 DEFAULT_MAX_PERIOD_TOTAL = 1e10
 INCOMPLETE_BELOW_ENV = "FLEETCAST_INCOMPLETE_BELOW"
 ZERO_RUN_DAYS_ENV = "FLEETCAST_ZERO_RUN_DAYS"
-# A period with fewer than 90% of the readings its customer's interval implies is missing
-# for fitting (a day of half-hourly readings: fewer than 44 of 48), not low consumption.
+# A period whose readings cover less than 90% of its time is missing for fitting (a day of
+# a regular half-hourly meter: fewer than 44 of 48 readings), not low consumption
+# (fleetcast_processing.usage).
 DEFAULT_INCOMPLETE_BELOW = 0.9
 # Zeros for a week or longer, inside a history or at its end, are a meter that was off (a
 # vacant home, a stuck or disconnected meter), not a week of using nothing; a household

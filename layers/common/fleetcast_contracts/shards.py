@@ -52,8 +52,7 @@ HISTORY_COLUMNS = ("customer_id", "ts", "y")
 #   interval_s   float64: the customer's reading interval in seconds, the same on each of
 #                its rows: the median gap between consecutive stored readings (over its
 #                whole history, so missing readings, which make a few long gaps, do not
-#                move it); null for a customer with a single reading. A period of
-#                ``period seconds / interval_s`` readings is complete; fewer, incomplete.
+#                move it); null for a customer with a single reading.
 #   use          string: what training is to do with the period (USES); the row is kept
 #                whatever it says, so every reading stays accounted for
 TRAIN_COLUMNS = ("customer_id", "ds", "y", "readings", "interval_s", "use")
@@ -61,10 +60,11 @@ TRAIN_COLUMNS = ("customer_id", "ds", "y", "readings", "interval_s", "use")
 # ``use``, decided by processing per customer and period (thresholds: the job's
 # FLEETCAST_INCOMPLETE_BELOW and FLEETCAST_ZERO_RUN_DAYS, contracts.processing.JobLimits):
 # - ok: fit it.
-# - incomplete: fewer readings than FLEETCAST_INCOMPLETE_BELOW (0.9) of the
-#   ``period seconds / interval_s`` the interval implies (at least one). Its total is too
-#   low because readings are missing, not because less was used: a missing period for
-#   fitting, not a low one. A customer without an interval (one reading) has none.
+# - incomplete: its readings cover less than FLEETCAST_INCOMPLETE_BELOW (0.9) of its
+#   time, each reading covering the time since its meter's previous one, up to a limit
+#   (fleetcast_processing.usage says which). Its total is too low because readings are
+#   missing, not because less was used: a missing period for fitting, not a low one. A
+#   customer without an interval (one reading) has none.
 # - inactive: zero consumption while the meter was not in use: the leading run of zero
 #   periods (before the customer was connected), and any later run of zero periods that
 #   spans at least FLEETCAST_ZERO_RUN_DAYS (7) days, inside the history or at its end.
