@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetcast_contracts.families import FAMILIES, Fit
 from fleetcast_forecasters.gaussian import PathForecaster, parse_model, path_forecaster
 
 KIND = "combination"
@@ -75,6 +76,6 @@ def _positive_number(value: Any) -> bool:
 
 
 # The kinds written as a combination of members: none may be another's member.
-COMBINING = (KIND, "naive_blend")
+COMBINING = tuple(entry.kind for entry in FAMILIES if entry.fit is Fit.MADE_OF_MEMBERS)
 
 FAMILY = Combination(KIND)

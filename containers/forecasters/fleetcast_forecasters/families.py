@@ -3,7 +3,8 @@
 The endpoint (:mod:`fleetcast_inference.app`) and the training job's forecast export
 (:mod:`fleetcast_training.export`) both call :func:`compile_archive`, so every family is
 served and exported by the same path, with the same seed, zero floor and caching. A new
-family is one module with a ``FAMILY`` (kind and ``compile``), listed in ``_MODULES``.
+family is one module with a ``FAMILY`` (kind and ``compile``) and its line in the family
+catalogue (:mod:`fleetcast_contracts.families`).
 """
 
 from __future__ import annotations
@@ -14,21 +15,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fleetcast_contracts.families import FAMILIES
 from fleetcast_contracts.inference import MAX_PERIOD
-from fleetcast_contracts.model_archive import PROPHET_KIND
 from fleetcast_forecasters.forecast import Forecaster
 
-# model_kind -> the module whose FAMILY compiles it, imported on first use: an endpoint
-# serving only Prophet models never imports the others, and the reverse.
-_MODULES = {
-    PROPHET_KIND: "fleetcast_forecasters.prophet_family",
-    "seasonal_naive": "fleetcast_forecasters.seasonal_naive",
-    "seasonal_median": "fleetcast_forecasters.seasonal_median",
-    "ets": "fleetcast_forecasters.ets",
-    "theta": "fleetcast_forecasters.theta",
-    "combination": "fleetcast_forecasters.combination",
-    "naive_blend": "fleetcast_forecasters.naive_blend",
-}
+# model_kind -> the module whose FAMILY compiles it (the family catalogue,
+# fleetcast_contracts.families), imported on first use: an endpoint serving only Prophet
+# models never imports the others, and the reverse.
+_MODULES = {entry.kind: entry.module for entry in FAMILIES}
 
 
 class ServingFamily(Protocol):

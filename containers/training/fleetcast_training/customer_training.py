@@ -9,6 +9,7 @@ The numpy families (seasonal naive, ETS, Theta) fit the whole batch at once, as 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import platform
 import time
@@ -25,6 +26,7 @@ import pandas as pd
 import prophet
 from prophet.models import CmdStanPyBackend
 
+from fleetcast_contracts.families import BY_KIND, Fit, kinds_fitted
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
 from fleetcast_contracts.model_archive import (
     PROPHET_KIND,
@@ -34,7 +36,7 @@ from fleetcast_contracts.model_archive import (
 )
 from fleetcast_contracts.training import MODEL_ARCHIVE_SUFFIX
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
-from fleetcast_forecasters import ets, seasonal_median, seasonal_naive, theta
+from fleetcast_forecasters import seasonal_naive
 from fleetcast_forecasters.candidates import BacktestPlan, CandidateFamily, Histories
 from fleetcast_forecasters.gaussian import common_fields
 from fleetcast_training import level_shift
@@ -54,9 +56,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PROPHET", "SHARED", "CustomerReport", "CustomerTrainer"]
 
+# The families fitted a batch at once, as arrays (the family catalogue's Fit.BATCH).
 NUMPY_FAMILIES: dict[str, CandidateFamily] = {
-    family.kind: family
-    for family in (seasonal_naive.FAMILY, seasonal_median.FAMILY, ets.FAMILY, theta.FAMILY)
+    kind: importlib.import_module(BY_KIND[kind].module).FAMILY for kind in kinds_fitted(Fit.BATCH)
 }
 
 

@@ -25,6 +25,7 @@ from prophet import Prophet
 from prophet.serialize import model_to_dict
 
 from fleetcast_contracts.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
+from fleetcast_contracts.model_archive import PROPHET_KIND
 from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.grid_fit import (
     SHAPES_KEPT,
@@ -44,7 +45,7 @@ logger = logging.getLogger(__name__)
 SEASONALITIES = ("yearly", "weekly", "daily")
 # ProphetCandidate.preprocessing's keys.
 SHARED = "shared"
-PROPHET = "prophet"
+PROPHET = PROPHET_KIND
 YEAR = pd.Timedelta(days=365)
 YEARLY_FOURIER_ORDER = 10  # Prophet's default for yearly seasonality
 # Prophet's default Fourier order of each seasonality.

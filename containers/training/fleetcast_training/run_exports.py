@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from fleetcast_contracts import families
 from fleetcast_contracts.layout import checkpoint_prefix
-from fleetcast_contracts.training import CANDIDATE_KINDS
-from fleetcast_forecasters.combination import KIND as COMBINATION
-from fleetcast_forecasters.naive_blend import KIND as NAIVE_BLEND
 
 EXPORTS_DIR = "exports"
 FORECASTS = "forecasts"
@@ -50,9 +48,9 @@ FORECAST_SCHEMA = pa.schema(
 # the second set (fleetcast_contracts.model_archive.HoldoutMetrics has the same names).
 MEASURES = ("smape", "wape", "mase", "rmse", "mae")
 # The model families a customer's backtest scores (every candidate a job may train, their
-# combination and naive blend), each with a ``backtest_wape_`` column (null where it was
-# not a candidate or could not be fitted).
-SCORED_KINDS = (*CANDIDATE_KINDS, COMBINATION, NAIVE_BLEND)
+# combination and naive blend: the family catalogue's), each with a ``backtest_wape_``
+# column (null where it was not a candidate or could not be fitted).
+SCORED_KINDS = families.SCORED_KINDS
 
 ACCURACY_SCHEMA = pa.schema(
     [

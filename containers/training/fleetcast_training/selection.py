@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fleetcast_contracts.families import COMBINED_KINDS
 from fleetcast_contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
 from fleetcast_contracts.quality_gate import EQUAL_ERROR_SHARE
-from fleetcast_forecasters import combination, naive_blend, seasonal_median, seasonal_naive
+from fleetcast_forecasters import combination, naive_blend, seasonal_naive
 from fleetcast_training.level_shift import LevelShift
 
 FloatArray = npt.NDArray[np.float64]
@@ -39,7 +40,7 @@ NAIVE = seasonal_naive.KIND
 COMBINATION = combination.KIND
 NAIVE_BLEND = naive_blend.KIND
 # The members of the combination, where they are candidates and fitted.
-COMBINED = ("ets", "theta", "prophet", seasonal_median.KIND)
+COMBINED = COMBINED_KINDS
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ instance). Paths below are relative to the ``/opt/ml`` root (see :mod:`.opt_ml`)
 
 from __future__ import annotations
 
+from fleetcast_contracts import families
+
 # How many CPUs this instance has. Unset on SageMaker (the container sees its instance);
 # the local stack sets it to share one machine's cores between emulated instances.
 INSTANCE_CPUS_ENV = "FLEETCAST_INSTANCE_CPUS"
@@ -89,8 +91,8 @@ def is_manifest_name(name: str) -> bool:
 
 
 # The model families training may score and serve (hyperparameter ``candidates``, the
-# stack parameter ModelCandidates), in the order they fit.
-CANDIDATE_KINDS = ("seasonal_naive", "seasonal_median", "ets", "theta", "prophet")
+# stack parameter ModelCandidates), in the order they fit: the family catalogue's.
+CANDIDATE_KINDS = families.CANDIDATE_KINDS
 _KIND = "(" + "|".join(CANDIDATE_KINDS) + ")"
 # A comma-separated list of them, no spaces: ModelCandidates' AllowedPattern.
 CANDIDATES_PATTERN = rf"^{_KIND}(,{_KIND})*$"

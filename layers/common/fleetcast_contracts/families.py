@@ -1,0 +1,83 @@
+"""The model families: one entry a family, and everything else derived from it.
+
+The serving registry (``fleetcast_forecasters.families``), the training job's fits
+(which family is fitted how), the combination's members, the level-shift rule's
+followers, the export's per-family columns, the hyperparameter ``candidates`` and the
+stack parameter ModelCandidates (template.yaml, held to this list by a test) all read
+this tuple. A new family is its module (a ``FAMILY`` with ``kind`` and ``compile``, and
+for a candidate its training half) and one line here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Fit(StrEnum):
+    """How the training job fits a candidate family."""
+
+    # A batch of customers at once, as arrays (fleetcast_forecasters.candidates).
+    BATCH = "batch"
+    # One customer after another (Prophet: fleetcast_training.prophet_candidate).
+    EACH = "each"
+    # Learnt across the fleet: every customer of the instance's shard at once, before the
+    # batches (fleetcast_training.fleet).
+    FLEET = "fleet"
+    # Not fitted: made of other families' fitted models (a combination).
+    MADE_OF_MEMBERS = "members"
+
+
+@dataclass(frozen=True)
+class Family:
+    kind: str
+    # The module whose FAMILY compiles the family's archived model (and, for a batch or
+    # fleet fit, fits it: its FAMILY is then also a CandidateFamily).
+    module: str
+    fit: Fit
+    # May be named in ModelCandidates, scored on the backtest and served alone.
+    candidate: bool = True
+    # A member of the combination, where it is a candidate and fitted.
+    combined: bool = False
+    # Follows a level shift at the end of the history from its first day (its fit weighs
+    # the latest periods most: fleetcast_training.level_shift).
+    follows_level_shift: bool = False
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("seasonal_naive", "fleetcast_forecasters.seasonal_naive", Fit.BATCH),
+    Family("seasonal_median", "fleetcast_forecasters.seasonal_median", Fit.BATCH, combined=True),
+    Family("ets", "fleetcast_forecasters.ets", Fit.BATCH, combined=True, follows_level_shift=True),
+    Family(
+        "theta",
+        "fleetcast_forecasters.theta",
+        Fit.BATCH,
+        combined=True,
+        follows_level_shift=True,
+    ),
+    Family("prophet", "fleetcast_forecasters.prophet_family", Fit.EACH, combined=True),
+    Family(
+        "combination",
+        "fleetcast_forecasters.combination",
+        Fit.MADE_OF_MEMBERS,
+        candidate=False,
+    ),
+    Family(
+        "naive_blend", "fleetcast_forecasters.naive_blend", Fit.MADE_OF_MEMBERS, candidate=False
+    ),
+)
+
+BY_KIND = {family.kind: family for family in FAMILIES}
+# The families training may score and serve (hyperparameter ``candidates``, the stack
+# parameter ModelCandidates), in the order they fit.
+CANDIDATE_KINDS = tuple(family.kind for family in FAMILIES if family.candidate)
+# The combination's members, where they are candidates and fitted.
+COMBINED_KINDS = tuple(family.kind for family in FAMILIES if family.combined)
+# The combination's members that follow a level shift from its first day.
+FOLLOWING_KINDS = tuple(family.kind for family in FAMILIES if family.follows_level_shift)
+# Every kind a customer's backtest scores: the candidates and the combinations of them.
+SCORED_KINDS = tuple(family.kind for family in FAMILIES)
+
+
+def kinds_fitted(fit: Fit) -> tuple[str, ...]:
+    return tuple(family.kind for family in FAMILIES if family.fit is fit and family.candidate)
