@@ -14,7 +14,7 @@ import logging
 import platform
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -38,11 +38,13 @@ from fleetcast_contracts.training import MODEL_ARCHIVE_SUFFIX
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_forecasters import seasonal_naive
 from fleetcast_forecasters.candidates import BacktestPlan, CandidateFamily, Histories
+from fleetcast_forecasters.fleet import KIND as fleet_kind
 from fleetcast_forecasters.gaussian import common_fields
 from fleetcast_training import level_shift
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.export import ExportedForecast, forecast_for_export
 from fleetcast_training.failures import CustomerFailure, FailureKind
+from fleetcast_training.fleet import FleetForecast
 from fleetcast_training.grid import INTERVAL_WIDTH, on_grids, period, positions
 from fleetcast_training.grid_fit import SHAPES_KEPT, ShapeTemplates
 from fleetcast_training.history import History, read_series
@@ -137,8 +139,11 @@ class CustomerTrainer:
         shapes: ShapeTemplates | None = None,
         shapes_kept: int = SHAPES_KEPT,
         run_last_period: np.datetime64 | None = None,
+        fleet: Mapping[str, FleetForecast] | None = None,
     ):
         self._hyperparameters = hyperparameters
+        # The fleet family's forecasts of the shard's customers (fleetcast_training.fleet).
+        self._fleet = fleet or {}
         # The run's last period (contracts.shards.RUN_LAST_PERIOD_KEY): every export runs
         # through the export's horizon after it.
         self._run_last_period = run_last_period
@@ -316,6 +321,9 @@ class CustomerTrainer:
         ]
         if PROPHET_KIND in settings.candidates:
             candidates.append(self._prophet_candidate(customer, column, grids, plan))
+        fleet = self._fleet_candidate(customer, plan)
+        if fleet is not None:
+            candidates.append(fleet)
         last = history.times[-1]
         step = period(settings.frequency)
         origins = [
@@ -335,6 +343,19 @@ class CustomerTrainer:
         if choice is None:
             raise CustomerFailure(FailureKind.FIT_FAILED, "no candidate could be fitted and scored")
         return self._archived(customer, choice, fits_before)
+
+    def _fleet_candidate(self, customer: _Loaded, plan: BacktestPlan) -> Candidate | None:
+        """The fleet family's forecast of the customer, backtested on the batch's windows
+        (the fleet's are the same: its last periods, the backtest's horizon); None where
+        the family is not a candidate or did not forecast the customer."""
+        forecast = self._fleet.get(customer.customer_id)
+        if forecast is None or forecast.last_history != customer.history.times[-1]:
+            return None
+        backtest = forecast.backtest
+        if backtest.shape != (plan.windows, plan.horizon):
+            backtest = np.full((plan.windows, plan.horizon), np.nan)
+        settings = self._hyperparameters
+        return Candidate(fleet_kind, backtest, forecast.model(settings.uncertainty_samples))
 
     def _prophet_candidate(
         self, customer: _Loaded, column: int, grids: Histories, plan: BacktestPlan

@@ -10,6 +10,7 @@ those archives there and keeps them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from fleetcast_contracts.files import PARTIAL_SUFFIX
 from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
@@ -37,11 +39,14 @@ from fleetcast_contracts.training import (
     metric_line,
 )
 from fleetcast_contracts.training_manifest import CustomerOutcome
+from fleetcast_training import fleet
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport
 from fleetcast_training.export import ShardExport
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
+from fleetcast_training.fleet import FleetForecast
+from fleetcast_training.history import read_series
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.parts import unpack_parts
 from fleetcast_training.progress import Progress
@@ -277,6 +282,37 @@ def plan_shard(
     return customers, rejected, unpacked.run_last_period
 
 
+def learn_fleet(
+    customers: list[CustomerFile],
+    hyperparameters: Hyperparameters,
+    calendars: CustomerCalendars,
+    threads: int,
+) -> dict[str, FleetForecast]:
+    """The fleet family's forecasts of the shard's customers (fleetcast_training.fleet),
+    when it is a candidate of a daily model; none when it cannot learn (it is one
+    candidate: the others are fitted whatever happens to it)."""
+    if fleet.KIND not in hyperparameters.candidates or hyperparameters.frequency != "D":
+        return {}
+    usable: list[CustomerFile] = []
+    for customer in customers:
+        with contextlib.suppress(Exception):  # its own fit will say what is wrong with it
+            if len(read_series(customer.path).for_fitting()):
+                usable.append(customer)
+    try:
+        with threadpool_limits(limits=threads):
+            return fleet.learn(
+                [c.customer_id for c in usable],
+                (read_series(c.path).for_fitting() for c in usable),
+                [calendars.of(c.customer_id) for c in usable],
+                hyperparameters.backtest_periods,
+                hyperparameters.backtest_windows,
+                threads,
+            )
+    except Exception:
+        logger.warning("the fleet family could not learn: it is left out", exc_info=True)
+        return {}
+
+
 def train_customers(
     customers: list[CustomerFile],
     hyperparameters: Hyperparameters,
@@ -297,8 +333,16 @@ def train_customers(
     """
     if not customers:
         return
+    fleet_forecasts = learn_fleet(
+        customers, hyperparameters, calendars or CustomerCalendars(), workers
+    )
     pool = WorkerPool(
-        hyperparameters, checkpoint_dir, scratch_parent(workers), calendars, run_last_period
+        hyperparameters,
+        checkpoint_dir,
+        scratch_parent(workers),
+        calendars,
+        run_last_period,
+        fleet_forecasts,
     )
     try:
         queue = sorted(customers, key=lambda c: (-c.size, c.customer_id))

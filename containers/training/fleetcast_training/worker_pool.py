@@ -16,7 +16,7 @@ import math
 import multiprocessing
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from threadpoolctl import threadpool_limits
 
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
+from fleetcast_training.fleet import FleetForecast
 from fleetcast_training.grid_fit import ShapeTemplates
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.progress import Progress
@@ -66,9 +67,12 @@ class WorkerPool:
         parent: Path | None,
         calendars: CustomerCalendars | None = None,
         run_last_period: np.datetime64 | None = None,
+        fleet: Mapping[str, FleetForecast] | None = None,
     ):
         self._hyperparameters = hyperparameters
         self._calendars = calendars
+        # The fleet family's forecasts, made before the workers fork (they inherit them).
+        self._fleet = fleet
         self._run_last_period = run_last_period
         self._checkpoint_dir = checkpoint_dir
         self._root = Path(tempfile.mkdtemp(prefix="fleetcast-training-", dir=parent))
@@ -85,6 +89,7 @@ class WorkerPool:
             self._calendars,
             self._shapes,
             run_last_period=self._run_last_period,
+            fleet=self._fleet,
         )
         with threadpool_limits(limits=1):
             return trainer.train(customer.customer_id, customer.path)
@@ -117,6 +122,7 @@ class WorkerPool:
                     self._calendars,
                     self._shapes,
                     self._run_last_period,
+                    self._fleet,
                 ),
             ) as executor,
         ):
@@ -167,6 +173,7 @@ def _start_worker(
     calendars: CustomerCalendars | None = None,
     shapes: ShapeTemplates | None = None,
     run_last_period: np.datetime64 | None = None,
+    fleet: Mapping[str, FleetForecast] | None = None,
 ) -> None:
     global _trainer, _marker
     silence_stan_logging()
@@ -184,6 +191,7 @@ def _start_worker(
         calendars,
         shapes,
         run_last_period=run_last_period,
+        fleet=fleet,
     )
 
 

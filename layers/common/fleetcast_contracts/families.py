@@ -56,6 +56,7 @@ FAMILIES: tuple[Family, ...] = (
         follows_level_shift=True,
     ),
     Family("prophet", "fleetcast_forecasters.prophet_family", Fit.EACH, combined=True),
+    Family("fleet", "fleetcast_forecasters.fleet", Fit.FLEET, combined=True),
     Family(
         "combination",
         "fleetcast_forecasters.combination",

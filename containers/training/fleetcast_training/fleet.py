@@ -1,0 +1,380 @@
+"""The fleet family: gradient-boosted trees (LightGBM) learnt across every customer of the
+instance's shard at once, each customer's series scaled by its own level.
+
+A shard's customers are one utility's meters, on one calendar, in one climate: what the
+trees learn from thousands of them (how a week's shape follows its level, how a customer's
+use moves with the season, what a holiday does) a per-series model cannot learn from one.
+This is what the published frontier on load data does (LightGBM across series in fev-bench
+and GIFT-Eval; AutoGluon's DirectTabular), written for the budget of a few milliseconds a
+customer.
+
+**Direct multi-step**: one model for every step ahead of an origin, the step a feature, so
+a forecast is one prediction per step with no recursion. Each sample is a customer, an
+origin and a step; its target is the period's value over the customer's level (the mean of
+its four weeks before the origin), and its features (:data:`FEATURES`) are what a
+forecaster of meter data would look at: the same weekday of each of the four weeks before,
+the last day and week, the four weeks' spread, the year before (the target's week over the
+origin's four weeks, a year earlier: how the season moved then), the calendar (weekday, day
+of the year), the customer's public holidays (the calendar every family uses), the step,
+and the customer's size.
+
+**Honest backtest**: the models are fitted once per backtest window on samples whose
+targets are all before the window's origin, for every customer of the shard, and once on
+everything for the served forecast: ``windows + 1`` fits an instance. A window's origin is
+the same period for every customer whose history ends with the fleet's last period; a
+customer whose history ends earlier is not scored on the windows (the trees would have seen
+other customers' periods after its origin).
+
+**Served like every family**: what the trees say for a customer (the path of the fitted
+horizon and its errors' deviation by step) goes into its archive
+(:mod:`fleetcast_forecasters.fleet`); the trees stay in the job. Daily models only: hourly
+customers are not offered the family yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetcast_contracts.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_forecasters.fleet import KIND
+from fleetcast_forecasters.gaussian import common_fields
+from fleetcast_training.grid import INTERVAL_WIDTH
+from fleetcast_training.history import History
+
+logger = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float64]
+
+SEASON = 7  # daily models: one week
+LEVEL_PERIODS = 28  # a customer's level: the mean of its four weeks before the origin
+SAME_WEEKDAYS = 4  # lags: the target's weekday in each of the four weeks before the origin
+YEAR = 364  # 52 weeks: the same weekday a year earlier
+# The grid's length: two years of daily history, the backtest windows and the lags' reach.
+GRID_PERIODS = 2 * 365 + 120
+# Customers the trees learn from, at most (a stable sample of the shard's): enough for the
+# shapes a fleet has, few enough that a fit takes seconds however large the shard.
+SAMPLE_CUSTOMERS = 2_000
+# Customer-origins per fit, spread over a year's weekly origins.
+ORIGIN_BUDGET = 8_000
+MAX_ORIGINS = 52
+MIN_LEVEL_PERIODS = 7  # a sample's level needs a week of usable values
+TREES = 100
+LEARNING_RATE = 0.1
+LEAVES = 31
+# Normal errors: the standard deviation is the mean absolute error times sqrt(pi / 2).
+SIGMA_PER_MAE = float(np.sqrt(np.pi / 2))
+# A customer's mean absolute error relative to its level where no customer has a backtest.
+TYPICAL_ERROR = 0.3
+
+FEATURES = (
+    *(f"same_weekday_{k}" for k in range(1, SAME_WEEKDAYS + 1)),
+    "last_period",
+    "last_week",
+    "spread",
+    "year_before",
+    "weekday",
+    "day_of_year",
+    "holiday",
+    "step",
+    "log_level",
+)
+
+
+@dataclass(frozen=True)
+class FleetForecast:
+    """What the fleet's trees say for one customer: its backtest (windows by steps, NaN
+    where it is not scored), the served path from the period after its history and each
+    step's deviation."""
+
+    backtest: FloatArray
+    path: FloatArray
+    sigma: FloatArray
+    last_history: np.datetime64
+
+    def model(self, uncertainty_samples: int) -> dict[str, Any]:
+        """The archive's ``model.json`` (:mod:`fleetcast_forecasters.fleet`)."""
+        return {
+            "kind": KIND,
+            "path": np.round(self.path, 6).tolist(),
+            "sigma": np.round(self.sigma, 6).tolist(),
+            "season": SEASON,
+            **common_fields(self.last_history, uncertainty_samples, INTERVAL_WIDTH),
+        }
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The shard's histories right-aligned: ``values[customer, column]``, the last column
+    every customer's last fitted period (``end``, days since 1970)."""
+
+    values: npt.NDArray[np.float32]
+    end: npt.NDArray[np.int64]
+    holidays: npt.NDArray[np.bool_]  # [calendar group, day - first_day]
+    group: npt.NDArray[np.intp]  # each customer's calendar group
+    first_day: int
+
+    @property
+    def columns(self) -> int:
+        return int(self.values.shape[1])
+
+    def day(self, column: int) -> npt.NDArray[np.int64]:
+        return self.end - (self.columns - 1 - column)
+
+    def window(self, start: int, stop: int, rows: npt.NDArray[np.intp]) -> FloatArray:
+        """Columns ``start:stop`` (clipped to the grid; NaN outside it) of ``rows``."""
+        width = stop - start
+        out = np.full((len(rows), width), np.nan)
+        lo, hi = max(start, 0), min(stop, self.columns)
+        if lo < hi:
+            out[:, lo - start : hi - start] = self.values[rows, lo:hi]
+        return out
+
+
+def _nanmean(values: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+    finite = np.isfinite(values)
+    count = finite.sum(axis=1)
+    total = np.where(finite, values, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / count, count
+
+
+def _features(
+    grid: _Grid, rows: npt.NDArray[np.intp], origin: int, steps: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """For customers ``rows`` at column ``origin``: the features of each step (customers x
+    steps x features), each customer's level and the number of usable values it rests on."""
+    recent = grid.window(origin - LEVEL_PERIODS, origin, rows)
+    level, counted = _nanmean(recent)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scaled = recent / level[:, None]
+        spread = np.sqrt(_nanmean((scaled - 1.0) ** 2)[0])
+        last_week = _nanmean(scaled[:, -SEASON:])[0]
+        year_level = _nanmean(grid.window(origin - YEAR - LEVEL_PERIODS, origin - YEAR, rows))[0]
+    out = np.full((len(rows), steps, len(FEATURES)), np.nan)
+    step = np.arange(steps)
+    for k in range(1, SAME_WEEKDAYS + 1):
+        # The target's weekday k weeks before the origin's week (columns of ``recent``).
+        out[:, :, k - 1] = scaled[:, LEVEL_PERIODS - k * SEASON + step % SEASON]
+    out[:, :, SAME_WEEKDAYS] = scaled[:, -1:]
+    out[:, :, SAME_WEEKDAYS + 1] = last_week[:, None]
+    out[:, :, SAME_WEEKDAYS + 2] = spread[:, None]
+    # The target's week a year earlier, over the origin's four weeks a year earlier.
+    year_week = grid.window(origin - YEAR - SEASON // 2, origin - YEAR + steps + SEASON // 2, rows)
+    finite = np.isfinite(year_week)
+    sums = np.concatenate(
+        [np.zeros((len(rows), 1)), np.cumsum(np.where(finite, year_week, 0), 1)], 1
+    )
+    counts = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(finite, 1)], 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        week_mean = (sums[:, SEASON:] - sums[:, :-SEASON]) / (
+            counts[:, SEASON:] - counts[:, :-SEASON]
+        )
+        out[:, :, SAME_WEEKDAYS + 3] = week_mean[:, :steps] / year_level[:, None]
+    days = grid.day(origin)[:, None] + step[None, :]  # each step's day since 1970
+    out[:, :, SAME_WEEKDAYS + 4] = (days + 3) % 7  # Monday 0
+    dates = days.astype("datetime64[D]")
+    out[:, :, SAME_WEEKDAYS + 5] = (dates - dates.astype("datetime64[Y]")).astype(np.int64)
+    at = np.clip(days - grid.first_day, 0, grid.holidays.shape[1] - 1)
+    out[:, :, SAME_WEEKDAYS + 6] = grid.holidays[grid.group[rows][:, None], at]
+    out[:, :, SAME_WEEKDAYS + 7] = step[None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[:, :, SAME_WEEKDAYS + 8] = np.log(level)[:, None]
+    return out, level, counted.astype(np.float64)
+
+
+def _grid(
+    histories: Iterable[History], calendars: Sequence[HolidayCalendar | None], horizon: int
+) -> _Grid:
+    """The grid of ``histories`` (one per calendar, read one at a time: a shard's whole
+    histories are never held at once)."""
+    ends = np.zeros(len(calendars), dtype=np.int64)
+    values = np.full((len(calendars), GRID_PERIODS), np.nan, dtype=np.float32)
+    for row, history in enumerate(histories):
+        days = history.times.astype("datetime64[D]").astype(np.int64)
+        ends[row] = days[-1]
+        columns = GRID_PERIODS - 1 - (ends[row] - days)
+        inside = columns >= 0
+        values[row, columns[inside]] = history.values[inside]
+    first_day = int(ends.min()) - GRID_PERIODS - YEAR - SEASON
+    last_day = int(ends.max()) + horizon + SEASON
+    keys: dict[tuple[str, str | None] | None, int] = {}
+    group = np.empty(len(calendars), dtype=np.intp)
+    for row, calendar in enumerate(calendars):
+        key = None if calendar is None else (calendar.country, calendar.subdivision)
+        group[row] = keys.setdefault(key, len(keys))
+    table = np.zeros((len(keys), last_day - first_day + 1), dtype=np.bool_)
+    first_year = np.datetime64(first_day, "D").astype("datetime64[Y]").astype(int) + 1970
+    last_year = np.datetime64(last_day, "D").astype("datetime64[Y]").astype(int) + 1970
+    for key, index in keys.items():
+        if key is None:
+            continue
+        for day, _ in holiday_dates(key[0], key[1], range(first_year, last_year + 1)):
+            at = int(np.datetime64(day, "D").astype(np.int64)) - first_day
+            if 0 <= at < table.shape[1]:
+                table[index, at] = True
+    return _Grid(values, ends, table, group, first_day)
+
+
+def _training_set(
+    grid: _Grid, sample: npt.NDArray[np.intp], cutoff: int, horizon: int
+) -> tuple[FloatArray, FloatArray]:
+    """Samples whose targets are all before column ``cutoff``: weekly origins over the
+    year before it (so the trees see every season and holiday), each with its share of
+    :data:`ORIGIN_BUDGET` customers of ``sample`` (all of a small fleet's)."""
+    per_origin = max(1, ORIGIN_BUDGET // MAX_ORIGINS)
+    rng = np.random.default_rng(cutoff)
+    features, targets = [], []
+    for i in range(MAX_ORIGINS):
+        origin = cutoff - horizon - i * SEASON
+        if origin < MIN_LEVEL_PERIODS:
+            break
+        rows = (
+            sample
+            if len(sample) <= per_origin
+            else np.sort(rng.choice(sample, per_origin, replace=False))
+        )
+        found, level, counted = _features(grid, rows, origin, horizon)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            actual = grid.window(origin, origin + horizon, rows) / level[:, None]
+        usable = (counted >= MIN_LEVEL_PERIODS) & (level > 0)
+        keep = usable[:, None] & np.isfinite(actual)
+        features.append(found[keep])
+        targets.append(actual[keep])
+    if not features:
+        return np.zeros((0, len(FEATURES))), np.zeros(0)
+    return np.concatenate(features), np.concatenate(targets)
+
+
+def _fit(features: FloatArray, targets: FloatArray, threads: int) -> Any:
+    import lightgbm
+
+    dataset = lightgbm.Dataset(
+        features.astype(np.float32),
+        targets.astype(np.float32),
+        feature_name=list(FEATURES),
+        categorical_feature=["weekday"],
+        free_raw_data=True,
+        params={"verbose": -1},
+    )
+    params = {
+        # WAPE is an absolute error: the median of the scaled target, not its mean.
+        "objective": "l1",
+        "learning_rate": LEARNING_RATE,
+        "num_leaves": LEAVES,
+        "min_data_in_leaf": 50,
+        "feature_fraction": 0.9,
+        "bagging_fraction": 0.8,
+        "bagging_freq": 1,
+        "num_threads": threads,
+        "deterministic": True,
+        "force_row_wise": True,
+        "max_bin": 63,
+        "seed": 39,
+        "verbose": -1,
+    }
+    return lightgbm.train(params, dataset, num_boost_round=TREES)
+
+
+def _predict(
+    booster: Any, grid: _Grid, rows: npt.NDArray[np.intp], origin: int, horizon: int, threads: int
+) -> tuple[FloatArray, FloatArray]:
+    """Each of ``rows``' forecast from column ``origin`` (customers x steps; NaN where a
+    customer has no usable level) and its level."""
+    found, level, counted = _features(grid, rows, origin, horizon)
+    flat = found.reshape(-1, len(FEATURES)).astype(np.float32)
+    scaled = booster.predict(flat, num_threads=threads).reshape(len(rows), horizon)
+    usable = (counted >= 1) & (level > 0)
+    forecast = np.where(usable[:, None], np.maximum(scaled, 0.0) * level[:, None], np.nan)
+    return forecast, level
+
+
+def learn(
+    customer_ids: Sequence[str],
+    histories: Iterable[History],
+    calendars: Sequence[HolidayCalendar | None],
+    horizon: int,
+    windows: int,
+    threads: int | None = None,
+) -> dict[str, FleetForecast]:
+    """The fleet's forecast of every customer (``histories``: each one's periods to fit,
+    daily, at least one, in the order of ``customer_ids``), with backtests on ``windows``
+    windows of ``horizon`` periods ending at its last period. Customers with no usable
+    period in their last four weeks get none."""
+    if not customer_ids:
+        return {}
+    started = time.process_time()
+    threads = threads or os.cpu_count() or 1
+    grid = _grid(histories, calendars, horizon)
+    everyone = np.arange(len(customer_ids), dtype=np.intp)
+    rng = np.random.default_rng(39)
+    sample = np.sort(rng.permutation(everyone)[:SAMPLE_CUSTOMERS])
+    fleet_end = int(grid.end.max())
+    current = grid.end == fleet_end
+    backtest = np.full((len(customer_ids), windows, horizon), np.nan)
+    for window in range(windows):
+        offset = (windows - window) * horizon
+        cutoff = grid.columns - offset
+        features, targets = _training_set(grid, sample, cutoff, horizon)
+        if len(targets) < 100:
+            continue
+        booster = _fit(features, targets, threads)
+        forecast, _ = _predict(booster, grid, everyone, cutoff, horizon, threads)
+        backtest[:, window, :] = np.where(current[:, None], forecast, np.nan)
+    features, targets = _training_set(grid, sample, grid.columns, horizon)
+    if len(targets) < 100:
+        logger.info("the fleet family has too little data to learn from (%d samples)", len(targets))
+        return {}
+    booster = _fit(features, targets, threads)
+    path, level = _predict(booster, grid, everyone, grid.columns, horizon, threads)
+    sigma = _deviations(grid, backtest, level, horizon)
+    last_history = (grid.end * 86_400_000_000).astype("datetime64[us]")
+    forecasts = {
+        customer_id: FleetForecast(backtest[row], path[row], sigma[row], last_history[row])
+        for row, customer_id in enumerate(customer_ids)
+        if np.isfinite(path[row]).all() and np.isfinite(sigma[row]).all()
+    }
+    logger.info(
+        "the fleet family: %d customers' trees fitted %d times on %d samples, %d forecasts, "
+        "%.1f s of CPU",
+        len(sample),
+        windows + 1,
+        len(targets),
+        len(forecasts),
+        time.process_time() - started,
+    )
+    return forecasts
+
+
+def _deviations(grid: _Grid, backtest: FloatArray, level: FloatArray, horizon: int) -> FloatArray:
+    """Each customer's errors' deviation at each step: its own backtest's mean absolute
+    error (the fleet's median, relative to the level, for a customer without one), shaped
+    by how the fleet's errors grow with the step."""
+    windows = backtest.shape[1]
+    actual = np.full_like(backtest, np.nan)
+    rows = np.arange(backtest.shape[0], dtype=np.intp)
+    for window in range(windows):
+        origin = grid.columns - (windows - window) * horizon
+        actual[:, window, :] = grid.window(origin, origin + horizon, rows)
+    error = np.abs(backtest - actual)
+    # (all-NaN rows are customers without a backtest: their means are NaN, said below)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        relative = error / np.nanmean(np.abs(actual), axis=(1, 2))[:, None, None]
+        by_step = np.nanmean(relative, axis=(0, 1)) if np.isfinite(relative).any() else None
+        shape = np.ones(horizon) if by_step is None else by_step / np.nanmean(by_step)
+        shape = np.where(np.isfinite(shape), shape, 1.0)
+        own = np.nanmean(error, axis=(1, 2))
+        typical = np.nanmedian(own / level) if np.isfinite(own / level).any() else TYPICAL_ERROR
+    mae = np.where(
+        np.isfinite(own), own, np.where(np.isfinite(typical * level), typical * level, 0.0)
+    )
+    return SIGMA_PER_MAE * mae[:, None] * shape[None, :]
