@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.accuracy.datasets import DATA_DIR
+
 # What the upload shape calls its columns (README: customer_id,timestamp,consumption).
 COLUMNS = ("customer_id", "timestamp", "consumption")
 
