@@ -32,8 +32,11 @@ def extended(path: np.ndarray, season: int, horizon: int) -> np.ndarray:
     return np.concatenate([path, tail])
 
 
-class _Fleet:
-    kind = KIND
+class FleetFamily:
+    """A path the fleet's trees made, compiled; ``kind`` the family it serves as."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
 
     def compile(
         self,
@@ -63,4 +66,4 @@ class _Fleet:
         )
 
 
-FAMILY = _Fleet()
+FAMILY = FleetFamily(KIND)

@@ -30,13 +30,15 @@ from fleetcast_contracts.families import BY_KIND, Fit, kinds_fitted
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
 from fleetcast_contracts.model_archive import (
     PROPHET_KIND,
+    Backtest,
+    HoldoutMetrics,
     ModelMetadata,
     read_archive,
     write_archive,
 )
 from fleetcast_contracts.training import MODEL_ARCHIVE_SUFFIX
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
-from fleetcast_forecasters import seasonal_naive
+from fleetcast_forecasters import cold_start, seasonal_naive
 from fleetcast_forecasters.candidates import BacktestPlan, CandidateFamily, Histories
 from fleetcast_forecasters.fleet import KIND as fleet_kind
 from fleetcast_forecasters.gaussian import common_fields
@@ -52,7 +54,7 @@ from fleetcast_training.holiday_fits import fit_families
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.model_json import encode_model
 from fleetcast_training.prophet_candidate import PROPHET, SHARED, ProphetCandidate
-from fleetcast_training.selection import Candidate, Choice, choose
+from fleetcast_training.selection import Candidate, choose
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +206,9 @@ class CustomerTrainer:
             # Incomplete and inactive periods are gaps for every family, never low values.
             history = stored.for_fitting()
             settings = self._hyperparameters
+            cold = self._fleet.get(customer_id)
+            if 0 < len(history) < settings.required_rows and cold is not None:
+                return self._cold_start(customer_id, history, cold, started, stored.times[-1])
             if len(history) < settings.required_rows:
                 unused = ", ".join(f"{n} {use}" for use, n in stored.left_out().items())
                 raise CustomerFailure(
@@ -342,7 +347,41 @@ class CustomerTrainer:
         )
         if choice is None:
             raise CustomerFailure(FailureKind.FIT_FAILED, "no candidate could be fitted and scored")
-        return self._archived(customer, choice, fits_before)
+        return self._archived(
+            customer, choice.kind, choice.model, choice.metrics, choice.backtest, fits_before
+        )
+
+    def _cold_start(
+        self,
+        customer_id: str,
+        history: History,
+        forecast: FleetForecast,
+        started: float,
+        readings_end: np.datetime64,
+    ) -> _Fitted:
+        """A customer too short for a model of its own, served the fleet's forecast of a
+        customer of its level and shape (:mod:`fleetcast_forecasters.cold_start`): no
+        backtest (none of its windows has the weeks before it a forecast starts from), so
+        no metrics, and the gate, which compares backtests, does not judge it."""
+        settings = self._hyperparameters
+        model = forecast.model(settings.uncertainty_samples, cold_start.KIND)
+        why = (
+            f"{len(history)} periods to fit, fewer than the {settings.required_rows} a "
+            "model of its own needs: the fleet's forecast for a customer of its level and "
+            "shape, not backtested"
+        )
+        backtest = Backtest(
+            horizon=settings.backtest_periods,
+            windows=0,
+            origins=[],
+            chosen=cold_start.KIND,
+            why=why,
+            candidates=[],
+        )
+        customer = _Loaded(
+            customer_id, history, self._calendars.of(customer_id), started, readings_end
+        )
+        return self._archived(customer, cold_start.KIND, model, None, backtest, Counter())
 
     def _fleet_candidate(self, customer: _Loaded, plan: BacktestPlan) -> Candidate | None:
         """The fleet family's forecast of the customer, backtested on the batch's windows
@@ -383,7 +422,15 @@ class CustomerTrainer:
             backtest[window, ahead[inside]] = forecast[inside]
         return Candidate(PROPHET_KIND, backtest, fit.model)
 
-    def _archived(self, customer: _Loaded, choice: Choice, fits_before: Counter[str]) -> _Fitted:
+    def _archived(
+        self,
+        customer: _Loaded,
+        kind: str,
+        model: dict[str, Any],
+        metrics: HoldoutMetrics | None,
+        backtest: Backtest,
+        fits_before: Counter[str],
+    ) -> _Fitted:
         settings = self._hyperparameters
         history = customer.history
         metadata = ModelMetadata(
@@ -394,29 +441,29 @@ class CustomerTrainer:
             data_start=_date(history.times[0]),
             data_end=_date(history.times[-1]),
             rows=len(history),
-            metrics=choice.metrics,
+            metrics=metrics,
             library_versions=self._versions,
             holiday_calendar=customer.calendar,
-            model_kind=choice.kind,
-            backtest=choice.backtest,
+            model_kind=kind,
+            backtest=backtest,
         )
         # The export's forecaster takes the model object as it is rather than parsing
         # the JSON back.
         write_archive(
             archive_path(self._checkpoint_dir, customer.customer_id),
-            encode_model(choice.model),
+            encode_model(model),
             metadata,
         )
         trained = CustomerResult(
             customer_id=customer.customer_id,
             outcome=CustomerOutcome.TRAINED,
             rows=len(history),
-            metrics=choice.metrics,
+            metrics=metrics,
             fit_seconds=round(time.perf_counter() - customer.started, 4),
             fit_methods=dict(self._backend.fit_methods - fits_before),
             metadata=metadata,
         )
-        return _Fitted(trained, choice.model, history.times[-1], customer.readings_end)
+        return _Fitted(trained, model, history.times[-1], customer.readings_end)
 
     def _resumed(self, result: CustomerResult, model: str, source: Path) -> _Fitted:
         """A resumed customer, with the ends of its history and of its readings from its

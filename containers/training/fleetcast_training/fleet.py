@@ -100,10 +100,11 @@ class FleetForecast:
     sigma: FloatArray
     last_history: np.datetime64
 
-    def model(self, uncertainty_samples: int) -> dict[str, Any]:
-        """The archive's ``model.json`` (:mod:`fleetcast_forecasters.fleet`)."""
+    def model(self, uncertainty_samples: int, kind: str = KIND) -> dict[str, Any]:
+        """The archive's ``model.json`` (:mod:`fleetcast_forecasters.fleet`), as a model
+        of ``kind`` (the fleet family, or a cold start)."""
         return {
-            "kind": KIND,
+            "kind": kind,
             "path": np.round(self.path, 6).tolist(),
             "sigma": np.round(self.sigma, 6).tolist(),
             "season": SEASON,

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from fleetcast_common.registry import LiveModel
 from fleetcast_common.settings import _FromEnvironment
 from fleetcast_contracts import layout
+from fleetcast_contracts.families import SCORED_KINDS
 from fleetcast_contracts.ids import (
     CUSTOMER_ID_PATTERN,
     InvalidCustomerIdError,
@@ -156,12 +157,15 @@ class CustomerModel(BaseModel):
     data_start: date = Field(description="First day of history the model was fitted on")
     data_end: date = Field(description="Last day of history the model was fitted on")
     rows: int = Field(description="Periods of history the model was fitted on")
-    metrics: HoldoutAccuracy
+    metrics: HoldoutAccuracy | None = Field(
+        description="The backtest's errors beside seasonal naive's; null for a cold start "
+        "(model_kind cold_start: too short a history to backtest)"
+    )
     newer_model: NewerModel | None = Field(
         default=None, exclude_if=_empty, description=_NEWER_MODEL
     )
     model_kind: str = Field(
-        description="The model family: prophet, ets, theta, seasonal_naive, seasonal_median, combination or naive_blend",
+        description=f"The model family: {', '.join(SCORED_KINDS)}",
     )
     backtest: Backtest = Field(
         description="Every candidate family's backtest errors, the chosen one and the runner-up",
@@ -179,7 +183,9 @@ class CustomerModel(BaseModel):
             data_start=live.data_start,
             data_end=live.data_end,
             rows=live.rows,
-            metrics=HoldoutAccuracy.model_validate(live.metrics.model_dump()),
+            metrics=None
+            if live.metrics is None
+            else HoldoutAccuracy.model_validate(live.metrics.model_dump()),
             newer_model=NewerModel.of(live),
             model_kind=live.model_kind,
             backtest=live.backtest,

@@ -110,7 +110,7 @@ def _decide(record: ModelRecord, state: CustomerState) -> _Decision | _Promotion
             target_model=target,
             note=f"run {live.run_id} is newer and live",
         ), record.model_copy(update={"status": ModelStatus.SUPERSEDED})
-    if not passes_quality_gate(metrics):
+    if metrics is not None and not passes_quality_gate(metrics):
         # A first model follows the same rule: one worse than seasonal naive is not made
         # live (training always offers one that passes: naive is a candidate).
         return CustomerRegistration(

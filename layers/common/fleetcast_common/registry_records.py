@@ -36,7 +36,8 @@ class TrainedModel(BaseModel):
     data_start: date
     data_end: date
     rows: int
-    metrics: HoldoutMetrics
+    # None for a cold start: too short a history to backtest (the gate cannot judge it).
+    metrics: HoldoutMetrics | None
     # The family that made the model and how it was chosen.
     model_kind: str
     backtest: Backtest
@@ -89,7 +90,7 @@ def stored(model: TrainedModel, **dump: Any) -> dict[str, Any]:
     attribute of its own) and 6.4 KB with neither."""
     values = model.model_dump(mode="json", **dump)
     for name in STORED_AS_TEXT:
-        if name in values:
+        if values.get(name) is not None:
             values[name] = getattr(model, name).model_dump_json()
     return values
 

@@ -57,6 +57,9 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("prophet", "fleetcast_forecasters.prophet_family", Fit.EACH, combined=True),
     Family("fleet", "fleetcast_forecasters.fleet", Fit.FLEET, combined=True),
+    # The fleet's forecast of a customer too short for a model of its own (fewer fit
+    # periods than training's required rows): served without a backtest.
+    Family("cold_start", "fleetcast_forecasters.cold_start", Fit.FLEET, candidate=False),
     Family(
         "combination",
         "fleetcast_forecasters.combination",

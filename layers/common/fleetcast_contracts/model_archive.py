@@ -109,7 +109,8 @@ class ModelMetadata(BaseModel):
     data_start: date
     data_end: date
     rows: int
-    metrics: HoldoutMetrics
+    # None for a cold start (model_kind cold_start): too short a history to backtest.
+    metrics: HoldoutMetrics | None
     library_versions: dict[str, str]
     # The public holidays the model was fitted with; None for a model without any.
     holiday_calendar: HolidayCalendar | None = None

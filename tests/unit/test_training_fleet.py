@@ -1,0 +1,122 @@
+"""The fleet family (issue 39): trees learnt across a shard's customers, backtested honestly,
+and the cold start it gives a customer too short for a model of its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_training_job import Instance, run_container, weekly_series
+
+from fleetcast_contracts.model_archive import read_archive
+from fleetcast_contracts.training_manifest import CustomerOutcome
+from fleetcast_forecasters.families import compile_archive
+from fleetcast_training import fleet
+from fleetcast_training.history import History
+
+HORIZON = 14
+WINDOWS = 3
+
+
+def histories(customers: int, days: int, seed: int = 0) -> list[History]:
+    """Daily series with a level, a weekly shape and noise, all ending on the same day."""
+    rng = np.random.default_rng(seed)
+    times = np.datetime64("2024-01-01", "us") + np.arange(days) * np.timedelta64(1, "D")
+    found = []
+    for _ in range(customers):
+        week = rng.uniform(0.6, 1.4, 7)
+        values = rng.uniform(5, 50) * week[np.arange(days) % 7] * rng.normal(1, 0.05, days)
+        found.append(History(times, values))
+    return found
+
+
+def learnt(series: list[History]) -> dict[str, fleet.FleetForecast]:
+    ids = [f"c{i:03d}" for i in range(len(series))]
+    return fleet.learn(ids, series, [None] * len(series), HORIZON, WINDOWS, threads=1)
+
+
+@pytest.mark.parametrize("window", range(WINDOWS))
+def test_a_windows_forecast_uses_no_period_at_or_after_its_origin(window: int) -> None:
+    # Given a fleet's histories, and the same histories with every period from a backtest
+    # window's origin on changed (tripled)
+    series = histories(60, 200)
+    origin = 200 - (WINDOWS - window) * HORIZON
+    changed = [
+        History(h.times, np.where(np.arange(200) >= origin, h.values * 3, h.values)) for h in series
+    ]
+
+    # When the fleet learns from each
+    before, after = learnt(series), learnt(changed)
+
+    # Then that window's forecasts, and every earlier window's, are the same: nothing at or
+    # after a window's origin reached it
+    assert before.keys() == after.keys() and len(before) == 60
+    for customer_id, forecast in before.items():
+        kept = forecast.backtest[: window + 1]
+        assert np.isfinite(kept[-1]).all(), customer_id
+        np.testing.assert_array_equal(kept, after[customer_id].backtest[: window + 1])
+    # And the later periods do move the served forecast (the change was seen where allowed)
+    assert any(not np.array_equal(before[c].path, after[c].path) for c in before)
+
+
+def test_the_fleet_forecasts_a_customer_of_its_level_and_shape() -> None:
+    # Given a fleet and a customer with five days of history, three times the fleet's usual
+    # level
+    series = histories(60, 200)
+    short = series[0]
+    newcomer = History(short.times[-5:], short.values[-5:] * 3)
+
+    # When the fleet learns
+    found = fleet.learn(
+        ["newcomer", *[f"c{i}" for i in range(60)]],
+        [newcomer, *series],
+        [None] * 61,
+        HORIZON,
+        WINDOWS,
+        threads=1,
+    )
+
+    # Then the newcomer's forecast is at its own level, not the fleet's, and not backtested
+    path = found["newcomer"].path
+    assert np.isfinite(path).all() and (path >= 0).all()
+    assert path.mean() == pytest.approx(newcomer.values.mean(), rel=0.35)
+    assert np.isnan(found["newcomer"].backtest).all()
+    assert (found["newcomer"].sigma > 0).all()
+
+
+def test_a_customer_too_short_for_a_model_of_its_own_gets_a_cold_start(tmp_path) -> None:
+    # Given a shard of 30 customers with 120 days, one with 5 days, one with 2 days left
+    # out of the fit (incomplete) and nothing else
+    instance = Instance.create(
+        tmp_path, candidates="seasonal_naive,ets,fleet", forecast_export_days="14"
+    )
+    customers = {f"c{i:02d}": weekly_series(i) for i in range(30)}
+    customers["newcomer"] = weekly_series(99).tail(5)
+    nothing = weekly_series(98).tail(2)
+    nothing["use"] = ["incomplete", "incomplete"]
+    customers["nothing"] = nothing
+    instance.add_part("part-00000.parquet", customers)
+
+    # When the instance trains
+    run = run_container(instance)
+
+    # Then the newcomer has a cold-start model, served like any, with no backtest to judge
+    assert run.exit_code == 0, instance.failure()
+    results = {r.customer_id: r for r in instance.manifest().customers}
+    assert results["newcomer"].outcome is CustomerOutcome.TRAINED
+    model_json, metadata = read_archive(instance.archive("newcomer"))
+    assert metadata.model_kind == "cold_start"
+    assert metadata.metrics is None and metadata.backtest.windows == 0
+    assert "5 periods to fit, fewer than the 28" in metadata.backtest.why
+    forecast = compile_archive(model_json, metadata.model_kind, "D", 30).forecast(30, seed=1)
+    level = customers["newcomer"]["y"].mean()
+    assert forecast.yhat.mean() == pytest.approx(level, rel=0.5)
+    # And the customers with weeks of history have the fleet family scored among the others
+    _, regular = read_archive(instance.archive("c00"))
+    assert regular.backtest.score("fleet") is not None
+    # And a customer with no whole day is failed, saying how many it has and needs
+    assert results["nothing"].outcome is CustomerOutcome.FAILED
+    assert (
+        results["nothing"].reason == "has 0 rows to fit (2 incomplete left out), needs at least 28"
+    )
+    assert pd.notna(results["c05"].metrics.wape)
