@@ -153,6 +153,33 @@ def test_a_snapshot_brings_back_objects_items_and_jobs_and_names_the_unfinished(
         assert finished["ProcessingJobStatus"] == "Completed"
 
 
+def test_a_snapshot_keeps_every_version_of_a_versioned_buckets_key(tmp_path: Path) -> None:
+    # Given a versioned bucket holding three versions of one key
+    snapshot = tmp_path / persistence.SNAPSHOT_FILE
+    with mock_aws():
+        s3, _, _ = _clients()
+        s3.create_bucket(Bucket="raw")
+        s3.put_bucket_versioning(Bucket="raw", VersioningConfiguration={"Status": "Enabled"})
+        versions = [
+            s3.put_object(Bucket="raw", Key="incoming/a.csv", Body=f"v{n}".encode())["VersionId"]
+            for n in range(3)
+        ]
+        # When it is saved, and moto starts empty again and reads it back
+        saved = persistence.save(snapshot, ACCOUNT_ID, REGION)
+    with mock_aws():
+        s3, _, _ = _clients()
+        restored = persistence.restore(snapshot, ACCOUNT_ID, REGION)
+        # Then each version is still there, readable by its id, the latest still latest
+        assert restored == saved
+        listed = s3.list_object_versions(Bucket="raw")["Versions"]
+        assert sorted(v["VersionId"] for v in listed) == sorted(versions)
+        for n, version in enumerate(versions):
+            body = s3.get_object(Bucket="raw", Key="incoming/a.csv", VersionId=version)["Body"]
+            assert body.read() == f"v{n}".encode()
+        latest = s3.get_object(Bucket="raw", Key="incoming/a.csv")
+        assert latest["VersionId"] == versions[-1] and latest["Body"].read() == b"v2"
+
+
 def test_an_unreadable_snapshot_is_refused_naming_the_file(tmp_path: Path) -> None:
     snapshot = tmp_path / persistence.SNAPSHOT_FILE
     snapshot.write_bytes(b"cut short")
