@@ -36,7 +36,7 @@ from fleetcast.run_report import RunAccuracy, render_html, summarise, summary_li
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 from fleetcast.status_table import status_table
-from fleetcast.terminal import UsageError, console, err
+from fleetcast.terminal import ControlsEscaped, UsageError, console, err, shown
 from fleetcast.up_cli import add_up_command
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import UploadQueue
@@ -150,7 +150,7 @@ def upload_files(files: Sequence[Path], bucket: str, prefix: str) -> list[str]:
 def cmd_upload(args: argparse.Namespace) -> int:
     names = _names(args)
     for key in upload_files(args.files, names["raw_bucket"], args.prefix):
-        console.print(f"uploaded s3://{names['raw_bucket']}/{key}")
+        console.print(f"uploaded s3://{shown(names['raw_bucket'])}/{shown(key)}")
     return 0
 
 
@@ -177,7 +177,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         summary = _accuracy_summary(names, None)
         if summary is not None:
             for line in summary_lines(summary):
-                console.print(line, highlight=False)
+                console.print(shown(line), highlight=False)
     return 0
 
 
@@ -244,8 +244,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render_html(summary, accuracy))
     for line in summary_lines(summary):
-        console.print(line, highlight=False)
-    console.print(f"report -> {output}")
+        console.print(shown(line), highlight=False)
+    console.print(f"report -> {shown(output)}")
     return 0
 
 
@@ -358,14 +358,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # What the stack logs on `fleetcast up`'s console may quote data (a record, a key).
+    console_log = logging.StreamHandler()
+    console_log.setFormatter(ControlsEscaped("%(asctime)s %(name)s %(message)s"))
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(message)s",
+        level=logging.INFO if args.verbose else logging.WARNING, handlers=[console_log]
     )
     try:
         result: int = args.run(args)
     except UsageError as error:
-        err.print(f"[red]error:[/] {error}")
+        err.print(f"[red]error:[/] {shown(error)}")
         return 2
     except KeyboardInterrupt:
         return 130
