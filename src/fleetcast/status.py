@@ -341,10 +341,18 @@ def pipeline_status(
 ) -> list[RunStatus]:
     """Every run of this stack in upload order (the order they reached the upload queue);
     with the upload ``queue``, also the uploads waiting for their processing job and those
-    that left the queue without one (superseded or replaced)."""
+    that left the queue without one (superseded or replaced).
+
+    The queue is read before the jobs are listed: an upload leaves the queue only after
+    its job is created, or its not-processed record written (``fleetcast_common.pipeline
+    .dispatch_uploads``), so one handed on between the reads is listed by its job. Read
+    the other way round it was in neither list, and ``status --wait`` could report every
+    run done while it was being handed on."""
+    queued = queue.waiting() if queue else []
+    left = queue.not_processed() if queue else []
     started = run_ids(prefix, sagemaker)
     runs = [run_status(run_id, prefix, bucket, sagemaker, s3, table) for run_id in started]
-    waiting = [w for w in (queue.waiting() if queue else []) if w.run_id not in started]
+    waiting = [w for w in queued if w.run_id not in started]
     runs += [
         RunStatus(
             run_id=w.run_id,
@@ -359,7 +367,7 @@ def pipeline_status(
         )
         for w in waiting
     ]
-    skipped = [n for n in (queue.not_processed() if queue else []) if n.run_id not in started]
+    skipped = [n for n in left if n.run_id not in started]
     runs += [
         RunStatus(
             run_id=n.run_id,

@@ -195,6 +195,46 @@ def test_fleetcast_status_shows_an_upload_waiting_behind_a_running_job(
     assert [run.job(PROCESSING).status for run in runs] == ["Completed", "InProgress"]
 
 
+class HandedOnWhileRead(UploadQueue):
+    """The queue as ``fleetcast status`` reads it while the running job ends and the next
+    upload is handed to its job: the hand-over happens as the waiting uploads are read."""
+
+    def __init__(self, world: dict[str, Any], running: list[str]) -> None:
+        super().__init__(world["queue"]._table)
+        self._world, self._running = world, running
+
+    def waiting(self) -> list[WaitingUpload]:
+        if self._running:
+            started = end(self._world, self._running.pop())
+            self._running += [started] if started else []
+        return super().waiting()
+
+
+def test_fleetcast_status_lists_every_upload_while_each_is_handed_to_its_job(
+    pipeline: dict[str, Any], registry_table: Any
+) -> None:
+    # Given twelve uploads at once: one processed, eleven waiting behind it
+    uploads = [upload(minute) for minute in range(12)]
+    for uploaded in uploads:
+        arrive(pipeline, uploaded)
+    running = [job_of(uploads[0])]
+    every_job = {job_of(uploaded) for uploaded in uploads}
+    # When fleetcast status reads the pipeline as each upload is handed from the queue to
+    # its job (the previous one ending)
+    for _ in uploads:
+        runs = pipeline_status(
+            PREFIX,
+            pipeline["settings"].artifacts_bucket,
+            pipeline["sagemaker"],
+            pipeline["s3"],
+            registry_table,
+            HandedOnWhileRead(pipeline, running),
+        )
+        # Then every upload is listed, each once, waiting or at its job's status
+        assert sorted(run.job(PROCESSING).name or "" for run in runs) == sorted(every_job)
+    assert running == [] and {run.job(PROCESSING).status for run in runs} == {"Completed"}
+
+
 @pytest.mark.parametrize("status", ["Failed", "Stopped"])
 def test_a_job_that_fails_or_is_stopped_still_lets_the_next_upload_start(
     pipeline: dict[str, Any], status: str
