@@ -38,6 +38,7 @@ from fleetcast.status import RunStatus, pipeline_status
 from fleetcast.status_table import status_table
 from fleetcast.terminal import ControlsEscaped, UsageError, console, err, shown
 from fleetcast.up_cli import add_up_command
+from fleetcast_common.chunk_queue import redrive_failed_chunks
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import UploadQueue
 from fleetcast_contracts import layout
@@ -249,6 +250,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_redrive_chunks(args: argparse.Namespace) -> int:
+    names = _names(args)
+    if not is_valid_run_id(args.run_id):
+        raise UsageError(f"{args.run_id!r} is not a fleetcast run id (see `fleetcast status`)")
+    registry = ModelRegistry(boto3.resource("dynamodb").Table(names["registry_table"]))
+    sent = redrive_failed_chunks(
+        args.run_id,
+        names["artifacts_bucket"],
+        names["job_name_prefix"],
+        boto3.client("s3"),
+        boto3.client("sqs"),
+        registry,
+    )
+    if not sent:
+        console.print(f"run {args.run_id}: no failed registration chunk to re-drive")
+    else:
+        console.print(
+            f"run {args.run_id}: {len(sent)} registration chunks sent again "
+            f"(numbers {', '.join(map(str, sent))}); follow them with `fleetcast status`"
+        )
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from fleetcast.demo import run_demo
 
@@ -333,6 +357,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--run", dest="run_id", help="run id (default: the latest registered run)")
     report.add_argument("-o", "--output", type=Path, help="default: report-<run>.html")
     report.set_defaults(run=cmd_report)
+
+    redrive = commands.add_parser(
+        "redrive-chunks",
+        help="send a run's failed registration chunks again, once their cause is fixed",
+        description="A chunk whose every delivery failed is dead-lettered, and nothing sends "
+        "it again (not a restart either) until this command: `fleetcast status` lists such "
+        "chunks with why they failed.",
+    )
+    redrive.add_argument("run_id", metavar="RUN")
+    redrive.set_defaults(run=cmd_redrive_chunks)
 
     demo = commands.add_parser(
         "demo", help="start the stack, generate, upload, follow the chain, stop"

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fleetcast_common import storage
+from fleetcast_common.chunk_queue import MAX_RECEIVES
 from fleetcast_common.jobs import UploadRecord
 from fleetcast_common.processing_report import processing_summary
 from fleetcast_common.registration import read_registration_record
@@ -43,6 +44,19 @@ class TrainingFailure(BaseModel):
     customer_id: str
     kind: str
     reason: str
+
+
+class FailedChunkStatus(BaseModel):
+    """A registration chunk of the run that is not counted and whose last delivery failed:
+    ``dead_lettered`` once every delivery the chunks queue allows has failed (it waits in
+    the dead-letter queue; nothing sends it again until ``redrive``, the command, is run)."""
+
+    chunk_id: str
+    number: int
+    reason: str
+    deliveries: int
+    dead_lettered: bool
+    redrive: str
 
 
 class StageJob(BaseModel):
@@ -115,6 +129,9 @@ class RunStatus(BaseModel):
     chunks_done: int | None = None
     chunks_total: int | None = None
     registered: bool = False
+    # Its chunks whose last delivery failed, with why (the register-chunk function's log
+    # has the traceback).
+    failed_chunks: list[FailedChunkStatus] = Field(default_factory=list)
     created_at: datetime | None = None
 
     def job(self, stage: Stage) -> StageJob:
@@ -147,8 +164,11 @@ class RunStatus(BaseModel):
             return True  # a metadata upload that changed nobody's calendar: nothing to train
         if self.job(PIPELINE[-1]).status not in ENDED_STATUSES:
             return False
-        # A failed or stopped job's models are registered too.
-        return self.registered
+        # A failed or stopped job's models are registered too; a run with chunks left
+        # only dead-lettered ones waits for nothing but a user's re-drive.
+        left = (self.chunks_total or 0) - (self.chunks_done or 0)
+        dead = sum(1 for chunk in self.failed_chunks if chunk.dead_lettered)
+        return self.registered or (left > 0 and dead == left)
 
     @property
     def registration(self) -> str:
@@ -265,6 +285,19 @@ def run_status(
                 status.customers_trained = progress.trained
                 status.customers_failed = progress.failed_training
                 status.customers_lost = progress.lost
+        if progress is not None and not progress.complete:
+            status.failed_chunks = [
+                FailedChunkStatus(
+                    chunk_id=failure.chunk_id,
+                    number=failure.number,
+                    reason=failure.reason,
+                    deliveries=failure.deliveries,
+                    dead_lettered=failure.deliveries >= MAX_RECEIVES,
+                    redrive=f"fleetcast redrive-chunks {run_id}",
+                )
+                for failure in ModelRegistry(table).failed_chunks(run_id)
+                if failure.number not in progress.counted_chunks
+            ]
         if progress is not None:
             # The chunks keep their counts on the run's record: one read.
             status.customers_decided = progress.models_decided

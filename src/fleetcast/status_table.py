@@ -82,6 +82,17 @@ def status_table(runs: list[RunStatus]) -> Table:
                 else ""
             ),
             str(run.customers_registered)
-            + (f"\n{run.registration}" if run.chunks_total is not None else ""),
+            + (f"\n{run.registration}" if run.chunks_total is not None else "")
+            + "".join(
+                f"\nchunk {shown(chunk.chunk_id)} "
+                + ("dead-lettered" if chunk.dead_lettered else "failing")
+                + f" after {chunk.deliveries} deliveries: {shown(chunk.reason)}"
+                for chunk in run.failed_chunks
+            )
+            + (
+                f"\nre-drive once fixed: {shown(run.failed_chunks[0].redrive)}"
+                if any(chunk.dead_lettered for chunk in run.failed_chunks)
+                else ""
+            ),
         )
     return table

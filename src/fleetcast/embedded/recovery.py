@@ -19,7 +19,10 @@ idempotent:
   (register-models plans the same chunks again: their ids and numbers are deterministic);
 - a run whose registration record counts fewer chunks than it planned: the chunks it has
   not counted, planned again from the run's own registration record, sent to the chunks
-  queue (register-chunk counts a chunk once and never decides a customer twice);
+  queue (register-chunk counts a chunk once and never decides a customer twice); but not
+  a chunk whose deliveries all failed (dead-lettered: sending it at every start would
+  fail it again at every start): re-driving it is the user's decision, once its cause is
+  fixed (``fleetcast redrive-chunks RUN``), and the start's notice says so;
 - uploads waiting with no job running to start them: the oldest one's S3 event
   (start-processing finds its run id and its place and dispatches the queue). A lease
   whose job does not exist is freed first: no function that could still create the job
@@ -40,13 +43,9 @@ from typing import Any
 from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.template import ACCOUNT_ID, LocalTemplate
 from fleetcast_common import storage
-from fleetcast_common.chunk_queue import enqueue_chunks
+from fleetcast_common.chunk_queue import MAX_RECEIVES, enqueue_chunks
 from fleetcast_common.jobs import Upload
-from fleetcast_common.registration import (
-    RegistrationChunk,
-    plan_registration,
-    read_registration_record,
-)
+from fleetcast_common.registration import uncounted_chunks
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import ENDED_STATUSES, UploadQueue
 from fleetcast_contracts import layout
@@ -65,12 +64,18 @@ class Redriven:
     chunks: dict[str, list[int]] = field(default_factory=dict)
     # Run ids of waiting uploads whose S3 event was sent again.
     uploads: list[str] = field(default_factory=list)
+    # Run id -> the numbers of its dead-lettered chunks, not sent again.
+    dead_lettered: dict[str, list[int]] = field(default_factory=dict)
     freed_lease: str | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.processing_ends or self.training_ends or self.chunks or self.uploads) or (
-            self.freed_lease is not None
-        )
+        return bool(
+            self.processing_ends
+            or self.training_ends
+            or self.chunks
+            or self.uploads
+            or self.dead_lettered
+        ) or (self.freed_lease is not None)
 
     def describe(self) -> str:
         parts = []
@@ -98,10 +103,19 @@ class Redriven:
             parts.append(
                 "the S3 event of waiting upload " + ", ".join(self.uploads) + " (start-processing)"
             )
-        return (
+        text = (
             "re-driven, as events and messages in flight are not kept and each handler is "
             "idempotent: " + "; ".join(parts)
+            if parts
+            else ""
         )
+        for run_id, numbers in sorted(self.dead_lettered.items()):
+            text += (
+                f"{'; ' if text else ''}NOT re-driven: {len(numbers)} registration chunks of "
+                f"run {run_id} (numbers {_ranges(numbers)}) failed every delivery (see "
+                f"`fleetcast status`); once the cause is fixed: fleetcast redrive-chunks {run_id}"
+            )
+        return text
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -235,22 +249,22 @@ class Recovery:
             progress = registry.run(run_id)
             if progress is not None and progress.complete:
                 continue
-            plan = read_registration_record(s3, bucket, run_id)
-            chunks: list[RegistrationChunk] = []
-            if progress is not None and plan is not None and plan.chunks:
-                planned = plan_registration(
-                    run_id, plan.training_job, bucket, plan.chunk_size, s3, plan.job_failure
-                )[1]
-                if len(planned) == plan.chunks:
-                    missing = [c for c in planned if c.number not in progress.counted_chunks]
-                    # Every chunk counted but the run not marked registered (a delivery
-                    # stopped in between): a repeat of the last one marks it.
-                    chunks = missing or planned[-1:]
-            if not chunks:
+            chunks = uncounted_chunks(run_id, bucket, s3, registry)
+            if chunks is None:
                 # No record yet, or one the chunks cannot be planned again from: the
                 # coordinator plans the run again.
                 self.runner.publish_training(job)
                 redriven.training_ends.append(name)
+                continue
+            dead = {
+                failure.number
+                for failure in registry.failed_chunks(run_id)
+                if failure.deliveries >= MAX_RECEIVES
+            }
+            if dead & {c.number for c in chunks}:
+                redriven.dead_lettered[run_id] = sorted(dead & {c.number for c in chunks})
+            chunks = [c for c in chunks if c.number not in dead]
+            if not chunks:
                 continue
             queue_url = self.client("sqs").get_queue_url(
                 QueueName=self._name("RegistrationChunksQueue")
