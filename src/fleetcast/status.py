@@ -30,8 +30,9 @@ from fleetcast_contracts.training_manifest import TrainingProgress
 POLL_SECONDS = 0.5
 # An upload whose processing job waits for the one running (fleetcast_common.upload_queue).
 WAITING = "Waiting"
-# Uploads that left the queue without a run (upload_queue.NotProcessed), by outcome.
-NOT_PROCESSED = {"superseded": "Superseded", "replaced": "Replaced"}
+# Uploads that left the queue without a run (upload_queue.NotProcessed), by outcome; and
+# runs a killed local stack lost (upload_queue.LostRun).
+NOT_PROCESSED = {"superseded": "Superseded", "replaced": "Replaced", "lost": "Lost"}
 
 
 # The kind of a failure recorded before manifests kept kinds.
@@ -64,8 +65,8 @@ class StageJob(BaseModel):
     describes it; every field None for a stage whose job has not started."""
 
     name: str | None = None
-    # SageMaker's JobStatus; for processing also Waiting (the upload queue holds it back)
-    # or Superseded and Replaced (the upload got no run).
+    # SageMaker's JobStatus; for processing also Waiting (the upload queue holds it back),
+    # Superseded and Replaced (the upload got no run) or Lost (with a killed local stack).
     status: str | None = None
     secondary_status: str | None = None
     failure: str | None = None
@@ -383,6 +384,7 @@ def pipeline_status(
     run done while it was being handed on."""
     queued = queue.waiting() if queue else []
     left = queue.not_processed() if queue else []
+    lost = queue.lost_runs() if queue else []
     started = run_ids(prefix, sagemaker)
     runs = [run_status(run_id, prefix, bucket, sagemaker, s3, table) for run_id in started]
     waiting = [w for w in queued if w.run_id not in started]
@@ -418,5 +420,15 @@ def pipeline_status(
             created_at=n.upload.uploaded_at,
         )
         for n in skipped
+    ]
+    runs += [
+        RunStatus(
+            run_id=lost_run.run_id,
+            jobs={PROCESSING.name: StageJob(name=lost_run.job_name, status=NOT_PROCESSED["lost"])},
+            not_processed_reason=lost_run.reason,
+            created_at=lost_run.recorded_at,
+        )
+        for lost_run in lost
+        if lost_run.run_id not in started
     ]
     return sorted(runs, key=lambda run: run.run_id)

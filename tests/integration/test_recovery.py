@@ -75,6 +75,8 @@ def test_a_lease_whose_job_never_existed_is_freed_and_the_oldest_upload_sent_aga
         queue.add(WaitingUpload(run_id=run_id, upload=upload))
     lease = Lease(run_id=runs[0], job_name=PROCESSING.job_name(prefix, runs[0]), taken_at=T0)
     assert queue.take_lease(lease, replacing=None)
+    # and an upload kept in the raw bucket whose event the queue never saw
+    unseen = _uploaded(s3, raw, "third.csv")
     # (start-processing's rule, delivered to a queue this test reads)
     target = sqs.create_queue(QueueName=f"{prefix}-uploaded")["QueueUrl"]
     target_arn = sqs.get_queue_attributes(QueueUrl=target, AttributeNames=["QueueArn"])[
@@ -98,10 +100,22 @@ def test_a_lease_whose_job_never_existed_is_freed_and_the_oldest_upload_sent_aga
 
     # Then it frees the lease, sends the oldest upload's event again and says both
     assert (redriven.freed_lease, redriven.uploads) == (runs[0], [runs[0]])
+    assert redriven.unqueued == [unseen.key]
     assert queue.lease() is None
     said = redriven.describe()
     assert f"lease of run {runs[0]} freed" in said and f"waiting upload {runs[0]}" in said
-    (message,) = sqs.receive_message(QueueUrl=target, MaxNumberOfMessages=10)["Messages"]
+    assert "1 uploads the upload queue never saw (incoming/third.csv" in said
+    unseen_event, message = sqs.receive_message(QueueUrl=target, MaxNumberOfMessages=10)[
+        "Messages"
+    ]
+    sent = parse(
+        event=normalise_event(json.loads(unseen_event["Body"])),
+        model=S3EventNotificationEventBridgeModel,
+    )
+    assert (sent.detail.object.key, sent.detail.object.version_id) == (
+        unseen.key,
+        unseen.version_id,
+    )
     # And the event is the upload as S3 described it, to start-processing's parsing
     event = parse(
         event=normalise_event(json.loads(message["Body"])),

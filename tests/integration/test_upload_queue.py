@@ -24,7 +24,7 @@ from fleetcast.status import WAITING, RunStatus, pipeline_status
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
 from fleetcast_common.settings import ProcessingSettings
-from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
+from fleetcast_common.upload_queue import Lease, LostRun, UploadQueue, WaitingUpload
 from fleetcast_contracts.ids import upload_sequence
 from fleetcast_contracts.stages import PROCESSING
 
@@ -233,6 +233,36 @@ def test_fleetcast_status_lists_every_upload_while_each_is_handed_to_its_job(
         # Then every upload is listed, each once, waiting or at its job's status
         assert sorted(run.job(PROCESSING).name or "" for run in runs) == sorted(every_job)
     assert running == [] and {run.job(PROCESSING).status for run in runs} == {"Completed"}
+
+
+def test_fleetcast_status_shows_a_run_lost_with_a_killed_stack_until_it_comes_back(
+    pipeline: dict[str, Any], registry_table: Any
+) -> None:
+    # Given a run a killed stack lost (its job started after the last snapshot), as the
+    # next start records it, and a run that came back (its job exists again)
+    queue: UploadQueue = pipeline["queue"]
+    kept = upload(0)
+    arrive(pipeline, kept)
+    back = queue.run_id_of(kept)
+    assert back is not None
+    gone = "q0000000009-20261130t093000"
+    for run_id in (gone, back):
+        queue.record_lost(
+            LostRun(
+                run_id=run_id,
+                job_name=PROCESSING.job_name(PREFIX, run_id),
+                reason="lost: the local stack was killed after this job started",
+                recorded_at=T0,
+            )
+        )
+    # When fleetcast status looks
+    runs = {run.run_id: run for run in status(pipeline, registry_table)}
+    # Then the lost run is listed, Lost, with why (and as done: nothing more will happen),
+    # and the run that came back at its job's status
+    assert runs[gone].job(PROCESSING).status == "Lost" and runs[gone].done
+    assert runs[gone].not_processed_reason is not None
+    assert "stack was killed" in runs[gone].not_processed_reason
+    assert runs[back].job(PROCESSING).status == "InProgress"
 
 
 @pytest.mark.parametrize("status", ["Failed", "Stopped"])

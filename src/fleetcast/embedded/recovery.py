@@ -23,6 +23,10 @@ idempotent:
   a chunk whose deliveries all failed (dead-lettered: sending it at every start would
   fail it again at every start): re-driving it is the user's decision, once its cause is
   fixed (``fleetcast redrive-chunks RUN``), and the start's notice says so;
+- an upload kept in the raw bucket (every version of every key under ``incoming/``,
+  from the last ``ARRIVAL_RECORD_LIFETIME``) that the upload queue never numbered: its
+  S3 event, which was still being delivered (an upload is acknowledged once a snapshot
+  holds it, :mod:`.snapshots`; its event comes after), oldest first;
 - uploads waiting with no job running to start them: the oldest one's S3 event
   (start-processing finds its run id and its place and dispatches the queue). A lease
   whose job does not exist is freed first: no function that could still create the job
@@ -38,6 +42,7 @@ import json
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from fleetcast.embedded.sagemaker_jobs import JobRunner
@@ -47,7 +52,7 @@ from fleetcast_common.chunk_queue import MAX_RECEIVES, enqueue_chunks
 from fleetcast_common.jobs import Upload
 from fleetcast_common.registration import uncounted_chunks
 from fleetcast_common.registry import ModelRegistry
-from fleetcast_common.upload_queue import ENDED_STATUSES, UploadQueue
+from fleetcast_common.upload_queue import ARRIVAL_RECORD_LIFETIME, ENDED_STATUSES, UploadQueue
 from fleetcast_contracts import layout
 from fleetcast_contracts.stages import PROCESSING, TRAINING, Stage
 
@@ -64,6 +69,8 @@ class Redriven:
     chunks: dict[str, list[int]] = field(default_factory=dict)
     # Run ids of waiting uploads whose S3 event was sent again.
     uploads: list[str] = field(default_factory=list)
+    # Keys of kept uploads the queue never saw, whose S3 event was sent again.
+    unqueued: list[str] = field(default_factory=list)
     # Run id -> the numbers of its dead-lettered chunks, not sent again.
     dead_lettered: dict[str, list[int]] = field(default_factory=dict)
     freed_lease: str | None = None
@@ -74,6 +81,7 @@ class Redriven:
             or self.training_ends
             or self.chunks
             or self.uploads
+            or self.unqueued
             or self.dead_lettered
         ) or (self.freed_lease is not None)
 
@@ -98,6 +106,13 @@ class Redriven:
             parts.append(
                 f"the upload queue's lease of run {self.freed_lease} freed (its processing "
                 "job was never created)"
+            )
+        if self.unqueued:
+            parts.append(
+                f"the S3 event of {len(self.unqueued)} uploads the upload queue never saw ("
+                + ", ".join(self.unqueued[:5])
+                + (", ..." if len(self.unqueued) > 5 else "")
+                + "; start-processing)"
             )
         if self.uploads:
             parts.append(
@@ -185,6 +200,9 @@ class Recovery:
         if "UploadQueueTable" not in self.template.resources:
             return ends
         queue = UploadQueue(self.resource("dynamodb").Table(self._name("UploadQueueTable")))
+        for upload in self._uploads_never_queued(queue):
+            self._upload_event(upload)
+            redriven.unqueued.append(upload.key)
         lease = queue.lease()
         if lease is not None:
             job = jobs.get(lease.job_name)
@@ -201,6 +219,37 @@ class Recovery:
             self._upload_event(oldest.upload)
             redriven.uploads.append(oldest.run_id)
         return ends
+
+    def _uploads_never_queued(self, queue: UploadQueue) -> list[Upload]:
+        """The raw bucket's uploads (versions under ``incoming/``) from the last
+        ``ARRIVAL_RECORD_LIFETIME`` that have no arrival record, oldest first."""
+        if "RawBucket" not in self.template.resources:
+            return []
+        raw, s3 = self._name("RawBucket"), self.client("s3")
+        since = datetime.now(UTC) - ARRIVAL_RECORD_LIFETIME
+        found = []
+        pages = s3.get_paginator("list_object_versions").paginate(
+            Bucket=raw, Prefix=layout.INCOMING_PREFIX
+        )
+        for page in pages:
+            for version in page.get("Versions", []):
+                if version["LastModified"] < since or version["Key"].endswith("/"):
+                    continue
+                version_id = version.get("VersionId")
+                version_id = None if version_id in (None, "null") else version_id
+                etag = str(version.get("ETag", "")).strip('"') or None
+                upload = Upload(
+                    bucket=raw,
+                    key=version["Key"],
+                    revision=version_id or etag or "",
+                    size=int(version.get("Size", 0)),
+                    uploaded_at=version["LastModified"],
+                    version_id=version_id,
+                    etag=etag,
+                )
+                if queue.run_id_of(upload) is None:
+                    found.append(upload)
+        return sorted(found, key=lambda upload: upload.uploaded_at)
 
     def _upload_event(self, upload: Upload) -> None:
         """The upload's "Object Created" event as S3 sent it (the fields start-processing
