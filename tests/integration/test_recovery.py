@@ -105,9 +105,7 @@ def test_a_lease_whose_job_never_existed_is_freed_and_the_oldest_upload_sent_aga
     said = redriven.describe()
     assert f"lease of run {runs[0]} freed" in said and f"waiting upload {runs[0]}" in said
     assert "1 uploads the upload queue never saw (incoming/third.csv" in said
-    unseen_event, message = sqs.receive_message(QueueUrl=target, MaxNumberOfMessages=10)[
-        "Messages"
-    ]
+    unseen_event, message = sqs.receive_message(QueueUrl=target, MaxNumberOfMessages=10)["Messages"]
     sent = parse(
         event=normalise_event(json.loads(unseen_event["Body"])),
         model=S3EventNotificationEventBridgeModel,
