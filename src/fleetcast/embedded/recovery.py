@@ -231,24 +231,26 @@ class Recovery:
         pages = s3.get_paginator("list_object_versions").paginate(
             Bucket=raw, Prefix=layout.INCOMING_PREFIX
         )
-        for page in pages:
-            for version in page.get("Versions", []):
-                if version["LastModified"] < since or version["Key"].endswith("/"):
-                    continue
-                version_id = version.get("VersionId")
-                version_id = None if version_id in (None, "null") else version_id
-                etag = str(version.get("ETag", "")).strip('"') or None
-                upload = Upload(
-                    bucket=raw,
-                    key=version["Key"],
-                    revision=version_id or etag or "",
-                    size=int(version.get("Size", 0)),
-                    uploaded_at=version["LastModified"],
-                    version_id=version_id,
-                    etag=etag,
-                )
-                if queue.run_id_of(upload) is None:
-                    found.append(upload)
+        # S3 lists a key's versions newest first: reversed, each key's come oldest first,
+        # the order they were uploaded in, which the sort below keeps for equal times.
+        versions = [version for page in pages for version in page.get("Versions", [])]
+        for version in reversed(versions):
+            if version["LastModified"] < since or version["Key"].endswith("/"):
+                continue
+            version_id = version.get("VersionId")
+            version_id = None if version_id in (None, "null") else version_id
+            etag = str(version.get("ETag", "")).strip('"') or None
+            upload = Upload(
+                bucket=raw,
+                key=version["Key"],
+                revision=version_id or etag or "",
+                size=int(version.get("Size", 0)),
+                uploaded_at=version["LastModified"],
+                version_id=version_id,
+                etag=etag,
+            )
+            if queue.run_id_of(upload) is None:
+                found.append(upload)
         return sorted(found, key=lambda upload: upload.uploaded_at)
 
     def _upload_event(self, upload: Upload) -> None:
