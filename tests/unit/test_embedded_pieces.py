@@ -149,6 +149,9 @@ def test_a_snapshot_brings_back_objects_items_and_jobs_and_names_the_unfinished(
         # Then everything is back, and the running job is the one to run again
         assert restored == saved
         assert restored.unfinished == (("processing", "running"),)
+        # (a stop says it runs again at the next start; the start, that it runs again now)
+        assert saved.describe().endswith("(1 unfinished: run again at the next start)")
+        assert restored.describe(restored=True).endswith("(1 unfinished: run again now)")
         body = s3.get_object(Bucket="kept-bucket", Key="incoming/a.csv")["Body"].read()
         assert body == b"customer_id,date\n"
         item = dynamodb.get_item(TableName="registry", Key={"customer_id": {"S": "42"}})

@@ -98,7 +98,9 @@ class StateKeeping:
                 else "a new stack"
             )
         elif self.dead is None:
-            self.notices.append(f"restored from {self.snapshot_path}: {self.kept.describe()}")
+            self.notices.append(
+                f"restored from {self.snapshot_path}: {self.kept.describe(restored=True)}"
+            )
         else:
             self.notices.append(self._after_a_crash(self.kept, self.dead))
         return self.kept
@@ -106,7 +108,7 @@ class StateKeeping:
     def _after_a_crash(self, kept: persistence.KeptState, dead: lease.DeadStack) -> str:
         taken = f"taken at {_at(kept.taken_at)}" if kept.taken_at else "of its last clean stop"
         text = (
-            f"restored its last snapshot, {taken}: {kept.describe()}. LOST: whatever "
+            f"restored its last snapshot, {taken}: {kept.describe(restored=True)}. LOST: whatever "
             f"changed after it until the stack died (last seen {_at(dead.last_seen)}): "
             "uploads, records and jobs made then, and events still being delivered (what "
             "a run lacks of them is sent again: see below)"

@@ -65,13 +65,16 @@ class KeptState:
     # When it was taken (None in a snapshot written before snapshots said so).
     taken_at: datetime | None = None
 
-    def describe(self) -> str:
+    def describe(self, restored: bool = False) -> str:
+        """What it holds, as a stop (``restored`` False) or a start says it: a stop's
+        unfinished jobs run again at the next start, a start's run again now."""
         text = (
             f"{self.objects} objects in {self.buckets} buckets, {self.items} items in "
             f"{self.tables} tables, {self.jobs} SageMaker jobs"
         )
         if self.unfinished:
-            text += f" ({len(self.unfinished)} unfinished: run again at the next start)"
+            when = "now" if restored else "at the next start"
+            text += f" ({len(self.unfinished)} unfinished: run again {when})"
         return text
 
 
