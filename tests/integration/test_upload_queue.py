@@ -19,6 +19,8 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
+from fleetcast.embedded import lease, persistence
+from fleetcast.embedded.keeping import StateKeeping
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import WAITING, RunStatus, pipeline_status
 from fleetcast_common.jobs import Upload
@@ -26,7 +28,7 @@ from fleetcast_common.pipeline import Outcome, processing_ended, start_processin
 from fleetcast_common.settings import ProcessingSettings
 from fleetcast_common.upload_queue import Lease, LostRun, UploadQueue, WaitingUpload
 from fleetcast_contracts.ids import upload_sequence
-from fleetcast_contracts.stages import PROCESSING
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 # The queue and the tests' helpers share one table per test: job_of reads it.
 _QUEUE: list[UploadQueue] = []
@@ -263,6 +265,35 @@ def test_fleetcast_status_shows_a_run_lost_with_a_killed_stack_until_it_comes_ba
     assert runs[gone].not_processed_reason is not None
     assert "stack was killed" in runs[gone].not_processed_reason
     assert runs[back].job(PROCESSING).status == "InProgress"
+
+
+def test_a_start_after_a_crash_records_the_runs_whose_jobs_died_with_the_stack(
+    pipeline: dict[str, Any], tmp_path: Path
+) -> None:
+    # Given a stack that died with two jobs of one run started after its last snapshot
+    # (their folders in jobs/, the jobs not in the snapshot), and a job that is not a run's
+    queue: UploadQueue = pipeline["queue"]
+    run_id = "q0000000042-20261130t100000"
+    for job in (PROCESSING.job_name(PREFIX, run_id), TRAINING.job_name(PREFIX, run_id), "x"):
+        (tmp_path / "jobs" / job).mkdir(parents=True)
+    keeping = StateKeeping(tmp_path, True, DEFAULT_ACCOUNT_ID, "us-east-1", queue._table.name)
+    keeping.dead = lease.DeadStack(
+        lease.Lease(pid=1, process_started=0.0, started_at=T0.isoformat()),
+        last_seen=T0 + timedelta(minutes=5),
+        stopped=(),
+    )
+    keeping.kept = persistence.KeptState(1, 1, 1, 1, 0, taken_at=T0 + timedelta(minutes=4))
+    # When the next start restores that snapshot and records what was lost
+    said = keeping._after_a_crash(keeping.kept, keeping.dead)
+    keeping.record_lost_runs(
+        boto3.resource("dynamodb"),
+        lambda job: PROCESSING.run_id_of(PREFIX, job) or TRAINING.run_id_of(PREFIX, job),
+    )
+    # Then the notice names the jobs, and the upload queue holds the run, lost, with why
+    assert f"{PROCESSING.job_name(PREFIX, run_id)}" in said
+    (lost,) = queue.lost_runs()
+    assert (lost.run_id, lost.job_name) == (run_id, PROCESSING.job_name(PREFIX, run_id))
+    assert "killed" in lost.reason and "before a snapshot held it" in lost.reason
 
 
 @pytest.mark.parametrize("status", ["Failed", "Stopped"])
