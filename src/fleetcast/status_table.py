@@ -46,7 +46,7 @@ def status_table(runs: list[RunStatus]) -> Table:
             shown(run.source or "-")
             + (
                 f"\n{shown(run.source_key)}\nversion {shown(run.source_version or '-')}"
-                if run.not_processed_reason
+                if run.not_processed_reason and run.source_key
                 else ""
             ),
             processing,
@@ -76,11 +76,9 @@ def status_table(runs: list[RunStatus]) -> Table:
                     *map(shown, run.failure_summary()),
                 ]
             )
-            + (
-                f"\n{run.customers_lost} lost: {shown(run.first_lost)}"
-                if run.customers_lost
-                else ""
-            ),
+            + (f"\n{run.customers_lost} lost" if run.customers_lost else "")
+            # (the first is named when the run's record names it: chunks' are in the log)
+            + (f": {shown(run.first_lost)}" if run.customers_lost and run.first_lost else ""),
             str(run.customers_registered)
             + (f"\n{run.registration}" if run.chunks_total is not None else "")
             + "".join(
