@@ -47,3 +47,30 @@ def test_status_counts_training_failures_by_kind_and_json_lists_each_reason(
     assert main(["status"]) == 0
     table = capsys.readouterr().out
     assert "2 too_few_rows (first short-a: has 20 rows, needs at least 28)" in table
+
+
+def test_status_shows_a_key_with_escape_sequences_escaped(
+    stack: EmbeddedStack,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an upload whose key would recolour and retitle a reader's terminal
+    name = "\x1b[31mred\x1b]0;owned\x07 \x9b2J.csv"
+    run_id = upload(stack, name, to_csv(readings(["escaped"], "2024-01-01", 60)))
+    status = finished(stack, run_id)
+    assert status.source == name  # kept as it was put
+    assert stack.info is not None
+    for variable, value in stack.info.environment().items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.setenv("COLUMNS", "400")
+    # When `fleetcast status` prints it, and `--json` lists it
+    assert main(["status"]) == 0
+    table = capsys.readouterr().out
+    assert main(["status", "--json"]) == 0
+    listed = capsys.readouterr().out
+    # Then the key is shown with its control characters written out, never sent raw
+    assert "\\x1b[31mred\\x1b]0;owned\\x07 \\x9b2J.csv" in table
+    for output in (table, listed):
+        assert "\x1b" not in output and "\x07" not in output and "\x9b" not in output
+    run = next(r for r in json.loads(listed) if r["run_id"] == run_id)
+    assert run["source"] == name
