@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 import pytest
-from test_pipeline import finished, readings, to_csv, upload
+from test_pipeline import finished, readings, registry, to_csv, upload
 
 from fleetcast.cli import main
 from fleetcast.embedded.stack import EmbeddedStack
@@ -74,3 +74,22 @@ def test_status_shows_a_key_with_escape_sequences_escaped(
         assert "\x1b" not in output and "\x07" not in output and "\x9b" not in output
     run = next(r for r in json.loads(listed) if r["run_id"] == run_id)
     assert run["source"] == name
+
+
+def test_a_malformed_live_record_fails_its_customer_and_the_rest_register(
+    stack: EmbeddedStack,
+) -> None:
+    # Given a customer whose LIVE record in the registry is malformed
+    assert stack.info is not None
+    table = stack.resource("dynamodb").Table(stack.info.registry_table)
+    table.put_item(Item={"customer_id": "malformed-0", "record": "LIVE", "run_id": 7})
+    # When an upload of it and another customer is trained and registered
+    frame = readings(["malformed-0", "malformed-1"], "2024-01-01", 60, seed=2)
+    status = finished(stack, upload(stack, "malformed.csv", to_csv(frame)))
+    # Then the run is registered, the other customer live, that one lost (not the chunk)
+    assert status.registered and status.failed_chunks == [], status
+    assert (status.customers_registered, status.customers_lost) == (1, 1), status
+    live = registry(stack).live("malformed-1")
+    assert live is not None and live.run_id == status.run_id
+    kept = table.get_item(Key={"customer_id": "malformed-0", "record": "LIVE"})["Item"]
+    assert kept["run_id"] == 7
