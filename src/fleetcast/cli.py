@@ -36,8 +36,9 @@ from fleetcast.run_report import RunAccuracy, render_html, summarise, summary_li
 from fleetcast.serving_cli import add_serving_commands
 from fleetcast.status import RunStatus, pipeline_status
 from fleetcast.status_table import status_table
-from fleetcast.terminal import UsageError, console, err
+from fleetcast.terminal import ControlsEscaped, UsageError, console, err, shown
 from fleetcast.up_cli import add_up_command
+from fleetcast_common.chunk_queue import redrive_failed_chunks
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import UploadQueue
 from fleetcast_contracts import layout
@@ -150,7 +151,7 @@ def upload_files(files: Sequence[Path], bucket: str, prefix: str) -> list[str]:
 def cmd_upload(args: argparse.Namespace) -> int:
     names = _names(args)
     for key in upload_files(args.files, names["raw_bucket"], args.prefix):
-        console.print(f"uploaded s3://{names['raw_bucket']}/{key}")
+        console.print(f"uploaded s3://{shown(names['raw_bucket'])}/{shown(key)}")
     return 0
 
 
@@ -177,7 +178,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         summary = _accuracy_summary(names, None)
         if summary is not None:
             for line in summary_lines(summary):
-                console.print(line, highlight=False)
+                console.print(shown(line), highlight=False)
     return 0
 
 
@@ -244,8 +245,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render_html(summary, accuracy))
     for line in summary_lines(summary):
-        console.print(line, highlight=False)
-    console.print(f"report -> {output}")
+        console.print(shown(line), highlight=False)
+    console.print(f"report -> {shown(output)}")
+    return 0
+
+
+def cmd_redrive_chunks(args: argparse.Namespace) -> int:
+    names = _names(args)
+    if not is_valid_run_id(args.run_id):
+        raise UsageError(f"{args.run_id!r} is not a fleetcast run id (see `fleetcast status`)")
+    registry = ModelRegistry(boto3.resource("dynamodb").Table(names["registry_table"]))
+    sent = redrive_failed_chunks(
+        args.run_id,
+        names["artifacts_bucket"],
+        names["job_name_prefix"],
+        boto3.client("s3"),
+        boto3.client("sqs"),
+        registry,
+    )
+    if not sent:
+        console.print(f"run {args.run_id}: no failed registration chunk to re-drive")
+    else:
+        console.print(
+            f"run {args.run_id}: {len(sent)} registration chunks sent again "
+            f"(numbers {', '.join(map(str, sent))}); follow them with `fleetcast status`"
+        )
     return 0
 
 
@@ -334,6 +358,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("-o", "--output", type=Path, help="default: report-<run>.html")
     report.set_defaults(run=cmd_report)
 
+    redrive = commands.add_parser(
+        "redrive-chunks",
+        help="send a run's failed registration chunks again, once their cause is fixed",
+        description="A chunk whose every delivery failed is dead-lettered, and nothing sends "
+        "it again (not a restart either) until this command: `fleetcast status` lists such "
+        "chunks with why they failed.",
+    )
+    redrive.add_argument("run_id", metavar="RUN")
+    redrive.set_defaults(run=cmd_redrive_chunks)
+
     demo = commands.add_parser(
         "demo", help="start the stack, generate, upload, follow the chain, stop"
     )
@@ -358,14 +392,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # What the stack logs on `fleetcast up`'s console may quote data (a record, a key).
+    console_log = logging.StreamHandler()
+    console_log.setFormatter(ControlsEscaped("%(asctime)s %(name)s %(message)s"))
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(message)s",
+        level=logging.INFO if args.verbose else logging.WARNING, handlers=[console_log]
     )
     try:
         result: int = args.run(args)
     except UsageError as error:
-        err.print(f"[red]error:[/] {error}")
+        err.print(f"[red]error:[/] {shown(error)}")
         return 2
     except KeyboardInterrupt:
         return 130

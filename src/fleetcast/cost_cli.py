@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from fleetcast.terminal import UsageError, console, err
+from fleetcast.terminal import UsageError, console, err, shown
 from fleetcast_common.aws import RETRY_CONFIG
 from fleetcast_cost import delivery, sources
 from fleetcast_cost.models import CostAnalysis, ReportOutcome, SourceProblem
@@ -227,7 +227,7 @@ def cmd_cost_report(args: argparse.Namespace) -> int:
     except CostUsageError as error:
         raise UsageError(str(error)) from error
     except delivery.DeliveryFailed as error:
-        err.print(f"[red]the report was not sent:[/] {error}")
+        err.print(f"[red]the report was not sent:[/] {shown(error)}")
         return 1
 
 
@@ -326,7 +326,7 @@ def print_analysis(console: Console, analysis: CostAnalysis, source: str) -> Non
         table.add_column("found by")
         for a in analysis.anomalies:
             table.add_row(
-                a.usage_type,
+                shown(a.usage_type),
                 a.date.isoformat(),
                 f"${a.actual:,.2f}",
                 f"${a.expected:,.2f}",
@@ -356,7 +356,7 @@ def print_analysis(console: Console, analysis: CostAnalysis, source: str) -> Non
         console.print(table)
     for problem in analysis.problems:
         colour = "yellow" if problem.severity == "error" else "dim"
-        console.print(f"[{colour}]{problem.source}: {problem.message}[/]")
+        console.print(f"[{colour}]{shown(problem.source)}: {shown(problem.message)}[/]")
 
 
 _DETECTORS = {"fleetcast": "fleetcast", "aws_cost_anomaly_detection": "AWS"}
@@ -396,7 +396,7 @@ def _print_outcome(
         )
     for problem in outcome.problems:
         colour = "yellow" if problem.severity == "error" else "dim"
-        console.print(f"[{colour}]{problem.source}: {problem.message}[/]")
+        console.print(f"[{colour}]{shown(problem.source)}: {shown(problem.message)}[/]")
 
 
 # -- fleetcast demo -------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from fleetcast.cost_cli import cost_report_for_demo
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import demo_forecast
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
+from fleetcast.terminal import shown
 from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 TIMEOUT_SECONDS = 900
@@ -148,7 +149,7 @@ def run_demo(
             table.add_row(name, f"{seconds:.1f}", detail)
         console.print(table)
         if not status.completed:
-            console.print(f"[red]the run did not complete:[/] {status.failure}")
+            console.print(f"[red]the run did not complete:[/] {shown(status.failure)}")
             return 1
         console.print(
             f"logs: {Path(info.state_dir) / 'logs'} (functions), {Path(info.state_dir) / 'jobs'} (SageMaker jobs)"

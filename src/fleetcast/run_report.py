@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel
 
+from fleetcast.terminal import escape_controls
 from fleetcast_common.registry import ModelRegistry, ModelStatus
 from fleetcast_training.run_exports import MEASURES, SCORED_KINDS
 
@@ -232,7 +233,10 @@ def _number(name: str, value: float | None) -> str:
 
 def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> str:
     """The run report: one HTML file, its chart embedded as a data URI."""
-    e = html.escape
+
+    def e(text: object) -> str:
+        return html.escape(escape_controls(text))
+
     chart = base64.b64encode(error_chart_png(accuracy)).decode()
     measure_rows = "".join(
         f"<tr><td>{name}</td>"

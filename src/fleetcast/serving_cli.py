@@ -19,10 +19,10 @@ from typing import Any
 from urllib.parse import quote
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from fleetcast.embedded.stack import StackInfo
+from fleetcast.terminal import shown
 from fleetcast_common import storage
 from fleetcast_common.forecasting import (
     DEFAULT_PERIOD,
@@ -144,7 +144,7 @@ def forecast_summary(forecast: dict[str, Any]) -> str:
         summary += f"\n[yellow]{clipped} values below 0 are shown as 0 (consumption)[/]"
     newer = forecast.get("newer_model")
     if newer:
-        summary += f"\n[yellow]note: {escape(newer['message'])}[/]"
+        summary += f"\n[yellow]note: {shown(newer['message'])}[/]"
     return summary
 
 
@@ -322,7 +322,7 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             api, args.customer_id, args.period, console, args.plot, s3, bucket, args.json, quantiles
         )
     except ServingError as error:
-        err.print(f"[red]error:[/] {error}")
+        err.print(f"[red]error:[/] {shown(error)}")
         return 2
     return 0
 

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fleetcast_common import storage
+from fleetcast_common.chunk_queue import MAX_RECEIVES
 from fleetcast_common.jobs import UploadRecord
 from fleetcast_common.processing_report import processing_summary
 from fleetcast_common.registration import read_registration_record
@@ -29,8 +30,9 @@ from fleetcast_contracts.training_manifest import TrainingProgress
 POLL_SECONDS = 0.5
 # An upload whose processing job waits for the one running (fleetcast_common.upload_queue).
 WAITING = "Waiting"
-# Uploads that left the queue without a run (upload_queue.NotProcessed), by outcome.
-NOT_PROCESSED = {"superseded": "Superseded", "replaced": "Replaced"}
+# Uploads that left the queue without a run (upload_queue.NotProcessed), by outcome; and
+# runs a killed local stack lost (upload_queue.LostRun).
+NOT_PROCESSED = {"superseded": "Superseded", "replaced": "Replaced", "lost": "Lost"}
 
 
 # The kind of a failure recorded before manifests kept kinds.
@@ -45,13 +47,26 @@ class TrainingFailure(BaseModel):
     reason: str
 
 
+class FailedChunkStatus(BaseModel):
+    """A registration chunk of the run that is not counted and whose last delivery failed:
+    ``dead_lettered`` once every delivery the chunks queue allows has failed (it waits in
+    the dead-letter queue; nothing sends it again until ``redrive``, the command, is run)."""
+
+    chunk_id: str
+    number: int
+    reason: str
+    deliveries: int
+    dead_lettered: bool
+    redrive: str
+
+
 class StageJob(BaseModel):
     """A run's job of one pipeline stage (fleetcast_contracts.stages), as SageMaker
     describes it; every field None for a stage whose job has not started."""
 
     name: str | None = None
-    # SageMaker's JobStatus; for processing also Waiting (the upload queue holds it back)
-    # or Superseded and Replaced (the upload got no run).
+    # SageMaker's JobStatus; for processing also Waiting (the upload queue holds it back),
+    # Superseded and Replaced (the upload got no run) or Lost (with a killed local stack).
     status: str | None = None
     secondary_status: str | None = None
     failure: str | None = None
@@ -115,6 +130,9 @@ class RunStatus(BaseModel):
     chunks_done: int | None = None
     chunks_total: int | None = None
     registered: bool = False
+    # Its chunks whose last delivery failed, with why (the register-chunk function's log
+    # has the traceback).
+    failed_chunks: list[FailedChunkStatus] = Field(default_factory=list)
     created_at: datetime | None = None
 
     def job(self, stage: Stage) -> StageJob:
@@ -147,8 +165,11 @@ class RunStatus(BaseModel):
             return True  # a metadata upload that changed nobody's calendar: nothing to train
         if self.job(PIPELINE[-1]).status not in ENDED_STATUSES:
             return False
-        # A failed or stopped job's models are registered too.
-        return self.registered
+        # A failed or stopped job's models are registered too; a run with chunks left
+        # only dead-lettered ones waits for nothing but a user's re-drive.
+        left = (self.chunks_total or 0) - (self.chunks_done or 0)
+        dead = sum(1 for chunk in self.failed_chunks if chunk.dead_lettered)
+        return self.registered or (left > 0 and dead == left)
 
     @property
     def registration(self) -> str:
@@ -265,6 +286,19 @@ def run_status(
                 status.customers_trained = progress.trained
                 status.customers_failed = progress.failed_training
                 status.customers_lost = progress.lost
+        if progress is not None and not progress.complete:
+            status.failed_chunks = [
+                FailedChunkStatus(
+                    chunk_id=failure.chunk_id,
+                    number=failure.number,
+                    reason=failure.reason,
+                    deliveries=failure.deliveries,
+                    dead_lettered=failure.deliveries >= MAX_RECEIVES,
+                    redrive=f"fleetcast redrive-chunks {run_id}",
+                )
+                for failure in ModelRegistry(table).failed_chunks(run_id)
+                if failure.number not in progress.counted_chunks
+            ]
         if progress is not None:
             # The chunks keep their counts on the run's record: one read.
             status.customers_decided = progress.models_decided
@@ -341,10 +375,19 @@ def pipeline_status(
 ) -> list[RunStatus]:
     """Every run of this stack in upload order (the order they reached the upload queue);
     with the upload ``queue``, also the uploads waiting for their processing job and those
-    that left the queue without one (superseded or replaced)."""
+    that left the queue without one (superseded or replaced).
+
+    The queue is read before the jobs are listed: an upload leaves the queue only after
+    its job is created, or its not-processed record written (``fleetcast_common.pipeline
+    .dispatch_uploads``), so one handed on between the reads is listed by its job. Read
+    the other way round it was in neither list, and ``status --wait`` could report every
+    run done while it was being handed on."""
+    queued = queue.waiting() if queue else []
+    left = queue.not_processed() if queue else []
+    lost = queue.lost_runs() if queue else []
     started = run_ids(prefix, sagemaker)
     runs = [run_status(run_id, prefix, bucket, sagemaker, s3, table) for run_id in started]
-    waiting = [w for w in (queue.waiting() if queue else []) if w.run_id not in started]
+    waiting = [w for w in queued if w.run_id not in started]
     runs += [
         RunStatus(
             run_id=w.run_id,
@@ -359,7 +402,7 @@ def pipeline_status(
         )
         for w in waiting
     ]
-    skipped = [n for n in (queue.not_processed() if queue else []) if n.run_id not in started]
+    skipped = [n for n in left if n.run_id not in started]
     runs += [
         RunStatus(
             run_id=n.run_id,
@@ -377,5 +420,15 @@ def pipeline_status(
             created_at=n.upload.uploaded_at,
         )
         for n in skipped
+    ]
+    runs += [
+        RunStatus(
+            run_id=lost_run.run_id,
+            jobs={PROCESSING.name: StageJob(name=lost_run.job_name, status=NOT_PROCESSED["lost"])},
+            not_processed_reason=lost_run.reason,
+            created_at=lost_run.recorded_at,
+        )
+        for lost_run in lost
+        if lost_run.run_id not in started
     ]
     return sorted(runs, key=lambda run: run.run_id)

@@ -5,14 +5,17 @@ from __future__ import annotations
 from rich.table import Table
 
 from fleetcast.status import RunStatus, StageJob
+from fleetcast.terminal import shown
 from fleetcast_contracts.stages import PIPELINE, PROCESSING
 
 
 def _job_cell(job: StageJob) -> str:
-    cell = (job.status or "-") + (
-        f" ({job.secondary_status})" if job.secondary_status and job.status == "InProgress" else ""
+    cell = shown(job.status or "-") + (
+        f" ({shown(job.secondary_status)})"
+        if job.secondary_status and job.status == "InProgress"
+        else ""
     )
-    return cell + (f"\n{job.failure}" if job.failure else "")
+    return cell + (f"\n{shown(job.failure)}" if job.failure else "")
 
 
 def status_table(runs: list[RunStatus]) -> Table:
@@ -35,15 +38,15 @@ def status_table(runs: list[RunStatus]) -> Table:
         processing = _job_cell(run.job(PROCESSING))
         if run.not_processed_reason:
             # An upload that got no run: which run took its place, and why.
-            by = f" by {run.superseded_by}" if run.superseded_by else ""
-            processing += f"{by}\n{run.not_processed_reason}"
+            by = f" by {shown(run.superseded_by)}" if run.superseded_by else ""
+            processing += f"{by}\n{shown(run.not_processed_reason)}"
         table.add_row(
             f"#{run.upload_order}" if run.upload_order is not None else "-",
-            run.run_id,
-            (run.source or "-")
+            shown(run.run_id),
+            shown(run.source or "-")
             + (
-                f"\n{run.source_key}\nversion {run.source_version or '-'}"
-                if run.not_processed_reason
+                f"\n{shown(run.source_key)}\nversion {shown(run.source_version or '-')}"
+                if run.not_processed_reason and run.source_key
                 else ""
             ),
             processing,
@@ -70,11 +73,24 @@ def status_table(runs: list[RunStatus]) -> Table:
             "\n".join(
                 [
                     str(run.customers_failed if run.customers_failed is not None else "-"),
-                    *run.failure_summary(),
+                    *map(shown, run.failure_summary()),
                 ]
             )
-            + (f"\n{run.customers_lost} lost: {run.first_lost}" if run.customers_lost else ""),
+            + (f"\n{run.customers_lost} lost" if run.customers_lost else "")
+            # (the first is named when the run's record names it: chunks' are in the log)
+            + (f": {shown(run.first_lost)}" if run.customers_lost and run.first_lost else ""),
             str(run.customers_registered)
-            + (f"\n{run.registration}" if run.chunks_total is not None else ""),
+            + (f"\n{run.registration}" if run.chunks_total is not None else "")
+            + "".join(
+                f"\nchunk {shown(chunk.chunk_id)} "
+                + ("dead-lettered" if chunk.dead_lettered else "failing")
+                + f" after {chunk.deliveries} deliveries: {shown(chunk.reason)}"
+                for chunk in run.failed_chunks
+            )
+            + (
+                f"\nre-drive once fixed: {shown(run.failed_chunks[0].redrive)}"
+                if any(chunk.dead_lettered for chunk in run.failed_chunks)
+                else ""
+            ),
         )
     return table

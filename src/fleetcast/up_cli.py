@@ -17,7 +17,7 @@ from fleetcast.embedded.gateway import PortTakenError
 from fleetcast.embedded.parameters import ParameterError, parse_overrides, samconfig_overrides
 from fleetcast.embedded.serving import ServingOptions
 from fleetcast.embedded.stack import DEFAULT_PORT, EmbeddedStack, repo_root
-from fleetcast.terminal import UsageError, console
+from fleetcast.terminal import UsageError, console, shown
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -71,7 +71,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         table.add_row("job logs", str(Path(info.state_dir) / "jobs"))
         console.print(table)
         for notice in stack.notices:
-            console.print(notice)
+            console.print(shown(notice))
         console.print(
             'In another shell: [bold]eval "$(fleetcast env)"[/] then use the AWS CLI or boto3. Ctrl-C stops.'
         )
@@ -85,7 +85,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             stack.notices.clear()
             stack.stop()
     for notice in stack.notices:
-        console.print(notice)
+        console.print(shown(notice))
     console.print("local stack stopped")
     return 0
 

@@ -30,7 +30,7 @@ from test_embedded_restart import (
 from test_pipeline import readings, to_csv
 
 from fleetcast.embedded.stack import StackInfo
-from fleetcast.status import RunStatus, follow_run
+from fleetcast.status import RunStatus, follow_run, run_ids
 from fleetcast_common.registration import plan_registration, register_chunk, start_registration
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import UploadQueue
@@ -198,3 +198,49 @@ def test_a_stack_killed_with_runs_half_done_finishes_every_run_at_its_next_start
     assert "re-driven" not in _said(third), _said(third)
     again = upload_and_follow(third, "after.csv", body["trained"])
     assert again.registered, again
+
+
+def test_three_versions_uploaded_just_before_a_kill_survive_and_are_each_processed(
+    tmp_path: Path, ups: list[Up]
+) -> None:
+    # Given a stack whose upload events never reach start-processing (as if the stack
+    # died before delivering them)
+    state_dir = tmp_path / "state"
+    first = start_up(state_dir, tmp_path / "first.log", "--port", "0", "--api-port", "0")
+    ups.append(first)
+    _deliver_nothing_to(first, "-StartProcessingFunction-UploadedCsv")
+    info = first.info()
+    s3 = first.client("s3")
+    # When one key of the versioned raw bucket is written three times (30 days each, a
+    # value of its own), and the stack is killed (kill -9) as the last write is answered
+    key = "incoming/daily.csv"
+    versions = []
+    for number in range(3):
+        days = readings(["v-0"], f"2024-0{2 * number + 1}-01", 30, seed=number)
+        days["consumption"] = float(number + 1)
+        versions.append(s3.put_object(Bucket=info.raw_bucket, Key=key, Body=to_csv(days)))
+    os.kill(first.process.pid, signal.SIGKILL)
+    first.process.wait()
+    second = start_up(state_dir, tmp_path / "second.log", "--port", "0", "--api-port", "0")
+    ups.append(second)
+
+    # Then every version is still there (each acknowledged once kept), and the start
+    # sends each one's event again, the queue having seen none
+    listed = second.client("s3").list_object_versions(Bucket=info.raw_bucket, Prefix=key)
+    assert {v["VersionId"] for v in listed["Versions"]} == {v["VersionId"] for v in versions}
+    said = _said(second)
+    assert "the S3 event of 3 uploads the upload queue never saw" in said, said
+    # And each version is processed, reading its own rows
+    sagemaker = second.client("sagemaker")
+    deadline = time.monotonic() + START_SECONDS
+    while len(found := run_ids(info.job_name_prefix, sagemaker)) < 3:
+        assert time.monotonic() < deadline, f"{len(found)} of 3 versions started"
+        time.sleep(0.5)
+    runs = [_follow(second, run_id) for run_id in sorted(found)]
+    assert sorted(run.source_version or "" for run in runs) == sorted(
+        v["VersionId"] for v in versions
+    )
+    assert [run.rows_read for run in runs] == [30, 30, 30]
+    assert all(run.registered for run in runs), runs
+    # And nothing is listed as lost or not processed
+    assert not any(run.not_processed_reason for run in runs)

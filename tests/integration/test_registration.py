@@ -3,6 +3,7 @@ server. The coordinator's plan and each chunk run in this process; the SQS tests
 the chunks as Lambda's event source mapping would (fleetcast.embedded.queues)."""
 
 import importlib.util
+import io
 import json
 import uuid
 from dataclasses import dataclass
@@ -15,12 +16,15 @@ import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from model_helpers import chosen
+from rich.console import Console
 from shard_helpers import processing_summary_json
 
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
 from fleetcast.embedded.template import LocalTemplate
-from fleetcast.status import customers_done
+from fleetcast.status import customers_done, run_status
+from fleetcast.status_table import status_table
+from fleetcast_common.chunk_queue import MAX_RECEIVES, redrive_failed_chunks
 from fleetcast_common.promotion import CustomerRegistration
 from fleetcast_common.registration import (
     ChunkReport,
@@ -40,6 +44,7 @@ from fleetcast_contracts.model_archive import (
     ModelMetadata,
     write_archive,
 )
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 from fleetcast_contracts.training import (
     MANIFEST_PAGE_SIZE,
     manifest_page_name,
@@ -720,6 +725,115 @@ def test_a_poisoned_chunk_is_retried_then_dead_lettered_while_the_others_finish(
     assert world["registry"].live("c0") is None
     run = world["registry"].run(RUN_1)
     assert run is not None and (run.chunks_done, run.chunks_total, run.complete) == (1, 2, False)
+
+
+def _jobs_of(run_id: str) -> None:
+    """The run's processing and training jobs, as moto makes them (Completed at once)."""
+    sagemaker = boto3.client("sagemaker")
+    role = "arn:aws:iam::123456789012:role/sagemaker"
+    resources = {"InstanceCount": 1, "InstanceType": "ml.m5.large", "VolumeSizeInGB": 1}
+    sagemaker.create_processing_job(
+        ProcessingJobName=PROCESSING.job_name("fleetcast", run_id),
+        ProcessingResources={"ClusterConfig": resources},
+        AppSpecification={"ImageUri": "fleetcast-processing:latest"},
+        RoleArn=role,
+    )
+    sagemaker.create_training_job(
+        TrainingJobName=TRAINING.job_name("fleetcast", run_id),
+        AlgorithmSpecification={
+            "TrainingImage": "fleetcast-training:latest",
+            "TrainingInputMode": "File",
+        },
+        RoleArn=role,
+        OutputDataConfig={"S3OutputPath": "s3://nowhere/"},
+        ResourceConfig=resources,
+        StoppingCondition={"MaxRuntimeInSeconds": 3600},
+    )
+
+
+def test_a_dead_lettered_chunk_is_in_status_with_its_reason_and_in_the_log_until_redriven(
+    world: dict[str, Any], queues: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a finished job whose first manifest page becomes unreadable after the plan
+    run_id = f"q{uuid.uuid4().int % 10**10:010d}-20261129t100000"
+    trained(world["s3"], world["bucket"], run_id, {f"c{i}": GOOD for i in range(4)})
+    _jobs_of(run_id)
+    _handler("register_models").lambda_handler(_training_event(run_id), _Context())
+    page = layout.checkpoint_prefix(run_id) + manifest_page_name("algo-1", 0)
+    good_page = world["s3"].get_object(Bucket=world["bucket"], Key=page)["Body"].read()
+    world["s3"].put_object(Bucket=world["bucket"], Key=page, Body=b"{not json")
+    # When its chunks are delivered until the queue gives the bad one up
+    _deliver_all(queues, _handler("register_chunk"))
+    # Then the function's log has the error, with its traceback
+    logged = [r for r in caplog.records if r.name == "fleetcast" and r.levelname == "ERROR"]
+    assert len(logged) == MAX_RECEIVES
+    assert all("chunk failed" in r.getMessage() and r.exc_info for r in logged)
+    # And fleetcast status lists the chunk as dead-lettered, with why and how to re-drive
+    status = run_status(
+        run_id,
+        "fleetcast",
+        world["bucket"],
+        boto3.client("sagemaker"),
+        world["s3"],
+        world["registry_table"],
+    )
+    (chunk,) = status.failed_chunks
+    assert chunk.chunk_id == "manifest-algo-1.json:0-2" and chunk.dead_lettered
+    assert chunk.deliveries == MAX_RECEIVES and "ValidationError" in chunk.reason
+    assert chunk.redrive == f"fleetcast redrive-chunks {run_id}"
+    assert status.registration == "chunks 1/2" and status.done
+    shown = Console(width=400, record=True, file=io.StringIO())
+    shown.print(status_table([status]))
+    text = shown.export_text()
+    assert "chunk manifest-algo-1.json:0-2 dead-lettered after 3 deliveries:" in text
+    assert f"re-drive once fixed: fleetcast redrive-chunks {run_id}" in text
+    # When the cause is fixed and the user re-drives it
+    world["s3"].put_object(Bucket=world["bucket"], Key=page, Body=good_page)
+    sent = redrive_failed_chunks(
+        run_id,
+        world["bucket"],
+        "unused",
+        world["s3"],
+        queues["sqs"],
+        world["registry"],
+        queue_urls=(queues["queue"], queues["dlq"]),
+    )
+    assert sent == [chunk.number]
+    assert queues["sqs"].receive_message(QueueUrl=queues["dlq"]).get("Messages", []) == []
+    _deliver_all(queues, _handler("register_chunk"))
+    # Then the run is registered, and nothing failed is listed
+    status = run_status(
+        run_id,
+        "fleetcast",
+        world["bucket"],
+        boto3.client("sagemaker"),
+        world["s3"],
+        world["registry_table"],
+    )
+    assert status.registered and status.failed_chunks == []
+    assert world["registry"].live("c0") is not None
+
+
+def test_a_malformed_live_record_fails_its_customer_and_its_chunk_registers_the_rest(
+    world: dict[str, Any],
+) -> None:
+    # Given a finished job of four customers, one of whom has a malformed LIVE record
+    trained(world["s3"], world["bucket"], RUN_1, {f"c{i}": GOOD for i in range(4)})
+    malformed = {"customer_id": "c0", "record": "LIVE", "run_id": 7, "model_version": "x"}
+    world["registry_table"].put_item(Item=malformed)
+    # When the run is registered (two chunks of two)
+    registered = register_run(world["s3"], world["bucket"], world["registry"], RUN_1)
+    # Then the run is registered, its three other customers live
+    assert registered.run.complete and registered.run.chunks_done == 2
+    for customer_id in ("c1", "c2", "c3"):
+        live = world["registry"].live(customer_id)
+        assert live is not None and live.run_id == RUN_1
+    # And the malformed record's customer is lost, saying why, its record left as it was
+    (lost,) = registered.lost
+    assert lost.customer_id == "c0" and "LIVE record in the registry is malformed" in lost.reason
+    assert registered.run.lost == 1
+    item = world["registry_table"].get_item(Key={"customer_id": "c0", "record": "LIVE"})
+    assert item["Item"]["run_id"] == 7
 
 
 def test_status_counts_a_running_jobs_customers_from_its_progress_files(

@@ -19,14 +19,16 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
+from fleetcast.embedded import lease, persistence
+from fleetcast.embedded.keeping import StateKeeping
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast.status import WAITING, RunStatus, pipeline_status
 from fleetcast_common.jobs import Upload
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing
 from fleetcast_common.settings import ProcessingSettings
-from fleetcast_common.upload_queue import Lease, UploadQueue, WaitingUpload
+from fleetcast_common.upload_queue import Lease, LostRun, UploadQueue, WaitingUpload
 from fleetcast_contracts.ids import upload_sequence
-from fleetcast_contracts.stages import PROCESSING
+from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 # The queue and the tests' helpers share one table per test: job_of reads it.
 _QUEUE: list[UploadQueue] = []
@@ -193,6 +195,105 @@ def test_fleetcast_status_shows_an_upload_waiting_behind_a_running_job(
     end(pipeline, job_of(first))
     runs = status(pipeline, registry_table)
     assert [run.job(PROCESSING).status for run in runs] == ["Completed", "InProgress"]
+
+
+class HandedOnWhileRead(UploadQueue):
+    """The queue as ``fleetcast status`` reads it while the running job ends and the next
+    upload is handed to its job: the hand-over happens as the waiting uploads are read."""
+
+    def __init__(self, world: dict[str, Any], running: list[str]) -> None:
+        super().__init__(world["queue"]._table)
+        self._world, self._running = world, running
+
+    def waiting(self) -> list[WaitingUpload]:
+        if self._running:
+            started = end(self._world, self._running.pop())
+            self._running += [started] if started else []
+        return super().waiting()
+
+
+def test_fleetcast_status_lists_every_upload_while_each_is_handed_to_its_job(
+    pipeline: dict[str, Any], registry_table: Any
+) -> None:
+    # Given twelve uploads at once: one processed, eleven waiting behind it
+    uploads = [upload(minute) for minute in range(12)]
+    for uploaded in uploads:
+        arrive(pipeline, uploaded)
+    running = [job_of(uploads[0])]
+    every_job = {job_of(uploaded) for uploaded in uploads}
+    # When fleetcast status reads the pipeline as each upload is handed from the queue to
+    # its job (the previous one ending)
+    for _ in uploads:
+        runs = pipeline_status(
+            PREFIX,
+            pipeline["settings"].artifacts_bucket,
+            pipeline["sagemaker"],
+            pipeline["s3"],
+            registry_table,
+            HandedOnWhileRead(pipeline, running),
+        )
+        # Then every upload is listed, each once, waiting or at its job's status
+        assert sorted(run.job(PROCESSING).name or "" for run in runs) == sorted(every_job)
+    assert running == [] and {run.job(PROCESSING).status for run in runs} == {"Completed"}
+
+
+def test_fleetcast_status_shows_a_run_lost_with_a_killed_stack_until_it_comes_back(
+    pipeline: dict[str, Any], registry_table: Any
+) -> None:
+    # Given a run a killed stack lost (its job started after the last snapshot), as the
+    # next start records it, and a run that came back (its job exists again)
+    queue: UploadQueue = pipeline["queue"]
+    kept = upload(0)
+    arrive(pipeline, kept)
+    back = queue.run_id_of(kept)
+    assert back is not None
+    gone = "q0000000009-20261130t093000"
+    for run_id in (gone, back):
+        queue.record_lost(
+            LostRun(
+                run_id=run_id,
+                job_name=PROCESSING.job_name(PREFIX, run_id),
+                reason="lost: the local stack was killed after this job started",
+                recorded_at=T0,
+            )
+        )
+    # When fleetcast status looks
+    runs = {run.run_id: run for run in status(pipeline, registry_table)}
+    # Then the lost run is listed, Lost, with why (and as done: nothing more will happen),
+    # and the run that came back at its job's status
+    assert runs[gone].job(PROCESSING).status == "Lost" and runs[gone].done
+    assert runs[gone].not_processed_reason is not None
+    assert "stack was killed" in runs[gone].not_processed_reason
+    assert runs[back].job(PROCESSING).status == "InProgress"
+
+
+def test_a_start_after_a_crash_records_the_runs_whose_jobs_died_with_the_stack(
+    pipeline: dict[str, Any], tmp_path: Path
+) -> None:
+    # Given a stack that died with two jobs of one run started after its last snapshot
+    # (their folders in jobs/, the jobs not in the snapshot), and a job that is not a run's
+    queue: UploadQueue = pipeline["queue"]
+    run_id = "q0000000042-20261130t100000"
+    for job in (PROCESSING.job_name(PREFIX, run_id), TRAINING.job_name(PREFIX, run_id), "x"):
+        (tmp_path / "jobs" / job).mkdir(parents=True)
+    keeping = StateKeeping(tmp_path, True, DEFAULT_ACCOUNT_ID, "us-east-1", queue._table.name)
+    keeping.dead = lease.DeadStack(
+        lease.Lease(pid=1, process_started=0.0, started_at=T0.isoformat()),
+        last_seen=T0 + timedelta(minutes=5),
+        stopped=(),
+    )
+    keeping.kept = persistence.KeptState(1, 1, 1, 1, 0, taken_at=T0 + timedelta(minutes=4))
+    # When the next start restores that snapshot and records what was lost
+    said = keeping._after_a_crash(keeping.kept, keeping.dead)
+    keeping.record_lost_runs(
+        boto3.resource("dynamodb"),
+        lambda job: PROCESSING.run_id_of(PREFIX, job) or TRAINING.run_id_of(PREFIX, job),
+    )
+    # Then the notice names the jobs, and the upload queue holds the run, lost, with why
+    assert f"{PROCESSING.job_name(PREFIX, run_id)}" in said
+    (lost,) = queue.lost_runs()
+    assert (lost.run_id, lost.job_name) == (run_id, PROCESSING.job_name(PREFIX, run_id))
+    assert "killed" in lost.reason and "before a snapshot held it" in lost.reason
 
 
 @pytest.mark.parametrize("status", ["Failed", "Stopped"])

@@ -5,6 +5,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ import pytest
 from moto import mock_aws
 
 from fleetcast.embedded import persistence
+from fleetcast.embedded import snapshots as snapshots_module
 from fleetcast.embedded.events import normalise_event
 from fleetcast.embedded.lambdas import LocalFunction, _main_module_by_name
+from fleetcast.embedded.moto_patches.s3 import ObjectFiles
 from fleetcast.embedded.queues import QueueDelivery, event_source_mappings
 from fleetcast.embedded.sagemaker_jobs import (
     JobRunner,
@@ -25,6 +28,7 @@ from fleetcast.embedded.sagemaker_jobs import (
     split_s3_uri,
     under_root,
 )
+from fleetcast.embedded.snapshots import Snapshots
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,12 +149,97 @@ def test_a_snapshot_brings_back_objects_items_and_jobs_and_names_the_unfinished(
         # Then everything is back, and the running job is the one to run again
         assert restored == saved
         assert restored.unfinished == (("processing", "running"),)
+        # (a stop says it runs again at the next start; the start, that it runs again now)
+        assert saved.describe().endswith("(1 unfinished: run again at the next start)")
+        assert restored.describe(restored=True).endswith("(1 unfinished: run again now)")
         body = s3.get_object(Bucket="kept-bucket", Key="incoming/a.csv")["Body"].read()
         assert body == b"customer_id,date\n"
         item = dynamodb.get_item(TableName="registry", Key={"customer_id": {"S": "42"}})
         assert item["Item"] == {"customer_id": {"S": "42"}}
         finished = sagemaker.describe_processing_job(ProcessingJobName="finished")
         assert finished["ProcessingJobStatus"] == "Completed"
+
+
+def test_a_snapshot_keeps_every_version_of_a_versioned_buckets_key(tmp_path: Path) -> None:
+    # Given a versioned bucket holding three versions of one key
+    snapshot = tmp_path / persistence.SNAPSHOT_FILE
+    with mock_aws():
+        s3, _, _ = _clients()
+        s3.create_bucket(Bucket="raw")
+        s3.put_bucket_versioning(Bucket="raw", VersioningConfiguration={"Status": "Enabled"})
+        versions = [
+            s3.put_object(Bucket="raw", Key="incoming/a.csv", Body=f"v{n}".encode())["VersionId"]
+            for n in range(3)
+        ]
+        # When it is saved, and moto starts empty again and reads it back
+        saved = persistence.save(snapshot, ACCOUNT_ID, REGION)
+    with mock_aws():
+        s3, _, _ = _clients()
+        restored = persistence.restore(snapshot, ACCOUNT_ID, REGION)
+        # Then each version is still there, readable by its id, the latest still latest
+        assert restored == saved
+        listed = s3.list_object_versions(Bucket="raw")["Versions"]
+        assert sorted(v["VersionId"] for v in listed) == sorted(versions)
+        for n, version in enumerate(versions):
+            body = s3.get_object(Bucket="raw", Key="incoming/a.csv", VersionId=version)["Body"]
+            assert body.read() == f"v{n}".encode()
+        latest = s3.get_object(Bucket="raw", Key="incoming/a.csv")
+        assert latest["VersionId"] == versions[-1] and latest["Body"].read() == b"v2"
+
+
+def test_an_upload_is_answered_only_once_a_snapshot_holds_it(tmp_path: Path) -> None:
+    # Given a stack's snapshots, taken at most every MIN_GAP_SECONDS, just after one
+    snapshot = tmp_path / persistence.SNAPSHOT_FILE
+    with mock_aws():
+        s3, _, _ = _clients()
+        s3.create_bucket(Bucket="raw")
+        snapshots = Snapshots(
+            snapshot,
+            tmp_path,
+            ACCOUNT_ID,
+            REGION,
+            ObjectFiles(tmp_path / "objects"),
+            durable_buckets=frozenset({"raw"}),
+        )
+        snapshots.take()
+        snapshots.start()
+        try:
+
+            def moto_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+                s3.put_object(Bucket="raw", Key="incoming/a.csv", Body=b"customer_id\n")
+                start_response("200 OK", [])
+                return [b""]
+
+            app = snapshots.watch(moto_app)
+            put = {"REQUEST_METHOD": "PUT", "PATH_INFO": "/raw/incoming/a.csv"}
+            # When an upload to the raw bucket is answered
+            started = time.monotonic()
+            list(app(put, lambda *_: None))
+            # Then a snapshot taken after its write was written first
+            assert snapshots.times.count == 2
+            # And for the next upload too, without waiting for the gap between snapshots
+            list(app(put, lambda *_: None))
+            assert snapshots.times.count == 3
+            assert time.monotonic() - started < snapshots_module.MIN_GAP_SECONDS
+        finally:
+            snapshots.stop()
+    with mock_aws():
+        s3, _, _ = _clients()
+        persistence.restore(snapshot, ACCOUNT_ID, REGION)
+        assert s3.get_object(Bucket="raw", Key="incoming/a.csv")["Body"].read() == b"customer_id\n"
+    # And only requests that create an object in an upload bucket wait
+    raw = frozenset({"raw"})
+    creates = snapshots_module.creates_object_in
+    assert creates(
+        {"REQUEST_METHOD": "POST", "PATH_INFO": "/raw/k", "QUERY_STRING": "uploadId=1"}, raw
+    )
+    assert not creates(
+        {"REQUEST_METHOD": "PUT", "PATH_INFO": "/raw/k", "QUERY_STRING": "partNumber=1&uploadId=1"},
+        raw,
+    )
+    assert not creates({"REQUEST_METHOD": "PUT", "PATH_INFO": "/artifacts/k"}, raw)
+    assert not creates({"REQUEST_METHOD": "GET", "PATH_INFO": "/raw/k"}, raw)
+    assert not creates({"REQUEST_METHOD": "PUT", "PATH_INFO": "/raw"}, raw)
 
 
 def test_an_unreadable_snapshot_is_refused_naming_the_file(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ CORPUS: dict[str, tuple[bytes, Usable | Unusable]] = {
         (HEADER + GOOD + HEADER + "b,2024-01-02T10:00:00Z,4\n").encode(),
         Usable(
             {**GOOD_TRAIN, "b": [("2024-01-01", 3.0), ("2024-01-02", 4.0)]},
-            {"invalid_timestamp": 1},
+            {"repeated_header": 1},
         ),
     ),
     # Every reading lands on its UTC day, whatever zone it was written in.

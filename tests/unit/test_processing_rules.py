@@ -167,6 +167,27 @@ def test_rules_apply_in_order_and_first_broken_rule_wins() -> None:
     ]
 
 
+def test_a_reading_too_small_to_store_and_a_repeated_header_are_rejected_saying_so() -> None:
+    # Given a file joined from two (the second's header mid-file), and readings written
+    # with exponents: one too small for a double (it would be read as 0), and true zeros
+    customers = CustomerCodes()
+    ids = customers.encode(pa.array(["7", "customer_id", "7", "7", "7"]))
+    timestamps = pa.array(["2024-01-01", " Timestamp ", "2024-01-02", "2024-01-03", "2024-01-04"])
+    consumption = pa.array(["1e-400", "CONSUMPTION", "0e-5", "0.0", "2.5e-300"])
+    # When checked
+    checked = check_rows(ids, timestamps, consumption, NOW)
+    # Then the tiny reading is invalid, not 0; the header line is a repeated header, not
+    # a bad timestamp; zeros and small numbers a double holds are taken
+    assert checked.reasons.tolist() == [
+        reason_code(RejectReason.INVALID_CONSUMPTION),
+        reason_code(RejectReason.REPEATED_HEADER),
+        0,
+        0,
+        0,
+    ]
+    assert checked.consumption[4] == 2.5e-300
+
+
 @settings(max_examples=60, deadline=None)
 @given(readings=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=80))
 def test_duplicates_match_a_plain_set(readings: list[tuple[int, int]]) -> None:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from template_helpers import REPO_ROOT, loads_template, local_template
 
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
+from fleetcast_common import chunk_queue
 from fleetcast_common.forecasting import ForecastApiSettings
 from fleetcast_common.jobs import training_job_request
 from fleetcast_common.pipeline import STAGING_CONCURRENCY, STAGING_PART_BYTES
@@ -810,6 +811,11 @@ def test_registration_chunks_reach_their_function_like_an_event_source_mapping()
         "Fn::GetAtt": ["RegistrationChunksDeadLetterQueue", "Arn"]
     }
     assert 2 <= redrive["maxReceiveCount"] <= 5
+    # (fleetcast status and the re-drive know the queues and the count by these)
+    assert redrive["maxReceiveCount"] == chunk_queue.MAX_RECEIVES
+    assert resolve(queue["QueueName"]) == chunk_queue.QUEUE_NAME.format(prefix="fleetcast")
+    dead_letter = RESOURCES["RegistrationChunksDeadLetterQueue"]["Properties"]["QueueName"]
+    assert resolve(dead_letter) == chunk_queue.DEAD_LETTER_QUEUE_NAME.format(prefix="fleetcast")
     alarm = RESOURCES["RegistrationChunksDeadLetterAlarm"]["Properties"]
     (dimension,) = alarm["Dimensions"]
     assert resolve(dimension["Value"]) == name_of("RegistrationChunksDeadLetterQueue")

@@ -77,7 +77,8 @@ def reason_messages(latest: datetime) -> dict[RejectReason, str]:
             f"after {latest:%Y-%m-%dT%H:%M:%SZ} (more than a day after the job ran)"
         ),
         RejectReason.INVALID_CONSUMPTION: (
-            "consumption must be a finite number (empty, text, NaN and infinity are not)"
+            "consumption must be a finite number (empty, text, NaN and infinity are not, "
+            "nor a number too small to store, like 1e-400, which would be read as 0)"
         ),
         RejectReason.NEGATIVE_CONSUMPTION: "consumption is negative",
         RejectReason.IMPLAUSIBLE_CONSUMPTION: (
@@ -85,6 +86,9 @@ def reason_messages(latest: datetime) -> dict[RejectReason, str]:
         ),
         RejectReason.DUPLICATE_ROW: "same customer_id and timestamp as an earlier row",
         RejectReason.MALFORMED_ROW: "the row has a different number of fields than the header",
+        RejectReason.REPEATED_HEADER: (
+            "the header line again (files joined together?): not a reading"
+        ),
         RejectReason.IMPLAUSIBLE_PERIOD_TOTAL: (
             f"the customer's readings in this period add up to more than is plausible "
             f"(setting {MAX_PERIOD_TOTAL_ENV})"

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fleetcast_contracts.ids import is_valid_customer_id
-from fleetcast_contracts.processing import RejectReason
+from fleetcast_contracts.processing import REQUIRED_COLUMNS, RejectReason
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 FUTURE_TOLERANCE = timedelta(days=1)
@@ -37,6 +37,7 @@ def reason_code(reason: RejectReason) -> int:
 
 
 RULE_ORDER = (
+    RejectReason.REPEATED_HEADER,
     RejectReason.INVALID_CUSTOMER_ID,
     RejectReason.MONTH_OR_YEAR_TIMESTAMP,
     RejectReason.INVALID_TIMESTAMP,
@@ -47,6 +48,9 @@ RULE_ORDER = (
 )
 
 NUMBER_PATTERN = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
+# A number with a non-zero digit before a negative exponent: if it reads as 0, it is
+# smaller than the smallest double (1e-400), not zero, and is not taken as 0.
+_NON_ZERO_TIMES_SMALL_POWER = r"^[^eE]*[1-9][^eE]*[eE]\s*-"
 _CAST_SLICE = 1 << 16
 _SUB_MICROSECOND = r"(\.\d{6})\d+"
 _DECIMAL_COMMA = r"^([+-]?\d*),(\d+)$"
@@ -174,6 +178,27 @@ def parse_consumption(raw: pa.Array, decimal_comma: bool) -> npt.NDArray[np.floa
     return np.concatenate([*fast, values.to_numpy(zero_copy_only=False)])
 
 
+def underflowed(raw: pa.Array, values: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    """Which readings were read as 0 though they are not zero (``1e-400``: too small for
+    a double): a reading that cannot be stored as written is rejected, not rounded."""
+    zero = values == 0
+    if not zero.any():
+        return zero
+    small = pc.fill_null(pc.match_substring_regex(raw, _NON_ZERO_TIMES_SMALL_POWER), False)
+    return zero & small.to_numpy(zero_copy_only=False)
+
+
+def repeated_header(timestamps: pa.Array, consumption: pa.Array) -> npt.NDArray[np.bool_]:
+    """Which rows are the header line again (their timestamp and consumption fields are
+    those columns' names)."""
+    _, timestamp_name, consumption_name = REQUIRED_COLUMNS
+    named = [
+        pc.fill_null(pc.equal(pc.utf8_lower(pc.utf8_trim_whitespace(raw)), name), False)
+        for raw, name in ((timestamps, timestamp_name), (consumption, consumption_name))
+    ]
+    return pc.and_(*named).to_numpy(zero_copy_only=False)
+
+
 @dataclass(frozen=True)
 class CheckedBlock:
     """A block's parsed values and, per row, 0 (accepted) or the code of the rule it broke."""
@@ -196,15 +221,18 @@ def check_rows(
     values = parse_consumption(consumption, decimal_comma)
     earliest, latest = _instant(EARLIEST), _instant(now + FUTURE_TOLERANCE)
     coarse = np.zeros(len(parsed), dtype=np.bool_)
+    header = np.zeros(len(parsed), dtype=np.bool_)
     if not parsed.all():
         coarse = month_or_year(timestamps)
+        header = repeated_header(timestamps, consumption)
     with np.errstate(invalid="ignore"):
         broken = (
+            header,
             codes < 0,
             coarse,
             ~parsed,
             (instants < earliest) | (instants > latest),
-            ~np.isfinite(values),
+            ~np.isfinite(values) | underflowed(consumption, values),
             values < 0,
             values > IMPLAUSIBLE_CONSUMPTION,
         )

@@ -395,6 +395,14 @@ def register_chunk(
         if r.metadata is not None
     ]
     states = registry.states([r.customer_id for r in decidable], chunk.run_id)
+    # A customer whose record cannot be read fails alone: the chunk registers the rest
+    # (failing the chunk would leave them all unregistered, at every delivery).
+    lost += [
+        LostCustomer(customer_id=r.customer_id, reason=f"not registered: {problem}")
+        for r in decidable
+        if (problem := states[r.customer_id].unreadable)
+    ]
+    decidable = [r for r in decidable if not states[r.customer_id].unreadable]
     decided = decide_all(decidable, states, registry, chunk.run_id)
     for registration, unconditional in decided:
         outcomes.append(
@@ -442,6 +450,27 @@ def register_chunk(
         lost=lost,
         customers=outcomes,
     )
+
+
+def uncounted_chunks(
+    run_id: str, bucket: str, s3: Any, registry: ModelRegistry
+) -> list[RegistrationChunk] | None:
+    """The chunks of a run whose registration has started that its record has not
+    counted, planned again from the run's own registration record (their ids and
+    numbers are deterministic); every chunk counted but the run not marked registered (a
+    delivery stopped in between): the last one, whose repeat marks it. None when they
+    cannot be planned again (no record, or one the manifests no longer match)."""
+    progress = registry.run(run_id)
+    plan = read_registration_record(s3, bucket, run_id)
+    if progress is None or plan is None or not plan.chunks:
+        return None
+    planned = plan_registration(
+        run_id, plan.training_job, bucket, plan.chunk_size, s3, plan.job_failure
+    )[1]
+    if len(planned) != plan.chunks:
+        return None
+    missing = [c for c in planned if c.number not in progress.counted_chunks]
+    return missing or planned[-1:]
 
 
 def write_registration_record(s3: Any, bucket: str, plan: RegistrationPlan) -> None:

@@ -8,7 +8,8 @@ Per customer (partition key ``customer_id``) the sort key ``record`` holds:
 Registration's progress per run lives in the same table under the partition
 ``RUN#{run_id}`` (no customer id contains ``#``): ``REGISTRATION`` holds the run's number
 of chunks and when it was registered, ``CHUNK#{chunk_id}`` each chunk done with its
-outcomes. The run's totals are kept on its record, so its progress is one read: a chunk
+outcomes, ``FAILED#{chunk_id}`` a chunk's last failed delivery (why, and how many
+deliveries have failed: at the chunks queue's maxReceiveCount it is dead-lettered). The run's totals are kept on its record, so its progress is one read: a chunk
 is counted by one conditional UpdateItem that adds its counts and its number to the
 record unless the record already holds the number, idempotent under redelivery.
 
@@ -22,9 +23,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as EndpointUnreachableError
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 # The records are read from here too (ModelStatus only for its callers).
 from fleetcast_common.registry_records import (
@@ -43,6 +45,7 @@ MODEL_PREFIX = "MODEL#"
 RUN_PARTITION_PREFIX = "RUN#"
 RUN_RECORD = "REGISTRATION"
 CHUNK_PREFIX = "CHUNK#"
+FAILED_CHUNK_PREFIX = "FAILED#"
 # On a run's record: the numbers of the chunks whose counts its totals hold (a number
 # set, a few bytes a chunk: 20,000 chunks, 10M customers at 500 a chunk, are ~100 KB of
 # DynamoDB's 400 KB an item).
@@ -62,6 +65,21 @@ class CustomerState(BaseModel):
 
     live: LiveModel | None = None
     decided: ModelRecord | None = None
+    # Why one of its records cannot be read (a malformed item): the customer is not
+    # registered, and the chunk's other customers are.
+    unreadable: str | None = None
+
+
+class FailedChunk(BaseModel):
+    """A registration chunk's last failed delivery, kept for ``fleetcast status`` (the
+    dead-letter queue keeps the chunk but not why it failed)."""
+
+    chunk_id: str
+    number: int
+    reason: str
+    # SQS's ApproximateReceiveCount at that delivery.
+    deliveries: int
+    failed_at: datetime
 
 
 class ChunkCounts(BaseModel):
@@ -308,10 +326,18 @@ class ModelRegistry:
                 for item in answer.get("Responses", {}).get(self._table.name, []):
                     state = states[str(item["customer_id"])]
                     values = from_item(item)
-                    if item["record"] == LIVE:
-                        state.live = LiveModel.model_validate(values)
-                    else:
-                        state.decided = ModelRecord.model_validate(values)
+                    try:
+                        if item["record"] == LIVE:
+                            state.live = LiveModel.model_validate(values)
+                        else:
+                            state.decided = ModelRecord.model_validate(values)
+                    except ValidationError as error:
+                        state.unreadable = (
+                            f"its {item['record']} record in the registry is malformed: "
+                            f"{error.error_count()} errors, first "
+                            f"{'.'.join(map(str, error.errors()[0]['loc']))}: "
+                            f"{error.errors()[0]['msg']}"
+                        )
                 request = answer.get("UnprocessedKeys") or {}
         return states
 
@@ -380,6 +406,36 @@ class ModelRegistry:
                 return False
             raise
         return True
+
+    def record_chunk_failure(self, run_id: str, failure: FailedChunk) -> None:
+        """Keep a chunk's failed delivery (the last one's replaces the one before)."""
+        self._table.put_item(
+            Item=to_item(
+                {
+                    **self._run_key(run_id, FAILED_CHUNK_PREFIX + failure.chunk_id),
+                    **failure.model_dump(mode="json"),
+                }
+            )
+        )
+
+    def failed_chunks(self, run_id: str) -> list[FailedChunk]:
+        """The run's chunks whose last delivery failed, by number (one Query: few)."""
+        query: dict[str, Any] = {
+            "KeyConditionExpression": Key("customer_id").eq(RUN_PARTITION_PREFIX + run_id)
+            & Key("record").begins_with(FAILED_CHUNK_PREFIX),
+            "ConsistentRead": True,
+        }
+        found: list[FailedChunk] = []
+        while True:
+            page = self._table.query(**query)
+            found += [FailedChunk.model_validate(from_item(i)) for i in page.get("Items", [])]
+            if "LastEvaluatedKey" not in page:
+                return sorted(found, key=lambda failure: failure.number)
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def forget_chunk_failure(self, run_id: str, chunk_id: str) -> None:
+        """A re-driven chunk's failure: its next delivery tells afresh."""
+        self._table.delete_item(Key=self._run_key(run_id, FAILED_CHUNK_PREFIX + chunk_id))
 
     def mark_registered_if_complete(self, run_id: str) -> bool:
         """Set the run's ``registered_at`` once every chunk is recorded; True for the one

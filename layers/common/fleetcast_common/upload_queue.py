@@ -34,7 +34,9 @@ Items (partition key ``queue``, sort key ``entry``):
   (its padded sequencer and run id);
 - ``not-processed`` / ``{run_id}``: an upload taken off the queue without a run, with its
   :class:`NotProcessed` (why, and the newer run that superseded it), which ``fleetcast
-  status`` lists beside the runs.
+  status`` lists beside the runs;
+- ``lost`` / ``{run_id}``: a run whose job a local stack lost when it was killed (started
+  after its last snapshot), with its :class:`LostRun`, also listed by ``fleetcast status``.
 
 Arrival and object items carry ``expires_at`` (DynamoDB TTL): a repeated or out-of-order
 event comes within hours, not weeks.
@@ -65,6 +67,7 @@ UPLOADS = "uploads"
 ARRIVAL = "arrival"
 OBJECT = "object"
 NOT_PROCESSED = "not-processed"
+LOST = "lost"
 # How long arrival and object records are kept (DynamoDB TTL on ``expires_at``).
 ARRIVAL_RECORD_LIFETIME = timedelta(days=14)
 # How long a lease may stand without its job existing before it is taken over: far longer
@@ -98,6 +101,16 @@ class NotProcessed(BaseModel):
     outcome: str  # pipeline.Outcome's "superseded" or "replaced"
     reason: str
     superseded_by: str | None = None
+    recorded_at: datetime
+
+
+class LostRun(BaseModel):
+    """A run whose job was lost with the local stack that ran it (killed after the job
+    started and before a snapshot held it): what ``fleetcast status`` says of it."""
+
+    run_id: str
+    job_name: str
+    reason: str
     recorded_at: datetime
 
 
@@ -238,6 +251,14 @@ class UploadQueue:
 
     def not_processed(self) -> list[NotProcessed]:
         return [NotProcessed.model_validate(item) for item in self._items(NOT_PROCESSED)]
+
+    def record_lost(self, lost: LostRun) -> None:
+        self._table.put_item(
+            Item={"queue": LOST, "entry": lost.run_id, **lost.model_dump(mode="json")}
+        )
+
+    def lost_runs(self) -> list[LostRun]:
+        return [LostRun.model_validate(item) for item in self._items(LOST)]
 
     def _items(self, partition: str) -> list[dict[str, Any]]:
         query: dict[str, Any] = {

@@ -217,6 +217,8 @@ class RejectReason(StrEnum):
     MALFORMED_ROW = "malformed_row"
     # The customer's readings in one period add up to more than JobLimits.max_period_total.
     IMPLAUSIBLE_PERIOD_TOTAL = "implausible_period_total"
+    # The header's line again, mid-file (files joined with ``cat``): not a reading.
+    REPEATED_HEADER = "repeated_header"
 
 
 # --- Customer metadata files (``incoming/metadata/``): customer_id, country, optional

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from fleetcast.embedded import lease, persistence, run_counter
 from fleetcast.embedded.gateway import Gateway
 from fleetcast.embedded.moto_patches.s3 import ObjectFiles, keep_objects_in_files
 from fleetcast.embedded.snapshots import Snapshots
+from fleetcast_common.upload_queue import LostRun, UploadQueue
 
 log = logging.getLogger("fleetcast.embedded.keeping")
 
@@ -46,6 +47,8 @@ class StateKeeping:
         self._queue_table = queue_table
         self.notices: list[str] = []
         self.dead: lease.DeadStack | None = None
+        # Jobs a dead stack started after its last snapshot: gone with it.
+        self.lost_jobs: list[str] = []
         self.kept: persistence.KeptState | None = None
         self.objects: ObjectFiles | None = None
         self.snapshots: Snapshots | None = None
@@ -95,7 +98,9 @@ class StateKeeping:
                 else "a new stack"
             )
         elif self.dead is None:
-            self.notices.append(f"restored from {self.snapshot_path}: {self.kept.describe()}")
+            self.notices.append(
+                f"restored from {self.snapshot_path}: {self.kept.describe(restored=True)}"
+            )
         else:
             self.notices.append(self._after_a_crash(self.kept, self.dead))
         return self.kept
@@ -103,12 +108,12 @@ class StateKeeping:
     def _after_a_crash(self, kept: persistence.KeptState, dead: lease.DeadStack) -> str:
         taken = f"taken at {_at(kept.taken_at)}" if kept.taken_at else "of its last clean stop"
         text = (
-            f"restored its last snapshot, {taken}: {kept.describe()}. LOST: whatever "
+            f"restored its last snapshot, {taken}: {kept.describe(restored=True)}. LOST: whatever "
             f"changed after it until the stack died (last seen {_at(dead.last_seen)}): "
             "uploads, records and jobs made then, and events still being delivered (what "
             "a run lacks of them is sent again: see below)"
         )
-        lost = self._jobs_lost()
+        lost = self.lost_jobs = self._jobs_lost()
         if lost:
             text += f"; jobs started after the snapshot, gone (their logs stay in {JOBS_FOLDER}/): "
             text += ", ".join(lost)
@@ -132,6 +137,33 @@ class StateKeeping:
             for job in folder.iterdir()
             if job.is_dir() and ".earlier-" not in job.name and job.name not in known
         )
+
+    def record_lost_runs(self, dynamodb: Any, run_id_of: Any) -> None:
+        """Keep the runs whose jobs died with the last stack where ``fleetcast status``
+        reads (the upload queue), not only in this start's notice. ``run_id_of``: a job
+        name's run id (None for a job that is not the pipeline's)."""
+        if not (self.lost_jobs and self._queue_table and self.dead and self.kept):
+            return
+        queue = UploadQueue(dynamodb.Table(self._queue_table))
+        taken = f"{_at(self.kept.taken_at)}" if self.kept.taken_at else "its last clean stop"
+        now = datetime.now(UTC)
+        for job_name in sorted(self.lost_jobs, reverse=True):  # a run's processing job last
+            run_id = run_id_of(job_name)
+            if run_id is None:
+                continue
+            queue.record_lost(
+                LostRun(
+                    run_id=run_id,
+                    job_name=job_name,
+                    reason=(
+                        f"lost: the local stack was killed (last seen {_at(self.dead.last_seen)}) "
+                        f"after this job started and before a snapshot held it (the last was "
+                        f"taken at {taken}); the upload itself was kept (acknowledged only "
+                        "once a snapshot holds it) and is queued again as another run"
+                    ),
+                    recorded_at=now,
+                )
+            )
 
     def keep_run_numbers(self, dynamodb_client: Any) -> None:
         """The upload counter at least the highest run number handed out or held
@@ -164,14 +196,20 @@ class StateKeeping:
             )
         run_counter.record_handed_out(self._queue_table, self.counter_path)
 
-    def run(self, gateway: Gateway) -> None:
+    def run(self, gateway: Gateway, upload_buckets: frozenset[str] = frozenset()) -> None:
         """Snapshot as the state changes, while the stack runs (and mark the lease as
-        held: the snapshots' thread does that for a stack that keeps its state)."""
+        held: the snapshots' thread does that for a stack that keeps its state); an
+        object written to one of ``upload_buckets`` is acknowledged once it is kept."""
         if not self.keep or self.objects is None:
             threading.Thread(target=self._heartbeat, daemon=True, name="lease").start()
             return
         self.snapshots = Snapshots(
-            self.snapshot_path, self.state_dir, self._account_id, self._region, self.objects
+            self.snapshot_path,
+            self.state_dir,
+            self._account_id,
+            self._region,
+            self.objects,
+            durable_buckets=upload_buckets,
         )
         gateway.wrap_aws_app(self.snapshots.watch)
         gateway.observe_s3_writes(self.snapshots.s3_written)

@@ -4,8 +4,8 @@ moto 5.2.5 has no snapshot of its own. Its recorder logs every request for a rep
 replay would start every SageMaker job again and cannot restore what the job runner sets
 on a job (status, metrics, model artifacts), so the stack pickles moto's models instead,
 as moto's S3 objects are made to be (``FakeKey.__getstate__``): the S3 buckets with their
-objects, the DynamoDB tables with their items (the model registry, the upload queue) and
-the SageMaker processing and training jobs.
+objects (every version of each), the DynamoDB tables with their items (the model
+registry, the upload queue) and the SageMaker processing and training jobs.
 
 A running stack writes the snapshot as its state changes (:mod:`.snapshots`: within
 seconds of a change, and at every job's state change) and when it stops. The objects'
@@ -34,6 +34,7 @@ from typing import Any
 from moto.backends import get_backend
 from moto.dynamodb.models.dynamo_type import LimitedSizeDict
 from moto.s3.models import FakeKey
+from moto.s3.utils import _VersionedKeyStore
 
 from fleetcast.embedded.moto_patches.s3 import ObjectFile, ObjectFiles
 from fleetcast_contracts.files import PARTIAL_SUFFIX, written_whole
@@ -64,13 +65,16 @@ class KeptState:
     # When it was taken (None in a snapshot written before snapshots said so).
     taken_at: datetime | None = None
 
-    def describe(self) -> str:
+    def describe(self, restored: bool = False) -> str:
+        """What it holds, as a stop (``restored`` False) or a start says it: a stop's
+        unfinished jobs run again at the next start, a start's run again now."""
         text = (
             f"{self.objects} objects in {self.buckets} buckets, {self.items} items in "
             f"{self.tables} tables, {self.jobs} SageMaker jobs"
         )
         if self.unfinished:
-            text += f" ({len(self.unfinished)} unfinished: run again at the next start)"
+            when = "now" if restored else "at the next start"
+            text += f" ({len(self.unfinished)} unfinished: run again {when})"
         return text
 
 
@@ -133,6 +137,21 @@ def _attributes_from(cls: type[LimitedSizeDict], attributes: dict[str, Any]) -> 
     return restored
 
 
+def _bucket_keys(keys: _VersionedKeyStore) -> Any:
+    """A bucket's keys with every version of each (noncurrent ones too, and delete
+    markers). moto's store is a dict subclass whose ``items()`` gives each key's latest
+    version only, and pickle reduces a dict subclass through ``items()``: a snapshot kept
+    the latest version alone, and a restart lost the others (an upload waiting in the
+    queue for a version written over then failed as gone)."""
+    return _bucket_keys_from, (type(keys), dict(keys.lists()))
+
+
+def _bucket_keys_from(cls: type[_VersionedKeyStore], versions: dict[str, list[Any]]) -> Any:
+    restored = cls.__new__(cls)
+    dict.update(restored, versions)  # key -> its versions, oldest first, as moto holds them
+    return restored
+
+
 # While a snapshot is read: the object files its keys name, and the folder they are in.
 _reading = threading.local()
 
@@ -157,7 +176,11 @@ def save(path: Path, account_id: str, region: str, objects: ObjectFiles | None =
     # Shared: a snapshot's child and a clean stop never write the same partial file.
     with written_whole(path, shared=True) as partial, partial.open("wb", buffering=1 << 20) as file:
         pickler = pickle.Pickler(file, pickle.HIGHEST_PROTOCOL)
-        table: dict[type, Any] = {**copyreg.dispatch_table, LimitedSizeDict: _item_attributes}
+        table: dict[type, Any] = {
+            **copyreg.dispatch_table,
+            LimitedSizeDict: _item_attributes,
+            _VersionedKeyStore: _bucket_keys,
+        }
         if objects is not None and objects.kept:
             table[FakeKey] = _key_by_file(objects)
         pickler.dispatch_table = table

@@ -19,7 +19,14 @@ idempotent:
   (register-models plans the same chunks again: their ids and numbers are deterministic);
 - a run whose registration record counts fewer chunks than it planned: the chunks it has
   not counted, planned again from the run's own registration record, sent to the chunks
-  queue (register-chunk counts a chunk once and never decides a customer twice);
+  queue (register-chunk counts a chunk once and never decides a customer twice); but not
+  a chunk whose deliveries all failed (dead-lettered: sending it at every start would
+  fail it again at every start): re-driving it is the user's decision, once its cause is
+  fixed (``fleetcast redrive-chunks RUN``), and the start's notice says so;
+- an upload kept in the raw bucket (every version of every key under ``incoming/``,
+  from the last ``ARRIVAL_RECORD_LIFETIME``) that the upload queue never numbered: its
+  S3 event, which was still being delivered (an upload is acknowledged once a snapshot
+  holds it, :mod:`.snapshots`; its event comes after), oldest first;
 - uploads waiting with no job running to start them: the oldest one's S3 event
   (start-processing finds its run id and its place and dispatches the queue). A lease
   whose job does not exist is freed first: no function that could still create the job
@@ -35,20 +42,17 @@ import json
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.template import ACCOUNT_ID, LocalTemplate
 from fleetcast_common import storage
-from fleetcast_common.chunk_queue import enqueue_chunks
+from fleetcast_common.chunk_queue import MAX_RECEIVES, enqueue_chunks
 from fleetcast_common.jobs import Upload
-from fleetcast_common.registration import (
-    RegistrationChunk,
-    plan_registration,
-    read_registration_record,
-)
+from fleetcast_common.registration import uncounted_chunks
 from fleetcast_common.registry import ModelRegistry
-from fleetcast_common.upload_queue import ENDED_STATUSES, UploadQueue
+from fleetcast_common.upload_queue import ARRIVAL_RECORD_LIFETIME, ENDED_STATUSES, UploadQueue
 from fleetcast_contracts import layout
 from fleetcast_contracts.stages import PROCESSING, TRAINING, Stage
 
@@ -65,12 +69,21 @@ class Redriven:
     chunks: dict[str, list[int]] = field(default_factory=dict)
     # Run ids of waiting uploads whose S3 event was sent again.
     uploads: list[str] = field(default_factory=list)
+    # Keys of kept uploads the queue never saw, whose S3 event was sent again.
+    unqueued: list[str] = field(default_factory=list)
+    # Run id -> the numbers of its dead-lettered chunks, not sent again.
+    dead_lettered: dict[str, list[int]] = field(default_factory=dict)
     freed_lease: str | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.processing_ends or self.training_ends or self.chunks or self.uploads) or (
-            self.freed_lease is not None
-        )
+        return bool(
+            self.processing_ends
+            or self.training_ends
+            or self.chunks
+            or self.uploads
+            or self.unqueued
+            or self.dead_lettered
+        ) or (self.freed_lease is not None)
 
     def describe(self) -> str:
         parts = []
@@ -94,14 +107,30 @@ class Redriven:
                 f"the upload queue's lease of run {self.freed_lease} freed (its processing "
                 "job was never created)"
             )
+        if self.unqueued:
+            parts.append(
+                f"the S3 event of {len(self.unqueued)} uploads the upload queue never saw ("
+                + ", ".join(self.unqueued[:5])
+                + (", ..." if len(self.unqueued) > 5 else "")
+                + "; start-processing)"
+            )
         if self.uploads:
             parts.append(
                 "the S3 event of waiting upload " + ", ".join(self.uploads) + " (start-processing)"
             )
-        return (
+        text = (
             "re-driven, as events and messages in flight are not kept and each handler is "
             "idempotent: " + "; ".join(parts)
+            if parts
+            else ""
         )
+        for run_id, numbers in sorted(self.dead_lettered.items()):
+            text += (
+                f"{'; ' if text else ''}NOT re-driven: {len(numbers)} registration chunks of "
+                f"run {run_id} (numbers {_ranges(numbers)}) failed every delivery (see "
+                f"`fleetcast status`); once the cause is fixed: fleetcast redrive-chunks {run_id}"
+            )
+        return text
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -171,6 +200,9 @@ class Recovery:
         if "UploadQueueTable" not in self.template.resources:
             return ends
         queue = UploadQueue(self.resource("dynamodb").Table(self._name("UploadQueueTable")))
+        for upload in self._uploads_never_queued(queue):
+            self._upload_event(upload)
+            redriven.unqueued.append(upload.key)
         lease = queue.lease()
         if lease is not None:
             job = jobs.get(lease.job_name)
@@ -187,6 +219,39 @@ class Recovery:
             self._upload_event(oldest.upload)
             redriven.uploads.append(oldest.run_id)
         return ends
+
+    def _uploads_never_queued(self, queue: UploadQueue) -> list[Upload]:
+        """The raw bucket's uploads (versions under ``incoming/``) from the last
+        ``ARRIVAL_RECORD_LIFETIME`` that have no arrival record, oldest first."""
+        if "RawBucket" not in self.template.resources:
+            return []
+        raw, s3 = self._name("RawBucket"), self.client("s3")
+        since = datetime.now(UTC) - ARRIVAL_RECORD_LIFETIME
+        found = []
+        pages = s3.get_paginator("list_object_versions").paginate(
+            Bucket=raw, Prefix=layout.INCOMING_PREFIX
+        )
+        # S3 lists a key's versions newest first: reversed, each key's come oldest first,
+        # the order they were uploaded in, which the sort below keeps for equal times.
+        versions = [version for page in pages for version in page.get("Versions", [])]
+        for version in reversed(versions):
+            if version["LastModified"] < since or version["Key"].endswith("/"):
+                continue
+            version_id = version.get("VersionId")
+            version_id = None if version_id in (None, "null") else version_id
+            etag = str(version.get("ETag", "")).strip('"') or None
+            upload = Upload(
+                bucket=raw,
+                key=version["Key"],
+                revision=version_id or etag or "",
+                size=int(version.get("Size", 0)),
+                uploaded_at=version["LastModified"],
+                version_id=version_id,
+                etag=etag,
+            )
+            if queue.run_id_of(upload) is None:
+                found.append(upload)
+        return sorted(found, key=lambda upload: upload.uploaded_at)
 
     def _upload_event(self, upload: Upload) -> None:
         """The upload's "Object Created" event as S3 sent it (the fields start-processing
@@ -235,22 +300,22 @@ class Recovery:
             progress = registry.run(run_id)
             if progress is not None and progress.complete:
                 continue
-            plan = read_registration_record(s3, bucket, run_id)
-            chunks: list[RegistrationChunk] = []
-            if progress is not None and plan is not None and plan.chunks:
-                planned = plan_registration(
-                    run_id, plan.training_job, bucket, plan.chunk_size, s3, plan.job_failure
-                )[1]
-                if len(planned) == plan.chunks:
-                    missing = [c for c in planned if c.number not in progress.counted_chunks]
-                    # Every chunk counted but the run not marked registered (a delivery
-                    # stopped in between): a repeat of the last one marks it.
-                    chunks = missing or planned[-1:]
-            if not chunks:
+            chunks = uncounted_chunks(run_id, bucket, s3, registry)
+            if chunks is None:
                 # No record yet, or one the chunks cannot be planned again from: the
                 # coordinator plans the run again.
                 self.runner.publish_training(job)
                 redriven.training_ends.append(name)
+                continue
+            dead = {
+                failure.number
+                for failure in registry.failed_chunks(run_id)
+                if failure.deliveries >= MAX_RECEIVES
+            }
+            if dead & {c.number for c in chunks}:
+                redriven.dead_lettered[run_id] = sorted(dead & {c.number for c in chunks})
+            chunks = [c for c in chunks if c.number not in dead]
+            if not chunks:
                 continue
             queue_url = self.client("sqs").get_queue_url(
                 QueueName=self._name("RegistrationChunksQueue")

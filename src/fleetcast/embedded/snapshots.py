@@ -18,6 +18,14 @@ either at the fork), runs no garbage collection (a finaliser might), and leaves 
 
 S3 object files released since the last snapshot are removed once the next one is written
 (the last one may name them): see ``moto_patches.s3.ObjectFiles.take_released``.
+
+An upload is acknowledged only once it is kept: a request that creates an object in one of
+the ``durable_buckets`` (the raw bucket: PutObject, CopyObject, CompleteMultipartUpload)
+gets its answer after a snapshot taken after its write is written (:meth:`Snapshots.
+kept_now`), at once rather than after the gap. Uploads at the same moment share one
+snapshot. Without it a stack killed seconds after an upload lost the object, and the
+uploader had been told it was stored. What such a snapshot cannot hold (the upload's event,
+still being delivered) is sent again at the next start (:mod:`.recovery`).
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 MIN_GAP_SECONDS = 2.0
 GAP_FACTOR = 10.0
+# How long an upload's answer waits for its snapshot before it is given anyway (logged).
+KEPT_WAIT_SECONDS = 60.0
 KEPT_SERVICES = frozenset({"s3", "dynamodb", "sagemaker"})
 READ_OPERATIONS = ("Describe", "List", "Get", "Query", "Scan", "BatchGet", "Search")
 _CREDENTIAL = re.compile(r"Credential=[^/]*/\d{8}/[^/]*/([a-z0-9-]+)/aws4_request")
@@ -69,6 +79,22 @@ def changes_kept_state(environ: dict[str, Any]) -> bool:
     return not operation.startswith(READ_OPERATIONS)
 
 
+def creates_object_in(environ: dict[str, Any], buckets: frozenset[str]) -> bool:
+    """Whether the request creates an object in one of ``buckets`` (path-style, as
+    clients address the stack's 127.0.0.1 endpoint): PutObject or CopyObject (a PUT that
+    is not a part of a multipart upload), or CompleteMultipartUpload."""
+    if not buckets:
+        return False
+    bucket, _, key = unquote(environ.get("PATH_INFO", "")).lstrip("/").partition("/")
+    if bucket not in buckets or not key:
+        return False
+    query = environ.get("QUERY_STRING", "")
+    method = environ.get("REQUEST_METHOD")
+    if method == "PUT":
+        return "partNumber=" not in query and "tagging" not in query and "acl" not in query
+    return method == "POST" and "uploadId=" in query
+
+
 @dataclass
 class SnapshotTimes:
     """How the stack's snapshots went: what the README's figures come from."""
@@ -89,14 +115,22 @@ class Snapshots:
         account_id: str,
         region: str,
         objects: ObjectFiles,
+        durable_buckets: frozenset[str] = frozenset(),
     ) -> None:
         self.path = path
+        self._durable_buckets = durable_buckets
         self._state_dir = state_dir
         self._account_id = account_id
         self._region = region
         self._objects = objects
         self._changed = threading.Event()
+        # A request waits for a snapshot (kept_now): take one now, not after the gap.
+        self._urgent = threading.Event()
         self._stopping = threading.Event()
+        # kept_now's requests, numbered, and the last one a written snapshot covers.
+        self._progress = threading.Condition()
+        self._asked = 0
+        self._kept = 0
         self._thread: threading.Thread | None = None
         # One snapshot at a time (the thread's, or a caller's such as a benchmark's).
         self._taking = threading.Lock()
@@ -109,13 +143,62 @@ class Snapshots:
         """``aws_app``, marking the state changed on each request that may change it."""
 
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            statuses: list[str] = []
+
+            def noted(status: str, *args: Any) -> Any:
+                statuses.append(status)
+                return start_response(status, *args)
+
             try:
-                return aws_app(environ, start_response)
+                answer = aws_app(environ, noted)
             finally:
                 if changes_kept_state(environ):
                     self._changed.set()
+            if not (
+                statuses
+                and statuses[-1].startswith("200")
+                and creates_object_in(environ, self._durable_buckets)
+            ):
+                return answer
+            # The server sends the answer's status and headers with its first bytes:
+            # held here, the uploader hears nothing until the object is kept.
+            body = list(answer)
+            close = getattr(answer, "close", None)
+            if close is not None:
+                close()
+            if not self.kept_now():
+                log.error(
+                    "an upload to %s is acknowledged before it is kept: no snapshot was "
+                    "written within %.0f s (a crash now would lose it)",
+                    environ.get("PATH_INFO"),
+                    KEPT_WAIT_SECONDS,
+                )
+            return body
 
         return app
+
+    def kept_now(self) -> bool:
+        """Wait until a snapshot taken after this call is written: True; False when none
+        is within :data:`KEPT_WAIT_SECONDS`, or the stack is stopping (its last snapshot
+        is written at the stop)."""
+        with self._progress:
+            self._asked += 1
+            wanted = self._asked
+        self._urgent.set()
+        self._changed.set()
+        deadline = time.monotonic() + KEPT_WAIT_SECONDS
+        with self._progress:
+            while self._kept < wanted:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping.is_set():
+                    return False
+                self._progress.wait(min(remaining, 0.5))
+        return True
+
+    def _covered(self, asked: int) -> None:
+        with self._progress:
+            self._kept = max(self._kept, asked)
+            self._progress.notify_all()
 
     def s3_written(self, method: str, bucket: str, key: str) -> None:
         """An observer of the stack's in-process S3 writes (``Gateway.observe_s3_writes``)."""
@@ -138,7 +221,9 @@ class Snapshots:
 
     def _last(self) -> persistence.KeptState:
         released = self._objects.take_released()
+        asked = self._asked
         self.last = persistence.save(self.path, self._account_id, self._region, self._objects)
+        self._covered(asked)
         _remove(released)
         return self.last
 
@@ -148,11 +233,13 @@ class Snapshots:
             lease.heartbeat(self._state_dir)
             self._changed.wait(lease.HEARTBEAT_SECONDS)
             now = time.monotonic()
-            if not self._changed.is_set() or now < allowed_at or self._stopping.is_set():
-                if now < allowed_at:
-                    self._stopping.wait(min(allowed_at - now, lease.HEARTBEAT_SECONDS))
+            due = now >= allowed_at or self._urgent.is_set()
+            if not self._changed.is_set() or not due or self._stopping.is_set():
+                if not due:
+                    self._urgent.wait(min(allowed_at - now, lease.HEARTBEAT_SECONDS))
                 continue
             self._changed.clear()
+            self._urgent.clear()
             took = self.take()
             allowed_at = time.monotonic() + max(MIN_GAP_SECONDS, GAP_FACTOR * took)
 
@@ -163,6 +250,7 @@ class Snapshots:
 
     def _take(self) -> float:
         released = self._objects.take_released()
+        asked = self._asked  # read before the fork: every write it counts is in the copy
         started = time.monotonic()
         with dynamodb_writes_held():
             child = os.fork()
@@ -176,6 +264,7 @@ class Snapshots:
         times.longest_pause = max(times.longest_pause, paused)
         code = os.waitstatus_to_exitcode(status)
         if code == 0:
+            self._covered(asked)
             _remove(released)
             times.count += 1
             times.last_write = took

@@ -37,6 +37,7 @@ from fleetcast.embedded.resources import create_resources
 from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.serving import LocalServing, ServingOptions
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
+from fleetcast_contracts.stages import PIPELINE
 
 log = logging.getLogger("fleetcast.embedded")
 
@@ -222,6 +223,7 @@ class EmbeddedStack:
             kept = self.keeping.restore()
             create_resources(self.template, self.client, self.iam.create_roles)
             self.keeping.keep_run_numbers(self.client("dynamodb"))
+            self.keeping.record_lost_runs(self.resource("dynamodb"), self._run_id_of)
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
             # Read once: they set their functions' concurrency and feed their pollers.
             event_sources = event_source_mappings(self.template)
@@ -248,7 +250,12 @@ class EmbeddedStack:
             self.info.extra.update(self.costs.start())
             for started in warming:
                 started.result()
-            self.keeping.run(gateway)
+            self.keeping.run(
+                gateway,
+                frozenset({self.template.physical_name("RawBucket")})
+                if "RawBucket" in self.template.resources
+                else frozenset(),
+            )
             self.info.save(self.state_dir / STATE_FILE)
         except BaseException:
             self.stop()
@@ -257,6 +264,14 @@ class EmbeddedStack:
             self.notices += self.keeping.notices
             self.keeping.notices.clear()
         return self.info
+
+    def _run_id_of(self, job_name: str) -> str | None:
+        """The run of one of this stack's pipeline jobs (None for another job)."""
+        prefix = self.template.parameters.get("JobNamePrefix", "fleetcast")
+        return next(
+            (run for stage in PIPELINE if (run := stage.run_id_of(prefix, job_name)) is not None),
+            None,
+        )
 
     def _redrive(self) -> None:
         assert self.runner is not None
