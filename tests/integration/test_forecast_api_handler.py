@@ -184,8 +184,9 @@ def test_a_customer_without_a_live_model_is_404(
     assert status == 404
     assert body == {
         "error": "UnknownCustomer",
-        "message": "customer '42' has no live model: check the id, or train one by uploading "
-        "its readings",
+        "message": "customer '42' has no live model: check the id; if its readings were "
+        "uploaded, `fleetcast status` says why its training failed (a customer needs a whole "
+        "day of readings for a cold start, 28 days by default for a model of its own)",
     }
 
 

@@ -203,8 +203,9 @@ class InvalidRequestError(ForecastError):
 class UnknownCustomerError(ForecastError):
     def __init__(self, customer_id: str) -> None:
         super().__init__(
-            f"customer {customer_id!r} has no live model: check the id, or train one by "
-            "uploading its readings"
+            f"customer {customer_id!r} has no live model: check the id; if its readings were "
+            "uploaded, `fleetcast status` says why its training failed (a customer needs a "
+            "whole day of readings for a cold start, 28 days by default for a model of its own)"
         )
 
 
