@@ -23,6 +23,7 @@ from aws_lambda_powertools.utilities.parser.models import (
 from pydantic import BaseModel, ValidationError
 from template_helpers import REPO_ROOT, loads_template, local_template
 
+from fleetcast import images
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast_common.forecasting import ForecastApiSettings
 from fleetcast_common.jobs import training_job_request
@@ -1193,6 +1194,23 @@ def test_samconfig_environments_are_separate_stacks_with_separate_names() -> Non
     assert (prod["TrainingInstanceCount"], prod["LogLevel"]) == ("10", "WARNING")
     # One prefix per stack: it names buckets, rules and jobs, and a rule matches jobs by it.
     assert _overrides("default")["JobNamePrefix"] != prod["JobNamePrefix"]
+
+
+@pytest.mark.parametrize("environment", ["default", "prod"])
+def test_every_sam_command_finds_the_stack_in_samconfigs_region(environment: str) -> None:
+    # Issue 41: the region was a deploy parameter only, so `sam delete` (and the AWS CLI
+    # steps) looked in the profile's region and found no stack.
+    config = SAMCONFIG[environment]
+    region = config["global"]["parameters"]["region"]
+    assert re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region)
+    # Nowhere does a command's own table name another one
+    assert [
+        command
+        for command, table in config.items()
+        if command != "global" and "region" in table.get("parameters", {})
+    ] == []
+    # And `fleetcast images` pushes to that region's ECR by default
+    assert images.samconfig_region(REPO_ROOT / "samconfig.toml", environment) == region
 
 
 # ---------------------------------------------------------------- template_helpers
