@@ -135,8 +135,11 @@ def test_a_job_whose_input_holds_a_key_leaving_its_folder_fails_naming_the_key(
         time.sleep(0.5)
     # Then it fails saying which key, and what is wrong with it, and writes nothing there
     assert job["ProcessingJobStatus"] == "Failed"
-    assert f"S3 key {evil!r}" in job["FailureReason"]
-    assert "'..' path segment" in job["FailureReason"]
+    # (in its ExitMessage, as SageMaker reports a container's message; FailureReason is
+    # SageMaker's generic text)
+    assert f"S3 key {evil!r}" in job["ExitMessage"]
+    assert "'..' path segment" in job["ExitMessage"]
+    assert job["FailureReason"] == "AlgorithmError: See job logs for more information"
     assert not Path("/tmp", escape).exists()
     # (The two puts are uploads too: their runs end before the next test, which counts the
     # runs its own uploads start, shares the stack)

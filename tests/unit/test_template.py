@@ -1342,7 +1342,7 @@ def test_failure_rules_publish_to_the_topic_and_only_they_and_alarms_may() -> No
         (target,) = RESOURCES[rule]["Properties"]["Targets"]
         assert target["Arn"] == {"Ref": "AlarmTopic"}
         # The message names the job, its status and SageMaker's reason.
-        assert set(target["InputTransformer"]["InputPathsMap"]) == {"job", "status", "reason"}
+        assert {"job", "status", "reason"} <= set(target["InputTransformer"]["InputPathsMap"])
     policy = RESOURCES["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]
     principals = {s["Principal"]["Service"]: s for s in policy["Statement"]}
     assert set(principals) == {"events.amazonaws.com", "cloudwatch.amazonaws.com"}
@@ -1351,6 +1351,42 @@ def test_failure_rules_publish_to_the_topic_and_only_they_and_alarms_may() -> No
         assert statement["Condition"], "a service principal without a source condition"
     allowed = principals["events.amazonaws.com"]["Condition"]["ArnEquals"]["aws:SourceArn"]
     assert allowed == [{"Fn::GetAtt": [rule, "Arn"]} for rule in FAILURE_RULES]
+
+
+def transformed_input(transformer: dict[str, Any], event: dict[str, Any]) -> Any:
+    """What EventBridge sends the target: each <name> of InputTemplate replaced by its
+    InputPathsMap path's value in the event (dot notation only, as the rules use)."""
+    values = {}
+    for name, path in transformer["InputPathsMap"].items():
+        value: Any = event
+        for part in path.removeprefix("$.").split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        values[name] = value
+    text = re.sub(
+        r"<([\w.-]+)>", lambda m: str(values[m.group(1)] or ""), transformer["InputTemplate"]
+    )
+    return json.loads(text)
+
+
+def test_a_failed_processing_jobs_message_carries_the_containers_own_words() -> None:
+    # Issue 41: SageMaker surfaces the container's /opt/ml/output/message as the job's
+    # ExitMessage; its FailureReason is generic. The notification mapped only the latter.
+    # Given the event of a processing job whose container said why it failed
+    event = sample("processing_job_failed.json")
+    detail = event["detail"]
+    assert detail["FailureReason"] == "AlgorithmError: See job logs for more information"
+    (target,) = RESOURCES["ProcessingJobFailedRule"]["Properties"]["Targets"]
+    # When the rule transforms it for the alarm topic
+    message = transformed_input(target["InputTransformer"], event)
+    # Then the e-mail says what the container said, SageMaker's reason and where the logs are
+    assert detail["ExitMessage"] in message
+    assert detail["FailureReason"] in message
+    assert f"{detail['ProcessingJobName']} ended Failed" in message
+    assert "/aws/sagemaker/ProcessingJobs" in message
+    # And a job that ended without a message (stopped) still makes a message
+    del detail["ExitMessage"]
+    detail["ProcessingJobStatus"] = "Stopped"
+    assert "ended Stopped" in transformed_input(target["InputTransformer"], event)
 
 
 @pytest.mark.parametrize(
