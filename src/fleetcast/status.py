@@ -183,9 +183,9 @@ def describe_job(sagemaker: Any, stage: Stage, job_name: str) -> StageJob | None
     status = described[stage.status_field]
     # A processing container's own words are its ExitMessage; SageMaker's FailureReason
     # for a container that exited non-zero is generic ("AlgorithmError: See job logs").
-    failure = (
-        described.get("ExitMessage") if status == "Failed" else None
-    ) or described.get("FailureReason")
+    failure = (described.get("ExitMessage") if status == "Failed" else None) or described.get(
+        "FailureReason"
+    )
     return StageJob(
         name=described[stage.name_field],
         status=status,
