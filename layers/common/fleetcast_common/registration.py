@@ -213,8 +213,9 @@ def _beside_manifest(s3: Any, bucket: str, key: str, name_of: Callable[[str], st
     ``name_of`` from the instance's host)."""
     prefix = key.removesuffix(posixpath.basename(key))
     beside = prefix + name_of(host_of_manifest(posixpath.basename(key)))
-    # Only a missing key is "not written" (the role may list models/, so S3 answers 404);
-    # AccessDenied is a grant missing, and fails as it is.
+    # Only a missing key is "not written": register-chunk's role may list models/ (the
+    # template grants s3:ListBucket there), so S3 answers 404; AccessDenied is a grant
+    # missing, and fails as it is.
     text = storage.read_text_if_exists(s3, bucket, beside)
     if text is None:
         raise ManifestPartError(

@@ -64,6 +64,19 @@ _VERBS = {"GET": 0, "HEAD": 0, "PUT": 1, "DELETE": 2}
 class S3Call:
     operation: str
     requests: list[Request]
+    # GetObject and HeadObject of a key: what S3 answers when the key does not exist
+    # depends on whether the caller may list the bucket (see :func:`missing_key_listing`).
+    read_key: tuple[str, str] | None = None
+
+
+def missing_key_listing(bucket: str, key: str) -> Request:
+    """The listing S3 checks before it answers a read of a key that does not exist: 404
+    NoSuchKey to a caller allowed s3:ListBucket on the bucket, else 403 AccessDenied (S3
+    API Reference, GetObject and HeadObject: "If you don't have the s3:ListBucket
+    permission, Amazon S3 returns an HTTP status code 403"). A grant scoped by s3:prefix
+    is taken to cover the keys under that prefix, as this stack's roles assume: the
+    check's condition context is not documented."""
+    return Request("s3:ListBucket", bucket_arn(bucket), {"s3:prefix": key})
 
 
 def bucket_arn(bucket: str) -> str:
@@ -175,7 +188,9 @@ def _object_call(
         if "uploadId" in query:
             return S3Call("ListParts", [Request("s3:ListMultipartUploadParts", arn)])
         return S3Call(
-            "GetObject" if method == "GET" else "HeadObject", [_read(bucket, key, version)]
+            "GetObject" if method == "GET" else "HeadObject",
+            [_read(bucket, key, version)],
+            read_key=(bucket, key),
         )
     if method == "PUT":
         source = _copy_source(headers.get("x-amz-copy-source", ""))
