@@ -664,8 +664,8 @@ def test_sagemaker_role_is_scoped_except_for_unscopable_actions() -> None:
 
 
 S3_OBJECT_GRANTS = {
+    # The jobs read the run's staged copy, never the raw bucket (issue 41).
     "SageMakerExecutionRole": {
-        ("s3:GetObject", "RawBucket", "incoming/*"),
         ("s3:GetObject", "ArtifactsBucket", "history/*"),
         ("s3:GetObject", "ArtifactsBucket", "runs/*"),
         ("s3:PutObject", "ArtifactsBucket", "history/*"),
@@ -687,6 +687,9 @@ S3_OBJECT_GRANTS = {
         ("s3:GetObjectVersion", "RawBucket", "incoming/*"),
         ("s3:PutObject", "ArtifactsBucket", "runs/*/upload/*"),
         ("s3:AbortMultipartUpload", "ArtifactsBucket", "runs/*/upload/*"),
+        # The copy carries its retention tag (issue 41): the lifecycle rule expires it.
+        ("s3:PutObjectTagging", "ArtifactsBucket", "runs/*/upload/*"),
+        ("s3:PutObjectVersionTagging", "ArtifactsBucket", "runs/*/upload/*"),
         # The run's upload record: the upload's real key, for status and reports.
         ("s3:PutObject", "ArtifactsBucket", "runs/*/upload.json"),
     },
@@ -701,7 +704,11 @@ S3_OBJECT_GRANTS = {
         ("s3:PutObject", "ArtifactsBucket", "runs/*/registration.json"),
     },
     # Reads manifests and checks a failed job's archives; copies and writes nothing.
-    "RegisterChunkFunction": {("s3:GetObject", "ArtifactsBucket", "models/*")},
+    # And tags the archives it retires, for the lifecycle rule (issue 41).
+    "RegisterChunkFunction": {
+        ("s3:GetObject", "ArtifactsBucket", "models/*"),
+        ("s3:PutObjectTagging", "ArtifactsBucket", "models/*"),
+    },
 }
 
 

@@ -179,11 +179,16 @@ def _object_call(
     method: str, bucket: str, key: str, query: Mapping[str, str], headers: Mapping[str, str]
 ) -> S3Call:
     arn = object_arn(bucket, key)
+    version = query.get("versionId")
     for name, actions in _OBJECT_CONFIG.items():
         if name in query and method in _VERBS and actions[_VERBS[method]]:
             action = str(actions[_VERBS[method]])
+            if version and version != "null" and name == "tagging":
+                # A version's tags: s3:PutObjectVersionTagging and the like.
+                action = action.replace("ObjectTagging", "ObjectVersionTagging")
             return S3Call(action, [Request(f"s3:{action}", arn)])
-    version = query.get("versionId")
+    # An object written with tags (x-amz-tagging) needs s3:PutObjectTagging as well.
+    tagging = [Request("s3:PutObjectTagging", arn)] if "x-amz-tagging" in headers else []
     if method in ("GET", "HEAD"):
         if "uploadId" in query:
             return S3Call("ListParts", [Request("s3:ListMultipartUploadParts", arn)])
@@ -197,11 +202,11 @@ def _object_call(
         part = "uploadId" in query
         write = Request("s3:PutObject", arn)
         if source is None:
-            return S3Call("UploadPart" if part else "PutObject", [write])
-        return S3Call("UploadPartCopy" if part else "CopyObject", [_read(*source), write])
+            return S3Call("UploadPart" if part else "PutObject", [write, *tagging])
+        return S3Call("UploadPartCopy" if part else "CopyObject", [_read(*source), write, *tagging])
     if method == "POST":
         if "uploads" in query:
-            return S3Call("CreateMultipartUpload", [Request("s3:PutObject", arn)])
+            return S3Call("CreateMultipartUpload", [Request("s3:PutObject", arn), *tagging])
         if "uploadId" in query:
             return S3Call("CompleteMultipartUpload", [Request("s3:PutObject", arn)])
         if "restore" in query:
