@@ -147,22 +147,40 @@ def _expire_key(
             return {t["Key"]: t["Value"] for t in tag_set}
 
         for rule in rules:
-            if not _Filter.of(rule).matches(key, tags):
+            # Due first (a listing tells), then the filter: its tags cost a request each.
+            due = _due(rule, version, versions[index - 1] if index else None, now)
+            if due is None or not _Filter.of(rule).matches(key, tags):
                 continue
-            if version.get("IsLatest") and "Expiration" in rule:
-                days = rule["Expiration"].get("Days")
-                if days is not None and version["LastModified"] + timedelta(days=days) <= now:
-                    s3.delete_object(Bucket=bucket, Key=key)
-                    expired.append(Expired(bucket, key, None, rule["ID"]))
-                    break
-            if not version.get("IsLatest") and "NoncurrentVersionExpiration" in rule:
-                days = rule["NoncurrentVersionExpiration"]["NoncurrentDays"]
-                noncurrent_since = versions[index - 1]["LastModified"] if index else now
-                if noncurrent_since + timedelta(days=days) <= now:
-                    s3.delete_object(Bucket=bucket, Key=key, VersionId=version_id)
-                    expired.append(Expired(bucket, key, version_id, rule["ID"]))
-                    break
+            if due == "current":
+                s3.delete_object(Bucket=bucket, Key=key)
+                expired.append(Expired(bucket, key, None, rule["ID"]))
+            else:
+                s3.delete_object(Bucket=bucket, Key=key, VersionId=version_id)
+                expired.append(Expired(bucket, key, version_id, rule["ID"]))
+            break
     return expired
+
+
+def _due(
+    rule: Mapping[str, Any],
+    version: Mapping[str, Any],
+    newer: Mapping[str, Any] | None,
+    now: datetime,
+) -> str | None:
+    """Whether the rule's expiration is due for the version: "current" (expire the key),
+    "noncurrent" (delete the version), or None."""
+    if version.get("IsLatest"):
+        days = rule.get("Expiration", {}).get("Days")
+        if days is not None and version["LastModified"] + timedelta(days=days) <= now:
+            return "current"
+        return None
+    noncurrent = rule.get("NoncurrentVersionExpiration")
+    if noncurrent is None or newer is None:
+        return None
+    # Noncurrent since the next version (or delete marker) was made.
+    if newer["LastModified"] + timedelta(days=noncurrent["NoncurrentDays"]) <= now:
+        return "noncurrent"
+    return None
 
 
 class LocalLifecycle:
