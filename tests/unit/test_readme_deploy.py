@@ -65,3 +65,19 @@ def test_every_command_runs_in_samconfigs_region() -> None:
     assert DEPLOY.index(export) < first
     # And no command names another region
     assert set(re.findall(r"--region[ =](\S+)", DEPLOY)) <= {region}
+
+
+def test_the_idle_costs_name_what_the_template_bills_while_idle() -> None:
+    # The dev row counts the alarms and the dashboard the template creates ...
+    resources = TEMPLATE["Resources"].values()
+    alarms = sum(1 for r in resources if r["Type"] == "AWS::CloudWatch::Alarm")
+    numbers = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    (dev,) = re.findall(r"^\| dev .*$", DEPLOY, re.M)
+    assert f"{numbers[alarms]} alarms" in dev
+    assert sum(1 for r in resources if r["Type"] == "AWS::CloudWatch::Dashboard") == 1
+    assert "dashboard" in dev
+    # ... and the prod row prices the endpoint the template creates by default
+    (prod,) = re.findall(r"^\| prod .*$", DEPLOY, re.M)
+    parameters = TEMPLATE["Parameters"]
+    assert parameters["InferenceInstanceType"]["Default"] in prod
+    assert f"`InferenceInstanceCount` {parameters['InferenceInstanceCount']['Default']}" in prod
