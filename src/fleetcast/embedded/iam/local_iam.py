@@ -273,8 +273,9 @@ class LocalIam:
             documents,
             allows_everything(documents),
         )
-        with self._lock:
-            self._principals[access_key] = principal
+        if role is not None:  # a template role's policies never change while it runs
+            with self._lock:
+                self._principals[access_key] = principal
         return principal
 
     # -- the gateway's check ----------------------------------------------------------------
@@ -370,11 +371,12 @@ def _json(document: Any) -> str:
 
 def _moto_role_documents(role_arn: str) -> tuple[Any, ...]:
     """The inline and attached policies of a role made in moto (none if it is gone)."""
+    from moto.iam.exceptions import NotFoundException
     from moto.iam.models import iam_backends
 
     try:
         role = iam_backends[ACCOUNT_ID]["aws"].get_role_by_arn(role_arn)
-    except Exception:  # moto's NotFoundException: the role was deleted since
+    except NotFoundException:  # deleted since the session was taken
         return ()
     inline = [json.loads(document) for document in role.policies.values()]
     attached = []
