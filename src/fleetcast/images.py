@@ -11,7 +11,13 @@ reads them as template parameters.
   the repository is not built again.
 - ``docker build`` runs from the repository root (the images copy ``layers/common`` and
   ``requirements/lock.txt``), for linux/amd64 (the ml.* instances), with BuildKit so each
-  image's ``Dockerfile.dockerignore`` applies.
+  image's ``Dockerfile.dockerignore`` applies, and pushes what it built itself.
+- SageMaker takes only a single-platform Docker image manifest (schema 2): it refuses an
+  OCI manifest or an image index ("Unsupported manifest media type"), which is what
+  Docker Engine 29's containerd image store pushes by default, with provenance
+  attestations. So the build asks for no attestation and Docker media types, and every
+  image's manifest in ECR (built now or before) is read back and checked before
+  samconfig.toml names it.
 - ``--dry-run`` only reads: it prints the docker commands and the samconfig.toml change.
 """
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
 import shlex
 import subprocess
@@ -45,6 +52,8 @@ PARAMETERS = {
 # What the images copy: a change here makes a new image.
 IMAGE_INPUTS = ("containers", "layers/common", "requirements/lock.txt")
 PLATFORM = "linux/amd64"
+# The one manifest media type SageMaker's CreateModel and job APIs take.
+DOCKER_MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 
 
 class ImagesError(Exception):
@@ -124,11 +133,19 @@ def registry_login(ecr: Any) -> tuple[str, str, str]:
 
 
 def build_command(docker: str, image: Image) -> list[str]:
+    """Build and push in one: BuildKit's registry exporter with Docker media types and
+    no provenance or SBOM attestation, so the tag names a single-platform Docker v2
+    manifest whichever image store the engine uses (pushing from the containerd store
+    afterwards would push its OCI index)."""
     return [
         docker,
         "build",
         "--platform",
         PLATFORM,
+        "--provenance=false",
+        "--sbom=false",
+        "--output",
+        "type=registry,oci-mediatypes=false",
         "--file",
         image.dockerfile,
         "--tag",
@@ -137,8 +154,24 @@ def build_command(docker: str, image: Image) -> list[str]:
     ]
 
 
-def push_command(docker: str, image: Image) -> list[str]:
-    return [docker, "push", image.uri]
+def inspect_command(docker: str, image: Image) -> list[str]:
+    """The manifest the registry holds for the tag, as it holds it."""
+    return [docker, "buildx", "imagetools", "inspect", "--raw", image.uri]
+
+
+def manifest_problem(manifest_text: str) -> str | None:
+    """Why SageMaker would refuse the image of this manifest, or None."""
+    try:
+        manifest = json.loads(manifest_text)
+    except json.JSONDecodeError:
+        return "its manifest could not be read"
+    media_type = manifest.get("mediaType") if isinstance(manifest, dict) else None
+    if media_type == DOCKER_MANIFEST_V2:
+        return None
+    return (
+        f"its manifest's media type is {media_type or 'not given (an OCI manifest)'}; "
+        f"SageMaker takes only {DOCKER_MANIFEST_V2} (one platform, no attestations)"
+    )
 
 
 def login_command(docker: str, registry: str, user: str) -> list[str]:
@@ -146,7 +179,7 @@ def login_command(docker: str, registry: str, user: str) -> list[str]:
     return [docker, "login", "--username", user, "--password-stdin", registry]
 
 
-def _run(command: list[str], root: Path, stdin: str | None = None) -> None:
+def _run(command: list[str], root: Path, stdin: str | None = None, *, capture: bool = False) -> str:
     print(f"$ {shlex.join(command)}", flush=True)
     result = subprocess.run(
         command,
@@ -154,10 +187,12 @@ def _run(command: list[str], root: Path, stdin: str | None = None) -> None:
         input=stdin,
         text=True,
         env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        stdout=subprocess.PIPE if capture else None,
         check=False,
     )
     if result.returncode != 0:
         raise ImagesError(f"`{shlex.join(command[:2])}` failed with exit code {result.returncode}")
+    return result.stdout or ""
 
 
 # ---------------------------------------------------------------- samconfig.toml
@@ -268,19 +303,33 @@ def publish_images(
     for image in images:
         if image not in to_build:
             print(f"{image.uri} is in ECR already: not built again")
-    if to_build:
-        if dry_run:
-            registry = f"https://{to_build[0].repository_uri.split('/', 1)[0]}"
-            print(f"$ {shlex.join(login_command(docker, registry, 'AWS'))}")
-        else:
-            registry, user, password = registry_login(ecr)
-            _run(login_command(docker, registry, user), root, stdin=password)
+    # Logged in for the builds' pushes and for reading every manifest back.
+    if dry_run:
+        registry = f"https://{images[0].repository_uri.split('/', 1)[0]}"
+        print(f"$ {shlex.join(login_command(docker, registry, 'AWS'))}")
+    else:
+        registry, user, password = registry_login(ecr)
+        _run(login_command(docker, registry, user), root, stdin=password)
     for image in to_build:
-        for command in (build_command(docker, image), push_command(docker, image)):
-            if dry_run:
-                print(f"$ {shlex.join(command)}")
-            else:
-                _run(command, root)
+        if dry_run:
+            print(f"$ {shlex.join(build_command(docker, image))}")
+        else:
+            _run(build_command(docker, image), root)
+    refused = []
+    for image in images:
+        if dry_run:
+            print(f"$ {shlex.join(inspect_command(docker, image))}")
+            continue
+        problem = manifest_problem(_run(inspect_command(docker, image), root, capture=True))
+        if problem:
+            refused.append(f"{image.uri}: {problem}")
+    if refused:
+        raise ImagesError(
+            "SageMaker would refuse these images, so samconfig.toml is left as it was:\n  "
+            + "\n  ".join(refused)
+            + "\nbuild them again with a new --tag (the repositories' tags are immutable) "
+            "using `docker build --provenance=false --output type=registry,oci-mediatypes=false`"
+        )
 
     uris = {PARAMETERS[i.family]: i.uri for i in images}
     if dry_run:

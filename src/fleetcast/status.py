@@ -201,11 +201,17 @@ def describe_job(sagemaker: Any, stage: Stage, job_name: str) -> StageJob | None
     instances: Any = described
     for field in stage.instance_count_path:
         instances = instances.get(field, {}) if isinstance(instances, dict) else {}
+    status = described[stage.status_field]
+    # A processing container's own words are its ExitMessage; SageMaker's FailureReason
+    # for a container that exited non-zero is generic ("AlgorithmError: See job logs").
+    failure = (described.get("ExitMessage") if status == "Failed" else None) or described.get(
+        "FailureReason"
+    )
     return StageJob(
         name=described[stage.name_field],
-        status=described[stage.status_field],
+        status=status,
         secondary_status=described.get("SecondaryStatus"),
-        failure=described.get("FailureReason") or None,
+        failure=failure or None,
         instances=instances if isinstance(instances, int) else None,
         created_at=described.get("CreationTime"),
         started_at=described.get(stage.start_time_field),

@@ -228,6 +228,13 @@ def test_a_file_missing_columns_fails_processing_with_a_clear_reason_and_trains_
         and "consumption" in status.job(PROCESSING).failure
     )
     assert status.job(TRAINING).name is None
+    # And SageMaker reports it as on AWS: the container's words as the job's ExitMessage,
+    # its own generic FailureReason (issue 41)
+    described = stack.client("sagemaker").describe_processing_job(
+        ProcessingJobName=status.job(PROCESSING).name
+    )
+    assert described["ExitMessage"] == status.job(PROCESSING).failure
+    assert described["FailureReason"] == "AlgorithmError: See job logs for more information"
 
 
 def test_a_mixed_file_processes_good_rows_and_reports_every_bad_one(stack: EmbeddedStack) -> None:

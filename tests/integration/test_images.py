@@ -31,16 +31,42 @@ PULLING_ROLE = {
 }
 
 
+DOCKER_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+# What Docker Engine 29's containerd image store pushes by default: an OCI index holding
+# the image and its provenance attestation.
+OCI_INDEX = {
+    "schemaVersion": 2,
+    "mediaType": "application/vnd.oci.image.index.v1+json",
+    "manifests": [
+        {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "platform": {"architecture": "amd64", "os": "linux"},
+        },
+        {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "platform": {"architecture": "unknown", "os": "unknown"},
+            "annotations": {"vnd.docker.reference.type": "attestation-manifest"},
+        },
+    ],
+}
+
+
 @pytest.fixture
 def docker(tmp_path: Path) -> dict[str, Path]:
-    """A stand-in docker client: one line per call, "<cwd> <args>"; login's stdin apart."""
+    """A stand-in docker client: one line per call, "<cwd> <args>"; login's stdin apart;
+    ``buildx imagetools inspect --raw`` prints the manifest file (a Docker v2 manifest
+    unless a test writes another)."""
     log, password = tmp_path / "docker.log", tmp_path / "docker.password"
+    manifest = tmp_path / "docker.manifest"
+    manifest.write_text(json.dumps({"schemaVersion": 2, "mediaType": DOCKER_V2}))
     script = tmp_path / "docker"
     script.write_text(
-        f'#!/bin/sh\necho "$(pwd) $*" >> {log}\nif [ "$1" = login ]; then cat > {password}; fi\n'
+        f'#!/bin/sh\necho "$(pwd) $*" >> {log}\n'
+        f'if [ "$1" = login ]; then cat > {password}; fi\n'
+        f'if [ "$1 $2 $3" = "buildx imagetools inspect" ]; then cat {manifest}; fi\n'
     )
     script.chmod(0o755)
-    return {"client": script, "log": log, "password": password}
+    return {"client": script, "log": log, "password": password, "manifest": manifest}
 
 
 @pytest.fixture
@@ -96,7 +122,8 @@ def test_images_creates_the_repositories_pushes_and_writes_the_uris(
         assert repository["imageTagMutability"] == "IMMUTABLE"
         assert repository["imageScanningConfiguration"] == {"scanOnPush": True}
     # And docker logged in with ECR's token on stdin, then built and pushed each image
-    # from the repository root
+    # from the repository root, as one platform's Docker v2 manifest without attestations,
+    # then read each manifest back
     token = ecr.get_authorization_token()["authorizationData"][0]
     login, *builds = _calls(docker)
     assert login == [
@@ -118,6 +145,10 @@ def test_images_creates_the_repositories_pushes_and_writes_the_uris(
                 "build",
                 "--platform",
                 "linux/amd64",
+                "--provenance=false",
+                "--sbom=false",
+                "--output",
+                "type=registry,oci-mediatypes=false",
                 "--file",
                 dockerfile,
                 "--tag",
@@ -125,7 +156,9 @@ def test_images_creates_the_repositories_pushes_and_writes_the_uris(
                 ".",
             ]
         )
-        expected.append([str(REPO_ROOT), "push", uri])
+    for family in images.FAMILIES:
+        uri = f"{REGISTRY}/fleetcast-{family}:abc1234"
+        expected.append([str(REPO_ROOT), "buildx", "imagetools", "inspect", "--raw", uri])
     assert builds == expected
     # And samconfig's default environment names the images; nothing else changed
     after = tomllib.loads(samconfig.read_text())
@@ -184,9 +217,12 @@ def test_an_image_already_in_ecr_is_not_built_again(
     )
     # When the images are published with that tag
     assert _publish(samconfig, docker, "--tag", "again12") == 0
-    # Then only the other two are built, and all three URIs are written
-    built = {call[5] for call in _calls(docker) if call[1] == "build"}
+    # Then only the other two are built, all three manifests are checked, and all three
+    # URIs are written
+    built = {call[call.index("--file") + 1] for call in _calls(docker) if call[1] == "build"}
     assert built == {"containers/training/Dockerfile", "containers/inference/Dockerfile"}
+    inspected = {c[-1] for c in _calls(docker) if c[1:4] == ["buildx", "imagetools", "inspect"]}
+    assert inspected == {f"{REGISTRY}/fleetcast-{family}:again12" for family in images.FAMILIES}
     assert _overrides(samconfig, "default")["ProcessingImageUri"].endswith(
         "/fleetcast-processing:again12"
     )
@@ -206,10 +242,11 @@ def test_dry_run_only_reads(
     printed = capsys.readouterr().out
     uri = f"{ACCOUNT}.dkr.ecr.eu-west-1.amazonaws.com/fleetcast-training:dry1234"
     assert (
-        f"build --platform linux/amd64 --file containers/training/Dockerfile --tag {uri} ."
-        in printed
+        "build --platform linux/amd64 --provenance=false --sbom=false "
+        "--output type=registry,oci-mediatypes=false "
+        f"--file containers/training/Dockerfile --tag {uri} ." in printed
     )
-    assert f"push {uri}" in printed
+    assert f"buildx imagetools inspect --raw {uri}" in printed
     assert f"TrainingImageUri={uri}" in printed
     assert _calls(docker) == []
     assert (
@@ -264,3 +301,41 @@ def test_a_tag_that_makes_no_ecr_uri_is_refused_before_any_build(
     assert "must be an ECR image URI with a tag or digest" in capsys.readouterr().err
     assert _calls(docker) == []
     assert samconfig.read_text() == committed
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        OCI_INDEX,
+        {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"},
+        # An OCI manifest may leave its media type out.
+        {"schemaVersion": 2, "config": {"mediaType": "application/vnd.oci.image.config.v1+json"}},
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.list.v2+json",
+        },
+    ],
+    ids=["oci-index-with-attestation", "oci-manifest", "oci-manifest-untyped", "docker-list"],
+)
+def test_an_image_sagemaker_would_refuse_is_never_written_to_samconfig(
+    aws_env: str,
+    samconfig: Path,
+    docker: dict[str, Path],
+    manifest: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a registry that holds what an engine with the containerd image store pushed
+    committed = samconfig.read_text()
+    docker["manifest"].write_text(json.dumps(manifest))
+    # When the images are published
+    assert _publish(samconfig, docker, "--tag", "oci1234") == 2
+    # Then each image's manifest was read back, samconfig.toml is unchanged, and the user
+    # is told why and what to do
+    inspected = [c[-1] for c in _calls(docker) if c[1:4] == ["buildx", "imagetools", "inspect"]]
+    assert len(inspected) == len(images.FAMILIES)
+    assert samconfig.read_text() == committed
+    error = capsys.readouterr().err
+    assert "SageMaker would refuse" in error
+    assert f"{REGISTRY}/fleetcast-training:oci1234" in error
+    assert DOCKER_V2 in error
+    assert "new --tag" in error

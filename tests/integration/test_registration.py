@@ -7,7 +7,7 @@ import io
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,7 +18,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from model_helpers import chosen
 from rich.console import Console
 from shard_helpers import processing_summary_json
+from template_helpers import load_template
 
+from fleetcast.embedded.lifecycle import expire, lifecycle_rules
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
 from fleetcast.embedded.template import LocalTemplate
@@ -447,6 +449,63 @@ def test_an_older_run_finishing_late_is_superseded(world: dict[str, Any]) -> Non
     assert live is not None and live.run_id == RUN_1 and live.model_version == 1
     superseded = world["registry"].model("a", RUN_0)
     assert superseded is not None and superseded.status is ModelStatus.SUPERSEDED
+
+
+RUN_4 = "q0000000912-20261129t130000"
+
+
+def test_archives_the_registry_cannot_serve_or_roll_back_to_expire(
+    world: dict[str, Any],
+) -> None:
+    # Issue 41: every run's archives were kept for ever. Given the artifacts bucket as the
+    # template makes it (versioned, with its lifecycle rules)
+    s3, bucket = world["s3"], world["bucket"]
+    properties = load_template()["Resources"]["ArtifactsBucket"]["Properties"]
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    rules = lifecycle_rules(properties["LifecycleConfiguration"])
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": rules})
+
+    def archive(run_id: str, customer_id: str) -> str:
+        return layout.checkpoint_prefix(run_id) + f"{customer_id}.tar.gz"
+
+    # When a goes live three times (0, 1, then 3), run 2 finishes after run 3 (superseded,
+    # a and b), and run 4's model for a is clearly worse (rejected)
+    for run_id, outcomes in (
+        (RUN_0, {"a": GOOD}),
+        (RUN_1, {"a": GOOD}),
+        (RUN_3, {"a": GOOD, "b": GOOD}),
+        (RUN_2, {"a": GOOD, "b": GOOD}),
+        (RUN_4, {"a": BAD}),
+    ):
+        trained(s3, bucket, run_id, outcomes)
+        register(world, run_id)
+    live = world["registry"].live("a")
+    assert live is not None and (live.run_id, live.model_version) == (RUN_3, 3)
+    # Then the live models and a's previous one (what it can be rolled back to) are kept
+    assert live.previous_model_s3_uri == f"s3://{bucket}/{archive(RUN_1, 'a')}"
+    kept = {archive(RUN_3, "a"), archive(RUN_3, "b"), archive(RUN_1, "a")}
+    # And the rest are tagged retired: the one two promotions old, the superseded and the
+    # rejected ones
+    retired = {archive(RUN_0, "a"), archive(RUN_2, "a"), archive(RUN_2, "b"), archive(RUN_4, "a")}
+    for key in kept | retired:
+        tags = s3.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]
+        expected = [{"Key": layout.RETENTION_TAG, "Value": layout.RETIRED_MODEL_RETENTION}]
+        assert tags == (expected if key in retired else []), key
+    # And the bucket's rule expires exactly those, once their days are up
+    days = next(
+        r["ExpirationInDays"]
+        for r in properties["LifecycleConfiguration"]["Rules"]
+        if r["Id"] == "ExpireRetiredModels"
+    )
+    now = datetime.now(UTC)
+    assert expire(s3, bucket, now + timedelta(days=days - 1)) == []
+    expired = expire(s3, bucket, now + timedelta(days=days, minutes=1))
+    assert {e.key for e in expired} == retired
+    assert {e.rule for e in expired} == {"ExpireRetiredModels"}
+    listed = set(_keys(world, layout.MODELS_PREFIX))
+    assert kept <= listed and not retired & listed
+    # (manifests and pages are no archives: untouched)
+    assert layout.checkpoint_prefix(RUN_0) + "manifest-algo-1.json" in listed
 
 
 def test_a_promotion_decided_on_a_stale_read_is_refused(world: dict[str, Any]) -> None:

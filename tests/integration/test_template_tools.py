@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -426,3 +427,45 @@ def test_sam_build_builds_every_function_and_the_layer(repo_copy: Path, tmp_path
         assert imported["module"] == str(build / function / "app.py"), imported
         assert imported["fleetcast_common"].startswith(str(layer)), imported
         assert imported["powertools"].startswith(str(layer)), imported
+
+
+# Services the deployer needs beyond the stack's own resources, each for a README step.
+DEPLOYER_SERVICES_OUTSIDE_THE_STACK = {"ecr", "ses"}
+
+
+def test_the_readme_lists_every_service_the_stack_creates_resources_in(
+    transformed: dict[str, Any],
+) -> None:
+    # Issue 41: the list left out Glue and CloudWatch Logs, so a deployer limited to it
+    # failed. The services are those of every resource type `sam deploy` creates, after
+    # the transform (a Serverless::Function is a Lambda function and an IAM role ...).
+    readme = (REPO_ROOT / "README.md").read_text()
+    start = readme.index("- **AWS credentials**", readme.index("## Deploy to AWS"))
+    bullet = readme[start : readme.index("\n- **", start + 1)]
+    in_stack, _, outside = bullet.partition("Outside the stack")
+    listed = set(re.findall(r"\(`([a-z0-9-]+)`", in_stack))
+    created = {kind.split("::")[1].lower() for kind in _types(transformed)}
+    # CloudFormation prefixes: AWS::ApiGateway -> apigateway, AWS::Events -> events ...
+    assert listed == created | {"cloudformation"}
+    assert set(re.findall(r"\(`([a-z0-9-]+)`", outside)) == DEPLOYER_SERVICES_OUTSIDE_THE_STACK
+
+
+def _types(template: dict[str, Any]) -> set[str]:
+    return {resource["Type"] for resource in template["Resources"].values()}
+
+
+def test_api_gateway_has_only_the_v1_stage(transformed: dict[str, Any]) -> None:
+    # Issue 41: without OpenApiVersion SAM's deployment also made a stage named "Stage",
+    # outside the usage plan, that answers 403 to everyone.
+    resources = transformed["Resources"]
+    stages = [
+        r["Properties"]["StageName"]
+        for r in resources.values()
+        if r["Type"] == "AWS::ApiGateway::Stage"
+    ]
+    assert stages == ["v1"]
+    deployments = [
+        r["Properties"] for r in resources.values() if r["Type"] == "AWS::ApiGateway::Deployment"
+    ]
+    assert deployments
+    assert all("StageName" not in deployment for deployment in deployments)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from forecast_api_helpers import load_forecast_api
-from template_helpers import local_template
+from template_helpers import REPO_ROOT, local_template
 
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS, ParameterError, validate
 from fleetcast_common.forecast_endpoint import ForecastEndpoint
@@ -37,6 +38,13 @@ DECLARED: dict[str, dict[str, Any]] = FIRST_DEPLOY.body["Resources"]
 SERVING = {"ForecastModel", "ForecastEndpointConfig", "ForecastEndpoint"}
 IMAGE_PARAMETERS = ("ProcessingImageUri", "TrainingImageUri", "InferenceImageUri")
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+
+
+def samconfig_overrides(environment: str) -> dict[str, str]:
+    pairs = tomllib.loads((REPO_ROOT / "samconfig.toml").read_text())[environment]["deploy"][
+        "parameters"
+    ]["parameter_overrides"]
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def references(value: Any, condition: str | None = None) -> Iterator[tuple[str, str | None]]:
@@ -90,6 +98,22 @@ def test_the_endpoint_comes_with_its_image_unless_declined(
         {**ADDRESSES, **LOCAL_IMAGE_PARAMETERS, "CreateEndpoint": create_endpoint}
     )
     assert set(stack.resources) >= SERVING if created else SERVING.isdisjoint(stack.resources)
+
+
+@pytest.mark.parametrize(("environment", "created"), [("default", False), ("prod", True)])
+def test_the_dev_environment_has_no_endpoint_even_with_its_images(
+    environment: str, created: bool
+) -> None:
+    # Given samconfig.toml's environment, its images pushed (issue 41: the "cheap dev
+    # stack" ran an ml.c5.xlarge endpoint around the clock)
+    overrides = samconfig_overrides(environment)
+    stack = local_template({**ADDRESSES, **overrides, **LOCAL_IMAGE_PARAMETERS})
+    # Then only prod gets an endpoint
+    assert set(stack.resources) >= SERVING if created else SERVING.isdisjoint(stack.resources)
+    if not created:
+        # And the forecast route says how to turn it on
+        with pytest.raises(NoEndpointError, match=r"CreateEndpoint=true.*samconfig\.toml"):
+            ForecastEndpoint(runtime=None, endpoint_name="").forecast("42/r.tar.gz", 7)
 
 
 def test_nothing_refers_to_the_endpoint_where_it_may_not_exist() -> None:

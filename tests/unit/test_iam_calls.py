@@ -154,6 +154,37 @@ ARTIFACTS = "arn:aws:s3:::artifacts"
         ),
         ("list_buckets", {}, [("s3:ListAllMyBuckets", "*")]),
         ("get_bucket_versioning", {"Bucket": "artifacts"}, [("s3:GetBucketVersioning", ARTIFACTS)]),
+        # Written with tags: s3:PutObjectTagging too (S3 API Reference, PutObject)
+        (
+            "copy_object",
+            {
+                "Bucket": "artifacts",
+                "Key": "runs/r/upload/u.csv",
+                "CopySource": {"Bucket": "raw", "Key": "incoming/x.csv"},
+                "Tagging": "fleetcast-retention=staged-upload",
+                "TaggingDirective": "REPLACE",
+            },
+            [
+                ("s3:GetObject", "arn:aws:s3:::raw/incoming/x.csv"),
+                ("s3:PutObject", f"{ARTIFACTS}/runs/r/upload/u.csv"),
+                ("s3:PutObjectTagging", f"{ARTIFACTS}/runs/r/upload/u.csv"),
+            ],
+        ),
+        (
+            "create_multipart_upload",
+            {"Bucket": "artifacts", "Key": "t", "Tagging": "a=b"},
+            [("s3:PutObject", f"{ARTIFACTS}/t"), ("s3:PutObjectTagging", f"{ARTIFACTS}/t")],
+        ),
+        (
+            "put_object_tagging",
+            {"Bucket": "artifacts", "Key": "models/r/a.tar.gz", "Tagging": {"TagSet": []}},
+            [("s3:PutObjectTagging", f"{ARTIFACTS}/models/r/a.tar.gz")],
+        ),
+        (
+            "put_object_tagging",
+            {"Bucket": "artifacts", "Key": "t", "VersionId": "v", "Tagging": {"TagSet": []}},
+            [("s3:PutObjectVersionTagging", f"{ARTIFACTS}/t")],
+        ),
     ],
 )
 def test_s3_operations(

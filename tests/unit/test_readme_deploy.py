@@ -4,6 +4,7 @@ outputs, resources and commands that exist."""
 from __future__ import annotations
 
 import re
+import tomllib
 
 from template_helpers import REPO_ROOT, load_template
 
@@ -39,3 +40,44 @@ def test_the_make_targets_and_repositories_it_names_exist() -> None:
         assert re.search(rf"^{target}:", makefile, re.M), target
     for family in re.findall(r"fleetcast-(processing|training|inference)", DEPLOY):
         assert (REPO_ROOT / "containers" / family / "Dockerfile").is_file()
+
+
+def test_every_command_runs_in_samconfigs_region() -> None:
+    # Issue 41: the stack went to samconfig's region, the AWS CLI steps to the profile's,
+    # and answered "Stack ... does not exist" for anyone whose default is another.
+    samconfig = tomllib.loads((REPO_ROOT / "samconfig.toml").read_text())
+    regions = {samconfig[env]["global"]["parameters"]["region"] for env in ("default", "prod")}
+    (region,) = regions
+    # The walk-through exports that region for the AWS CLI (v2 reads AWS_REGION, v1 and
+    # boto3 AWS_DEFAULT_REGION) ...
+    (export,) = re.findall(r"^export AWS_REGION=.*$", DEPLOY, re.M)
+    assert re.findall(r"\b(AWS_REGION|AWS_DEFAULT_REGION)=(\S+)", export) == [
+        ("AWS_REGION", region),
+        ("AWS_DEFAULT_REGION", region),
+    ]
+    # ... before any command that would otherwise use the profile's region
+    first = min(
+        match.start()
+        for match in re.finditer(
+            r"^(?:\S+=\$\(|\S+\(\) \{ )?(aws |\.venv/bin/fleetcast )", DEPLOY, re.M
+        )
+    )
+    assert DEPLOY.index(export) < first
+    # And no command names another region
+    assert set(re.findall(r"--region[ =](\S+)", DEPLOY)) <= {region}
+
+
+def test_the_idle_costs_name_what_the_template_bills_while_idle() -> None:
+    # The dev row counts the alarms and the dashboard the template creates ...
+    resources = TEMPLATE["Resources"].values()
+    alarms = sum(1 for r in resources if r["Type"] == "AWS::CloudWatch::Alarm")
+    numbers = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    (dev,) = re.findall(r"^\| dev .*$", DEPLOY, re.M)
+    assert f"{numbers[alarms]} alarms" in dev
+    assert sum(1 for r in resources if r["Type"] == "AWS::CloudWatch::Dashboard") == 1
+    assert "dashboard" in dev
+    # ... and the prod row prices the endpoint the template creates by default
+    (prod,) = re.findall(r"^\| prod .*$", DEPLOY, re.M)
+    parameters = TEMPLATE["Parameters"]
+    assert parameters["InferenceInstanceType"]["Default"] in prod
+    assert f"`InferenceInstanceCount` {parameters['InferenceInstanceCount']['Default']}" in prod

@@ -23,6 +23,7 @@ from aws_lambda_powertools.utilities.parser.models import (
 from pydantic import BaseModel, ValidationError
 from template_helpers import REPO_ROOT, loads_template, local_template
 
+from fleetcast import images
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast_common import chunk_queue
 from fleetcast_common.forecasting import ForecastApiSettings
@@ -664,8 +665,8 @@ def test_sagemaker_role_is_scoped_except_for_unscopable_actions() -> None:
 
 
 S3_OBJECT_GRANTS = {
+    # The jobs read the run's staged copy, never the raw bucket (issue 41).
     "SageMakerExecutionRole": {
-        ("s3:GetObject", "RawBucket", "incoming/*"),
         ("s3:GetObject", "ArtifactsBucket", "history/*"),
         ("s3:GetObject", "ArtifactsBucket", "runs/*"),
         ("s3:PutObject", "ArtifactsBucket", "history/*"),
@@ -687,6 +688,9 @@ S3_OBJECT_GRANTS = {
         ("s3:GetObjectVersion", "RawBucket", "incoming/*"),
         ("s3:PutObject", "ArtifactsBucket", "runs/*/upload/*"),
         ("s3:AbortMultipartUpload", "ArtifactsBucket", "runs/*/upload/*"),
+        # The copy carries its retention tag (issue 41): the lifecycle rule expires it.
+        ("s3:PutObjectTagging", "ArtifactsBucket", "runs/*/upload/*"),
+        ("s3:PutObjectVersionTagging", "ArtifactsBucket", "runs/*/upload/*"),
         # The run's upload record: the upload's real key, for status and reports.
         ("s3:PutObject", "ArtifactsBucket", "runs/*/upload.json"),
     },
@@ -701,7 +705,11 @@ S3_OBJECT_GRANTS = {
         ("s3:PutObject", "ArtifactsBucket", "runs/*/registration.json"),
     },
     # Reads manifests and checks a failed job's archives; copies and writes nothing.
-    "RegisterChunkFunction": {("s3:GetObject", "ArtifactsBucket", "models/*")},
+    # And tags the archives it retires, for the lifecycle rule (issue 41).
+    "RegisterChunkFunction": {
+        ("s3:GetObject", "ArtifactsBucket", "models/*"),
+        ("s3:PutObjectTagging", "ArtifactsBucket", "models/*"),
+    },
 }
 
 
@@ -810,7 +818,8 @@ def test_registration_chunks_reach_their_function_like_an_event_source_mapping()
     assert redrive["deadLetterTargetArn"] == {
         "Fn::GetAtt": ["RegistrationChunksDeadLetterQueue", "Arn"]
     }
-    assert 2 <= redrive["maxReceiveCount"] <= 5
+    # (at least 5, as Lambda's SQS event source guide advises: issue 41)
+    assert 5 <= redrive["maxReceiveCount"] <= 10
     # (fleetcast status and the re-drive know the queues and the count by these)
     assert redrive["maxReceiveCount"] == chunk_queue.MAX_RECEIVES
     assert resolve(queue["QueueName"]) == chunk_queue.QUEUE_NAME.format(prefix="fleetcast")
@@ -1201,6 +1210,23 @@ def test_samconfig_environments_are_separate_stacks_with_separate_names() -> Non
     assert _overrides("default")["JobNamePrefix"] != prod["JobNamePrefix"]
 
 
+@pytest.mark.parametrize("environment", ["default", "prod"])
+def test_every_sam_command_finds_the_stack_in_samconfigs_region(environment: str) -> None:
+    # Issue 41: the region was a deploy parameter only, so `sam delete` (and the AWS CLI
+    # steps) looked in the profile's region and found no stack.
+    config = SAMCONFIG[environment]
+    region = config["global"]["parameters"]["region"]
+    assert re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region)
+    # Nowhere does a command's own table name another one
+    assert [
+        command
+        for command, table in config.items()
+        if command != "global" and "region" in table.get("parameters", {})
+    ] == []
+    # And `fleetcast images` pushes to that region's ECR by default
+    assert images.samconfig_region(REPO_ROOT / "samconfig.toml", environment) == region
+
+
 # ---------------------------------------------------------------- template_helpers
 
 
@@ -1330,7 +1356,7 @@ def test_failure_rules_publish_to_the_topic_and_only_they_and_alarms_may() -> No
         (target,) = RESOURCES[rule]["Properties"]["Targets"]
         assert target["Arn"] == {"Ref": "AlarmTopic"}
         # The message names the job, its status and SageMaker's reason.
-        assert set(target["InputTransformer"]["InputPathsMap"]) == {"job", "status", "reason"}
+        assert {"job", "status", "reason"} <= set(target["InputTransformer"]["InputPathsMap"])
     policy = RESOURCES["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]
     principals = {s["Principal"]["Service"]: s for s in policy["Statement"]}
     assert set(principals) == {"events.amazonaws.com", "cloudwatch.amazonaws.com"}
@@ -1339,6 +1365,42 @@ def test_failure_rules_publish_to_the_topic_and_only_they_and_alarms_may() -> No
         assert statement["Condition"], "a service principal without a source condition"
     allowed = principals["events.amazonaws.com"]["Condition"]["ArnEquals"]["aws:SourceArn"]
     assert allowed == [{"Fn::GetAtt": [rule, "Arn"]} for rule in FAILURE_RULES]
+
+
+def transformed_input(transformer: dict[str, Any], event: dict[str, Any]) -> Any:
+    """What EventBridge sends the target: each <name> of InputTemplate replaced by its
+    InputPathsMap path's value in the event (dot notation only, as the rules use)."""
+    values = {}
+    for name, path in transformer["InputPathsMap"].items():
+        value: Any = event
+        for part in path.removeprefix("$.").split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        values[name] = value
+    text = re.sub(
+        r"<([\w.-]+)>", lambda m: str(values[m.group(1)] or ""), transformer["InputTemplate"]
+    )
+    return json.loads(text)
+
+
+def test_a_failed_processing_jobs_message_carries_the_containers_own_words() -> None:
+    # Issue 41: SageMaker surfaces the container's /opt/ml/output/message as the job's
+    # ExitMessage; its FailureReason is generic. The notification mapped only the latter.
+    # Given the event of a processing job whose container said why it failed
+    event = sample("processing_job_failed.json")
+    detail = event["detail"]
+    assert detail["FailureReason"] == "AlgorithmError: See job logs for more information"
+    (target,) = RESOURCES["ProcessingJobFailedRule"]["Properties"]["Targets"]
+    # When the rule transforms it for the alarm topic
+    message = transformed_input(target["InputTransformer"], event)
+    # Then the e-mail says what the container said, SageMaker's reason and where the logs are
+    assert detail["ExitMessage"] in message
+    assert detail["FailureReason"] in message
+    assert f"{detail['ProcessingJobName']} ended Failed" in message
+    assert "/aws/sagemaker/ProcessingJobs" in message
+    # And a job that ended without a message (stopped) still makes a message
+    del detail["ExitMessage"]
+    detail["ProcessingJobStatus"] = "Stopped"
+    assert "ended Stopped" in transformed_input(target["InputTransformer"], event)
 
 
 @pytest.mark.parametrize(

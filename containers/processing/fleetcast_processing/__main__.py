@@ -3,7 +3,7 @@
 
 Exit code 0 when the upload was processed, 1 when it was not; either way a one-paragraph
 message for people goes to the message file (SageMaker shows its first 1 KB as the job's
-exit message or FailureReason) and to stderr.
+ExitMessage, failed or not; a failed job's FailureReason is SageMaker's own) and to stderr.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ class UnusableInputError(Exception):
     """The upload (or a stored history file) cannot be processed at all.
 
     The message is written for the person who uploaded the file: it becomes the job's
-    FailureReason, so it says what is wrong and, where it can, how to fix it.
+    ExitMessage (SageMaker's FailureReason for it is generic), so it says what is wrong
+    and, where it can, how to fix it.
     """
 
 

@@ -29,7 +29,7 @@ BYTES_PER_REQUEST = 1_048_576
 # test holds them to the template.
 QUEUE_NAME = "{prefix}-registration-chunks"
 DEAD_LETTER_QUEUE_NAME = "{prefix}-registration-chunks-dlq"
-MAX_RECEIVES = 3
+MAX_RECEIVES = 5
 
 
 class ChunkMessage(SqsRecordModel):

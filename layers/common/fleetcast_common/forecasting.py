@@ -229,7 +229,9 @@ class NoEndpointError(ForecastError):
         super().__init__(
             "this stack has no forecast endpoint yet: push the inference image "
             "(`make images`) and deploy again with InferenceImageUri set and "
-            "CreateEndpoint=true; GET /customers/{customer_id}/model works meanwhile"
+            "CreateEndpoint=true (samconfig.toml's dev environment sets "
+            "CreateEndpoint=false: an endpoint bills its instances by the hour); "
+            "GET /customers/{customer_id}/model works meanwhile"
         )
 
 

@@ -287,7 +287,12 @@ def _stage_upload(s3: Any, settings: ProcessingSettings, waiting: WaitingUpload)
     upload = waiting.upload
     staged_key = layout.staged_upload_key(waiting.run_id, upload.key)
     source = {"Bucket": upload.bucket, "Key": upload.key}
-    extra: dict[str, str] = {}
+    # Tagged for the bucket's lifecycle rule, which expires the copy once its run is
+    # surely over (the upload itself stays in the raw bucket).
+    extra: dict[str, str] = {
+        "Tagging": layout.retention_tagging(layout.STAGED_UPLOAD_RETENTION),
+        "TaggingDirective": "REPLACE",
+    }
     if upload.version_id:
         source["VersionId"] = upload.version_id
     elif upload.etag:

@@ -38,6 +38,7 @@ from fleetcast_common.processing_report import customers_sent
 from fleetcast_common.promotion import CustomerRegistration, decide_all, model_record
 from fleetcast_common.registry import (
     ChunkCounts,
+    CustomerState,
     ModelRecord,
     ModelRegistry,
     ModelStatus,
@@ -213,8 +214,9 @@ def _beside_manifest(s3: Any, bucket: str, key: str, name_of: Callable[[str], st
     ``name_of`` from the instance's host)."""
     prefix = key.removesuffix(posixpath.basename(key))
     beside = prefix + name_of(host_of_manifest(posixpath.basename(key)))
-    # Only a missing key is "not written" (the role may list models/, so S3 answers 404);
-    # AccessDenied is a grant missing, and fails as it is.
+    # Only a missing key is "not written": register-chunk's role may list models/ (the
+    # template grants s3:ListBucket there), so S3 answers 404; AccessDenied is a grant
+    # missing, and fails as it is.
     text = storage.read_text_if_exists(s3, bucket, beside)
     if text is None:
         raise ManifestPartError(
@@ -414,6 +416,7 @@ def register_chunk(
             # Before its MODEL record: a redelivery that finds none decides, and notes, again.
             registry.hold_back(unconditional, registration.note or "rejected")
     registry.record_many(records)
+    _retire_archives(s3, bucket, _retired_archives(decided, states))
 
     def count(status: ModelStatus) -> int:
         return sum(1 for o in outcomes if o.status is status)
@@ -471,6 +474,46 @@ def uncounted_chunks(
         return None
     missing = [c for c in planned if c.number not in progress.counted_chunks]
     return missing or planned[-1:]
+
+
+def _retired_archives(
+    decided: list[tuple[CustomerRegistration, ModelRecord | None]],
+    states: dict[str, CustomerState],
+) -> list[str]:
+    """The archives this delivery's decisions leave the registry unable to serve or roll
+    back to: each rejected or superseded model's (never live), and for each promotion the
+    archive that was the previous live model until now (the new live model's previous is
+    the one it replaced, which stays). ``states`` are the reads the promotions were
+    decided on."""
+    retired = []
+    for registration, record in decided:
+        if record is None or registration.status is None:
+            continue  # decided by an earlier delivery, which retired what it had to
+        if registration.status in (ModelStatus.REJECTED, ModelStatus.SUPERSEDED):
+            retired.append(record.model_s3_uri)
+        elif registration.status is ModelStatus.LIVE:
+            replaced = states[registration.customer_id].live
+            if replaced is not None and replaced.previous_model_s3_uri:
+                retired.append(replaced.previous_model_s3_uri)
+    return retired
+
+
+def _retire_archives(s3: Any, bucket: str, uris: list[str]) -> None:
+    """Tag each archive for the artifacts bucket's lifecycle rule, which expires it."""
+    keys = []
+    for uri in uris:
+        archive_bucket, _, key = uri.removeprefix("s3://").partition("/")
+        if archive_bucket == bucket and key.startswith(layout.MODELS_PREFIX):
+            keys.append(key)
+    with ThreadPoolExecutor(PARALLEL_REQUESTS) as pool:
+        list(
+            pool.map(
+                lambda key: storage.tag_for_retention(
+                    s3, bucket, key, layout.RETIRED_MODEL_RETENTION
+                ),
+                keys,
+            )
+        )
 
 
 def write_registration_record(s3: Any, bucket: str, plan: RegistrationPlan) -> None:

@@ -244,6 +244,7 @@ class ModelRegistry:
             record=LIVE,
             updated_at=datetime.now(UTC).isoformat(),
             model_version=_next_version(seen),
+            previous_model_s3_uri=seen.model_s3_uri if seen is not None else None,
         )
         values: dict[str, Any] = {":run_id": record.run_id}
         condition = "(attribute_not_exists(#run_id) OR #run_id < :run_id) AND " + (

@@ -78,6 +78,9 @@ class LiveModel(TrainedModel):
     model_version: int
     updated_at: datetime
     held_back: HeldBackModel | None = None
+    # The archive of the model this one replaced: what the customer can be rolled back to,
+    # so kept (its own predecessor's archive is retired when this one went live).
+    previous_model_s3_uri: str | None = None
 
 
 def stored(model: TrainedModel, **dump: Any) -> dict[str, Any]:

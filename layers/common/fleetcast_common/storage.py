@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from fleetcast_contracts import layout
 from fleetcast_contracts.errors import error_code
 
 # How S3 answers a GET of a key that does not exist.
@@ -65,3 +66,19 @@ def write_text(s3: Any, bucket: str, key: str, text: str) -> None:
 
 def copy(s3: Any, bucket: str, source_key: str, target_key: str) -> None:
     s3.copy_object(Bucket=bucket, Key=target_key, CopySource={"Bucket": bucket, "Key": source_key})
+
+
+def tag_for_retention(s3: Any, bucket: str, key: str, retention: str) -> bool:
+    """Tag the object for the bucket's lifecycle rule of ``retention``; False when it is
+    gone already (nothing to expire)."""
+    try:
+        s3.put_object_tagging(
+            Bucket=bucket,
+            Key=key,
+            Tagging={"TagSet": [{"Key": layout.RETENTION_TAG, "Value": retention}]},
+        )
+    except Exception as error:
+        if error_code(error) in MISSING:
+            return False
+        raise
+    return True

@@ -34,6 +34,20 @@ METADATA_STORE_FILE = "customers.parquet"
 CUSTOMER_FILE_SUFFIX = ".csv"
 MODEL_ARCHIVE_SUFFIX = ".tar.gz"
 
+# The object tag the artifacts bucket's lifecycle rules expire by (template.yaml's
+# ArtifactsBucket): what is tagged is never read again, what is not is kept.
+RETENTION_TAG = "fleetcast-retention"
+# A run's copy of its upload: read only when its processing job starts.
+STAGED_UPLOAD_RETENTION = "staged-upload"
+# A model archive the registry can neither serve (not live) nor roll back to (not the
+# live model's previous one): a rejected or superseded model, or one two promotions old.
+RETIRED_MODEL_RETENTION = "retired-model"
+
+
+def retention_tagging(value: str) -> str:
+    """The ``x-amz-tagging`` form of the retention tag (``Tagging`` of a put or copy)."""
+    return f"{RETENTION_TAG}={value}"
+
 
 def history_shard_key(customer_id: str) -> str:
     """The history shard holding the customer's stored history."""

@@ -56,7 +56,8 @@ REJECTED_FILE = "rejected.csv"
 CHANGED_FILE = "changed.csv"
 CHANGED_COLUMNS = ("line", "customer_id", "timestamp", "stored", "uploaded")
 CHANGED_ROWS_LISTED = 1000
-# The first 1 KB of this file becomes the job's ExitMessage (and FailureReason on failure).
+# The first 1 KB of this file becomes the job's ExitMessage, failed or not; a failed job's
+# FailureReason is SageMaker's own generic text ("AlgorithmError: See job logs ...").
 MESSAGE_FILE = "/opt/ml/output/message"
 MESSAGE_LIMIT = 1024
 

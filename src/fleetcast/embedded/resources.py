@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from fleetcast.embedded.lifecycle import lifecycle_rules
 from fleetcast.embedded.template import LocalTemplate
 
 
@@ -40,9 +41,16 @@ def create_resources(
     buckets = {bucket["Name"] for bucket in s3.list_buckets()["Buckets"]}
     tables = set(dynamodb.list_tables()["TableNames"])
     for logical_id in template.resources_of_type("AWS::S3::Bucket"):
-        if template.physical_name(logical_id) in buckets:
-            continue
-        _create_bucket(s3, template.physical_name(logical_id), _properties(template, logical_id))
+        name, properties = template.physical_name(logical_id), _properties(template, logical_id)
+        if name not in buckets:
+            _create_bucket(s3, name, properties)
+        # Every start, restored buckets too: the template's rules may have changed, as a
+        # deploy would change them (embedded/lifecycle.py acts on them).
+        rules = lifecycle_rules(properties.get("LifecycleConfiguration", {}))
+        if rules:
+            s3.put_bucket_lifecycle_configuration(
+                Bucket=name, LifecycleConfiguration={"Rules": rules}
+            )
     for logical_id in template.resources_of_type("AWS::DynamoDB::Table"):
         if template.physical_name(logical_id) in tables:
             continue

@@ -14,6 +14,7 @@ import os
 import threading
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from fleetcast.embedded.gateway import Gateway, bind_preferred
 from fleetcast.embedded.iam import LocalIam
 from fleetcast.embedded.keeping import StateKeeping
 from fleetcast.embedded.lambdas import LocalFunction
+from fleetcast.embedded.lifecycle import LocalLifecycle
 from fleetcast.embedded.malloc import limit_arenas
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS, validate
 from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
@@ -175,6 +177,7 @@ class EmbeddedStack:
         self.info: StackInfo | None = None
         self.serving: LocalServing | None = None
         self.costs: LocalCosts | None = None
+        self.lifecycle: LocalLifecycle | None = None
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
         self._session: boto3.session.Session | None = None
@@ -222,6 +225,16 @@ class EmbeddedStack:
             self.gateway.wrap_aws_app(AwsLimits)  # what AWS refuses and moto does not
             kept = self.keeping.restore()
             create_resources(self.template, self.client, self.iam.create_roles)
+            # What the buckets' lifecycle rules expire goes, as on AWS (embedded/lifecycle.py).
+            self.lifecycle = LocalLifecycle(
+                self.client("s3"),
+                [
+                    self.template.physical_name(b)
+                    for b in self.template.resources_of_type("AWS::S3::Bucket")
+                ],
+                lambda: datetime.now(UTC),
+            )
+            self.lifecycle.start()
             self.keeping.keep_run_numbers(self.client("dynamodb"))
             self.keeping.record_lost_runs(self.resource("dynamodb"), self._run_id_of)
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
@@ -287,6 +300,8 @@ class EmbeddedStack:
                 pollers.request_stop()
         if self.costs:
             self.costs.stop()
+        if self.lifecycle:
+            self.lifecycle.stop()
         if self.serving:
             self.serving.stop()
         if self.delivery:

@@ -66,6 +66,9 @@ class Call:
     operation: str
     protocol: str
     requests: list[Request] = field(default_factory=list)
+    # (bucket, key) of an S3 GetObject or HeadObject: S3 answers a missing key 403 to a
+    # caller that may not list the bucket.
+    read_key: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,7 @@ def describe(
     if signing_name == "s3":
         needs_body = method == "POST" and "delete" in parse_qs(query_string, keep_blank_values=True)
         found = s3_call(method, path, query_string, headers, read_body() if needs_body else None)
-        return Call("s3", found.operation, "rest-xml", found.requests)
+        return Call("s3", found.operation, "rest-xml", found.requests, found.read_key)
     service, operation, protocol, parameters = identify(
         signing_name, method, path, headers, read_body()
     )

@@ -37,7 +37,7 @@ from fleetcast.embedded.iam.roles import (
     managed_policy_document,
     template_roles,
 )
-from fleetcast.embedded.iam.s3_calls import object_arn
+from fleetcast.embedded.iam.s3_calls import missing_key_listing, object_arn
 from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 
@@ -254,6 +254,30 @@ class LocalIam:
                 out.write(f"{datetime.now(UTC).isoformat()} {line}\n")
         return evaluation
 
+    def _assumed_session(self, access_key: str) -> Principal | None:
+        """A session someone took with ``sts:AssumeRole`` (``aws sts assume-role``), as on
+        AWS: its role's policies decide what it may do. A template role by its policies
+        as SAM makes them; a role made in the stack (``aws iam create-role``) by the
+        policies moto holds for it. None when moto issued no such key."""
+        from moto.sts.models import sts_backends
+
+        assumed = sts_backends[ACCOUNT_ID]["aws"].get_assumed_role_from_access_key(access_key)
+        if assumed is None:
+            return None
+        role = self.roles.by_arn(assumed.role_arn)
+        documents = tuple(role.documents()) if role else _moto_role_documents(assumed.role_arn)
+        role_name = assumed.role_arn.rsplit("/", 1)[-1]
+        principal = Principal(
+            f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/{role_name}/{assumed.session_name}",
+            role,
+            documents,
+            allows_everything(documents),
+        )
+        if role is not None:  # a template role's policies never change while it runs
+            with self._lock:
+                self._principals[access_key] = principal
+        return principal
+
     # -- the gateway's check ----------------------------------------------------------------
 
     def guard(self, app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
@@ -280,6 +304,8 @@ class LocalIam:
         method = str(environ.get("REQUEST_METHOD", "GET"))
         signed = calls.signature(headers, query_string)
         principal = self._principals.get(signed.access_key) if signed else None
+        if principal is None and signed is not None:
+            principal = self._assumed_session(signed.access_key)
         if principal is not None and (principal.unrestricted or not self.enforce):
             return None
         # The path as sent (PATH_INFO is decoded, as latin-1): S3 keys are read from it.
@@ -322,6 +348,13 @@ class LocalIam:
                 return errors.error_response(
                     start_response, call.service, call.protocol, method, message
                 )
+        if call.read_key is not None and not _object_exists(*call.read_key):
+            # S3 tells a missing key (404) only to a caller that may list the bucket.
+            listing = missing_key_listing(*call.read_key)
+            if self._evaluate(principal, listing, f"s3:{call.operation} of a missing key"):
+                return errors.error_response(
+                    start_response, "s3", call.protocol, method, "Access Denied"
+                )
         return None
 
 
@@ -334,6 +367,36 @@ def _read_body(environ: dict[str, Any]) -> bytes:
 
 def _json(document: Any) -> str:
     return json.dumps(document)
+
+
+def _moto_role_documents(role_arn: str) -> tuple[Any, ...]:
+    """The inline and attached policies of a role made in moto (none if it is gone)."""
+    from moto.iam.exceptions import NotFoundException
+    from moto.iam.models import iam_backends
+
+    try:
+        role = iam_backends[ACCOUNT_ID]["aws"].get_role_by_arn(role_arn)
+    except NotFoundException:  # deleted since the session was taken
+        return ()
+    inline = [json.loads(document) for document in role.policies.values()]
+    attached = []
+    for policy in role.managed_policies.values():
+        (default,) = (v for v in policy.versions if v.is_default)
+        document = default.document
+        attached.append(json.loads(document) if isinstance(document, str) else document)
+    return (*inline, *attached)
+
+
+def _object_exists(bucket: str, key: str) -> bool:
+    """Whether the key's current version is an object (a missing bucket counts as found:
+    moto answers NoSuchBucket, as S3 does)."""
+    from moto.s3.exceptions import MissingBucket
+    from moto.s3.models import s3_backends
+
+    try:
+        return s3_backends[ACCOUNT_ID]["aws"].get_object(bucket, key) is not None
+    except MissingBucket:
+        return True
 
 
 def _hash_key(table: str) -> str | None:

@@ -64,6 +64,19 @@ _VERBS = {"GET": 0, "HEAD": 0, "PUT": 1, "DELETE": 2}
 class S3Call:
     operation: str
     requests: list[Request]
+    # GetObject and HeadObject of a key: what S3 answers when the key does not exist
+    # depends on whether the caller may list the bucket (see :func:`missing_key_listing`).
+    read_key: tuple[str, str] | None = None
+
+
+def missing_key_listing(bucket: str, key: str) -> Request:
+    """The listing S3 checks before it answers a read of a key that does not exist: 404
+    NoSuchKey to a caller allowed s3:ListBucket on the bucket, else 403 AccessDenied (S3
+    API Reference, GetObject and HeadObject: "If you don't have the s3:ListBucket
+    permission, Amazon S3 returns an HTTP status code 403"). A grant scoped by s3:prefix
+    is taken to cover the keys under that prefix, as this stack's roles assume: the
+    check's condition context is not documented."""
+    return Request("s3:ListBucket", bucket_arn(bucket), {"s3:prefix": key})
 
 
 def bucket_arn(bucket: str) -> str:
@@ -166,27 +179,35 @@ def _object_call(
     method: str, bucket: str, key: str, query: Mapping[str, str], headers: Mapping[str, str]
 ) -> S3Call:
     arn = object_arn(bucket, key)
+    version = query.get("versionId")
     for name, actions in _OBJECT_CONFIG.items():
         if name in query and method in _VERBS and actions[_VERBS[method]]:
             action = str(actions[_VERBS[method]])
+            if version and version != "null" and name == "tagging":
+                # A version's tags: s3:PutObjectVersionTagging and the like.
+                action = action.replace("ObjectTagging", "ObjectVersionTagging")
             return S3Call(action, [Request(f"s3:{action}", arn)])
-    version = query.get("versionId")
+    # An object written with tags (x-amz-tagging) needs s3:PutObjectTagging as well.
+    tagging = [Request("s3:PutObjectTagging", arn)] if "x-amz-tagging" in headers else []
     if method in ("GET", "HEAD"):
         if "uploadId" in query:
             return S3Call("ListParts", [Request("s3:ListMultipartUploadParts", arn)])
         return S3Call(
-            "GetObject" if method == "GET" else "HeadObject", [_read(bucket, key, version)]
+            "GetObject" if method == "GET" else "HeadObject",
+            [_read(bucket, key, version)],
+            # (a read of a version by its id is left to moto: its key may be deleted)
+            read_key=None if version and version != "null" else (bucket, key),
         )
     if method == "PUT":
         source = _copy_source(headers.get("x-amz-copy-source", ""))
         part = "uploadId" in query
         write = Request("s3:PutObject", arn)
         if source is None:
-            return S3Call("UploadPart" if part else "PutObject", [write])
-        return S3Call("UploadPartCopy" if part else "CopyObject", [_read(*source), write])
+            return S3Call("UploadPart" if part else "PutObject", [write, *tagging])
+        return S3Call("UploadPartCopy" if part else "CopyObject", [_read(*source), write, *tagging])
     if method == "POST":
         if "uploads" in query:
-            return S3Call("CreateMultipartUpload", [Request("s3:PutObject", arn)])
+            return S3Call("CreateMultipartUpload", [Request("s3:PutObject", arn), *tagging])
         if "uploadId" in query:
             return S3Call("CompleteMultipartUpload", [Request("s3:PutObject", arn)])
         if "restore" in query:

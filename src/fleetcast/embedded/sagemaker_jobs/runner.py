@@ -77,6 +77,22 @@ class RunningJob:
     interrupted: threading.Event = field(default_factory=threading.Event)
 
 
+# SageMaker's FailureReason for a processing container that exits non-zero: its own
+# words, whatever the container said; the container's message is the job's ExitMessage.
+PROCESSING_ALGORITHM_ERROR = "AlgorithmError: See job logs for more information"
+
+
+def processing_failure(message: str | None, tail: str | None) -> tuple[str | None, str]:
+    """(ExitMessage, FailureReason) of a processing job whose container exited non-zero,
+    as SageMaker reports them: the message file's first KB is the ExitMessage (none when
+    the container wrote none), and the FailureReason is SageMaker's generic text. The
+    log's tail goes to the stack's log instead, where a reader of the job's logs finds it.
+    """
+    if not message and tail:
+        log.info("processing container wrote no message; its log ends: %s", tail)
+    return message or None, PROCESSING_ALGORITHM_ERROR
+
+
 class JobRunner:
     """Executes the jobs that the hooked moto backend records."""
 
@@ -297,10 +313,7 @@ class JobRunner:
                     )
                 status, exit_message = "Completed", message
             else:
-                exit_message = message
-                failure = (
-                    f"AlgorithmError: {message or log_tail(log_file) or f'exit code {returncode}'}"
-                )
+                exit_message, failure = processing_failure(message, log_tail(log_file))
         except Exception as error:
             failure = f"ClientError: {error}"
             log.exception("processing job %s failed in the local stack", name)
