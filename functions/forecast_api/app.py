@@ -39,6 +39,7 @@ from fleetcast_common.forecasting import (
     DEFAULT_PERIOD,
     QUANTILES_EXAMPLE,
     QUANTILES_PARAMETER,
+    QUANTILES_SCHEMA,
     CustomerForecast,
     CustomerModel,
     EndpointFailedError,
@@ -172,8 +173,8 @@ Quantiles = Annotated[
     Query(
         description=(
             f"Comma-separated quantiles to add to each point, each between 0 and 1 "
-            f"(exclusive), at most {MAX_QUANTILES} different ones; sorted and repeats "
-            "dropped. Drawn from the same seeded uncertainty samples as the interval."
+            f"(exclusive), at most {MAX_QUANTILES} of them; sorted and repeats dropped. "
+            "Drawn from the same seeded uncertainty samples as the interval."
         ),
         examples=[QUANTILES_EXAMPLE],
     ),
@@ -354,11 +355,19 @@ def openapi_document() -> str:
 
     Powertools documents request validation errors as 422; this API answers them 400
     (:func:`error_response`), so the 422 responses and the schemas only they use go.
+    The handler takes ``quantiles`` as text and reads it itself (:func:`parse_quantiles`);
+    the document says what that accepts (``QUANTILES_SCHEMA``): an array of numbers in
+    (0, 1), comma-separated, which Powertools has no way to declare.
     """
     document = json.loads(app.get_openapi_json_schema())
     for operations in document["paths"].values():
         for operation in operations.values():
             operation["responses"].pop("422", None)
+            for parameter in operation.get("parameters", []):
+                if parameter["name"] == QUANTILES_PARAMETER:
+                    described = {k: parameter["schema"][k] for k in ("title", "description")}
+                    parameter.update(QUANTILES_SCHEMA)
+                    parameter["schema"] = described | QUANTILES_SCHEMA["schema"]
     schemas = document["components"]["schemas"]
     used: set[str] = set()
     pending = [document["paths"]]
