@@ -1,0 +1,71 @@
+"""The forecast API keeps its own contract, end to end: schemathesis reads docs/openapi.json
+as a client generator would and runs every check against the local stack's API, a few
+hundred requests (``make fuzz`` is the same run for up to 150 s on a stack of its own)."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import subprocess
+from typing import Any
+
+import pytest
+from test_pipeline import finished, readings, to_csv, upload
+from test_serving import usage_plan
+
+from fleetcast.embedded.stack import EmbeddedStack
+from fleetcast.fuzz import SCHEMATHESIS, schemathesis_command
+from fleetcast.openapi import forecast_api_document
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*"),
+]
+# The document's example customer id: schemathesis asks for it first, and its answers (200)
+# are checked against their schemas. No other e2e module trains it.
+EXAMPLE_CUSTOMER = "42"
+# Test cases per operation and phase: a few hundred requests in all, well under a minute.
+MAX_EXAMPLES = 150
+# Fixed, so that make test's smoke is the same run every time (make fuzz draws its own).
+SEED = 44
+
+
+@pytest.fixture(scope="module")
+def api(stack: EmbeddedStack) -> dict[str, Any]:
+    """The document's example customer with a live model; the API's url and key."""
+    body = gzip.compress(to_csv(readings([EXAMPLE_CUSTOMER], "2024-01-01", 120, seed=44)))
+    run_id = upload(stack, "contract.csv.gz", body)
+    assert finished(stack, run_id).customers_registered == 1
+    assert stack.info is not None
+    return {
+        "url": stack.info.extra["FLEETCAST_API_URL"],
+        "key": stack.info.extra["FLEETCAST_API_KEY"],
+    }
+
+
+def test_the_example_customer_is_the_documents() -> None:
+    assert f'"{EXAMPLE_CUSTOMER}"' in forecast_api_document()
+
+
+def test_schemathesis_finds_no_answer_other_than_the_document_says(
+    stack: EmbeddedStack, api: dict[str, Any]
+) -> None:
+    assert stack.info is not None
+    root = stack.root
+    assert (root / SCHEMATHESIS).exists(), f"{SCHEMATHESIS} is absent: run `make install`"
+    command = schemathesis_command(api["url"], api["key"], max_examples=MAX_EXAMPLES, seed=SEED)
+    # Given the API without its throttle (one key sends every request; 429 is tested
+    # elsewhere), when schemathesis runs every check over docs/openapi.json
+    with usage_plan(stack, None):
+        run = subprocess.run(
+            command, capture_output=True, text=True, timeout=300, check=False, cwd=stack.state_dir
+        )
+    # Then no check failed: no 5xx, no answer over MAX_RESPONSE_SECONDS, every answer valid
+    # against its schema, every request the document allows accepted and every one it
+    # refuses refused
+    report = run.stdout[-8000:] + run.stderr[-2000:]
+    assert run.returncode == 0, report
+    # and it tested both routes with a few hundred requests
+    assert "2 selected / 2 total" in run.stdout, report
+    generated = re.search(r"(\d+) generated", run.stdout)
+    assert generated is not None and int(generated.group(1)) >= 300, report
