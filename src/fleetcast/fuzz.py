@@ -31,6 +31,7 @@ from fleetcast.status import follow_run, run_ids, wait_for_new_run
 SCHEMATHESIS = Path(".venv-fuzz") / "bin" / "schemathesis"
 # No answer may take longer (the issue's bound; a warm forecast takes milliseconds).
 MAX_RESPONSE_SECONDS = 2.0
+REQUEST_TIMEOUT_SECONDS = 10.0
 # The usage plan's limits for the run: the generated requests are not to be throttled.
 UNTHROTTLED = {
     "ApiThrottleRateLimit": "10000",
@@ -68,6 +69,9 @@ def schemathesis_command(
         str(max_examples),
         "--max-response-time",
         str(MAX_RESPONSE_SECONDS),
+        # A request that hangs is a failure (a network error), not a run that never ends.
+        "--request-timeout",
+        str(REQUEST_TIMEOUT_SECONDS),
         "--workers",
         "1",
         "--generation-database",
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--customers", type=int, default=50)
-    parser.add_argument("--max-time", type=float, default=150, help="schemathesis' seconds")
+    parser.add_argument("--max-time", type=float, default=120, help="schemathesis' seconds")
     parser.add_argument("--max-examples", type=int, default=1000, help="per operation")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
@@ -137,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             root=root,
         )
         started = time.perf_counter()
-        returncode = subprocess.run(command, cwd=folder, check=False).returncode
+        # (Bounded whatever schemathesis does: its --max-time, its loading and its report.)
+        returncode = subprocess.run(
+            command, cwd=folder, check=False, timeout=args.max_time + 60
+        ).returncode
         print(f"schemathesis: exit {returncode} in {time.perf_counter() - started:.0f} s")
     return returncode
 
