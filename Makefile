@@ -109,8 +109,8 @@ test: $(STAMP) lint typecheck chromium  ## Everything: lint, types, unit, integr
 openapi: $(STAMP)  ## Regenerate docs/openapi.json from the forecast API's routes
 	$(BIN)/python -m fleetcast.openapi
 
-# A local stack of its own on 127.0.0.1 with 50 customers trained (~20 s), then schemathesis
-# for at most 120 s; make test runs a few hundred of its requests (tests/e2e/test_api_contract.py).
+# A local stack of its own on 127.0.0.1 with 50 customers trained, then schemathesis for what
+# is left of 170 s; make test runs a few hundred of its requests (tests/e2e/test_api_contract.py).
 fuzz: $(STAMP)  ## schemathesis, every check, against a local stack's API (<= 3 min); non-zero on any failure
 	$(BIN)/python -m fleetcast.fuzz
 

@@ -130,6 +130,10 @@ def _documented(success: str, *statuses: int) -> dict[int, OpenAPIResponse]:
             "Missing Authentication Token; x-amzn-ErrorType says which)"
         ),
         404: "The customer has no live model",
+        413: (
+            "The request line and headers are over API Gateway's 10,240 bytes (API Gateway: "
+            "Request Too Long; a query or path this long is none this API takes)"
+        ),
         429: "Throttled or over the daily quota (API Gateway)",
         502: "The endpoint failed to forecast",
         503: (
@@ -140,7 +144,7 @@ def _documented(success: str, *statuses: int) -> dict[int, OpenAPIResponse]:
     }
     responses: dict[int, OpenAPIResponse] = {200: {"description": success}}
     for status in statuses:
-        model = GatewayErrorBody if status in (403, 429) else ErrorBody
+        model = GatewayErrorBody if status in (403, 413, 429) else ErrorBody
         responses[status] = {
             "description": described[status],
             "content": {"application/json": {"model": model}},
@@ -229,7 +233,7 @@ def _only_query_parameters(*known: str) -> Any:
         "live now. " + CLIPPING_NOTE
     ),
     tags=["forecasts"],
-    responses=_documented("The forecast", 400, 403, 404, 429, 502, 503),
+    responses=_documented("The forecast", 400, 403, 404, 413, 429, 502, 503),
     middlewares=[_only_query_parameters("period", QUANTILES_PARAMETER)],
 )
 def get_forecast(
@@ -267,7 +271,7 @@ def _no_cache(cache_control: str | None) -> bool:
     description="The model the forecast comes from: version, run, TargetModel, training "
     "time, data range and holdout metrics.",
     tags=["models"],
-    responses=_documented("The live model", 400, 403, 404, 429, 503),
+    responses=_documented("The live model", 400, 403, 404, 413, 429, 503),
     middlewares=[_only_query_parameters()],
 )
 def get_model(customer_id: CustomerId) -> CustomerModel:

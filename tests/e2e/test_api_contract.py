@@ -1,6 +1,6 @@
 """The forecast API keeps its own contract, end to end: schemathesis reads docs/openapi.json
 as a client generator would and runs every check against the local stack's API, a few
-hundred requests (``make fuzz`` is the same run for up to 120 s on a stack of its own)."""
+hundred requests (``make fuzz`` is the same run for up to three minutes on a stack of its own)."""
 
 from __future__ import annotations
 

@@ -320,7 +320,7 @@ def test_the_openapi_document_describes_the_key_routes_and_errors() -> None:
         "name": "x-api-key",
     }
     forecast = document["paths"]["/customers/{customer_id}/forecast"]["get"]
-    assert set(forecast["responses"]) == {"200", "400", "403", "404", "429", "502", "503"}
+    assert set(forecast["responses"]) == {"200", "400", "403", "404", "413", "429", "502", "503"}
     assert "Retry-After" in forecast["responses"]["503"]["headers"]
     parameters = {p["name"]: p for p in forecast["parameters"]}
     assert parameters["quantiles"]["required"] is False
