@@ -26,6 +26,7 @@ from tempfile import TemporaryDirectory
 from fleetcast.datagen import write_readings
 from fleetcast.embedded.stack import EmbeddedStack, repo_root
 from fleetcast.openapi import DOCUMENT
+from fleetcast.serving_cli import ForecastApi
 from fleetcast.status import follow_run, run_ids, wait_for_new_run
 
 SCHEMATHESIS = Path(".venv-fuzz") / "bin" / "schemathesis"
@@ -41,6 +42,10 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 RUN_SECONDS = 160.0
 AFTER_FUZZ_SECONDS = 20.0
 MIN_FUZZ_SECONDS = 30.0
+# The document's example customer id (CustomerId's examples in the handler): trained by
+# make fuzz (ids 0 to --customers - 1) and by the smoke test, so that schemathesis' first
+# requests, which use the examples, get 200 answers to check against their schemas.
+EXAMPLE_CUSTOMER = "42"
 # The usage plan's limits for the run: the generated requests are not to be throttled.
 UNTHROTTLED = {
     "ApiThrottleRateLimit": "10000",
@@ -118,6 +123,17 @@ def train(stack: EmbeddedStack, customers: int, folder: Path, timeout: float = 9
         raise RuntimeError(f"{status.customers_registered} of {customers} customers were trained")
 
 
+def warm_up(url: str, api_key: str, customer_id: str) -> None:
+    """Ask each route once for ``customer_id``'s answer: the first request starts the
+    function's worker and loads the model into the endpoint (a cold start, not what
+    MAX_RESPONSE_SECONDS bounds)."""
+    api = ForecastApi(url, api_key)
+    for route in ("forecast", "model"):
+        answer = api.get(f"/customers/{customer_id}/{route}")
+        if answer.get("customer_id") != customer_id:
+            raise RuntimeError(f"{route} of {customer_id}: {answer}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m fleetcast.fuzz",
@@ -148,12 +164,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stack up in {time.monotonic() - started:.0f} s", flush=True)
         print(f"training {args.customers} customers' models ...", flush=True)
         train(stack, args.customers, Path(folder))
+        url, api_key = stack.info.extra["FLEETCAST_API_URL"], stack.info.extra["FLEETCAST_API_KEY"]
+        warm_up(url, api_key, EXAMPLE_CUSTOMER)
         elapsed = time.monotonic() - started
         print(f"trained: {elapsed:.0f} s so far", flush=True)
         max_time = max(MIN_FUZZ_SECONDS, args.seconds - elapsed - AFTER_FUZZ_SECONDS)
         command = schemathesis_command(
-            stack.info.extra["FLEETCAST_API_URL"],
-            stack.info.extra["FLEETCAST_API_KEY"],
+            url,
+            api_key,
             max_examples=args.max_examples,
             max_time=max_time,
             seed=args.seed,
