@@ -110,7 +110,7 @@ openapi: $(STAMP)  ## Regenerate docs/openapi.json from the forecast API's route
 	$(BIN)/python -m fleetcast.openapi
 
 # A local stack of its own on 127.0.0.1 with 50 customers trained, then schemathesis for what
-# is left of 170 s; make test runs a few hundred of its requests (tests/e2e/test_api_contract.py).
+# is left of 150 s; make test runs a few hundred of its requests (tests/e2e/test_api_contract.py).
 fuzz: $(STAMP)  ## schemathesis, every check, against a local stack's API (<= 3 min); non-zero on any failure
 	$(BIN)/python -m fleetcast.fuzz
 
