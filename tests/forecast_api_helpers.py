@@ -104,5 +104,7 @@ def violations(route: str, status: int, body: dict[str, Any]) -> list[str]:
     spec = document()
     response = spec["paths"][route]["get"]["responses"][str(status)]
     schema = {**response["content"]["application/json"]["schema"], "components": spec["components"]}
+    # (A format the checker does not know is skipped without a word: not these.)
+    assert {"date", "date-time"} <= set(oas31_format_checker.checkers)
     validator = OAS31Validator(schema, format_checker=oas31_format_checker)
     return [f"{list(error.path)}: {error.message}" for error in validator.iter_errors(body)]
