@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-examples", type=int, default=1000, help="per operation and phase")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.customers <= int(EXAMPLE_CUSTOMER):
+        parser.error(f"--customers must be over {EXAMPLE_CUSTOMER}, the document's example id")
     root = repo_root()
     if not (root / SCHEMATHESIS).exists():
         print(f"{SCHEMATHESIS} is absent: run `make install`", file=sys.stderr)
