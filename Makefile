@@ -14,13 +14,16 @@ SDK_VENV := .venv-sdk
 AWSCLI_VENV := .venv-awscli
 # statsforecast for make accuracy's peers: it needs pandas < 3, fleetcast pins pandas 3.
 PEERS_VENV := .venv-peers
+# schemathesis for make fuzz and its smoke test: a client from outside the stack's process.
+FUZZ_VENV := .venv-fuzz
 STAMP := $(VENV)/.installed
 LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lock.txt \
-         requirements/sdk.lock.txt requirements/awscli.lock.txt requirements/peers.lock.txt
+         requirements/sdk.lock.txt requirements/awscli.lock.txt requirements/peers.lock.txt \
+         requirements/fuzz.lock.txt
 
 .PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck chromium \
         bench bench-smoke accuracy accuracy-smoke accuracy-record accuracy-replay load scale clean openapi email-preview images \
-        test-images
+        test-images fuzz
 
 help:  ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -41,6 +44,8 @@ $(STAMP): $(UV) pyproject.toml $(LOCKS)
 	$(UV) pip install --quiet -p $(AWSCLI_VENV)/bin/python -r requirements/awscli.lock.txt
 	[ -x $(PEERS_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(PEERS_VENV)
 	$(UV) pip install --quiet -p $(PEERS_VENV)/bin/python -r requirements/peers.lock.txt
+	[ -x $(FUZZ_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(FUZZ_VENV)
+	$(UV) pip install --quiet -p $(FUZZ_VENV)/bin/python -r requirements/fuzz.lock.txt
 	touch $@
 
 install: $(STAMP)  ## Create the virtual environments (idempotent)
@@ -52,6 +57,7 @@ lock: $(UV)  ## Re-resolve the pinned lock files from pyproject.toml and require
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/sdk.in -o requirements/sdk.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/awscli.in -o requirements/awscli.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/peers.in -o requirements/peers.lock.txt
+	$(UV) pip compile --quiet -p $(BIN)/python requirements/fuzz.in -o requirements/fuzz.lock.txt
 
 demo: $(STAMP)  ## Run the whole pipeline locally: 1000 customers, 2 training instances
 	$(BIN)/fleetcast demo --customers 1000 --instances 2
@@ -103,6 +109,11 @@ test: $(STAMP) lint typecheck chromium  ## Everything: lint, types, unit, integr
 openapi: $(STAMP)  ## Regenerate docs/openapi.json from the forecast API's routes
 	$(BIN)/python -m fleetcast.openapi
 
+# A local stack of its own on 127.0.0.1 with 50 customers trained, then schemathesis for what
+# is left of 150 s; make test runs a few hundred of its requests (tests/e2e/test_api_contract.py).
+fuzz: $(STAMP)  ## schemathesis, every check, against a local stack's API (<= 3 min); non-zero on any failure
+	$(BIN)/python -m fleetcast.fuzz
+
 email-preview: $(STAMP) chromium  ## Render the latest cost-report e-mail (the outbox) to a PNG
 	$(BIN)/python -m fleetcast.email_preview
 
@@ -139,4 +150,4 @@ load: $(STAMP)  ## Load test on the local stack: 1000 customers, 50 clients for 
 	$(BIN)/python bench/load.py --customers 1000 --clients 50 --seconds 60
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) $(AWSCLI_VENV) $(PEERS_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) $(AWSCLI_VENV) $(PEERS_VENV) $(FUZZ_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from function_helpers import load_function
+from openapi_schema_validator import OAS31Validator, oas31_format_checker
 
 from fleetcast.embedded.lambdas import LambdaContext
 from fleetcast.embedded.template import LocalTemplate
@@ -87,3 +88,23 @@ def call(module: Any, event: dict[str, Any]) -> tuple[int, dict[str, str], dict[
     headers = {k: v[-1] for k, v in (result.get("multiValueHeaders") or {}).items()}
     headers.update(result.get("headers") or {})
     return result["statusCode"], headers, json.loads(result["body"])
+
+
+def document() -> dict[str, Any]:
+    """docs/openapi.json as committed (a unit test keeps it what the code generates)."""
+    loaded: dict[str, Any] = json.loads((REPO_ROOT / "docs" / "openapi.json").read_text())
+    return loaded
+
+
+def violations(route: str, status: int, body: dict[str, Any]) -> list[str]:
+    """Where ``body``, answered with ``status`` by ``GET route`` (a path of the document,
+    such as ``/customers/{customer_id}/model``), is not what docs/openapi.json says: its
+    response schema, formats included (a ``date-time`` is RFC 3339, with its offset), as a
+    client generated from the document reads it."""
+    spec = document()
+    response = spec["paths"][route]["get"]["responses"][str(status)]
+    schema = {**response["content"]["application/json"]["schema"], "components": spec["components"]}
+    # (A format the checker does not know is skipped without a word: not these.)
+    assert {"date", "date-time"} <= set(oas31_format_checker.checkers)
+    validator = OAS31Validator(schema, format_checker=oas31_format_checker)
+    return [f"{list(error.path)}: {error.message}" for error in validator.iter_errors(body)]

@@ -39,6 +39,7 @@ from fleetcast_common.forecasting import (
     DEFAULT_PERIOD,
     QUANTILES_EXAMPLE,
     QUANTILES_PARAMETER,
+    QUANTILES_SCHEMA,
     CustomerForecast,
     CustomerModel,
     EndpointFailedError,
@@ -129,6 +130,10 @@ def _documented(success: str, *statuses: int) -> dict[int, OpenAPIResponse]:
             "Missing Authentication Token; x-amzn-ErrorType says which)"
         ),
         404: "The customer has no live model",
+        413: (
+            "The request line and headers are over API Gateway's 10,240 bytes (API Gateway: "
+            "Request Too Long; a query or path this long is none this API takes)"
+        ),
         429: "Throttled or over the daily quota (API Gateway)",
         502: "The endpoint failed to forecast",
         503: (
@@ -139,7 +144,7 @@ def _documented(success: str, *statuses: int) -> dict[int, OpenAPIResponse]:
     }
     responses: dict[int, OpenAPIResponse] = {200: {"description": success}}
     for status in statuses:
-        model = GatewayErrorBody if status in (403, 429) else ErrorBody
+        model = GatewayErrorBody if status in (403, 413, 429) else ErrorBody
         responses[status] = {
             "description": described[status],
             "content": {"application/json": {"model": model}},
@@ -172,8 +177,8 @@ Quantiles = Annotated[
     Query(
         description=(
             f"Comma-separated quantiles to add to each point, each between 0 and 1 "
-            f"(exclusive), at most {MAX_QUANTILES} different ones; sorted and repeats "
-            "dropped. Drawn from the same seeded uncertainty samples as the interval."
+            f"(exclusive), at most {MAX_QUANTILES} of them; sorted and repeats dropped. "
+            "Drawn from the same seeded uncertainty samples as the interval."
         ),
         examples=[QUANTILES_EXAMPLE],
     ),
@@ -228,7 +233,7 @@ def _only_query_parameters(*known: str) -> Any:
         "live now. " + CLIPPING_NOTE
     ),
     tags=["forecasts"],
-    responses=_documented("The forecast", 400, 403, 404, 429, 502, 503),
+    responses=_documented("The forecast", 400, 403, 404, 413, 429, 502, 503),
     middlewares=[_only_query_parameters("period", QUANTILES_PARAMETER)],
 )
 def get_forecast(
@@ -266,7 +271,7 @@ def _no_cache(cache_control: str | None) -> bool:
     description="The model the forecast comes from: version, run, TargetModel, training "
     "time, data range and holdout metrics.",
     tags=["models"],
-    responses=_documented("The live model", 400, 403, 404, 429, 503),
+    responses=_documented("The live model", 400, 403, 404, 413, 429, 503),
     middlewares=[_only_query_parameters()],
 )
 def get_model(customer_id: CustomerId) -> CustomerModel:
@@ -354,11 +359,19 @@ def openapi_document() -> str:
 
     Powertools documents request validation errors as 422; this API answers them 400
     (:func:`error_response`), so the 422 responses and the schemas only they use go.
+    The handler takes ``quantiles`` as text and reads it itself (:func:`parse_quantiles`);
+    the document says what that accepts (``QUANTILES_SCHEMA``): an array of numbers in
+    (0, 1), comma-separated, which Powertools has no way to declare.
     """
     document = json.loads(app.get_openapi_json_schema())
     for operations in document["paths"].values():
         for operation in operations.values():
             operation["responses"].pop("422", None)
+            for parameter in operation.get("parameters", []):
+                if parameter["name"] == QUANTILES_PARAMETER:
+                    described = {k: parameter["schema"][k] for k in ("title", "description")}
+                    parameter.update(QUANTILES_SCHEMA)
+                    parameter["schema"] = described | QUANTILES_SCHEMA["schema"]
     schemas = document["components"]["schemas"]
     used: set[str] = set()
     pending = [document["paths"]]

@@ -203,7 +203,8 @@ def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:
     import pandas as pd
 
     points = pd.DataFrame(forecast["forecast"])
-    points["ds"] = pd.to_datetime(points["ds"])
+    # Hourly periods come with their offset (UTC), the history's times without: both UTC's.
+    points["ds"] = pd.to_datetime(points["ds"], utc=True).dt.tz_localize(None)
     figure, axes = plt.subplots(figsize=(10, 5.2), dpi=110)
     if history is not None and len(history):
         days = max(MIN_HISTORY_DAYS, HISTORY_PER_FORECAST_DAY * int(forecast["period"]))

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from forecast_api_helpers import violations
 from test_pipeline import finished, registry, to_csv, upload
 from test_serving import get_when_ready
 
@@ -111,6 +112,8 @@ def test_the_api_forecasts_a_day_ahead_and_more_hour_by_hour(
     for customer_id in CUSTOMERS:
         status, _, body = get_when_ready(env, f"/customers/{customer_id}/forecast?period={period}")
         assert status == 200, body
+        # (each hour in UTC with its offset, as docs/openapi.json says: RFC 3339)
+        assert violations("/customers/{customer_id}/forecast", status, body) == []
         stamps = pd.to_datetime([point["ds"] for point in body["forecast"]], utc=True)
         # Then `period` hours, one after the other, from the hour after the history's last
         assert len(stamps) == period

@@ -15,14 +15,14 @@ import pytest
 from botocore.config import Config
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
-from forecast_api_helpers import api_event, call, load_forecast_api
+from forecast_api_helpers import api_event, call, load_forecast_api, violations
 from model_helpers import chosen
 
 from fleetcast_common.forecast_endpoint import ForecastEndpoint
 from fleetcast_common.forecasting import HoldoutAccuracy, LiveModelCache
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
 from fleetcast_contracts import layout
-from fleetcast_contracts.model_archive import HoldoutMetrics
+from fleetcast_contracts.model_archive import Backtest, HoldoutMetrics
 
 pytestmark = [
     pytest.mark.integration,
@@ -30,6 +30,8 @@ pytestmark = [
 ]
 
 RUN_ID = "q0000000909-20261129t120000"
+HELD_RUN = "q0000000930-20261206t120000"
+LATER_RUN = "q0000000931-20261206t130000"
 ENDPOINT = "fleetcast-forecast"
 METRICS = HoldoutMetrics(
     windows=2, holdout_days=7, smape=0.05, mae=10.0, naive_smape=0.08, naive_mae=15.0
@@ -470,3 +472,38 @@ def test_without_a_held_back_model_the_answers_have_no_newer_model(
     live(registry)
     status, _, body = call(api, api_event("api_model.json"))
     assert status == 200 and "newer_model" not in body
+
+
+def test_every_answer_is_what_the_document_says_every_date_time_with_its_offset(
+    api: Any, registry: ModelRegistry, wired: Stubber
+) -> None:
+    # Given customer 42's live model as training records it: its backtest's origins are
+    # the history's own timestamps, naive (UTC's wall clock); and a newer model held back
+    record = live(registry, version=1)
+    backtest = record.backtest.model_dump() | {"origins": [datetime(2023, 10, 3, 0, 0)]}
+    record = record.model_copy(
+        update={
+            "run_id": HELD_RUN,
+            "target_model": layout.target_model("42", HELD_RUN),
+            "backtest": Backtest(**backtest),
+        }
+    )
+    assert registry.promote(record) == 2
+    newer = record.model_copy(update={"run_id": LATER_RUN, "status": ModelStatus.REJECTED})
+    assert registry.hold_back(newer, "worse than seasonal naive")
+    wired.add_response(
+        "invoke_endpoint", container_answer(run_id=HELD_RUN), expected_invoke(record, 7)
+    )
+    # When both routes answer
+    answers = {
+        "/customers/{customer_id}/model": call(api, api_event("api_model.json")),
+        "/customers/{customer_id}/forecast": call(api, api_event(query={})),
+    }
+    # Then each answer is valid against docs/openapi.json as a generated client reads it:
+    # every date-time RFC 3339, with its offset
+    for route, (status, _, body) in answers.items():
+        assert status == 200, body
+        assert violations(route, status, body) == [], route
+    model = answers["/customers/{customer_id}/model"][2]
+    assert model["backtest"]["origins"] == ["2023-10-03T00:00:00Z"]
+    assert model["newer_model"]["trained_at"] == "2026-11-29T12:05:00Z"

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+import pytest
 
 from fleetcast_common.jobs import training_job_request
 from fleetcast_common.settings import TrainingSettings
 from fleetcast_contracts import inference, opt_ml, training
+from fleetcast_contracts.model_archive import Backtest
 from fleetcast_inference.errors import BadRequestError
 from fleetcast_inference.protocol import render_error
 
@@ -57,3 +61,24 @@ def test_only_an_instances_manifest_is_taken_for_one() -> None:
     assert training.is_manifest_name(training.manifest_name("algo-2"))
     assert not training.is_manifest_name("acme.tar.gz")
     assert not training.is_manifest_name("manifest-algo-1.json.partial")
+
+
+@pytest.mark.parametrize(
+    ("origin", "written"),
+    [
+        ("2023-10-03T00:00:00", "2023-10-03T00:00:00Z"),
+        (datetime(2023, 10, 3), "2023-10-03T00:00:00Z"),
+        ("2023-10-03T00:00:00Z", "2023-10-03T00:00:00Z"),
+        (datetime(2023, 10, 3, 2, tzinfo=timezone(timedelta(hours=2))), "2023-10-03T00:00:00Z"),
+    ],
+    ids=["naive text", "naive", "utc", "another offset"],
+)
+def test_a_backtests_origins_are_written_in_utc_with_the_offset(
+    origin: object, written: str
+) -> None:
+    # Given a backtest's origins as training gives them (the history's naive timestamps,
+    # UTC's), as an archive or a record from before kept them, or aware
+    backtest = Backtest(horizon=7, windows=1, origins=[origin], chosen="ets", candidates=[])
+    # Then they are written RFC 3339, in UTC with their offset
+    assert backtest.model_dump(mode="json")["origins"] == [written]
+    assert Backtest.model_validate_json(backtest.model_dump_json()) == backtest

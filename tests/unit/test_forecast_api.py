@@ -18,6 +18,8 @@ from botocore.exceptions import EndpointConnectionError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 from forecast_api_helpers import REPO_ROOT, api_event, call, load_forecast_api
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleetcast.openapi import forecast_api_document
 from fleetcast_common import forecasting
@@ -28,6 +30,7 @@ from fleetcast_common.forecasting import (
     InvalidRequestError,
     UnknownCustomerError,
 )
+from fleetcast_contracts.quantiles import MAX_QUANTILES
 
 # An error response publishes no metric; the handler silences that warning, pytest resets it.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -67,8 +70,9 @@ def api() -> Any:
         (
             "42",
             {"quantiles": ",".join(f"0.{i:02d}" for i in range(1, 22))},
-            "quantiles: at most 20 different quantiles, not 21",
+            "quantiles: at most 20 quantiles, not 21",
         ),
+        ("42", {"quantiles": ",".join(["0.5"] * 21)}, "quantiles: at most 20 quantiles, not 21"),
         ("42", {"quantile": "0.5"}, "unknown query parameter 'quantile'"),
     ],
     ids=[
@@ -90,6 +94,7 @@ def api() -> Any:
         "quantile 0",
         "percent",
         "21 quantiles",
+        "21 repeated",
         "quantile typo",
     ],
 )
@@ -129,6 +134,23 @@ def test_repeated_quantiles_parameters_are_refused(api: Any) -> None:
 )
 def test_quantiles_are_read_sorted_without_repeats(text: str, expected: tuple[float, ...]) -> None:
     assert forecasting.parse_quantiles(text) == expected
+
+
+# Any value the document allows: 1 to MAX_QUANTILES numbers strictly between 0 and 1.
+DOCUMENTED_QUANTILES = st.lists(
+    st.floats(min_value=0, max_value=1, exclude_min=True, exclude_max=True),
+    min_size=1,
+    max_size=MAX_QUANTILES,
+)
+
+
+@given(DOCUMENTED_QUANTILES)
+def test_every_quantiles_value_the_document_allows_is_accepted(values: list[float]) -> None:
+    # Given quantiles the OpenAPI document allows, written as a client writes numbers
+    # (Python's shortest repr, 1e-05 among them), comma-separated (explode: false)
+    text = ",".join(map(str, values))
+    # Then the API reads them, sorted and without repeats
+    assert forecasting.parse_quantiles(text) == tuple(sorted(set(values)))
 
 
 def test_the_model_route_takes_no_query_parameters(api: Any) -> None:
@@ -298,11 +320,22 @@ def test_the_openapi_document_describes_the_key_routes_and_errors() -> None:
         "name": "x-api-key",
     }
     forecast = document["paths"]["/customers/{customer_id}/forecast"]["get"]
-    assert set(forecast["responses"]) == {"200", "400", "403", "404", "429", "502", "503"}
+    assert set(forecast["responses"]) == {"200", "400", "403", "404", "413", "429", "502", "503"}
     assert "Retry-After" in forecast["responses"]["503"]["headers"]
     parameters = {p["name"]: p for p in forecast["parameters"]}
     assert parameters["quantiles"]["required"] is False
     assert "Comma-separated quantiles" in parameters["quantiles"]["description"]
+    # quantiles as parse_quantiles reads them: 1 to MAX_QUANTILES numbers in (0, 1), in one
+    # comma-separated parameter, as a generated client must send them
+    assert (parameters["quantiles"]["style"], parameters["quantiles"]["explode"]) == ("form", False)
+    assert parameters["quantiles"]["schema"]["type"] == "array"
+    assert parameters["quantiles"]["schema"]["items"] == {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "exclusiveMaximum": 1,
+    }
+    assert parameters["quantiles"]["schema"]["minItems"] == 1
+    assert parameters["quantiles"]["schema"]["maxItems"] == MAX_QUANTILES
     assert "never negative" in forecast["description"]
     schemas = document["components"]["schemas"]
     assert set(schemas["CustomerForecast"]["properties"]) >= {"quantiles", "clipped_at_zero"}

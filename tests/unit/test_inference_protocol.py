@@ -1,11 +1,15 @@
-"""Request bodies and query strings: what is accepted, and what a refusal says."""
+"""Request bodies and query strings: what is accepted, and what a refusal says; and the
+forecast's dates as an answer writes them."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
+from fleetcast_forecasters.forecast import Forecast
 from fleetcast_inference.errors import BadRequestError
 from fleetcast_inference.protocol import (
     InvokeRequest,
@@ -14,7 +18,9 @@ from fleetcast_inference.protocol import (
     parse_invoke_body,
     parse_list_query,
     parse_load_body,
+    render_forecast,
 )
+from fleetcast_inference.registry import ServedModel
 
 
 @pytest.mark.parametrize(
@@ -163,3 +169,49 @@ def test_list_query_defaults_and_token_round_trip() -> None:
 def test_list_query_refusals(query: str, message: str) -> None:
     with pytest.raises(BadRequestError, match=message):
         parse_list_query(query)
+
+
+@dataclass(frozen=True)
+class DatesOnly:
+    """Of a forecaster, what rendering its forecast asks."""
+
+    daily_dates: bool
+
+
+@pytest.mark.parametrize(
+    ("daily", "dates", "written"),
+    [
+        (True, ["2024-09-01", "2024-09-02"], ["2024-09-01", "2024-09-02"]),
+        (
+            False,
+            ["2024-09-01T13:00", "2024-09-01T14:00"],
+            ["2024-09-01T13:00:00Z", "2024-09-01T14:00:00Z"],
+        ),
+    ],
+    ids=["daily", "hourly"],
+)
+def test_a_forecasts_periods_are_dates_or_utc_times_with_their_offset(
+    daily: bool, dates: list[str], written: list[str]
+) -> None:
+    # Given a model's forecast of two days, or two hours (a history's times are UTC's)
+    model = ServedModel(
+        name="42.tar.gz",
+        url="s3://artifacts/42.tar.gz",
+        customer_id="42",
+        model_version="q0000000909-20261129t120000",
+        model_kind="ets",
+        frequency="D" if daily else "h",
+        data_start="2024-06-01",
+        data_end="2024-08-31",
+        forecaster=DatesOnly(daily),  # type: ignore[arg-type]
+    )
+    forecast = Forecast(
+        dates=np.array(dates, dtype="datetime64[ns]"),
+        yhat=np.array([1.0, 2.0]),
+        yhat_lower=None,
+        yhat_upper=None,
+    )
+    # When the container writes its answer; then each period is a plain date (RFC 3339's
+    # full-date) or a time in UTC with its offset: what the API document says of ds
+    answer = json.loads(render_forecast(model, forecast))
+    assert [point["ds"] for point in answer["forecast"]] == written

@@ -11,7 +11,7 @@ import binascii
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qs
 
 import numpy as np
@@ -168,8 +168,11 @@ def render_forecast(model: ServedModel, forecast: Forecast, clipped: int = 0) ->
     """The answer (:class:`EndpointForecast`): one point per period, with ``quantiles``
     only when some were asked for and ``clipped_at_zero`` (how many values were raised
     to 0) only when any were."""
-    unit: Literal["D", "s"] = "D" if model.forecaster.daily_dates else "s"
-    dates = np.datetime_as_string(forecast.dates, unit=unit).tolist()
+    # Days as plain dates; times with their offset (RFC 3339): a history's times are UTC's.
+    if model.forecaster.daily_dates:
+        dates = np.datetime_as_string(forecast.dates, unit="D").tolist()
+    else:
+        dates = np.datetime_as_string(forecast.dates, unit="s", timezone="UTC").tolist()
     yhat = forecast.yhat.tolist()
     lower = forecast.yhat_lower.tolist() if forecast.yhat_lower is not None else [None] * len(yhat)
     upper = forecast.yhat_upper.tolist() if forecast.yhat_upper is not None else [None] * len(yhat)

@@ -13,8 +13,8 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import date, datetime
-from typing import Protocol
+from datetime import date
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -30,7 +30,15 @@ from fleetcast_contracts.ids import (
 )
 from fleetcast_contracts.inference import EndpointForecast, ForecastPoint
 from fleetcast_contracts.model_archive import Backtest
-from fleetcast_contracts.quantiles import FORECAST_FLOOR, normalise_quantiles, quantile_key
+from fleetcast_contracts.quantiles import (
+    FORECAST_FLOOR,
+    MAX_QUANTILES,
+    QUANTILE_ABOVE,
+    QUANTILE_BELOW,
+    normalise_quantiles,
+    quantile_key,
+)
+from fleetcast_contracts.times import UtcDatetime
 
 # The horizons the API accepts are those the inference container serves
 # (fleetcast_contracts.inference.MIN_PERIOD / MAX_PERIOD).
@@ -65,7 +73,7 @@ class NewerModel(BaseModel):
     live: the live model predates what that run was trained on."""
 
     run_id: str = Field(description="The training run newer than the live model's")
-    trained_at: datetime
+    trained_at: UtcDatetime
     data_end: date = Field(description="Last day of history the newer model was fitted on")
     status: str = Field(description="What registration made of it: rejected (quality gate)")
     reason: str = Field(description="Why it was not made live")
@@ -103,7 +111,7 @@ class CustomerForecast(BaseModel):
     customer_id: str = Field(pattern=CUSTOMER_ID_PATTERN)
     model_version: int = Field(description="The customer's live model version (1, 2, ...)")
     run_id: str = Field(description="The training run that produced the model")
-    trained_at: datetime
+    trained_at: UtcDatetime
     data_end: date = Field(description="Last day of history the model was fitted on")
     period: int = Field(description="Periods forecast after data_end")
     forecast: list[ForecastPoint]
@@ -152,8 +160,8 @@ class CustomerModel(BaseModel):
     target_model: str = Field(
         description="The TargetModel to name when invoking the multi-model endpoint directly"
     )
-    trained_at: datetime
-    live_since: datetime = Field(description="When this version became the live model")
+    trained_at: UtcDatetime
+    live_since: UtcDatetime = Field(description="When this version became the live model")
     data_start: date = Field(description="First day of history the model was fitted on")
     data_end: date = Field(description="Last day of history the model was fitted on")
     rows: int = Field(description="Periods of history the model was fitted on")
@@ -304,10 +312,16 @@ class LiveModelCache:
 
 
 def parse_quantiles(text: str) -> tuple[float, ...]:
-    """The ``quantiles`` query parameter: comma-separated decimals in (0, 1), returned
-    ascending without repeats."""
+    """The ``quantiles`` query parameter: 1 to :data:`MAX_QUANTILES` comma-separated
+    decimals in (0, 1), returned ascending without repeats. :data:`QUANTILES_SCHEMA` is
+    how the OpenAPI document says so."""
+    items = text.split(",")
+    if len(items) > MAX_QUANTILES:
+        raise InvalidRequestError(
+            f"{QUANTILES_PARAMETER}: at most {MAX_QUANTILES} quantiles, not {len(items)}"
+        )
     values = []
-    for item in text.split(","):
+    for item in items:
         item = item.strip()
         if not _DECIMAL.fullmatch(item):
             raise InvalidRequestError(
@@ -320,6 +334,25 @@ def parse_quantiles(text: str) -> tuple[float, ...]:
         return normalise_quantiles(values)
     except ValueError as error:
         raise InvalidRequestError(f"{QUANTILES_PARAMETER}: {error}") from None
+
+
+# What parse_quantiles accepts, as an OpenAPI parameter says it: an array of numbers in
+# (QUANTILE_ABOVE, QUANTILE_BELOW), sent comma-separated in one query parameter.
+QUANTILES_SCHEMA: dict[str, Any] = {
+    "style": "form",
+    "explode": False,
+    "schema": {
+        "type": "array",
+        "items": {
+            "type": "number",
+            "exclusiveMinimum": QUANTILE_ABOVE,
+            "exclusiveMaximum": QUANTILE_BELOW,
+        },
+        "minItems": 1,
+        "maxItems": MAX_QUANTILES,
+        "examples": [[float(value) for value in QUANTILES_EXAMPLE.split(",")]],
+    },
+}
 
 
 def live_model(customer_id: str, registry: LiveModels) -> LiveModel:

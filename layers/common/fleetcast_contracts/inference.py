@@ -97,7 +97,13 @@ class ForecastPoint(BaseModel):
     # A NaN or an infinity is refused, not written as JSON no client reads.
     model_config = ConfigDict(allow_inf_nan=False)
 
-    ds: str = Field(description="Date (YYYY-MM-DD) or date and time of the forecast period")
+    ds: str = Field(
+        description=(
+            "The forecast period: its date (YYYY-MM-DD) on a stack of daily models, its "
+            "start in UTC (RFC 3339, e.g. 2024-09-01T13:00:00Z) on one of hourly models"
+        ),
+        json_schema_extra={"anyOf": [{"format": "date"}, {"format": "date-time"}]},
+    )
     yhat: float = Field(description="The model's point forecast, at least 0")
     yhat_lower: float | None = Field(description="Lower bound of the 80 % interval, at least 0")
     yhat_upper: float | None = Field(description="Upper bound of the 80 % interval, at least 0")

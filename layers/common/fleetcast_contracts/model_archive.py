@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fleetcast_contracts.files import write_whole
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
+from fleetcast_contracts.times import UtcDatetime
 
 MODEL_MEMBER = "model.json"
 # Prophet's family (fleetcast_forecasters.prophet_family).
@@ -80,7 +81,9 @@ class Backtest(BaseModel):
 
     horizon: int = Field(description="Periods forecast from each origin")
     windows: int = Field(description="Windows scored (origins with enough history before)")
-    origins: list[datetime] = Field(description="The first forecast time of each window")
+    origins: list[UtcDatetime] = Field(
+        description="The first forecast time of each window (UTC, as every time in fleetcast)"
+    )
     measure: str = "wape"
     chosen: str = Field(description="The model_kind served")
     runner_up: str | None = None

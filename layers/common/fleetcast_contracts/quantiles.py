@@ -10,6 +10,9 @@ from collections.abc import Iterable
 
 # Quantiles one forecast may carry (Amazon Forecast's ForecastTypes allow as many).
 MAX_QUANTILES = 20
+# A quantile is strictly between these two.
+QUANTILE_ABOVE = 0.0
+QUANTILE_BELOW = 1.0
 # Forecasts are of consumption: no value the container answers is below this.
 FORECAST_FLOOR = 0.0
 
@@ -21,8 +24,10 @@ def normalise_quantiles(quantiles: Iterable[float]) -> tuple[float, ...]:
     if not values:
         raise ValueError("give at least one quantile")
     for quantile in values:
-        if not 0 < quantile < 1:
-            raise ValueError(f"{quantile!r} is not between 0 and 1 (exclusive)")
+        if not QUANTILE_ABOVE < quantile < QUANTILE_BELOW:
+            raise ValueError(
+                f"{quantile!r} is not between {QUANTILE_ABOVE:g} and {QUANTILE_BELOW:g} (exclusive)"
+            )
     normalised = tuple(sorted(set(values)))
     if len(normalised) > MAX_QUANTILES:
         raise ValueError(f"at most {MAX_QUANTILES} different quantiles, not {len(normalised)}")
