@@ -22,18 +22,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fleetcast.embedded.stack import StackInfo
-from fleetcast_common import storage
-from fleetcast_common.forecasting import (
-    DEFAULT_PERIOD,
-    QUANTILES_EXAMPLE,
-    InvalidRequestError,
-    parse_quantiles,
-)
+from fleetcast.embedded.info import StackInfo
 from fleetcast_contracts.ids import InvalidCustomerIdError, is_valid_customer_id
-from fleetcast_contracts.inference import MAX_PERIOD, MIN_PERIOD
+from fleetcast_contracts.inference import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
 from fleetcast_contracts.layout import history_shard_key
-from fleetcast_contracts.quantiles import quantile_key
+from fleetcast_contracts.quantiles import QUANTILES_EXAMPLE, quantile_key
 
 API_URL_ENV = "FLEETCAST_API_URL"
 API_KEY_ENV = "FLEETCAST_API_KEY"
@@ -181,6 +174,8 @@ def read_history(s3: Any, bucket: str, customer_id: str, hourly: bool = False) -
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from fleetcast_common import storage
+
     body = storage.read_bytes_if_exists(s3, bucket, history_shard_key(customer_id))
     if body is None:
         return None
@@ -306,6 +301,8 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             raise ServingError(f"--period must be from {MIN_PERIOD} to {MAX_PERIOD}")
         quantiles: tuple[float, ...] = ()
         if args.quantiles is not None:
+            from fleetcast_common.forecasting import InvalidRequestError, parse_quantiles
+
             try:
                 quantiles = parse_quantiles(args.quantiles)
             except InvalidRequestError as error:
@@ -332,7 +329,7 @@ def add_serving_commands(commands: Any) -> None:
     forecast = commands.add_parser(
         "forecast", help="a customer's forecast from the API: table, JSON or plot"
     )
-    forecast.add_argument("customer_id", metavar="CUSTOMER")
+    forecast.add_argument("customer_id", metavar="CUSTOMER", help="the customer's id")
     forecast.add_argument(
         "--period", type=int, default=DEFAULT_PERIOD, help="days to forecast (1 to 365)"
     )

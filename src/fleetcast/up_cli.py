@@ -11,16 +11,18 @@ from typing import Any
 
 from rich.table import Table
 
-from fleetcast.embedded import keeping, lease, persistence
-from fleetcast.embedded.api import DEFAULT_PORT as DEFAULT_API_PORT
-from fleetcast.embedded.gateway import PortTakenError
+from fleetcast.embedded.info import DEFAULT_API_PORT, DEFAULT_PORT, repo_root
 from fleetcast.embedded.parameters import ParameterError, parse_overrides, samconfig_overrides
-from fleetcast.embedded.serving import ServingOptions
-from fleetcast.embedded.stack import DEFAULT_PORT, EmbeddedStack, repo_root
-from fleetcast.terminal import UsageError, console
+from fleetcast.terminal import UsageError, console, print_table
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    # Here, not at the top: `fleetcast --help` and the other commands never load the stack.
+    from fleetcast.embedded import keeping, lease, persistence
+    from fleetcast.embedded.gateway import PortTakenError
+    from fleetcast.embedded.serving import ServingOptions
+    from fleetcast.embedded.stack import EmbeddedStack
+
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     with console.status("starting the local stack"):
@@ -56,6 +58,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
     try:
         table = Table(title="fleetcast local stack (127.0.0.1 only)", show_header=False)
+        # Names and paths whole, to copy: as label and value lines where they do not fit.
+        table.add_column(no_wrap=True)
+        table.add_column(no_wrap=True)
         table.add_row("AWS APIs (moto + SageMaker runner)", info.endpoint_url)
         table.add_row("raw bucket (drop CSVs under incoming/)", info.raw_bucket)
         table.add_row("artifacts bucket", info.artifacts_bucket)
@@ -69,7 +74,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 table.add_row(label, info.extra[variable])
         table.add_row("function logs", str(Path(info.state_dir) / "logs"))
         table.add_row("job logs", str(Path(info.state_dir) / "jobs"))
-        console.print(table)
+        print_table(console, table)
         for notice in stack.notices:
             console.print(notice)
         console.print(

@@ -51,6 +51,8 @@ MAX_LIST_LIMIT = 1000
 # periods.
 MIN_PERIOD = 1
 MAX_PERIOD = 365
+# The forecast API's horizon when a request names none.
+DEFAULT_PERIOD = 7
 
 # Every error the container answers is a JSON object with these two fields.
 ERROR_CODE_FIELD = "error"

@@ -1,0 +1,153 @@
+"""Tables read whole when piped or narrow (issue 40): `fleetcast status | cat` showed
+`q000…` and `sour…`, so a run id could not be copied; `cost-report` piped showed `$72.…`;
+the `up` banner cut the outbox path. A table that cannot hold its ids, paths and amounts
+whole is printed as one block per row, each value whole on its line."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+from rich.table import Table
+
+from fleetcast import cli
+from fleetcast.cost_cli import print_analysis
+from fleetcast.status import RunStatus, StageJob
+from fleetcast.status_table import print_status
+from fleetcast.terminal import print_table
+from fleetcast_contracts.stages import PROCESSING, TRAINING
+from fleetcast_cost.models import Anomaly, CostAnalysis, Recommendation, UsageHistory
+
+RUN_ID = "q0000000042-20240131t235959"
+BUCKET = "fleetcast-artifacts-123456789012-us-east-1"
+REPORT = f"s3://{BUCKET}/runs/{RUN_ID}/report/rejected.csv"
+
+
+def _run(**fields: Any) -> RunStatus:
+    fields.setdefault("run_id", RUN_ID)
+    return RunStatus(
+        source="readings-of-the-whole-fleet-2024.csv.gz",
+        jobs={
+            PROCESSING.name: StageJob(name=f"fleetcast-processing-{RUN_ID}", status="Completed"),
+            TRAINING.name: StageJob(name=f"fleetcast-training-{RUN_ID}", status="Completed"),
+        },
+        rows_read=240,
+        rows_rejected=120,
+        rejected_by_reason={"invalid_consumption": 100, "invalid_timestamp": 15, "x": 5},
+        rejected_report=REPORT,
+        customers_processed=10,
+        customers_trained=10,
+        customers_failed=0,
+        customers_registered=10,
+        registered=True,
+        chunks_done=1,
+        chunks_total=1,
+        **fields,
+    )
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines()]
+
+
+def test_piped_status_at_60_columns_keeps_the_run_id_and_the_s3_path_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run with rejected rows, and `fleetcast status` piped at 60 columns
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setattr(cli, "_names", lambda args: {})
+    monkeypatch.setattr(cli, "_statuses", lambda names: [_run()])
+    monkeypatch.setattr(cli, "_accuracy_summary", lambda names, run: None)
+    # When it prints
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    # Then the run id and the report's S3 path are each whole on a line, not cut or folded
+    assert any(RUN_ID in line for line in out.splitlines()), out
+    assert any(REPORT in line for line in out.splitlines()), out
+    assert "…" not in out
+    # And the top reasons stand beside the counts
+    assert "rejected: 100 invalid_consumption, 15 invalid_timestamp, 5 x" in out
+
+
+def test_a_wide_console_gets_the_table() -> None:
+    out = Console(file=io.StringIO(), width=400)
+    print_status(out, [_run()])
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    assert "┃ order" in text and RUN_ID in text and REPORT in text
+
+
+def test_status_table_falls_back_to_one_block_per_run_when_narrow() -> None:
+    out = Console(file=io.StringIO(), width=60)
+    print_status(out, [_run(), _run(run_id="q0000000043-20240201t000000")])
+    lines = _lines(out.file.getvalue())  # type: ignore[attr-defined]
+    assert f"run: {RUN_ID}" in lines
+    assert "run: q0000000043-20240201t000000" in lines
+    assert "source: readings-of-the-whole-fleet-2024.csv.gz" in lines
+
+
+def test_a_label_and_value_table_becomes_label_value_lines_when_narrow() -> None:
+    # Given the `up` banner's shape: no header, a label and a long path
+    table = Table(title="fleetcast local stack", show_header=False)
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    outbox = "/home/someone/projects/fleetcast/.fleetcast/outbox/cost-report"
+    table.add_row("cost-report outbox", outbox)
+    out = Console(file=io.StringIO(), width=60)
+    # When it prints at 60 columns
+    print_table(out, table)
+    # Then the path is whole
+    assert f"cost-report outbox: {outbox}" in _lines(out.file.getvalue())  # type: ignore[attr-defined]
+
+
+def test_cost_report_amounts_are_never_cut() -> None:
+    # Given an analysis with an anomaly and a recommendation of large amounts
+    day = dt.date(2024, 3, 5)
+    analysis = CostAnalysis(
+        report_date=day,
+        start=day - dt.timedelta(days=30),
+        end=day,
+        total_cost_usd=1_234_567.89,
+        anomalies=(
+            Anomaly(
+                usage_type="USE1-Train:ml.c5.xlarge",
+                date=day - dt.timedelta(days=2),
+                actual=72_345.67,
+                expected=1_234.5,
+                impact=71_111.17,
+                kind="spike",
+            ),
+        ),
+        recommendations=(
+            Recommendation(
+                kind="use_spot",
+                evidence="on demand all month",
+                monthly_saving_usd=65_432.1,
+                instance_type="ml.c5.xlarge",
+                action="use managed spot training",
+            ),
+        ),
+        monthly_saving_usd=65_432.1,
+        history=UsageHistory(start=day - dt.timedelta(days=30), end=day),
+    )
+    # When `cost-report` prints it piped at 60 columns
+    out = Console(file=io.StringIO(), width=60)
+    print_analysis(out, analysis, "a saved file")
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    # Then every amount and the usage type are whole
+    for whole in ("$72,345.67", "$1,234.50", "$65,432.10", "USE1-Train:ml.c5.xlarge"):
+        assert whole in text, text
+    assert "…" not in text, text
+
+
+def test_every_command_that_prints_a_table_has_json() -> None:
+    (subparsers,) = (
+        action
+        for action in cli.build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    for name in ("status", "rejected", "forecast", "cost-report"):
+        assert "--json" in subparsers.choices[name].format_help(), name
