@@ -326,13 +326,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from fleetcast_common.registry import ModelRegistry
 
     assert set(EXPORT_TABLES) == set(SCHEMAS), "fleetcast export's --table choices"
+    if args.output.suffix not in OUTPUT_FORMATS:
+        raise UsageError(f"-o {args.output}: the file must end in {' or '.join(OUTPUT_FORMATS)}")
+    output_file(args.output, "-o")
     names = _names(args)
     s3 = boto3.client("s3")
     bucket = names["artifacts_bucket"]
     registry = ModelRegistry(boto3.resource("dynamodb").Table(names["registry_table"]))
-    if args.output.suffix not in OUTPUT_FORMATS:
-        raise UsageError(f"-o {args.output}: the file must end in {' or '.join(OUTPUT_FORMATS)}")
-    output_file(args.output, "-o")
     try:
         run_id = _run_to_read(args, s3, bucket, registry)
         table = with_live_column(read_run_table(s3, bucket, run_id, args.table), run_id, registry)
@@ -558,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.run(args)
     except UsageError as error:
-        err.print(f"[red]error:[/] {error}")
+        err.print(f"[red]error:[/] {error}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -254,7 +254,6 @@ def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, frameon=False)
     figure.autofmt_xdate()
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
     plt.close(figure)
     return path
@@ -307,6 +306,12 @@ def cmd_forecast(args: argparse.Namespace) -> int:
                 quantiles = parse_quantiles(args.quantiles)
             except InvalidRequestError as error:
                 raise ServingError(f"--{error}") from None
+        if args.plot is not None and not args.plot.parent.is_dir():
+            # A typo in the folder is an error, not a new tree of folders where it points.
+            raise ServingError(
+                f"--plot {args.plot}: the folder {args.plot.parent} does not exist "
+                "(nothing was asked of the API)"
+            )
         api = api_from_environment(args.state_dir)
         s3, bucket = None, None
         if args.plot is not None:
@@ -319,7 +324,7 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             api, args.customer_id, args.period, console, args.plot, s3, bucket, args.json, quantiles
         )
     except ServingError as error:
-        err.print(f"[red]error:[/] {error}")
+        err.print(f"[red]error:[/] {error}", soft_wrap=True)
         return 2
     return 0
 
@@ -350,6 +355,7 @@ def demo_forecast(
 ) -> Path | None:
     """The end of ``fleetcast demo``: one customer's forecast, printed and plotted."""
     plot = Path(info.state_dir) / "demo" / f"forecast-{customer_id}.png"
+    plot.parent.mkdir(parents=True, exist_ok=True)  # the stack's own folder
     try:
         api = ForecastApi(info.extra[API_URL_ENV], info.extra[API_KEY_ENV])
         show_forecast(api, customer_id, period, out, plot, s3, info.artifacts_bucket)

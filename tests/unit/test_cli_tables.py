@@ -16,7 +16,7 @@ from rich.table import Table
 
 from fleetcast import cli
 from fleetcast.cost_cli import print_analysis
-from fleetcast.status import RunStatus, StageJob
+from fleetcast.status import RunStatus, StageJob, TrainingFailure
 from fleetcast.status_table import print_status
 from fleetcast.terminal import print_table
 from fleetcast_contracts.stages import PROCESSING, TRAINING
@@ -28,26 +28,27 @@ REPORT = f"s3://{BUCKET}/runs/{RUN_ID}/report/rejected.csv"
 
 
 def _run(**fields: Any) -> RunStatus:
-    fields.setdefault("run_id", RUN_ID)
-    return RunStatus(
-        source="readings-of-the-whole-fleet-2024.csv.gz",
-        jobs={
-            PROCESSING.name: StageJob(name=f"fleetcast-processing-{RUN_ID}", status="Completed"),
-            TRAINING.name: StageJob(name=f"fleetcast-training-{RUN_ID}", status="Completed"),
-        },
-        rows_read=240,
-        rows_rejected=120,
-        rejected_by_reason={"invalid_consumption": 100, "invalid_timestamp": 15, "x": 5},
-        rejected_report=REPORT,
-        customers_processed=10,
-        customers_trained=10,
-        customers_failed=0,
-        customers_registered=10,
-        registered=True,
-        chunks_done=1,
-        chunks_total=1,
-        **fields,
-    )
+    jobs = {
+        PROCESSING.name: StageJob(name=f"fleetcast-processing-{RUN_ID}", status="Completed"),
+        TRAINING.name: StageJob(name=f"fleetcast-training-{RUN_ID}", status="Completed"),
+    }
+    completed: dict[str, Any] = {
+        "run_id": RUN_ID,
+        "source": "readings-of-the-whole-fleet-2024.csv.gz",
+        "jobs": jobs,
+        "rows_read": 240,
+        "rows_rejected": 120,
+        "rejected_by_reason": {"invalid_consumption": 100, "invalid_timestamp": 15, "x": 5},
+        "rejected_report": REPORT,
+        "customers_processed": 10,
+        "customers_trained": 10,
+        "customers_failed": 0,
+        "customers_registered": 10,
+        "registered": True,
+        "chunks_done": 1,
+        "chunks_total": 1,
+    }
+    return RunStatus(**{**completed, **fields})
 
 
 def _lines(text: str) -> list[str]:
@@ -151,3 +152,54 @@ def test_every_command_that_prints_a_table_has_json() -> None:
     )
     for name in ("status", "rejected", "forecast", "cost-report"):
         assert "--json" in subparsers.choices[name].format_help(), name
+
+
+@pytest.mark.parametrize(
+    ("run", "code", "said"),
+    [
+        (_run(), 0, None),
+        (
+            _run(
+                jobs={
+                    PROCESSING.name: StageJob(
+                        status="Failed", failure="AlgorithmError: the upload is empty"
+                    )
+                }
+            ),
+            1,
+            f"run {RUN_ID} failed: AlgorithmError: the upload is empty",
+        ),
+        (
+            _run(
+                customers_failed=2,
+                failures=[
+                    TrainingFailure(customer_id="short-a", kind="too_few_rows", reason="has 20"),
+                    TrainingFailure(customer_id="short-b", kind="too_few_rows", reason="has 20"),
+                ],
+            ),
+            1,
+            f"run {RUN_ID} left 2 customers failed (first short-a: has 20)",
+        ),
+    ],
+    ids=["completed", "failed", "customers-failed"],
+)
+def test_status_wait_exits_non_zero_when_a_run_failed_and_says_which(
+    run: RunStatus,
+    code: int,
+    said: str | None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a run that has finished as the case says
+    monkeypatch.setattr(cli, "_names", lambda args: {})
+    monkeypatch.setattr(cli, "_statuses", lambda names: [run])
+    monkeypatch.setattr(cli, "_accuracy_summary", lambda names, run_id: None)
+    assert run.done
+    # When `fleetcast status --wait` has waited for it
+    assert cli.main(["status", "--wait", "5", "--json"]) == code
+    # Then its exit status says whether it failed, and standard error which run and why
+    err = capsys.readouterr().err
+    if said is None:
+        assert err == ""
+    else:
+        assert said in err, err
