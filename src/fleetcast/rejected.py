@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fleetcast.status import rejected_report_key
+from fleetcast.status import most_first, rejected_report_key
 from fleetcast_common import storage
 from fleetcast_common.processing_report import processing_summary
 
@@ -64,7 +64,7 @@ def rejected_rows(s3: Any, bucket: str, run_id: str) -> RejectedRows:
         rows_rejected=sum(counts.values()),
         by_reason=[
             RejectedReason(reason=reason, rows=count, message=messages.get(reason, ""))
-            for reason, count in counts.most_common()
+            for reason, count in most_first(counts)
         ],
         rows=rows,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -236,7 +236,7 @@ def run_status(
         status.source = status.source or summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected
-        status.rejected_by_reason = dict(Counter(summary.rejected_by_reason).most_common())
+        status.rejected_by_reason = dict(most_first(summary.rejected_by_reason))
         if summary.rows_rejected:
             status.rejected_report = f"s3://{bucket}/{rejected_report_key(run_id)}"
         status.readings_replaced = summary.readings_replaced
@@ -284,6 +284,11 @@ def run_status(
             status.customers_decided = progress.models_decided
             status.customers_registered = progress.models_live
     return status
+
+
+def most_first(counts: Mapping[str, int]) -> list[tuple[str, int]]:
+    """Counts by name, the largest first, ties by name: the same order every time."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
 
 def rejected_report_key(run_id: str) -> str:
