@@ -35,6 +35,9 @@ API_KEY_ENV = "FLEETCAST_API_KEY"
 MIN_HISTORY_DAYS = 56
 HISTORY_PER_FORECAST_DAY = 4
 REQUEST_TIMEOUT_SECONDS = 35
+# The unit of the readings, as the plot's axis names it: fleetcast adds readings up and
+# never converts them, so this is whatever the meters' exports are in.
+DEFAULT_UNIT = "kWh"
 GATEWAY_ERROR_TYPE_HEADER = "x-amzn-ErrorType"
 # API Gateway's error type for a request whose method and path match no route.
 NO_ROUTE_ERROR_TYPE = "MissingAuthenticationTokenException"
@@ -189,8 +192,34 @@ def read_history(s3: Any, bucket: str, customer_id: str, hourly: bool = False) -
     return totals.rename_axis("ds").reset_index()
 
 
-def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:
-    """Recent history, the forecast and its interval, as a PNG."""
+def plot_forecast(
+    forecast: dict[str, Any],
+    history: Any,
+    path: Path,
+    unit: str = DEFAULT_UNIT,
+    family: str | None = None,
+    hourly: bool = False,
+) -> Path:
+    """:func:`forecast_figure` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    figure = forecast_figure(forecast, history, unit, family, hourly)
+    try:
+        figure.savefig(path)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def forecast_figure(
+    forecast: dict[str, Any],
+    history: Any,
+    unit: str = DEFAULT_UNIT,
+    family: str | None = None,
+    hourly: bool = False,
+) -> Any:
+    """Recent history, the forecast and its interval: consumption in ``unit`` from zero
+    (a weekend dip looks as deep as it is), the family that served it named."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -244,19 +273,20 @@ def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:
         linewidth=1,
         label=f"last day of data ({forecast['data_end']})",
     )
+    served = f" by {family.replace('_', ' ')}" if family else ""
     axes.set_title(
-        f"Customer {forecast['customer_id']}: {forecast['period']}-day forecast "
+        f"Customer {forecast['customer_id']}: {forecast['period']}-"
+        f"{'hour' if hourly else 'day'} forecast{served} "
         f"(model v{forecast['model_version']}, trained {forecast['trained_at'][:10]})"
     )
-    axes.set_ylabel("daily consumption")
+    axes.set_ylabel(f"{'hourly' if hourly else 'daily'} consumption ({unit})")
+    axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     # Below the axes: the history fills the plot from top to bottom.
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, frameon=False)
     figure.autofmt_xdate()
     figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return figure
 
 
 def show_forecast(
@@ -269,6 +299,7 @@ def show_forecast(
     artifacts_bucket: str | None = None,
     as_json: bool = False,
     quantiles: tuple[float, ...] = (),
+    unit: str = DEFAULT_UNIT,
 ) -> dict[str, Any]:
     """Fetch a forecast, print it, and with ``plot`` draw it over the stored history."""
     forecast = api.forecast(customer_id, period, quantiles)
@@ -279,15 +310,28 @@ def show_forecast(
         out.print(forecast_table(forecast))
     if plot is not None:
         history = None
+        # An hourly model's forecast has several points a day: its history is hourly too.
+        days = {str(point["ds"])[:10] for point in forecast["forecast"]}
+        hourly = len(days) < len(forecast["forecast"])
         if s3 is not None and artifacts_bucket:
-            # An hourly model's forecast has several points a day: its history is hourly too.
-            days = {str(point["ds"])[:10] for point in forecast["forecast"]}
-            hourly = len(days) < len(forecast["forecast"])
             history = read_history(s3, artifacts_bucket, customer_id, hourly)
-        plot_forecast(forecast, history, plot)
+        plot_forecast(forecast, history, plot, unit, served_family(api, forecast), hourly)
         if not as_json:
             out.print(f"plot: {plot}")
     return forecast
+
+
+def served_family(api: ForecastApi, forecast: dict[str, Any]) -> str | None:
+    """The family of the model that served ``forecast`` (the API's model description);
+    None when it cannot be told: the API does not answer, or another model is live now."""
+    try:
+        model = api.get(f"/customers/{quote(forecast['customer_id'], safe='')}/model")
+    except ServingError:
+        return None
+    if model.get("model_version") != forecast["model_version"]:
+        return None
+    kind = model.get("model_kind")
+    return str(kind) if kind else None
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
@@ -321,7 +365,16 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             if not bucket:
                 err.print("[yellow]FLEETCAST_ARTIFACTS_BUCKET is not set: plotting without history")
         show_forecast(
-            api, args.customer_id, args.period, console, args.plot, s3, bucket, args.json, quantiles
+            api,
+            args.customer_id,
+            args.period,
+            console,
+            args.plot,
+            s3,
+            bucket,
+            args.json,
+            quantiles,
+            args.unit,
         )
     except ServingError as error:
         err.print(f"[red]error:[/] {error}", soft_wrap=True)
@@ -345,6 +398,11 @@ def add_serving_commands(commands: Any) -> None:
     )
     forecast.add_argument(
         "--plot", type=Path, metavar="FILE.png", help="also draw history, forecast and interval"
+    )
+    forecast.add_argument(
+        "--unit",
+        default=DEFAULT_UNIT,
+        help="the readings' unit, on the plot's axis (default: %(default)s)",
     )
     forecast.add_argument("--json", action="store_true", help="print the API's JSON")
     forecast.set_defaults(run=cmd_forecast)
