@@ -144,7 +144,7 @@ def check_forecasts(ours: Client, theirs: Client, opt_ml: Path, names: list[str]
 
         archive = next((opt_ml / "models" / name / "model").glob("*.tar.gz"))
         model_json, metadata = read_archive(archive)
-        seed = forecast_seed(metadata.run_id, PERIOD)
+        seed = forecast_seed(metadata.run_id)
         forecast = compile_model(model_json, metadata.frequency).forecast(PERIOD, seed)
         prophet = model_from_json(model_json)
         np.random.seed(seed)  # Prophet draws its uncertainty samples from numpy's global state
@@ -184,7 +184,7 @@ def _fleet_memory(kind: str, opt_ml: str, names: list[str]) -> dict[str, float]:
     sample_models = {}
 
     def answer(model: ServedModel) -> bytes:
-        seed = forecast_seed(model.model_version, PERIOD)
+        seed = forecast_seed(model.model_version)
         return render_forecast(model, model.forecaster.forecast(PERIOD, seed))
 
     def load(name: str) -> None:

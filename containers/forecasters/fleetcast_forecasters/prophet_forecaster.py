@@ -26,6 +26,7 @@ from fleetcast_forecasters.forecast import (
     check_request,
     forecast_seed,
     row_quantiles,
+    simulated_periods,
 )
 from fleetcast_forecasters.prophet_features import mean_step
 
@@ -73,7 +74,9 @@ class ProphetForecaster:
         """The next ``period`` periods: ``yhat``, the interval and ``quantiles`` (ascending,
         each in (0, 1)), the last two from one simulation, as ``Prophet.predict`` draws it.
 
-        The draws depend on ``seed`` and ``period`` only, so asking for quantiles leaves
+        The draws depend on ``seed`` only: they are those of Prophet's forecast of
+        :func:`simulated_periods` periods, of which this is the first ``period``, so a
+        day's interval is the same whatever the period, and asking for quantiles leaves
         the interval as it is without them.
         """
         check_request(period, self.horizon, quantiles)
@@ -102,18 +105,24 @@ class ProphetForecaster:
         ``s * normal(0, 1)``, the same numbers)."""
         iterations = self.sigma_obs.shape[0]
         per_iteration = max(1, math.ceil(self.uncertainty_samples / iterations))
-        t = self.t[:period]
-        step = mean_step(t) if period > 1 else self.history_step
+        # The step of the whole compiled future, not of the periods asked for: the same
+        # for every request (Prophet's own for a future of that length).
+        step = mean_step(self.t) if self.horizon > 1 else self.history_step
         if math.isnan(step):
             raise ValueError("this forecaster was compiled without one_period: ask for 2 or more")
-        draws = period_major_draws(
+        drawn = period_major_draws(
             seed,
             iterations,
             per_iteration,
-            period,
+            simulated_periods(period),
             self.changepoint_count * step if self.linear_growth else None,
             step,
         )
+        # The first `period` rows of the simulation's draws (views of the shared arrays).
+        draws = [
+            (normal[:period], None if changes is None else changes[:period])
+            for normal, changes in drawn
+        ]
         simulations = []
         for i, (normal, changes) in enumerate(draws):
             expected = self.trend_expected[i, :period] * self.y_scale + self.floor
@@ -144,7 +153,7 @@ class ProphetForecaster:
 _Draws = tuple[FloatArray | None, FloatArray | None, FloatArray]
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=1)  # period_major_draws keeps what it needs
 def standard_draws(
     seed: int, iterations: int, per_iteration: int, period: int, linear_growth: bool
 ) -> tuple[_Draws, ...]:
@@ -172,7 +181,7 @@ def standard_draws(
     return tuple(draws)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=1)  # period_major_draws keeps what it needs
 def unit_trend_changes(
     seed: int,
     iterations: int,
