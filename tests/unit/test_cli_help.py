@@ -106,3 +106,46 @@ def test_python_m_fleetcast_help_answers_with_the_commands() -> None:
     assert "rejected" in result.stdout
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
     assert not imported & set(FORBIDDEN), sorted(imported & set(FORBIDDEN))
+
+
+def test_a_forecast_through_the_cli_imports_none_of_them_either() -> None:
+    # Given a forecast API (a canned answer, in the child process: sockets are off here)
+    script = f"""
+import contextlib, io, json, sys, threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+ANSWER = {{"customer_id": "7", "model_version": 1, "run_id": "q0000000001-20240101t000000",
+    "trained_at": "2024-01-01T00:00:00Z", "data_end": "2023-12-31", "period": 1,
+    "forecast": [{{"ds": "2024-01-01", "yhat": 1.0, "yhat_lower": 0.5, "yhat_upper": 1.5}}]}}
+
+class Api(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps(ANSWER).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = HTTPServer(("127.0.0.1", 0), Api)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+import os
+os.environ["FLEETCAST_API_URL"] = f"http://127.0.0.1:{{server.server_port}}/v1"
+os.environ["FLEETCAST_API_KEY"] = "some-key"
+from fleetcast.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = main(["forecast", "7", "--period", "1"])
+print(json.dumps({{"code": code, "out": out.getvalue(),
+    "loaded": [m for m in {FORBIDDEN!r} if m in sys.modules]}}))
+"""
+    # When `fleetcast forecast 7` runs against it
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    answer = json.loads(result.stdout.splitlines()[-1])
+    # Then it printed the forecast having imported only what an HTTP call needs
+    assert answer["code"] == 0 and "2024-01-01" in answer["out"], answer
+    assert answer["loaded"] == []
