@@ -169,6 +169,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     names = _names(args)
     runs = _statuses(names)
+    # Runs that had ended before the wait: not waited for (an old failure stays in the list).
+    ended_before = {run.run_id for run in runs if run.done}
     if args.wait is not None:
         # Until there is a run and nothing more will happen to any of them.
         deadline = time.monotonic() + args.wait
@@ -193,7 +195,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             for line in summary_lines(summary):
                 console.print(line, highlight=False, soft_wrap=True)
     if args.wait is not None:
-        return _waited_result(runs)
+        waited = [run for run in runs if run.run_id not in ended_before]
+        # Every run had ended already (an upload's run can fail before the first look):
+        # the newest is the one a script that has just uploaded waits for.
+        return _waited_result(waited or runs[-1:])
     return 0
 
 

@@ -203,3 +203,26 @@ def test_status_wait_exits_non_zero_when_a_run_failed_and_says_which(
         assert err == ""
     else:
         assert said in err, err
+
+
+def test_status_wait_does_not_fail_for_a_run_that_had_failed_before_it_waited(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an old failed run, and a new one still training when the wait starts
+    old = _run(
+        run_id="q0000000041-20240130t000000",
+        jobs={PROCESSING.name: StageJob(status="Failed", failure="AlgorithmError: empty")},
+    )
+    training = {
+        PROCESSING.name: StageJob(status="Completed"),
+        TRAINING.name: StageJob(status="InProgress"),
+    }
+    polls = iter([[old, _run(jobs=training, registered=False)], [old, _run()]])
+    monkeypatch.setattr(cli, "_names", lambda args: {})
+    monkeypatch.setattr(cli, "_statuses", lambda names: next(polls))
+    monkeypatch.setattr(cli, "_accuracy_summary", lambda names, run_id: None)
+    monkeypatch.setattr(cli.time, "sleep", lambda seconds: None)
+    # When `status --wait` waits for the new one, which completes
+    assert cli.main(["status", "--wait", "60", "--json"]) == 0
+    # Then the old failure, not waited for, fails nothing and is not reported
+    assert capsys.readouterr().err == ""
