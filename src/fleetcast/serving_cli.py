@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fleetcast.embedded.info import StackInfo
+from fleetcast.terminal import print_table
 from fleetcast_contracts.ids import InvalidCustomerIdError, is_valid_customer_id
 from fleetcast_contracts.inference import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
 from fleetcast_contracts.layout import history_shard_key
@@ -150,10 +151,11 @@ def _quantile_keys(forecast: dict[str, Any]) -> list[str]:
 
 def forecast_table(forecast: dict[str, Any]) -> Table:
     table = Table(header_style="bold")
-    table.add_column("ds")
+    # Dates and values whole (a table that cannot hold them prints as blocks: print_table).
+    table.add_column("ds", no_wrap=True)
     keys = _quantile_keys(forecast)
     for column in ("yhat", "lower", "upper", *(f"q{key}" for key in keys)):
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", no_wrap=True)
     for point in forecast["forecast"]:
         quantiles = point.get("quantiles", {})
         table.add_row(
@@ -307,7 +309,7 @@ def show_forecast(
         print(json.dumps(forecast, indent=2))
     else:
         out.print(forecast_summary(forecast))
-        out.print(forecast_table(forecast))
+        print_table(out, forecast_table(forecast))
     if plot is not None:
         history = None
         # An hourly model's forecast has several points a day: its history is hourly too.

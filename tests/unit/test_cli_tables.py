@@ -226,3 +226,26 @@ def test_status_wait_does_not_fail_for_a_run_that_had_failed_before_it_waited(
     assert cli.main(["status", "--wait", "60", "--json"]) == 0
     # Then the old failure, not waited for, fails nothing and is not reported
     assert capsys.readouterr().err == ""
+
+
+def test_a_forecast_table_keeps_every_value_whole_when_narrow() -> None:
+    from fleetcast.serving_cli import forecast_table
+
+    forecast = {
+        "quantiles": [0.1, 0.5, 0.9],
+        "forecast": [
+            {
+                "ds": "2024-01-01",
+                "yhat": 123456.7,
+                "yhat_lower": 120000.1,
+                "yhat_upper": 130000.9,
+                "quantiles": {"0.1": 121000.0, "0.5": 123400.5, "0.9": 129999.9},
+            }
+        ],
+    }
+    out = Console(file=io.StringIO(), width=40)
+    print_table(out, forecast_table(forecast))
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    for whole in ("2024-01-01", "123,456.7", "120,000.1", "130,000.9", "129,999.9"):
+        assert whole in text, text
+    assert "…" not in text
