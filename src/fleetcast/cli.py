@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
+
 from fleetcast import images
 from fleetcast.cost_arguments import add_cost_commands
 from fleetcast.embedded.info import StackInfo, default_state_dir
@@ -23,6 +25,7 @@ from fleetcast.terminal import UsageError, console, err, plain
 from fleetcast.up_cli import add_up_command
 from fleetcast_contracts import layout
 from fleetcast_contracts.ids import is_valid_run_id
+from fleetcast_contracts.stages import PIPELINE
 
 # What a command needs beyond the standard library it imports when it runs: `fleetcast
 # --help` and `fleetcast env` never load boto3, pyarrow or the local stack
@@ -207,9 +210,7 @@ def _waited_result(runs: list[RunStatus]) -> int:
     failed (saying which, on standard error), so a script can tell; else 0."""
     problems = []
     for run in runs:
-        if run.failure or any(
-            run.job(stage).status in ("Failed", "Stopped") for stage in _pipeline()
-        ):
+        if run.failure or any(run.job(stage).status in ("Failed", "Stopped") for stage in PIPELINE):
             problems.append(f"run {run.run_id} failed: {run.failure or 'a job stopped'}")
         elif run.customers_failed:
             first = run.failures[0] if run.failures else None
@@ -222,14 +223,9 @@ def _waited_result(runs: list[RunStatus]) -> int:
                 f"run {run.run_id} lost {run.customers_lost} customers (first {run.first_lost})"
             )
     for problem in problems:
-        err.print(f"[red]{problem}[/]", soft_wrap=True, highlight=False)
+        # (a failure reason is the job's own text: brackets in it are not markup)
+        err.print(f"[red]{escape(problem)}[/]", soft_wrap=True, highlight=False)
     return 1 if problems else 0
-
-
-def _pipeline() -> tuple[Any, ...]:
-    from fleetcast_contracts.stages import PIPELINE
-
-    return tuple(PIPELINE)
 
 
 def cmd_rejected(args: argparse.Namespace) -> int:
