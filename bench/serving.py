@@ -41,6 +41,7 @@ from bench.measure import (
     timed,
 )
 from fleetcast_contracts.model_archive import read_archive
+from fleetcast_forecasters.forecast import simulated_periods
 from fleetcast_forecasters.prophet_compile import compile_model
 from fleetcast_forecasters.prophet_forecaster import forecast_seed
 from fleetcast_inference.app import InferenceApp, build_served_model
@@ -148,9 +149,11 @@ def check_forecasts(ours: Client, theirs: Client, opt_ml: Path, names: list[str]
         forecast = compile_model(model_json, metadata.frequency).forecast(PERIOD, seed)
         prophet = model_from_json(model_json)
         np.random.seed(seed)  # Prophet draws its uncertainty samples from numpy's global state
+        # fleetcast's days are the first of a forecast of simulated_periods (a day's
+        # interval the same whatever the period asked for)
         theirs_seeded = prophet.predict(
-            prophet.make_future_dataframe(PERIOD, include_history=False)
-        )
+            prophet.make_future_dataframe(simulated_periods(PERIOD), include_history=False)
+        ).iloc[:PERIOD]
         assert forecast.yhat_lower is not None and forecast.yhat_upper is not None
         worst = max(
             worst,
