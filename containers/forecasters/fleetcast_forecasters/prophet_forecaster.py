@@ -110,19 +110,14 @@ class ProphetForecaster:
         step = mean_step(self.t) if self.horizon > 1 else self.history_step
         if math.isnan(step):
             raise ValueError("this forecaster was compiled without one_period: ask for 2 or more")
-        drawn = period_major_draws(
+        draws = period_major_draws(
             seed,
             iterations,
             per_iteration,
-            simulated_periods(period),
+            period,
             self.changepoint_count * step if self.linear_growth else None,
             step,
         )
-        # The first `period` rows of the simulation's draws (views of the shared arrays).
-        draws = [
-            (normal[:period], None if changes is None else changes[:period])
-            for normal, changes in drawn
-        ]
         simulations = []
         for i, (normal, changes) in enumerate(draws):
             expected = self.trend_expected[i, :period] * self.y_scale + self.floor
@@ -153,7 +148,7 @@ class ProphetForecaster:
 _Draws = tuple[FloatArray | None, FloatArray | None, FloatArray]
 
 
-@functools.lru_cache(maxsize=1)  # period_major_draws keeps what it needs
+@functools.lru_cache(maxsize=4)
 def standard_draws(
     seed: int, iterations: int, per_iteration: int, period: int, linear_growth: bool
 ) -> tuple[_Draws, ...]:
@@ -163,7 +158,9 @@ def standard_draws(
 
     They depend on the seed and sizes only, so every model forecast with one seed (a
     run's export: :func:`forecast_seed`) shares them: drawing them is most of a
-    forecast's time. Read-only, as they are shared.
+    forecast's time. ``period`` is the simulation's (:func:`simulated_periods`, 365
+    periods: about 9 MB and 40 ms, once per run), of which a request reads its first
+    days. Read-only, as they are shared.
     """
     random = np.random.RandomState(seed)
     shape = (per_iteration, period)
@@ -181,7 +178,7 @@ def standard_draws(
     return tuple(draws)
 
 
-@functools.lru_cache(maxsize=1)  # period_major_draws keeps what it needs
+@functools.lru_cache(maxsize=4)
 def unit_trend_changes(
     seed: int,
     iterations: int,
@@ -198,11 +195,13 @@ def unit_trend_changes(
     forecast with one seed and step (a run's export: the customers with the same history
     span) shares them. Read-only, as they are shared.
     """
-    draws = standard_draws(seed, iterations, per_iteration, period, True)
+    # Drawn for the simulation's periods, in Prophet's order; a change's effect runs
+    # forward only (two running sums), so the first `period` are computed alone.
+    draws = standard_draws(seed, iterations, per_iteration, simulated_periods(period), True)
     changes = []
     for uniform, laplace, _ in draws:
         assert uniform is not None and laplace is not None
-        shifts = laplace * (uniform < change_likelihood)
+        shifts = laplace[:, :period] * (uniform[:, :period] < change_likelihood)
         previous = np.hstack([np.zeros((per_iteration, 1)), shifts])[:, :-1]
         offsets = ((previous + shifts) / 2).cumsum(axis=1).cumsum(axis=1) * step
         offsets.setflags(write=False)
@@ -224,14 +223,14 @@ def period_major_draws(
     :func:`unit_trend_changes`, each with one contiguous row per period, the layout a
     forecast's samples are built and sorted in. Shared like those (read-only)."""
     linear = change_likelihood is not None
-    draws = standard_draws(seed, iterations, per_iteration, period, linear)
+    draws = standard_draws(seed, iterations, per_iteration, simulated_periods(period), linear)
     changes: tuple[FloatArray | None, ...] = (
         unit_trend_changes(seed, iterations, per_iteration, period, change_likelihood, step)
         if change_likelihood is not None
         else (None,) * iterations
     )
     return tuple(
-        (_period_major(normal), None if change is None else _period_major(change))
+        (_period_major(normal[:, :period]), None if change is None else _period_major(change))
         for (_, _, normal), change in zip(draws, changes, strict=True)
     )
 
