@@ -24,8 +24,8 @@ from rich.table import Table
 
 from fleetcast.embedded.info import StackInfo
 from fleetcast.terminal import print_table
+from fleetcast_contracts.horizons import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
 from fleetcast_contracts.ids import InvalidCustomerIdError, is_valid_customer_id
-from fleetcast_contracts.inference import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
 from fleetcast_contracts.layout import history_shard_key
 from fleetcast_contracts.quantiles import QUANTILES_EXAMPLE, quantile_key
 
