@@ -17,11 +17,19 @@ PEERS_VENV := .venv-peers
 # schemathesis for make fuzz and its smoke test: a client from outside the stack's process.
 FUZZ_VENV := .venv-fuzz
 STAMP := $(VENV)/.installed
-LOCKS := requirements/lock.txt requirements/sam.lock.txt requirements/checkov.lock.txt \
-         requirements/sdk.lock.txt requirements/awscli.lock.txt requirements/peers.lock.txt \
-         requirements/fuzz.lock.txt
+# Each tool's environment is installed by the targets that use it, so `make demo` installs
+# the main one (and SAM's translator, which the local stack's IAM runs), not 1.8 GB of
+# SAM CLI, checkov, the SageMaker SDK and the accuracy peers before its first result.
+SAM_TRANSLATOR := $(SAM_VENV)/.translator
+SAM_STAMP := $(SAM_VENV)/.installed
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
+SDK_STAMP := $(SDK_VENV)/.installed
+AWSCLI_STAMP := $(AWSCLI_VENV)/.installed
+PEERS_STAMP := $(PEERS_VENV)/.installed
+FUZZ_STAMP := $(FUZZ_VENV)/.installed
+TOOLS := $(SAM_STAMP) $(CHECKOV_STAMP) $(SDK_STAMP) $(AWSCLI_STAMP) $(PEERS_STAMP) $(FUZZ_STAMP)
 
-.PHONY: help install lock demo up test test-unit test-integration test-e2e lint typecheck chromium \
+.PHONY: help install tools lock demo up test test-unit test-integration test-e2e lint typecheck chromium \
         bench bench-smoke accuracy accuracy-smoke accuracy-record accuracy-replay load scale clean openapi email-preview images \
         test-images fuzz
 
@@ -32,23 +40,28 @@ $(UV):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
 
-$(STAMP): $(UV) pyproject.toml $(LOCKS)
+$(STAMP): $(UV) pyproject.toml requirements/lock.txt
 	$(UV) pip install --quiet -p $(BIN)/python -c requirements/lock.txt -e '.[dev]'
-	[ -x $(SAM_VENV)/bin/sam ] || $(UV) venv --quiet -p $(BIN)/python $(SAM_VENV)
-	$(UV) pip install --quiet -p $(SAM_VENV)/bin/python -r requirements/sam.lock.txt
-	[ -x $(CHECKOV_VENV)/bin/checkov ] || $(UV) venv --quiet -p $(BIN)/python $(CHECKOV_VENV)
-	$(UV) pip install --quiet -p $(CHECKOV_VENV)/bin/python -r requirements/checkov.lock.txt
-	[ -x $(SDK_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(SDK_VENV)
-	$(UV) pip install --quiet -p $(SDK_VENV)/bin/python -r requirements/sdk.lock.txt
-	[ -x $(AWSCLI_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(AWSCLI_VENV)
-	$(UV) pip install --quiet -p $(AWSCLI_VENV)/bin/python -r requirements/awscli.lock.txt
-	[ -x $(PEERS_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(PEERS_VENV)
-	$(UV) pip install --quiet -p $(PEERS_VENV)/bin/python -r requirements/peers.lock.txt
-	[ -x $(FUZZ_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(FUZZ_VENV)
-	$(UV) pip install --quiet -p $(FUZZ_VENV)/bin/python -r requirements/fuzz.lock.txt
 	touch $@
 
-install: $(STAMP)  ## Create the virtual environments (idempotent)
+# SAM's translator alone, at the SAM CLI's pins: the local stack translates template.yaml
+# with it to enforce its IAM (fleetcast.embedded.iam.roles). The rest of SAM comes with
+# $(SAM_STAMP), into the same environment.
+$(SAM_TRANSLATOR): $(UV) requirements/sam.lock.txt
+	[ -x $(SAM_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(SAM_VENV)
+	$(UV) pip install --quiet -p $(SAM_VENV)/bin/python -c requirements/sam.lock.txt aws-sam-translator
+	touch $@
+
+# .venv-sam, .venv-checkov, .venv-sdk, .venv-awscli, .venv-peers, .venv-fuzz from
+# requirements/<name>.lock.txt
+$(VENV)-%/.installed: $(UV) requirements/%.lock.txt
+	[ -x $(VENV)-$*/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(VENV)-$*
+	$(UV) pip install --quiet -p $(VENV)-$*/bin/python -r requirements/$*.lock.txt
+	touch $@
+
+install: $(STAMP) $(SAM_TRANSLATOR) $(TOOLS)  ## Create every virtual environment (idempotent)
+
+tools: $(SAM_STAMP) $(AWSCLI_STAMP) $(SDK_STAMP)  ## The SAM CLI (deploy), the AWS CLI and the SageMaker SDK (the README tour)
 
 lock: $(UV)  ## Re-resolve the pinned lock files from pyproject.toml and requirements/*.in
 	$(UV) pip compile --quiet -p $(BIN)/python --extra dev pyproject.toml -o requirements/lock.txt
@@ -59,10 +72,10 @@ lock: $(UV)  ## Re-resolve the pinned lock files from pyproject.toml and require
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/peers.in -o requirements/peers.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/fuzz.in -o requirements/fuzz.lock.txt
 
-demo: $(STAMP)  ## Run the whole pipeline locally: 1000 customers, 2 training instances
+demo: $(STAMP) $(SAM_TRANSLATOR)  ## Run the whole pipeline locally: 1000 customers, 2 training instances
 	$(BIN)/fleetcast demo --customers 1000 --instances 2
 
-up: $(STAMP)  ## Start the embedded local stack in the foreground
+up: $(STAMP) $(SAM_TRANSLATOR)  ## Start the embedded local stack in the foreground
 	$(BIN)/fleetcast up
 
 # Needs Docker and AWS credentials; see README "Deploy to AWS".
@@ -80,25 +93,25 @@ typecheck: $(STAMP)
 		functions/cost_report/fleetcast_cost
 	for handler in functions/*/app.py; do $(BIN)/mypy --no-error-summary $$handler || exit 1; done
 
-test-unit: $(STAMP)  ## Unit tests: no sockets
+test-unit: $(STAMP) $(SAM_TRANSLATOR)  ## Unit tests: no sockets
 	$(BIN)/pytest tests/unit -q
 
-test-integration: $(STAMP)  ## Integration tests against a moto server
+test-integration: $(STAMP) $(SAM_TRANSLATOR) $(SAM_STAMP) $(CHECKOV_STAMP)  ## Integration tests against a moto server
 	$(BIN)/pytest tests/integration -q
 
-test-e2e: $(STAMP) chromium  ## End-to-end tests on the embedded local stack
+test-e2e: $(STAMP) $(SAM_TRANSLATOR) $(AWSCLI_STAMP) $(SDK_STAMP) $(FUZZ_STAMP) chromium  ## End-to-end tests on the embedded local stack
 	$(BIN)/pytest tests/e2e -q -m "not own_stack"
 	$(BIN)/pytest tests/e2e -q -m own_stack
 
 # Each container in an environment built from its Dockerfile alone (its pip install and its
 # COPY lines; fleetcast.image_environments), through a run and a forecast on a local stack
 # (about a minute and a half). make test runs it with the other own-stack tests.
-test-images: $(STAMP)  ## The containers from what their Dockerfiles install and copy, nothing else
+test-images: $(STAMP) $(SAM_TRANSLATOR)  ## The containers from what their Dockerfiles install and copy, nothing else
 	$(BIN)/pytest tests/e2e/test_image_environments.py -q -m images
 
 # Each tier in its own process: unit tests (no sockets) never share one with the servers
 # that integration and end-to-end tests keep running.
-test: $(STAMP) lint typecheck chromium  ## Everything: lint, types, unit, integration, e2e
+test: $(STAMP) $(SAM_TRANSLATOR) $(TOOLS) lint typecheck chromium  ## Everything: lint, types, unit, integration, e2e
 	$(BIN)/pytest tests/unit -q
 	$(BIN)/pytest tests/integration -q
 	$(BIN)/pytest tests/e2e -q --durations=10 -m "not own_stack"
@@ -111,7 +124,7 @@ openapi: $(STAMP)  ## Regenerate docs/openapi.json from the forecast API's route
 
 # A local stack of its own on 127.0.0.1 with 50 customers trained, then schemathesis for what
 # is left of 150 s; make test runs a few hundred of its requests (tests/e2e/test_api_contract.py).
-fuzz: $(STAMP)  ## schemathesis, every check, against a local stack's API (<= 3 min); non-zero on any failure
+fuzz: $(STAMP) $(SAM_TRANSLATOR) $(FUZZ_STAMP)  ## schemathesis, every check, against a local stack's API (<= 3 min); non-zero on any failure
 	$(BIN)/python -m fleetcast.fuzz
 
 email-preview: $(STAMP) chromium  ## Render the latest cost-report e-mail (the outbox) to a PNG
@@ -124,29 +137,29 @@ chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) \
 		|| echo "warning: chromium could not be installed (apt-get needs root): the report's rendering test will be skipped"
 
-bench: $(STAMP)  ## Benchmark suite vs the public AWS sample (~8 min): bench/results.json, chart, README table
+bench: $(STAMP) $(SAM_TRANSLATOR)  ## Benchmark suite vs the public AWS sample (~8 min): bench/results.json, chart, README table
 	$(BIN)/python -m bench --results bench/results.json --chart bench/results.png --readme README.md
 
-bench-smoke: $(STAMP)  ## The benchmark suite at tiny sizes: checks its answers, not its speed
+bench-smoke: $(STAMP) $(SAM_TRANSLATOR)  ## The benchmark suite at tiny sizes: checks its answers, not its speed
 	$(BIN)/python -m bench --smoke
 
-accuracy: $(STAMP)  ## Forecast accuracy on real meter data vs Prophet, naive, statsforecast (~15 min): bench/accuracy-results.json, chart, README table
+accuracy: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## Forecast accuracy on real meter data vs Prophet, naive, statsforecast (~15 min): bench/accuracy-results.json, chart, README table
 	$(BIN)/python -m bench.accuracy --results bench/accuracy-results.json --chart bench/accuracy.png --readme README.md
 
-accuracy-smoke: $(STAMP)  ## make accuracy on a handful of series: checks its answers, not its speed
+accuracy-smoke: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## make accuracy on a handful of series: checks its answers, not its speed
 	$(BIN)/python -m bench.accuracy --smoke
 
 REPLAY_DIR ?= .fleetcast/accuracy-replay
-accuracy-record: $(STAMP)  ## Every customer's candidates of make accuracy, from its jobs (~5 min), for accuracy-replay
+accuracy-record: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## Every customer's candidates of make accuracy, from its jobs (~5 min), for accuracy-replay
 	$(BIN)/python -m bench.accuracy.replay record $(REPLAY_DIR)
 
-accuracy-replay: $(STAMP)  ## A choice rule (RULE=module:function; default the job's own) on accuracy-record's candidates, in seconds
+accuracy-replay: $(STAMP) $(PEERS_STAMP)  ## A choice rule (RULE=module:function; default the job's own) on accuracy-record's candidates, in seconds
 	$(BIN)/python -m bench.accuracy.replay check $(REPLAY_DIR) $(if $(RULE),--rule $(RULE))
 
-scale: $(STAMP)  ## 100,000 customers x 730 days end to end on the local stack, then a 1% incremental run (long: see docs/scale.md)
+scale: $(STAMP) $(SAM_TRANSLATOR)  ## 100,000 customers x 730 days end to end on the local stack, then a 1% incremental run (long: see docs/scale.md)
 	$(BIN)/python -m bench.scale --customers 100000 --results bench/scale-results.json
 
-load: $(STAMP)  ## Load test on the local stack: 1000 customers, 50 clients for 60 s, a third of the models fit
+load: $(STAMP) $(SAM_TRANSLATOR)  ## Load test on the local stack: 1000 customers, 50 clients for 60 s, a third of the models fit
 	$(BIN)/python bench/load.py --customers 1000 --clients 50 --seconds 60
 
 clean:

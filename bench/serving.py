@@ -41,6 +41,7 @@ from bench.measure import (
     timed,
 )
 from fleetcast_contracts.model_archive import read_archive
+from fleetcast_forecasters.forecast import simulated_periods
 from fleetcast_forecasters.prophet_compile import compile_model
 from fleetcast_forecasters.prophet_forecaster import forecast_seed
 from fleetcast_inference.app import InferenceApp, build_served_model
@@ -144,13 +145,15 @@ def check_forecasts(ours: Client, theirs: Client, opt_ml: Path, names: list[str]
 
         archive = next((opt_ml / "models" / name / "model").glob("*.tar.gz"))
         model_json, metadata = read_archive(archive)
-        seed = forecast_seed(metadata.run_id, PERIOD)
+        seed = forecast_seed(metadata.run_id)
         forecast = compile_model(model_json, metadata.frequency).forecast(PERIOD, seed)
         prophet = model_from_json(model_json)
         np.random.seed(seed)  # Prophet draws its uncertainty samples from numpy's global state
+        # fleetcast's days are the first of a forecast of simulated_periods (a day's
+        # interval the same whatever the period asked for)
         theirs_seeded = prophet.predict(
-            prophet.make_future_dataframe(PERIOD, include_history=False)
-        )
+            prophet.make_future_dataframe(simulated_periods(PERIOD), include_history=False)
+        ).iloc[:PERIOD]
         assert forecast.yhat_lower is not None and forecast.yhat_upper is not None
         worst = max(
             worst,
@@ -184,7 +187,7 @@ def _fleet_memory(kind: str, opt_ml: str, names: list[str]) -> dict[str, float]:
     sample_models = {}
 
     def answer(model: ServedModel) -> bytes:
-        seed = forecast_seed(model.model_version, PERIOD)
+        seed = forecast_seed(model.model_version)
         return render_forecast(model, model.forecaster.forecast(PERIOD, seed))
 
     def load(name: str) -> None:

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from fleetcast.terminal import UsageError, console, err, shown
+from fleetcast.terminal import UsageError, console, err, print_table, shown
 from fleetcast_common.aws import RETRY_CONFIG
 from fleetcast_cost import delivery, sources
 from fleetcast_cost.models import CostAnalysis, ReportOutcome, SourceProblem
@@ -185,42 +185,6 @@ def load_usage_pages(path: Path) -> list[dict[str, Any]]:
 # -- the command ----------------------------------------------------------------------------
 
 
-def add_cost_commands(commands: Any) -> None:
-    """Register ``cost-report`` on the ``fleetcast`` parser's subparsers."""
-    report = commands.add_parser(
-        "cost-report",
-        help="SageMaker cost anomalies and savings (--send e-mails them)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    report.add_argument(
-        "--send",
-        action="store_true",
-        help="run the scheduled report: e-mail what is new through SES (and the outbox)",
-    )
-    report.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    report.add_argument(
-        "--ce-results",
-        type=Path,
-        metavar="FILE",
-        help="a JSON list of GetCostAndUsage responses to analyse instead of Cost Explorer",
-    )
-    report.add_argument(
-        "--date",
-        type=_day,
-        metavar="YYYY-MM-DD",
-        help="report as of this day (default: today, UTC); its cost ends the day before",
-    )
-    report.set_defaults(run=cmd_cost_report)
-
-
-def _day(value: str) -> dt.date:
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {value!r}") from error
-
-
 def cmd_cost_report(args: argparse.Namespace) -> int:
     try:
         return _cost_report(args, console)
@@ -321,7 +285,7 @@ def print_analysis(console: Console, analysis: CostAnalysis, source: str) -> Non
         table.add_column("usage type", no_wrap=True)
         table.add_column("day", no_wrap=True)
         for column in ("actual", "expected", "impact"):
-            table.add_column(column, justify="right")
+            table.add_column(column, justify="right", no_wrap=True)
         table.add_column("kind")
         table.add_column("found by")
         for a in analysis.anomalies:
@@ -334,7 +298,7 @@ def print_analysis(console: Console, analysis: CostAnalysis, source: str) -> Non
                 a.kind.replace("_", " ") + (" (estimated)" if a.estimated else ""),
                 " + ".join(_DETECTORS[d] for d in a.detected_by),
             )
-        console.print(table)
+        print_table(console, table)
     if analysis.recommendations:
         table = Table(
             title=f"Recommendations: save up to ${analysis.monthly_saving_usd:,.2f}/month",
@@ -343,7 +307,7 @@ def print_analysis(console: Console, analysis: CostAnalysis, source: str) -> Non
             show_lines=True,
         )
         table.add_column("#", justify="right")
-        table.add_column("saving/month", justify="right")
+        table.add_column("saving/month", justify="right", no_wrap=True)
         table.add_column("change")
         table.add_column("evidence and action", ratio=1)
         for number, r in enumerate(analysis.recommendations, start=1):
@@ -353,7 +317,7 @@ def print_analysis(console: Console, analysis: CostAnalysis, source: str) -> Non
                 r.kind.replace("_", " "),
                 f"{r.evidence}\n[bold]{r.action}[/]",
             )
-        console.print(table)
+        print_table(console, table)
     for problem in analysis.problems:
         colour = "yellow" if problem.severity == "error" else "dim"
         console.print(f"[{colour}]{shown(problem.source)}: {shown(problem.message)}[/]")

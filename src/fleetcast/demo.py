@@ -22,7 +22,7 @@ from fleetcast.cost_cli import cost_report_for_demo
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.serving_cli import demo_forecast
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
-from fleetcast.terminal import shown
+from fleetcast.terminal import print_table, shown
 from fleetcast_contracts.stages import PROCESSING, TRAINING
 
 TIMEOUT_SECONDS = 900
@@ -142,12 +142,12 @@ def run_demo(
         )
         stages.append(("total", time.perf_counter() - began, ""))
         table = Table(title="fleetcast demo", header_style="bold")
-        table.add_column("stage")
-        table.add_column("seconds", justify="right")
+        table.add_column("stage", no_wrap=True)
+        table.add_column("seconds", justify="right", no_wrap=True)
         table.add_column("detail")
         for name, seconds, detail in stages:
             table.add_row(name, f"{seconds:.1f}", detail)
-        console.print(table)
+        print_table(console, table)
         if not status.completed:
             console.print(f"[red]the run did not complete:[/] {shown(status.failure)}")
             return 1

@@ -108,7 +108,6 @@ def write_table(table: pa.Table, path: Path) -> None:
     """Parquet or CSV by ``path``'s suffix."""
     if path.suffix not in OUTPUT_FORMATS:
         raise ValueError(f"{path}: the output must end in {' or '.join(OUTPUT_FORMATS)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".csv":
         pa_csv.write_csv(table, path)
     else:

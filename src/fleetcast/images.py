@@ -35,10 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
-import tomlkit
-
-from fleetcast.embedded.stack import repo_root
+from fleetcast.embedded.info import repo_root
 from fleetcast_contracts.errors import error_code
 from fleetcast_contracts.images import ECR_IMAGE_URI_DESCRIPTION, is_ecr_image_uri
 
@@ -201,6 +198,8 @@ def _run(command: list[str], root: Path, stdin: str | None = None, *, capture: b
 def write_image_uris(samconfig: Path, config_env: str, uris: dict[str, str]) -> None:
     """Set ``Parameter=URI`` in the environment's ``parameter_overrides``: replace the
     parameter's entry where it is, else append it. Comments and layout elsewhere stay."""
+    import tomlkit
+
     document = tomlkit.parse(samconfig.read_text())
     try:
         parameters = document[config_env]["deploy"]["parameters"]
@@ -228,6 +227,8 @@ def write_image_uris(samconfig: Path, config_env: str, uris: dict[str, str]) -> 
 
 
 def samconfig_region(samconfig: Path, config_env: str) -> str | None:
+    import tomlkit
+
     document = tomlkit.parse(samconfig.read_text())
     for command in ("deploy", "global"):
         region = document.get(config_env, {}).get(command, {}).get("parameters", {}).get("region")
@@ -287,6 +288,8 @@ def publish_images(
         name = repository_name(family)
         uri = existing_repository_uri(ecr, name)
         if uri is None and dry_run:
+            import boto3
+
             account = boto3.client("sts", region_name=ecr.meta.region_name).get_caller_identity()
             uri = f"{account['Account']}.dkr.ecr.{ecr.meta.region_name}.amazonaws.com/{name}"
             print(f"would create the ECR repository {name}")
@@ -375,6 +378,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # boto3 and tomlkit are imported where used: `fleetcast --help` builds this parser.
+    import boto3
+
     root = repo_root()
     samconfig = args.samconfig or root / "samconfig.toml"
     try:

@@ -23,6 +23,17 @@ from fleetcast.terminal import escape_controls
 from fleetcast_common.registry import ModelRegistry, ModelStatus
 from fleetcast_training.run_exports import MEASURES, SCORED_KINDS
 
+# The measure a user reads first: the one the quality gate compares (its backtest MAE
+# against seasonal naive's on the same points is its WAPE against naive's, the same sum
+# of actuals dividing both), the others beside it.
+HEADLINE = "wape"
+REPORTED = (HEADLINE, *(name for name in MEASURES if name != HEADLINE))
+NAMES = {"wape": "WAPE", "smape": "sMAPE", "mase": "MASE", "rmse": "RMSE", "mae": "MAE"}
+# How registration's refusals read, in the gate's measure (fleetcast_contracts.quality_gate:
+# a backtest MAE over naive's by more than EQUAL_ERROR_SHARE of the level is a WAPE over
+# naive's by more than that many points).
+GATE = "quality gate (backtest WAPE above seasonal-naive's)"
+
 
 class Spread(BaseModel):
     """p10, median and p90 of one measure over the customers where it is defined."""
@@ -48,7 +59,8 @@ class RunAccuracy(BaseModel):
     # Per measure name (smape, wape, mase, rmse, mae): the model's and seasonal-naive's.
     model: dict[str, Spread]
     naive: dict[str, Spread]
-    # The model's holdout sMAPE is below seasonal-naive's.
+    # The model's backtest error is below seasonal-naive's (the accuracy table's beats_naive:
+    # its MAE, so its WAPE; the holdout's sMAPE for models from before backtests).
     beat_naive: int
     # What became of the customers' models in the registry.
     live: int
@@ -116,18 +128,24 @@ def _percent(value: float | None) -> str:
 
 
 def summary_lines(summary: RunAccuracy) -> list[str]:
-    """The few lines ``fleetcast status`` prints under its table."""
-    smape, wape = summary.model["smape"], summary.model["wape"]
-    naive_smape = summary.naive["smape"]
+    """The few lines ``fleetcast status`` prints under its table: WAPE first, as the quality
+    gate decides by it, the other measures beside it."""
+    wape, naive_wape = summary.model[HEADLINE], summary.naive[HEADLINE]
+    beside = ", ".join(
+        f"{NAMES[name]} {_number(name, summary.model[name].median)} "
+        f"(naive {_number(name, summary.naive[name].median)})"
+        for name in REPORTED[1:]
+        if name in summary.model
+    )
     lines = [
         f"accuracy of run {summary.run_id} ({summary.scored} of {summary.customers} "
         "customers scored on their holdout):",
-        f"  sMAPE median {_percent(smape.median)} (p10 {_percent(smape.p10)}, "
-        f"p90 {_percent(smape.p90)}); seasonal-naive median {_percent(naive_smape.median)}",
-        f"  WAPE  median {_percent(wape.median)} (p10 {_percent(wape.p10)}, "
-        f"p90 {_percent(wape.p90)}) over {wape.customers} customers",
-        f"  {summary.beat_naive} of {summary.scored} beat seasonal-naive (lower error on "
-        "the backtest, or the holdout's sMAPE for models from before backtests)",
+        f"  WAPE median {_percent(wape.median)} (p10 {_percent(wape.p10)}, "
+        f"p90 {_percent(wape.p90)}) over {wape.customers} customers; seasonal-naive median "
+        f"{_percent(naive_wape.median)}: the measure the quality gate compares",
+        f"  beside it, medians: {beside}",
+        f"  {summary.beat_naive} of {summary.scored} beat seasonal-naive (lower backtest WAPE, "
+        "or the holdout's sMAPE for models from before backtests)",
     ]
     if summary.served:
         lines.append(
@@ -148,7 +166,7 @@ def summary_lines(summary: RunAccuracy) -> list[str]:
         )
     lines += [
         f"  made live {summary.live}; not made live {summary.not_live}: "
-        f"{summary.rejected} quality gate (worse than seasonal-naive), "
+        f"{summary.rejected} {GATE}, "
         f"{summary.superseded} superseded, {summary.failed} failed"
         + (f", {summary.undecided} not decided yet" if summary.undecided else ""),
     ]
@@ -172,13 +190,19 @@ def family_chart_png(summary: RunAccuracy, accuracy: pa.Table) -> bytes:
         [100 * v for v in accuracy.column(f"backtest_wape_{kind}").to_pylist() if v is not None]
         for kind in kinds
     ]
-    figure, axes = plt.subplots(figsize=(9, 4), dpi=100)
+    # Wide enough for every family's label, each on lines of its own and turned, so that
+    # long names side by side do not run together ("seasonal_naiveseasonal_median").
+    figure, axes = plt.subplots(figsize=(max(9.0, 1.3 * len(kinds)), 4.8), dpi=100)
     try:
         axes.boxplot(values, showfliers=False)
         axes.set_xticks(
             range(1, len(kinds) + 1),
-            [f"{kind}\n(serves {summary.served.get(kind, 0)})" for kind in kinds],
+            [f"{kind.replace('_', ' ')}\n(serves {summary.served.get(kind, 0)})" for kind in kinds],
+            rotation=30,
+            ha="right",
+            rotation_mode="anchor",
         )
+        axes.set_ylim(bottom=0)
         axes.set_ylabel("backtest WAPE (%)")
         axes.set_title("Each candidate family's backtest error, per customer")
         figure.tight_layout()
@@ -190,21 +214,21 @@ def family_chart_png(summary: RunAccuracy, accuracy: pa.Table) -> bytes:
 
 
 def error_chart_png(accuracy: pa.Table) -> bytes:
-    """Histogram of the holdout sMAPE of the models and of seasonal-naive, as PNG."""
+    """Histogram of the backtest WAPE of the models and of seasonal-naive, as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    model = [v for v in accuracy.column("smape").to_pylist() if v is not None]
-    naive = [v for v in accuracy.column("naive_smape").to_pylist() if v is not None]
+    model = [v for v in accuracy.column(HEADLINE).to_pylist() if v is not None]
+    naive = [v for v in accuracy.column(f"naive_{HEADLINE}").to_pylist() if v is not None]
     figure, axes = plt.subplots(figsize=(9, 4), dpi=100)
     try:
         upper = max([*model, *naive, 0.01])
         bins = np.linspace(0, upper * 100, 31).tolist()
         axes.hist([100 * v for v in naive], bins=bins, alpha=0.55, label="seasonal-naive")
         axes.hist([100 * v for v in model], bins=bins, alpha=0.75, label="served model")
-        axes.set_xlabel("backtest sMAPE (%)")
+        axes.set_xlabel("backtest WAPE (%): the quality gate's measure")
         axes.set_ylabel("customers")
         axes.set_title("Error distribution: model vs seasonal-naive")
         axes.legend()
@@ -239,22 +263,23 @@ def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> st
 
     chart = base64.b64encode(error_chart_png(accuracy)).decode()
     measure_rows = "".join(
-        f"<tr><td>{name}</td>"
+        f"<tr><td>{NAMES[name]}{' (quality gate)' if name == HEADLINE else ''}</td>"
         + "".join(
             f"<td>{_number(name, getattr(spread, field))}</td>"
             for spread in (summary.model[name], summary.naive[name])
             for field in ("p10", "median", "p90")
         )
         + f"<td>{summary.model[name].customers}</td></tr>"
-        for name in MEASURES
+        for name in REPORTED
     )
     scored = sorted(
-        (row for row in accuracy.to_pylist() if row["smape"] is not None),
-        key=lambda row: -row["smape"],
+        (row for row in accuracy.to_pylist() if row[HEADLINE] is not None),
+        key=lambda row: -row[HEADLINE],
     )[:worst]
     worst_rows = "".join(
-        f"<tr><td>{e(row['customer_id'])}</td><td>{_percent(row['smape'])}</td>"
-        f"<td>{_percent(row['naive_smape'])}</td><td>{_number('mase', row['mase'])}</td></tr>"
+        f"<tr><td>{e(row['customer_id'])}</td><td>{_percent(row['wape'])}</td>"
+        f"<td>{_percent(row['naive_wape'])}</td><td>{_percent(row['smape'])}</td>"
+        f"<td>{_number('mase', row['mase'])}</td></tr>"
         for row in scored
     )
     family_rows = "".join(
@@ -284,11 +309,12 @@ def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> st
 <body>
 <h1>Run {e(summary.run_id)}: accuracy</h1>
 <p>{summary.scored} of {summary.customers} customers scored on their holdout;
-<strong>{summary.beat_naive}</strong> beat seasonal-naive (lower sMAPE). Generated {generated}.</p>
+<strong>{summary.beat_naive}</strong> beat seasonal-naive (lower backtest WAPE, the measure
+the quality gate compares; sMAPE, MASE and RMSE beside it below). Generated {generated}.</p>
 <h2>What became of the models</h2>
 <table id="decisions"><tr><th>outcome</th><th>customers</th></tr>
 <tr><td>made live</td><td>{summary.live}</td></tr>
-<tr><td>not made live: quality gate (worse than seasonal-naive)</td><td>{summary.rejected}</td></tr>
+<tr><td>not made live: {GATE}</td><td>{summary.rejected}</td></tr>
 <tr><td>not made live: superseded by a newer run</td><td>{summary.superseded}</td></tr>
 <tr><td>not made live: training failed</td><td>{summary.failed}</td></tr>
 <tr><td>not decided yet</td><td>{summary.undecided}</td></tr>
@@ -302,10 +328,10 @@ def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> st
 {measure_rows}</table>
 <p>MASE scales the MAE by the in-sample MAE of seasonal-naive on the fitted window; it and
 WAPE are left out where undefined (a flat history, an all-zero holdout).</p>
-<img id="chart" alt="Histogram of holdout sMAPE, model vs seasonal-naive"
+<img id="chart" alt="Histogram of backtest WAPE, model vs seasonal-naive"
  src="data:image/png;base64,{chart}">
-<h2>Highest model sMAPE</h2>
-<table id="worst"><tr><th>customer</th><th>sMAPE</th><th>naive sMAPE</th><th>MASE</th></tr>
+<h2>Highest model WAPE</h2>
+<table id="worst"><tr><th>customer</th><th>WAPE</th><th>naive WAPE</th><th>sMAPE</th><th>MASE</th></tr>
 {worst_rows}</table>
 <h2>Failed customers{" (first " + str(worst) + ")" if summary.failed > worst else ""}</h2>
 <table id="failed"><tr><th>customer</th><th>reason</th></tr>{failure_rows}</table>

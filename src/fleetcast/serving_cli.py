@@ -21,19 +21,12 @@ from urllib.parse import quote
 from rich.console import Console
 from rich.table import Table
 
-from fleetcast.embedded.stack import StackInfo
-from fleetcast.terminal import shown
-from fleetcast_common import storage
-from fleetcast_common.forecasting import (
-    DEFAULT_PERIOD,
-    QUANTILES_EXAMPLE,
-    InvalidRequestError,
-    parse_quantiles,
-)
+from fleetcast.embedded.info import StackInfo
+from fleetcast.terminal import print_table, shown
+from fleetcast_contracts.horizons import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
 from fleetcast_contracts.ids import InvalidCustomerIdError, is_valid_customer_id
-from fleetcast_contracts.inference import MAX_PERIOD, MIN_PERIOD
 from fleetcast_contracts.layout import history_shard_key
-from fleetcast_contracts.quantiles import quantile_key
+from fleetcast_contracts.quantiles import QUANTILES_EXAMPLE, quantile_key
 
 API_URL_ENV = "FLEETCAST_API_URL"
 API_KEY_ENV = "FLEETCAST_API_KEY"
@@ -42,6 +35,9 @@ API_KEY_ENV = "FLEETCAST_API_KEY"
 MIN_HISTORY_DAYS = 56
 HISTORY_PER_FORECAST_DAY = 4
 REQUEST_TIMEOUT_SECONDS = 35
+# The unit of the readings, as the plot's axis names it: fleetcast adds readings up and
+# never converts them, so this is whatever the meters' exports are in.
+DEFAULT_UNIT = "kWh"
 GATEWAY_ERROR_TYPE_HEADER = "x-amzn-ErrorType"
 # API Gateway's error type for a request whose method and path match no route.
 NO_ROUTE_ERROR_TYPE = "MissingAuthenticationTokenException"
@@ -154,10 +150,11 @@ def _quantile_keys(forecast: dict[str, Any]) -> list[str]:
 
 def forecast_table(forecast: dict[str, Any]) -> Table:
     table = Table(header_style="bold")
-    table.add_column("ds")
+    # Dates and values whole (a table that cannot hold them prints as blocks: print_table).
+    table.add_column("ds", no_wrap=True)
     keys = _quantile_keys(forecast)
     for column in ("yhat", "lower", "upper", *(f"q{key}" for key in keys)):
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", no_wrap=True)
     for point in forecast["forecast"]:
         quantiles = point.get("quantiles", {})
         table.add_row(
@@ -181,6 +178,8 @@ def read_history(s3: Any, bucket: str, customer_id: str, hourly: bool = False) -
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from fleetcast_common import storage
+
     body = storage.read_bytes_if_exists(s3, bucket, history_shard_key(customer_id))
     if body is None:
         return None
@@ -194,8 +193,34 @@ def read_history(s3: Any, bucket: str, customer_id: str, hourly: bool = False) -
     return totals.rename_axis("ds").reset_index()
 
 
-def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:
-    """Recent history, the forecast and its interval, as a PNG."""
+def plot_forecast(
+    forecast: dict[str, Any],
+    history: Any,
+    path: Path,
+    unit: str = DEFAULT_UNIT,
+    family: str | None = None,
+    hourly: bool = False,
+) -> Path:
+    """:func:`forecast_figure` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    figure = forecast_figure(forecast, history, unit, family, hourly)
+    try:
+        figure.savefig(path)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def forecast_figure(
+    forecast: dict[str, Any],
+    history: Any,
+    unit: str = DEFAULT_UNIT,
+    family: str | None = None,
+    hourly: bool = False,
+) -> Any:
+    """Recent history, the forecast and its interval: consumption in ``unit`` from zero
+    (a weekend dip looks as deep as it is), the family that served it named."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,20 +275,20 @@ def plot_forecast(forecast: dict[str, Any], history: Any, path: Path) -> Path:
         linewidth=1,
         label=f"last day of data ({forecast['data_end']})",
     )
+    served = f" by {family.replace('_', ' ')}" if family else ""
     axes.set_title(
-        f"Customer {forecast['customer_id']}: {forecast['period']}-day forecast "
+        f"Customer {forecast['customer_id']}: {forecast['period']}-"
+        f"{'hour' if hourly else 'day'} forecast{served} "
         f"(model v{forecast['model_version']}, trained {forecast['trained_at'][:10]})"
     )
-    axes.set_ylabel("daily consumption")
+    axes.set_ylabel(f"{'hourly' if hourly else 'daily'} consumption ({unit})")
+    axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     # Below the axes: the history fills the plot from top to bottom.
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, frameon=False)
     figure.autofmt_xdate()
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return figure
 
 
 def show_forecast(
@@ -276,6 +301,7 @@ def show_forecast(
     artifacts_bucket: str | None = None,
     as_json: bool = False,
     quantiles: tuple[float, ...] = (),
+    unit: str = DEFAULT_UNIT,
 ) -> dict[str, Any]:
     """Fetch a forecast, print it, and with ``plot`` draw it over the stored history."""
     forecast = api.forecast(customer_id, period, quantiles)
@@ -283,18 +309,31 @@ def show_forecast(
         print(json.dumps(forecast, indent=2))
     else:
         out.print(forecast_summary(forecast))
-        out.print(forecast_table(forecast))
+        print_table(out, forecast_table(forecast))
     if plot is not None:
         history = None
+        # An hourly model's forecast has several points a day: its history is hourly too.
+        days = {str(point["ds"])[:10] for point in forecast["forecast"]}
+        hourly = len(days) < len(forecast["forecast"])
         if s3 is not None and artifacts_bucket:
-            # An hourly model's forecast has several points a day: its history is hourly too.
-            days = {str(point["ds"])[:10] for point in forecast["forecast"]}
-            hourly = len(days) < len(forecast["forecast"])
             history = read_history(s3, artifacts_bucket, customer_id, hourly)
-        plot_forecast(forecast, history, plot)
+        plot_forecast(forecast, history, plot, unit, served_family(api, forecast), hourly)
         if not as_json:
             out.print(f"plot: {plot}")
     return forecast
+
+
+def served_family(api: ForecastApi, forecast: dict[str, Any]) -> str | None:
+    """The family of the model that served ``forecast`` (the API's model description);
+    None when it cannot be told: the API does not answer, or another model is live now."""
+    try:
+        model = api.get(f"/customers/{quote(forecast['customer_id'], safe='')}/model")
+    except ServingError:
+        return None
+    if model.get("model_version") != forecast["model_version"]:
+        return None
+    kind = model.get("model_kind")
+    return str(kind) if kind else None
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
@@ -307,10 +346,18 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             raise ServingError(f"--period must be from {MIN_PERIOD} to {MAX_PERIOD}")
         quantiles: tuple[float, ...] = ()
         if args.quantiles is not None:
+            from fleetcast_common.forecasting import InvalidRequestError, parse_quantiles
+
             try:
                 quantiles = parse_quantiles(args.quantiles)
             except InvalidRequestError as error:
                 raise ServingError(f"--{error}") from None
+        if args.plot is not None and not args.plot.parent.is_dir():
+            # A typo in the folder is an error, not a new tree of folders where it points.
+            raise ServingError(
+                f"--plot {args.plot}: the folder {args.plot.parent} does not exist "
+                "(nothing was asked of the API)"
+            )
         api = api_from_environment(args.state_dir)
         s3, bucket = None, None
         if args.plot is not None:
@@ -320,10 +367,19 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             if not bucket:
                 err.print("[yellow]FLEETCAST_ARTIFACTS_BUCKET is not set: plotting without history")
         show_forecast(
-            api, args.customer_id, args.period, console, args.plot, s3, bucket, args.json, quantiles
+            api,
+            args.customer_id,
+            args.period,
+            console,
+            args.plot,
+            s3,
+            bucket,
+            args.json,
+            quantiles,
+            args.unit,
         )
     except ServingError as error:
-        err.print(f"[red]error:[/] {shown(error)}")
+        err.print(f"[red]error:[/] {shown(error)}", soft_wrap=True)
         return 2
     return 0
 
@@ -333,7 +389,7 @@ def add_serving_commands(commands: Any) -> None:
     forecast = commands.add_parser(
         "forecast", help="a customer's forecast from the API: table, JSON or plot"
     )
-    forecast.add_argument("customer_id", metavar="CUSTOMER")
+    forecast.add_argument("customer_id", metavar="CUSTOMER", help="the customer's id")
     forecast.add_argument(
         "--period", type=int, default=DEFAULT_PERIOD, help="days to forecast (1 to 365)"
     )
@@ -345,6 +401,11 @@ def add_serving_commands(commands: Any) -> None:
     forecast.add_argument(
         "--plot", type=Path, metavar="FILE.png", help="also draw history, forecast and interval"
     )
+    forecast.add_argument(
+        "--unit",
+        default=DEFAULT_UNIT,
+        help="the readings' unit, on the plot's axis (default: %(default)s)",
+    )
     forecast.add_argument("--json", action="store_true", help="print the API's JSON")
     forecast.set_defaults(run=cmd_forecast)
 
@@ -354,6 +415,7 @@ def demo_forecast(
 ) -> Path | None:
     """The end of ``fleetcast demo``: one customer's forecast, printed and plotted."""
     plot = Path(info.state_dir) / "demo" / f"forecast-{customer_id}.png"
+    plot.parent.mkdir(parents=True, exist_ok=True)  # the stack's own folder
     try:
         api = ForecastApi(info.extra[API_URL_ENV], info.extra[API_KEY_ENV])
         show_forecast(api, customer_id, period, out, plot, s3, info.artifacts_bucket)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from fleetcast_contracts import layout
 from fleetcast_contracts.errors import error_code
 from fleetcast_contracts.ids import upload_sequence
 from fleetcast_contracts.object_keys import upload_file_name
+from fleetcast_contracts.processing import REJECTED_FILE
 from fleetcast_contracts.shards import USE_INACTIVE, USE_INCOMPLETE
 from fleetcast_contracts.stages import PIPELINE, PROCESSING, TRAINING, Stage
 from fleetcast_contracts.training import host_names, progress_name
@@ -100,6 +101,10 @@ class RunStatus(BaseModel):
     superseded_by: str | None = None
     rows_read: int | None = None
     rows_rejected: int | None = None
+    # The rejected rows by reason (most first), and the S3 URI of the rejected.csv that lists
+    # them (``fleetcast rejected RUN`` reads it); None without rejected rows.
+    rejected_by_reason: dict[str, int] = Field(default_factory=dict)
+    rejected_report: str | None = None
     # Stored readings this upload replaced (same customer and instant), and of them those it
     # gave another value: conflicting uploads, listed in the run's changed.csv (the later
     # upload's values are kept).
@@ -180,6 +185,12 @@ class RunStatus(BaseModel):
             return "-"
         return f"chunks {self.chunks_done}/{self.chunks_total}"
 
+    def top_rejections(self, count: int = 3) -> str:
+        """The most frequent reasons rows were rejected: ``60 invalid_consumption, 2 more``."""
+        reasons = [f"{n} {reason}" for reason, n in self.rejected_by_reason.items()]
+        more = len(reasons) - count
+        return ", ".join(reasons[:count]) + (f", {more} more reasons" if more > 0 else "")
+
     def failure_summary(self) -> list[str]:
         """One line per kind of training failure, most first, with its first customer:
         ``2 too_few_rows (first 0042: has 20 rows, needs at least 28)``."""
@@ -252,6 +263,9 @@ def run_status(
         status.source = status.source or summary.source_name
         status.rows_read = summary.rows_read
         status.rows_rejected = summary.rows_rejected
+        status.rejected_by_reason = dict(most_first(summary.rejected_by_reason))
+        if summary.rows_rejected:
+            status.rejected_report = f"s3://{bucket}/{rejected_report_key(run_id)}"
         status.readings_replaced = summary.readings_replaced
         status.readings_changed = summary.readings_changed
         status.periods_incomplete = summary.periods_by_use.get(USE_INCOMPLETE, 0)
@@ -310,6 +324,16 @@ def run_status(
             status.customers_decided = progress.models_decided
             status.customers_registered = progress.models_live
     return status
+
+
+def most_first(counts: Mapping[str, int]) -> list[tuple[str, int]]:
+    """Counts by name, the largest first, ties by name: the same order every time."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def rejected_report_key(run_id: str) -> str:
+    """The run's rejected.csv: the rows processing rejected, with their lines and reasons."""
+    return layout.report_prefix(run_id) + REJECTED_FILE
 
 
 def customers_done(s3: Any, bucket: str, run_id: str, instances: int) -> int:

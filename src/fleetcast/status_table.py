@@ -1,11 +1,13 @@
-"""``fleetcast status`` as a table: one row per upload, from its run's status."""
+"""``fleetcast status`` as a table: one row per upload, from its run's status (one block
+per upload where the table would not fit whole)."""
 
 from __future__ import annotations
 
+from rich.console import Console
 from rich.table import Table
 
 from fleetcast.status import RunStatus, StageJob
-from fleetcast.terminal import shown
+from fleetcast.terminal import print_table, shown
 from fleetcast_contracts.stages import PIPELINE, PROCESSING
 
 
@@ -33,7 +35,9 @@ def status_table(runs: list[RunStatus]) -> Table:
         "failed",
         "live",
     ):
-        table.add_column(column)
+        # Ids and file names are never cut: a table that cannot hold them whole is printed
+        # as blocks (fleetcast.terminal.print_table).
+        table.add_column(column, no_wrap=column in ("run", "source"))
     for run in runs:
         processing = _job_cell(run.job(PROCESSING))
         if run.not_processed_reason:
@@ -51,6 +55,7 @@ def status_table(runs: list[RunStatus]) -> Table:
             ),
             processing,
             f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})"
+            + (f"\nrejected: {run.top_rejections()}" if run.rejected_by_reason else "")
             + (
                 f"\n{run.readings_replaced} stored readings replaced, "
                 f"{run.readings_changed or 0} changed (changed.csv)"
@@ -94,3 +99,17 @@ def status_table(runs: list[RunStatus]) -> Table:
             ),
         )
     return table
+
+
+def print_status(out: Console, runs: list[RunStatus]) -> None:
+    """The table (or its blocks), then where each run's rejected rows are listed, a line
+    each, never wrapped: an S3 URI to copy."""
+    print_table(out, status_table(runs))
+    for run in runs:
+        if run.rejected_report:
+            out.print(
+                f"run {run.run_id}: {run.rows_rejected} rejected rows listed in "
+                f"{run.rejected_report} (`fleetcast rejected {run.run_id}`)",
+                soft_wrap=True,
+                highlight=False,
+            )

@@ -4,6 +4,7 @@ parameters a ``sam deploy`` would take (``--parameter-overrides``, ``--config-en
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import threading
 from pathlib import Path
@@ -11,16 +12,18 @@ from typing import Any
 
 from rich.table import Table
 
-from fleetcast.embedded import keeping, lease, persistence
-from fleetcast.embedded.api import DEFAULT_PORT as DEFAULT_API_PORT
-from fleetcast.embedded.gateway import PortTakenError
+from fleetcast.embedded.info import DEFAULT_API_PORT, DEFAULT_PORT, repo_root
 from fleetcast.embedded.parameters import ParameterError, parse_overrides, samconfig_overrides
-from fleetcast.embedded.serving import ServingOptions
-from fleetcast.embedded.stack import DEFAULT_PORT, EmbeddedStack, repo_root
-from fleetcast.terminal import UsageError, console, shown
+from fleetcast.terminal import UsageError, console, print_table, shown
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    # Here, not at the top: `fleetcast --help` and the other commands never load the stack.
+    from fleetcast.embedded import keeping, lease, persistence
+    from fleetcast.embedded.gateway import PortTakenError
+    from fleetcast.embedded.serving import ServingOptions
+    from fleetcast.embedded.stack import EmbeddedStack
+
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     with console.status("starting the local stack"):
@@ -55,21 +58,32 @@ def cmd_up(args: argparse.Namespace) -> int:
             console.print(f"[red]{error}[/]")
             return 1
     try:
-        table = Table(title="fleetcast local stack (127.0.0.1 only)", show_header=False)
-        table.add_row("AWS APIs (moto + SageMaker runner)", info.endpoint_url)
-        table.add_row("raw bucket (drop CSVs under incoming/)", info.raw_bucket)
-        table.add_row("artifacts bucket", info.artifacts_bucket)
-        table.add_row("model registry table", info.registry_table)
-        for label, variable in (
-            ("forecast API (x-api-key: $FLEETCAST_API_KEY)", "FLEETCAST_API_URL"),
-            ("multi-model endpoint", "FLEETCAST_ENDPOINT_NAME"),
-            ("cost-report outbox", "FLEETCAST_OUTBOX"),
+        # (label, key in --json, value)
+        rows = [
+            ("AWS APIs (moto + SageMaker runner)", "endpoint_url", info.endpoint_url),
+            ("raw bucket (drop CSVs under incoming/)", "raw_bucket", info.raw_bucket),
+            ("artifacts bucket", "artifacts_bucket", info.artifacts_bucket),
+            ("model registry table", "registry_table", info.registry_table),
+        ]
+        for label, key, variable in (
+            ("forecast API (x-api-key: $FLEETCAST_API_KEY)", "api_url", "FLEETCAST_API_URL"),
+            ("multi-model endpoint", "endpoint_name", "FLEETCAST_ENDPOINT_NAME"),
+            ("cost-report outbox", "outbox", "FLEETCAST_OUTBOX"),
         ):
             if variable in info.extra:
-                table.add_row(label, info.extra[variable])
-        table.add_row("function logs", str(Path(info.state_dir) / "logs"))
-        table.add_row("job logs", str(Path(info.state_dir) / "jobs"))
-        console.print(table)
+                rows.append((label, key, info.extra[variable]))
+        rows.append(("function logs", "function_logs", str(Path(info.state_dir) / "logs")))
+        rows.append(("job logs", "job_logs", str(Path(info.state_dir) / "jobs")))
+        if args.json:
+            print(json.dumps({key: value for _, key, value in rows}), flush=True)
+        else:
+            table = Table(title="fleetcast local stack (127.0.0.1 only)", show_header=False)
+            # Names and paths whole, to copy: as label and value lines where they do not fit.
+            table.add_column(no_wrap=True)
+            table.add_column(no_wrap=True)
+            for label, _, value in rows:
+                table.add_row(label, value)
+            print_table(console, table)
         for notice in stack.notices:
             console.print(shown(notice))
         console.print(
@@ -145,6 +159,11 @@ def add_up_command(commands: Any) -> None:
     )
     up.add_argument(
         "--no-iam", action="store_true", help="allow every call (template.yaml's IAM is enforced)"
+    )
+    up.add_argument(
+        "--json",
+        action="store_true",
+        help="print where everything is as one line of JSON, not a table",
     )
     up.add_argument("--samconfig", type=Path, default=None, help=argparse.SUPPRESS)
     up.set_defaults(run=cmd_up)

@@ -41,6 +41,7 @@ from fleetcast_contracts.model_archive import (
 )
 from fleetcast_forecasters import combination
 from fleetcast_forecasters.families import compile_archive
+from fleetcast_forecasters.forecast import simulated_periods
 from fleetcast_forecasters.gaussian import PathForecaster
 from fleetcast_forecasters.prophet_forecaster import forecast_seed
 
@@ -202,9 +203,13 @@ def served_samples(model_json: str, model_kind: str, period: int, seed: int) -> 
     (docs/model-families.md)."""
     if model_kind == PROPHET_KIND:
         model = model_from_json(model_json)
-        future = model.make_future_dataframe(periods=period, include_history=False)
+        # the first `period` days of its forecast of simulated_periods (a day's draws are
+        # the same whatever the period)
+        future = model.make_future_dataframe(
+            periods=simulated_periods(period), include_history=False
+        )
         np.random.seed(seed)
-        return model.predictive_samples(future)["yhat"]
+        return model.predictive_samples(future)["yhat"][:period]
     compiled = compile_archive(model_json, model_kind, "D")
     assert isinstance(compiled, PathForecaster)
     samples = int(json.loads(model_json)["uncertainty_samples"])
@@ -216,11 +221,11 @@ def test_quantiles_through_the_api_are_those_of_the_models_own_samples(
     stack: EmbeddedStack, served: dict[str, Any]
 ) -> None:
     # Given the predictive samples of a customer's live model, seeded as the container
-    # seeds this customer, run and period
+    # seeds this run (the customer and the period are no part of it)
     customer_id, period = "srv-05", 14
     model_json, metadata = live_archive(stack, customer_id)
     samples = served_samples(
-        model_json, metadata.model_kind, period, forecast_seed(served["run_id"], period)
+        model_json, metadata.model_kind, period, forecast_seed(served["run_id"])
     )
     path = f"/customers/{customer_id}/forecast?period={period}"
 

@@ -18,6 +18,7 @@ from test_serving import get, get_when_ready, live_archive
 
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_contracts.model_archive import PROPHET_KIND
+from fleetcast_forecasters.forecast import simulated_periods
 from fleetcast_forecasters.prophet_forecaster import forecast_seed
 
 pytestmark = [
@@ -102,12 +103,14 @@ def test_quantiles_through_the_api_are_those_of_prophets_own_samples(
     prophet_stack: EmbeddedStack, served: dict[str, Any]
 ) -> None:
     # Given Prophet's own predictive samples for a customer's live model, seeded as the
-    # container seeds this customer, run and period
+    # container seeds this run (the customer and the period are no part of it)
     customer_id, period = "pro-05", 14
     model = prophet_model(prophet_stack, customer_id)
-    future = model.make_future_dataframe(periods=period, include_history=False)
-    np.random.seed(forecast_seed(served["run_id"], period))
-    samples = model.predictive_samples(future)["yhat"]
+    # (the first `period` days of Prophet's forecast of simulated_periods: a day's draws
+    # are the same whatever the period)
+    future = model.make_future_dataframe(periods=simulated_periods(period), include_history=False)
+    np.random.seed(forecast_seed(served["run_id"]))
+    samples = model.predictive_samples(future)["yhat"][:period]
     path = f"/customers/{customer_id}/forecast?period={period}"
 
     # When the API is asked for quantiles (out of order, one repeated), and without them
@@ -124,8 +127,8 @@ def test_quantiles_through_the_api_are_those_of_prophets_own_samples(
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
     assert [{k: p[k] for k in p if k != "quantiles"} for p in body["forecast"]] == plain["forecast"]
     # ... and the interval is Prophet's own predict's, from the same seed
-    np.random.seed(forecast_seed(served["run_id"], period))
-    predicted = model.predict(future)
+    np.random.seed(forecast_seed(served["run_id"]))
+    predicted = model.predict(future).iloc[:period]
     bounds = [[point["yhat_lower"], point["yhat_upper"]] for point in plain["forecast"]]
     np.testing.assert_allclose(
         bounds, predicted[["yhat_lower", "yhat_upper"]].to_numpy(), rtol=0, atol=1e-6

@@ -93,3 +93,68 @@ def test_a_malformed_live_record_fails_its_customer_and_the_rest_register(
     assert live is not None and live.run_id == status.run_id
     kept = table.get_item(Key={"customer_id": "malformed-0", "record": "LIVE"})["Item"]
     assert kept["run_id"] == 7
+
+
+def test_rejected_rows_reasons_from_the_cli_and_status_names_the_report(
+    stack: EmbeddedStack,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an upload with good rows and three kinds of bad ones: a date that is not one,
+    # a consumption that is not a number (twice) and a negative one
+    good = readings(["rej-a", "rej-b"], "2024-01-01", 60)
+    bad = pd.DataFrame(
+        {
+            "customer_id": ["rej-a", "rej-b", "rej-a", "rej-b"],
+            "timestamp": ["not-a-date", "2024-03-05", "2024-03-06", "2024-03-07"],
+            "consumption": ["1", "abc", "", "-5"],
+        }
+    )
+    run_id = upload(stack, "three-kinds.csv", to_csv(pd.concat([good, bad], ignore_index=True)))
+    status = finished(stack, run_id)
+    assert status.rows_rejected == len(bad), status
+    assert stack.info is not None
+    for name, value in stack.info.environment().items():
+        monkeypatch.setenv(name, value)
+    report = f"s3://{stack.info.artifacts_bucket}/runs/{run_id}/report/rejected.csv"
+    first_bad_line = len(good) + 2  # the header is line 1
+    # When `fleetcast rejected RUN` runs, piped at 60 columns
+    monkeypatch.setenv("COLUMNS", "60")
+    assert main(["rejected", run_id]) == 0
+    out = capsys.readouterr().out
+    lines = [line.strip() for line in out.splitlines()]
+    # Then it counts the rows of each reason, most first, with what each means
+    counts = [line for line in lines if line[:1].isdigit() and ":" in line]
+    assert [line.split(":")[0] for line in counts] == [
+        "2 invalid_consumption",
+        "1 invalid_timestamp",
+        "1 negative_consumption",
+    ], out
+    # And lists each row's line number and reason, and where the whole list is
+    for offset, reason in enumerate(
+        ["invalid_timestamp", "invalid_consumption", "invalid_consumption", "negative_consumption"]
+    ):
+        # one block a row (the table would not fit 60 columns whole)
+        block = lines.index(f"line: {first_bad_line + offset}")
+        assert f"reason: {reason}" in lines[block : block + 6], out
+    assert any(report in line for line in lines), out
+    # And --json has the same, for a script
+    assert main(["rejected", run_id, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [r["line"] for r in document["rows"]] == [
+        str(first_bad_line + offset) for offset in range(len(bad))
+    ]
+    assert {r["reason"]: r["rows"] for r in document["by_reason"]} == {
+        "invalid_consumption": 2,
+        "invalid_timestamp": 1,
+        "negative_consumption": 1,
+    }
+    # And `fleetcast status`, piped at 60 columns, keeps the run id and the report's S3 path
+    # whole, with the run's top reasons beside its counts
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert any(f"run: {run_id}" == line.strip() for line in out.splitlines()), out
+    assert any(report in line for line in out.splitlines()), out
+    assert "rejected: 2 invalid_consumption, 1 invalid_timestamp, 1 negative_consumption" in out
+    # And a run id that is not one is refused
+    assert main(["rejected", "../etc"]) == 2

@@ -137,6 +137,7 @@ def test_export_defaults_to_the_latest_registered_run_and_marks_live_rows(
     assert runs_with_exports(stack["s3"], stack["bucket"]) == [OLD, NEW]
     # When the export is fetched without a run
     output = tmp_path / "out" / "forecasts.parquet"
+    output.parent.mkdir()  # a folder that does not exist is an error (test_cli_output_paths)
     assert cli.main(["export", "-o", str(output)]) == 0
     # Then it is NEW's, every trained customer's rows, live only where NEW's model is live
     table = pq.read_table(output)
@@ -205,10 +206,17 @@ def test_report_summarises_the_run_and_why_models_are_not_live(
     printed = capsys.readouterr().out
     assert f"accuracy of run {NEW} (3 of 4 customers scored" in printed
     assert "2 of 3 beat seasonal-naive" in printed
-    assert "made live 1; not made live 3: 1 quality gate (worse than seasonal-naive), 1" in (
-        " ".join(printed.split())
+    assert (
+        "made live 1; not made live 3: 1 quality gate (backtest WAPE above seasonal-naive's), 1"
+        in (" ".join(printed.split()))
     )
     page = output.read_text()
     assert page.startswith("<!DOCTYPE html>")
     assert 'src="data:image/png;base64,' in page
-    assert "<td>not made live: quality gate (worse than seasonal-naive)</td><td>1</td>" in page
+    # And one measure leads, the quality gate's, in the summary and the page alike
+    assert printed.index("WAPE median") < printed.index("sMAPE")
+    assert (
+        "<td>not made live: quality gate (backtest WAPE above seasonal-naive's)</td><td>1</td>"
+        in (page.replace("&#x27;", "'"))
+    )
+    assert "<h2>Highest model WAPE</h2>" in page and "<td>WAPE (quality gate)</td>" in page

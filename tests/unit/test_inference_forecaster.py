@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -12,6 +13,7 @@ import pytest
 from prophet import Prophet
 from prophet.serialize import model_from_json, model_to_json
 
+from fleetcast_forecasters.forecast import simulated_periods
 from fleetcast_forecasters.prophet_compile import compile_model
 from fleetcast_forecasters.prophet_forecaster import (
     ProphetForecaster,
@@ -74,9 +76,16 @@ def model_jsons() -> dict[str, str]:
 
 
 def prophet_forecast(model_json: str, period: int, seed: int, freq: str = "D") -> pd.DataFrame:
-    """What the public sample's container answers: Prophet.predict on the future dates."""
+    """What the public sample's container answers: Prophet.predict on the future dates;
+    fleetcast's are the first ``period`` of a forecast of simulated_periods(period), so
+    that a day's interval is the same whatever the period (issue 40)."""
+    return _prophet_predict(model_json, simulated_periods(period), seed, freq).iloc[:period]
+
+
+@functools.lru_cache(maxsize=8)
+def _prophet_predict(model_json: str, periods: int, seed: int, freq: str) -> pd.DataFrame:
     model = model_from_json(model_json)
-    future = model.make_future_dataframe(periods=period, freq=freq, include_history=False)
+    future = model.make_future_dataframe(periods=periods, freq=freq, include_history=False)
     np.random.seed(seed)
     return model.predict(future)
 
@@ -140,24 +149,23 @@ def test_several_parameter_draws_are_sampled_like_prophet(model_jsons: dict[str,
 def test_same_request_same_answer_and_seeds_differ_by_request(model_jsons: dict[str, str]) -> None:
     # Given a compiled model and the seeds of two requests
     forecaster = compile_model(model_jsons["defaults"], "D")
-    seed = forecast_seed("q0000000900-20240101t000000", 7)
+    seed = forecast_seed("q0000000900-20240101t000000")
 
     # When the same request is answered twice
     first, second = forecaster.forecast(7, seed), forecaster.forecast(7, seed)
 
-    # Then the answers are identical, and another model version or period gets another seed
+    # Then the answers are identical, and another model version gets another seed
     assert first.yhat_lower is not None and second.yhat_lower is not None
     np.testing.assert_array_equal(first.yhat_lower, second.yhat_lower)
-    assert seed == forecast_seed("q0000000900-20240101t000000", 7)
-    assert seed != forecast_seed("q0000000901-20240102t000000", 7)
-    assert seed != forecast_seed("q0000000900-20240101t000000", 8)
+    assert seed == forecast_seed("q0000000900-20240101t000000")
+    assert seed != forecast_seed("q0000000901-20240102t000000")
 
 
 def test_models_forecast_with_one_seed_share_its_draws_but_not_their_intervals(
     model_jsons: dict[str, str],
 ) -> None:
     # Given two customers' models of one run, forecast with the run's seed
-    seed = forecast_seed("q0000000900-20240101t000000", 14)
+    seed = forecast_seed("q0000000900-20240101t000000")
     first = compile_model(model_jsons["defaults"], "D").forecast(14, seed)
     other = compile_model(model_jsons["mixed-modes"], "D").forecast(14, seed)
     # Then each is Prophet's own interval for that seed (the other tests), and the two
@@ -263,12 +271,13 @@ def test_period_outside_the_horizon_is_refused(model_jsons: dict[str, str]) -> N
 
 
 def prophet_samples(model_json: str, period: int, seed: int) -> np.ndarray:
-    """Prophet's own posterior predictive samples of yhat, one row per future date."""
+    """Prophet's own posterior predictive samples of yhat, one row per future date: the
+    first ``period`` of simulated_periods(period)."""
     model = model_from_json(model_json)
-    future = model.make_future_dataframe(periods=period, include_history=False)
+    future = model.make_future_dataframe(periods=simulated_periods(period), include_history=False)
     np.random.seed(seed)
     samples: np.ndarray = model.predictive_samples(future)["yhat"]
-    return samples
+    return samples[:period]
 
 
 QUANTILES = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
@@ -385,14 +394,17 @@ def test_a_parsed_model_without_one_period_forecasts_the_same_and_refuses_one_pe
     # Given the training export's way: the parsed model, its history left unparsed
     served = compile_model(model_jsons["defaults"], "D")
     exported = compile_model(json.loads(model_jsons["defaults"]), "D", 30, one_period=False)
-    seed = forecast_seed("q0000000900-20240101t000000", 30)
-    # Then its 30-period forecast is the endpoint's, bounds included
-    ours, theirs = exported.forecast(30, seed), served.forecast(30, seed)
-    for name in ("yhat", "yhat_lower", "yhat_upper"):
-        np.testing.assert_allclose(getattr(ours, name), getattr(theirs, name), rtol=1e-12)
-    # And a single period, which needs the history's step, is refused with the reason
+    seed = forecast_seed("q0000000900-20240101t000000")
+    # Then its 30-period forecast is the endpoint's, bounds included, and so are its first
+    # days' (the step is its future's, whatever the period)
+    for period in (30, 7, 1):
+        ours, theirs = exported.forecast(period, seed), served.forecast(period, seed)
+        for name in ("yhat", "yhat_lower", "yhat_upper"):
+            np.testing.assert_allclose(getattr(ours, name), getattr(theirs, name), rtol=1e-12)
+    # And a one-period future, which needs the history's step, is refused with the reason
+    alone = compile_model(json.loads(model_jsons["defaults"]), "D", 1, one_period=False)
     with pytest.raises(ValueError, match="without one_period"):
-        exported.forecast(1, seed)
+        alone.forecast(1, seed)
 
 
 @pytest.mark.parametrize("samples", [1, 2, 7, 1000])
@@ -419,14 +431,19 @@ def per_sample_simulation(forecaster: ProphetForecaster, period: int, seed: int)
     Prophet lays its draws out (the forecaster's own arithmetic, term for term)."""
     iterations = forecaster.sigma_obs.shape[0]
     per_iteration = math.ceil(forecaster.uncertainty_samples / iterations)
-    step = float(np.diff(forecaster.t[:period]).mean())
+    step = float(np.diff(forecaster.t).mean())
     linear = forecaster.linear_growth
-    draws = standard_draws(seed, iterations, per_iteration, period, linear)
-    changes = unit_trend_changes(
-        seed, iterations, per_iteration, period, forecaster.changepoint_count * step, step
-    )
+    simulated = simulated_periods(period)
+    draws = standard_draws(seed, iterations, per_iteration, simulated, linear)
+    changes = [
+        offsets[:, :period]
+        for offsets in unit_trend_changes(
+            seed, iterations, per_iteration, simulated, forecaster.changepoint_count * step, step
+        )
+    ]
     rows = []
-    for i, (_, _, normal) in enumerate(draws):
+    for i, (_, _, all_normal) in enumerate(draws):
+        normal = all_normal[:, :period]
         expected = forecaster.trend_expected[i, :period] * forecaster.y_scale + forecaster.floor
         noise_scale = forecaster.sigma_obs[i] * forecaster.y_scale
         change_scale = forecaster.mean_abs_delta[i] * forecaster.y_scale

@@ -27,6 +27,7 @@ from fleetcast_contracts.model_archive import (
     read_archive,
     write_archive,
 )
+from fleetcast_forecasters.forecast import simulated_periods
 from fleetcast_forecasters.prophet_compile import compile_model
 from fleetcast_inference.app import build_served_model
 
@@ -113,10 +114,12 @@ def holiday_models() -> dict[str, str]:
 
 
 def prophet_predict(model_json: str, period: int) -> pd.DataFrame:
+    """Prophet's predict, as the container forecasts: the first ``period`` days of its
+    forecast of simulated_periods (a day's draws the same whatever the period)."""
     model = model_from_json(model_json)
-    future = model.make_future_dataframe(periods=period, include_history=False)
+    future = model.make_future_dataframe(periods=simulated_periods(period), include_history=False)
     np.random.seed(SEED)
-    return model.predict(future)
+    return model.predict(future).iloc[:period]
 
 
 VARIANTS = ("US", "DE-multiplicative", "FR-only", "US-CA", "custom+GB")
@@ -167,9 +170,9 @@ def test_quantiles_include_the_holiday_components(
 ) -> None:
     # Given Prophet's predictive samples under the container's seeding
     model = model_from_json(holiday_models[variant])
-    future = model.make_future_dataframe(periods=90, include_history=False)
+    future = model.make_future_dataframe(periods=simulated_periods(90), include_history=False)
     np.random.seed(SEED)
-    samples = model.predictive_samples(future)["yhat"]
+    samples = model.predictive_samples(future)["yhat"][:90]
 
     # When the container gives quantiles
     forecast = compile_model(holiday_models[variant], "D").forecast(90, SEED, QUANTILES)

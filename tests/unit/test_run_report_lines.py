@@ -37,3 +37,14 @@ def test_customers_with_a_level_shift_are_counted_under_the_families():
 
 def test_no_line_when_no_customer_had_a_level_shift():
     assert not any("level shift" in line for line in summary_lines(run_accuracy()))
+
+
+def test_wape_leads_as_the_quality_gates_measure_and_the_others_stand_beside_it():
+    lines = summary_lines(run_accuracy())
+    # The first measure named is WAPE, said to be the gate's, with seasonal-naive's
+    assert lines[1].startswith("  WAPE median 20.0% (p10 12.0%, p90 28.0%)")
+    assert lines[1].endswith("seasonal-naive median 20.0%: the measure the quality gate compares")
+    # And the others follow it, none before it
+    assert lines[2].startswith("  beside it, medians: sMAPE 20.0% (naive 20.0%), MASE 0.200")
+    assert "lower backtest WAPE" in lines[3]
+    assert not any("sMAPE" in line for line in lines[:2])

@@ -88,6 +88,10 @@ def test_the_exported_forecast_is_what_the_endpoint_serves(
     served = _served(instance, "globex", tmp_path, period=10)
     # Then every value, interval included (same seed), is the exported one
     _assert_same_points(served, rows)
+    # And asked for fewer days, its days are the export's first, intervals too (a day's
+    # draws do not depend on the period: issue 40)
+    week = _served(instance, "globex", tmp_path / "week", period=7)
+    _assert_same_points(week, rows[:7])
 
 
 def test_a_customer_whose_last_days_were_not_fitted_is_exported_after_its_last_reading(

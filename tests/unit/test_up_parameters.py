@@ -28,7 +28,10 @@ def _up(*arguments: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("override", "complaint"),
     [
-        ("ModelFrequency=W", "Parameter 'ModelFrequency' must be one of AllowedValues"),
+        (
+            "ModelFrequency=W",
+            "Parameter 'ModelFrequency' must be one of AllowedValues (allowed: D, H; given: 'W')",
+        ),
         ("HoldoutDays=0", "Parameter 'HoldoutDays' failed to satisfy constraint: Parameter "),
         ("HoldoutDays=week", "Parameter 'HoldoutDays' must be a number"),
         (

@@ -21,6 +21,8 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from fleetcast_contracts.inference import MAX_PERIOD
+
 FloatArray = npt.NDArray[np.float64]
 
 NS_PER_SECOND = 1_000_000_000
@@ -137,15 +139,26 @@ def row_quantiles(rows: FloatArray, shares: list[float]) -> FloatArray:
     return np.ascontiguousarray(found.T)
 
 
-def forecast_seed(model_version: str, period: int) -> int:
-    """The same request to the same model always gets the same intervals, on any host.
+def forecast_seed(model_version: str) -> int:
+    """The seed of every forecast of one model version: the same request always gets the
+    same intervals, on any host.
 
-    The customer is not part of it: the customers of one run share their random numbers
-    (common random numbers), so the run's export draws them once, not once per customer.
-    Each customer's interval is still Prophet's own with this seed.
+    The period asked for is not part of it, and each family draws a day's random numbers
+    whatever the period (the first days of a longer simulation), so a day's interval and
+    quantiles are the same at period=7 and period=14, in the API and in the run's export.
+    The customer is not part of it either: the customers of one run share their random
+    numbers (common random numbers), so the run's export draws them once, not once per
+    customer. Each customer's interval is still Prophet's own with this seed.
     """
-    digest = hashlib.sha256(f"{model_version}\n{period}".encode()).digest()
+    digest = hashlib.sha256(model_version.encode()).digest()
     return int.from_bytes(digest[:4], "big")
+
+
+def simulated_periods(period: int) -> int:
+    """How many periods a forecast's simulation draws for, of which a request uses the
+    first ``period``: the longest any request asks for (MAX_PERIOD), so that a day's
+    draws never depend on the period; a longer export draws its own length."""
+    return max(period, MAX_PERIOD)
 
 
 @dataclass(frozen=True, slots=True)

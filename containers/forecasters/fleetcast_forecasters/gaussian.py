@@ -75,7 +75,9 @@ class PathForecaster:
 @functools.lru_cache(maxsize=4)
 def standard_normals(seed: int, period: int, samples: int) -> FloatArray:
     """One row per period of ``samples`` standard normals, the same for every model and
-    host given the seed. Read-only, as they are shared."""
+    host given the seed. Drawn row after row, so the first rows of a longer draw are a
+    shorter one's: a day's normals are the same whatever the period asked for.
+    Read-only, as they are shared."""
     draws = np.random.default_rng(seed).standard_normal((period, samples))
     draws.setflags(write=False)
     return draws

@@ -26,6 +26,7 @@ from fleetcast_forecasters.forecast import (
     check_request,
     forecast_seed,
     row_quantiles,
+    simulated_periods,
 )
 from fleetcast_forecasters.prophet_features import mean_step
 
@@ -73,7 +74,9 @@ class ProphetForecaster:
         """The next ``period`` periods: ``yhat``, the interval and ``quantiles`` (ascending,
         each in (0, 1)), the last two from one simulation, as ``Prophet.predict`` draws it.
 
-        The draws depend on ``seed`` and ``period`` only, so asking for quantiles leaves
+        The draws depend on ``seed`` only: they are those of Prophet's forecast of
+        :func:`simulated_periods` periods, of which this is the first ``period``, so a
+        day's interval is the same whatever the period, and asking for quantiles leaves
         the interval as it is without them.
         """
         check_request(period, self.horizon, quantiles)
@@ -102,8 +105,9 @@ class ProphetForecaster:
         ``s * normal(0, 1)``, the same numbers)."""
         iterations = self.sigma_obs.shape[0]
         per_iteration = max(1, math.ceil(self.uncertainty_samples / iterations))
-        t = self.t[:period]
-        step = mean_step(t) if period > 1 else self.history_step
+        # The step of the whole compiled future, not of the periods asked for: the same
+        # for every request (Prophet's own for a future of that length).
+        step = mean_step(self.t) if self.horizon > 1 else self.history_step
         if math.isnan(step):
             raise ValueError("this forecaster was compiled without one_period: ask for 2 or more")
         draws = period_major_draws(
@@ -154,7 +158,9 @@ def standard_draws(
 
     They depend on the seed and sizes only, so every model forecast with one seed (a
     run's export: :func:`forecast_seed`) shares them: drawing them is most of a
-    forecast's time. Read-only, as they are shared.
+    forecast's time. ``period`` is the simulation's (:func:`simulated_periods`, 365
+    periods: about 9 MB and 40 ms, once per run), of which a request reads its first
+    days. Read-only, as they are shared.
     """
     random = np.random.RandomState(seed)
     shape = (per_iteration, period)
@@ -189,11 +195,13 @@ def unit_trend_changes(
     forecast with one seed and step (a run's export: the customers with the same history
     span) shares them. Read-only, as they are shared.
     """
-    draws = standard_draws(seed, iterations, per_iteration, period, True)
+    # Drawn for the simulation's periods, in Prophet's order; a change's effect runs
+    # forward only (two running sums), so the first `period` are computed alone.
+    draws = standard_draws(seed, iterations, per_iteration, simulated_periods(period), True)
     changes = []
     for uniform, laplace, _ in draws:
         assert uniform is not None and laplace is not None
-        shifts = laplace * (uniform < change_likelihood)
+        shifts = laplace[:, :period] * (uniform[:, :period] < change_likelihood)
         previous = np.hstack([np.zeros((per_iteration, 1)), shifts])[:, :-1]
         offsets = ((previous + shifts) / 2).cumsum(axis=1).cumsum(axis=1) * step
         offsets.setflags(write=False)
@@ -215,14 +223,14 @@ def period_major_draws(
     :func:`unit_trend_changes`, each with one contiguous row per period, the layout a
     forecast's samples are built and sorted in. Shared like those (read-only)."""
     linear = change_likelihood is not None
-    draws = standard_draws(seed, iterations, per_iteration, period, linear)
+    draws = standard_draws(seed, iterations, per_iteration, simulated_periods(period), linear)
     changes: tuple[FloatArray | None, ...] = (
         unit_trend_changes(seed, iterations, per_iteration, period, change_likelihood, step)
         if change_likelihood is not None
         else (None,) * iterations
     )
     return tuple(
-        (_period_major(normal), None if change is None else _period_major(change))
+        (_period_major(normal[:, :period]), None if change is None else _period_major(change))
         for (_, _, normal), change in zip(draws, changes, strict=True)
     )
 

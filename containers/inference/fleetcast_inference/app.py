@@ -151,8 +151,9 @@ class InferenceApp:
         invoke = protocol.parse_invoke_body(request.body)
 
         def compute(model: ServedModel) -> bytes:
-            # The seed leaves the quantiles out: asking for them changes no interval.
-            seed = forecast_seed(model.model_version, invoke.period)
+            # The seed leaves the period and the quantiles out: a day's interval is the
+            # same whatever period is asked for, with or without quantiles.
+            seed = forecast_seed(model.model_version)
             forecast = model.forecaster.forecast(invoke.period, seed, invoke.quantiles)
             clipped_forecast, clipped = forecast.clipped_at(FORECAST_FLOOR)
             return protocol.render_forecast(model, clipped_forecast, clipped)

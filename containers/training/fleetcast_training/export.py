@@ -97,7 +97,7 @@ def forecast_for_export(
         one_period=horizon == 1,
         last_history=last_history,
     )
-    seed = forecast_seed(run_id, horizon)
+    seed = forecast_seed(run_id)
     forecast, _ = forecaster.forecast(horizon, seed).clipped_at(FORECAST_FLOOR)
 
     def exported(values: FloatArray | None) -> FloatArray | None:

@@ -67,6 +67,9 @@ SAMPLE_CUSTOMERS = 2_000
 ORIGIN_BUDGET = 8_000
 MAX_ORIGINS = 52
 MIN_LEVEL_PERIODS = 7  # a sample's level needs a week of usable values
+# Customers with a level and a horizon of history a fleet needs before the trees learn from
+# it: fewer teach them one customer's quirks, not a fleet's (the family then stays out).
+MIN_TEACHERS = 10
 TREES = 100
 LEARNING_RATE = 0.1
 LEAVES = 31
@@ -315,6 +318,15 @@ def learn(
     started = time.process_time()
     threads = threads or os.cpu_count() or 1
     grid = _grid(histories, calendars, horizon)
+    teachers = int((np.isfinite(grid.values).sum(axis=1) >= LEVEL_PERIODS + horizon).sum())
+    if teachers < MIN_TEACHERS:
+        logger.info(
+            "the fleet family is left out: %d customers with %d periods, it learns from %d",
+            teachers,
+            LEVEL_PERIODS + horizon,
+            MIN_TEACHERS,
+        )
+        return {}
     everyone = np.arange(len(customer_ids), dtype=np.intp)
     rng = np.random.default_rng(39)
     sample = np.sort(rng.permutation(everyone)[:SAMPLE_CUSTOMERS])

@@ -28,23 +28,27 @@ from fleetcast_contracts.ids import (
     is_valid_customer_id,
     is_valid_run_id,
 )
-from fleetcast_contracts.inference import EndpointForecast, ForecastPoint
+from fleetcast_contracts.inference import (  # noqa: F401 - DEFAULT_PERIOD: the API's, from here
+    DEFAULT_PERIOD,
+    EndpointForecast,
+    ForecastPoint,
+)
 from fleetcast_contracts.model_archive import Backtest
 from fleetcast_contracts.quantiles import (
     FORECAST_FLOOR,
     MAX_QUANTILES,
     QUANTILE_ABOVE,
     QUANTILE_BELOW,
+    QUANTILES_EXAMPLE,
     normalise_quantiles,
     quantile_key,
 )
 from fleetcast_contracts.times import UtcDatetime
 
 # The horizons the API accepts are those the inference container serves
-# (fleetcast_contracts.inference.MIN_PERIOD / MAX_PERIOD).
-DEFAULT_PERIOD = 7
+# (fleetcast_contracts.inference: MIN_PERIOD, MAX_PERIOD and DEFAULT_PERIOD, there so the
+# CLI's --help reads them without this module).
 QUANTILES_PARAMETER = "quantiles"
-QUANTILES_EXAMPLE = "0.1,0.5,0.9"
 _DECIMAL = re.compile(r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
 CLIPPING_NOTE = (
     "Consumption is never negative: yhat, the interval's bounds and every quantile are "

@@ -13,6 +13,9 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The horizons an invoke may ask for, kept where the container and the API import them.
+from fleetcast_contracts.horizons import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD  # noqa: F401
+
 # SageMaker's load request names ``/opt/ml/models/<model_name>/model``; a url outside
 # this folder is refused, so a load request cannot make the container read other files.
 MODELS_DIR = "/opt/ml/models"
@@ -47,10 +50,6 @@ LIST_TOKEN_FIELD = "nextPageToken"  # noqa: S105 - a field name, not a secret
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
 
-# Forecast horizon an invoke (and so the forecast API) may ask for, in the model's own
-# periods.
-MIN_PERIOD = 1
-MAX_PERIOD = 365
 
 # Every error the container answers is a JSON object with these two fields.
 ERROR_CODE_FIELD = "error"

@@ -15,6 +15,8 @@ QUANTILE_ABOVE = 0.0
 QUANTILE_BELOW = 1.0
 # Forecasts are of consumption: no value the container answers is below this.
 FORECAST_FLOOR = 0.0
+# How a list of quantiles is written in a request (the API's and the CLI's).
+QUANTILES_EXAMPLE = "0.1,0.5,0.9"
 
 
 def normalise_quantiles(quantiles: Iterable[float]) -> tuple[float, ...]:

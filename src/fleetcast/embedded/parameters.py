@@ -106,8 +106,13 @@ def constraint_problems(name: str, spec: Mapping[str, Any], value: str) -> list[
     def refused(default: str) -> str:
         return f"Parameter '{name}' failed to satisfy constraint: {said or default}"
 
-    if "AllowedValues" in spec and value not in [str(v) for v in spec["AllowedValues"]]:
-        return [refused(f"Parameter '{name}' must be one of AllowedValues")]
+    allowed = [str(v) for v in spec.get("AllowedValues", [])]
+    if allowed and value not in allowed:
+        # CloudFormation's words, then what it does not say: which values are allowed.
+        return [
+            refused(f"Parameter '{name}' must be one of AllowedValues")
+            + f" (allowed: {', '.join(allowed)}; given: {value!r})"
+        ]
     kind = spec.get("Type", "String")
     if kind == "Number":
         try:

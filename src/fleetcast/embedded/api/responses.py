@@ -17,13 +17,14 @@ from fleetcast.embedded.api.models import ApiKeys, UsagePlan
 from fleetcast.embedded.api.server import ApiServer, GatewayAnswer, gateway_error, handler_for
 from fleetcast.embedded.api.urls import ApiRoute, resource_path_of
 from fleetcast.embedded.gateway import SHUTDOWN_POLL_SECONDS, bind_preferred
+from fleetcast.embedded.info import DEFAULT_API_PORT
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 
 log = logging.getLogger("fleetcast.embedded.api")
 
 HOST = "127.0.0.1"
-DEFAULT_PORT = 3000
+DEFAULT_PORT = DEFAULT_API_PORT
 API_KEY_HEADER = "x-api-key"
 
 

@@ -96,8 +96,9 @@ def translate(template: LocalTemplate, cache: Path | None = None) -> dict[str, A
     python = sam_python(template.path.parent)
     if not python.is_file():
         raise FileNotFoundError(
-            f"SAM's translator runs from {python}, which is missing: `make install` creates "
-            f"it (or set {SAM_PYTHON_ENV}); `fleetcast up --no-iam` runs without IAM"
+            f"SAM's translator runs from {python}, which is missing: `make up` (or `make "
+            f"install`) creates it (or set {SAM_PYTHON_ENV}); `fleetcast up --no-iam` runs "
+            "without IAM"
         )
     request = {"template": template.body, "parameters": template.parameters}
     text = json.dumps(request, sort_keys=True)

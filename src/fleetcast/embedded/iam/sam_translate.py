@@ -1,8 +1,9 @@
 """SAM's own translation of a template, run with the SAM environment's interpreter.
 
 ``aws-sam-translator`` pins a pydantic the project's environment cannot take, so the local
-stack runs this file with ``.venv-sam/bin/python`` (which ``make install`` creates for the
-SAM CLI) and reads what it prints. It imports nothing of fleetcast.
+stack runs this file with ``.venv-sam/bin/python`` (``make up`` and ``make demo`` install
+the translator alone there, the SAM CLI's targets the rest of SAM) and reads what it prints.
+It imports nothing of fleetcast.
 
 stdin: ``{"template": <template as data>, "parameters": {...}}``; stdout: the translated
 ``Resources`` of the types the local stack's IAM reads (roles and functions).
