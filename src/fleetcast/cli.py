@@ -552,7 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
         "it again (not a restart either) until this command: `fleetcast status` lists such "
         "chunks with why they failed.",
     )
-    redrive.add_argument("run_id", metavar="RUN")
+    redrive.add_argument(
+        "run_id", metavar="RUN", help="the run whose chunks to send again (see `fleetcast status`)"
+    )
     redrive.set_defaults(run=cmd_redrive_chunks)
 
     demo = commands.add_parser(

@@ -18,9 +18,9 @@ origin's four weeks, a year earlier: how the season moved then), the calendar (w
 of the year), the customer's public holidays (the calendar every family uses), the step,
 and the customer's size.
 
-**Honest backtest**: the models are fitted once per backtest window on samples whose
-targets are all before the window's origin, for every customer of the shard, and once on
-everything for the served forecast: ``windows + 1`` fits an instance. A window's origin is
+**Honest backtest**: the trees are fitted once on samples whose targets are all before the
+first backtest window's origin, for every customer of the shard, and forecast every window
+from its own origin, and once on everything for the served forecast: two fits an instance. A window's origin is
 the same period for every customer whose history ends with the fleet's last period; a
 customer whose history ends earlier is not scored on the windows (the trees would have seen
 other customers' periods after its origin).
@@ -67,11 +67,13 @@ SAMPLE_CUSTOMERS = 2_000
 ORIGIN_BUDGET = 8_000
 MAX_ORIGINS = 52
 MIN_LEVEL_PERIODS = 7  # a sample's level needs a week of usable values
+STEPS_PER_SAMPLE = 10  # of a customer-origin's steps, about this many are samples
+MIN_SAMPLES = 100
 # Customers with a level and a horizon of history a fleet needs before the trees learn from
 # it: fewer teach them one customer's quirks, not a fleet's (the family then stays out).
 MIN_TEACHERS = 10
-TREES = 100
-LEARNING_RATE = 0.1
+TREES = 60
+LEARNING_RATE = 0.15
 LEAVES = 31
 # Normal errors: the standard deviation is the mean absolute error times sqrt(pi / 2).
 SIGMA_PER_MAE = float(np.sqrt(np.pi / 2))
@@ -250,7 +252,10 @@ def _training_set(
         with np.errstate(invalid="ignore", divide="ignore"):
             actual = grid.window(origin, origin + horizon, rows) / level[:, None]
         usable = (counted >= MIN_LEVEL_PERIODS) & (level > 0)
-        keep = usable[:, None] & np.isfinite(actual)
+        # A few steps of each customer-origin: the step is a feature, and neighbouring
+        # steps of one origin teach the trees little more than one of them.
+        chosen = rng.random(actual.shape) < STEPS_PER_SAMPLE / horizon
+        keep = usable[:, None] & np.isfinite(actual) & chosen
         features.append(found[keep])
         targets.append(actual[keep])
     if not features:
@@ -333,17 +338,19 @@ def learn(
     fleet_end = int(grid.end.max())
     current = grid.end == fleet_end
     backtest = np.full((len(customer_ids), windows, horizon), np.nan)
-    for window in range(windows):
-        offset = (windows - window) * horizon
-        cutoff = grid.columns - offset
-        features, targets = _training_set(grid, sample, cutoff, horizon)
-        if len(targets) < 100:
-            continue
+    # One model for every window, fitted before the first window's origin: each window's
+    # forecast then uses nothing at or after its own origin, at half the fits of a model per
+    # window (its later windows' forecasts are staler than the served one: the backtest
+    # errs, if at all, against the fleet family).
+    features, targets = _training_set(grid, sample, grid.columns - windows * horizon, horizon)
+    if len(targets) >= MIN_SAMPLES:
         booster = _fit(features, targets, threads)
-        forecast, _ = _predict(booster, grid, everyone, cutoff, horizon, threads)
-        backtest[:, window, :] = np.where(current[:, None], forecast, np.nan)
+        for window in range(windows):
+            origin = grid.columns - (windows - window) * horizon
+            forecast, _ = _predict(booster, grid, everyone, origin, horizon, threads)
+            backtest[:, window, :] = np.where(current[:, None], forecast, np.nan)
     features, targets = _training_set(grid, sample, grid.columns, horizon)
-    if len(targets) < 100:
+    if len(targets) < MIN_SAMPLES:
         logger.info("the fleet family has too little data to learn from (%d samples)", len(targets))
         return {}
     booster = _fit(features, targets, threads)
@@ -356,10 +363,9 @@ def learn(
         if np.isfinite(path[row]).all() and np.isfinite(sigma[row]).all()
     }
     logger.info(
-        "the fleet family: %d customers' trees fitted %d times on %d samples, %d forecasts, "
+        "the fleet family: %d customers' trees fitted twice (%d samples), %d forecasts, "
         "%.1f s of CPU",
         len(sample),
-        windows + 1,
         len(targets),
         len(forecasts),
         time.process_time() - started,
