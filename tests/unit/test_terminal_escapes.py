@@ -88,6 +88,8 @@ def test_the_html_report_escapes_controls_and_html() -> None:
                 "failure_reason": "reason \x1b]0;t\x07 & <b>",
                 "smape": None,
                 "naive_smape": None,
+                "wape": None,
+                "naive_wape": None,
                 "mase": None,
             }
         ]

@@ -26,7 +26,7 @@ def test_defaults_fill_in_everything_but_the_run_id():
         "weekly_seasonality": "auto",
         "daily_seasonality": "auto",
         "uncertainty_samples": 1000,
-        "candidates": ("seasonal_naive", "seasonal_median", "ets", "theta", "prophet"),
+        "candidates": ("seasonal_naive", "seasonal_median", "ets", "theta", "prophet", "fleet"),
         "backtest_windows": 3,
         "workers": 0,
         "default_holiday_country": "",

@@ -79,8 +79,11 @@ CANDIDATE_KINDS = tuple(family.kind for family in FAMILIES if family.candidate)
 COMBINED_KINDS = tuple(family.kind for family in FAMILIES if family.combined)
 # The combination's members that follow a level shift from its first day.
 FOLLOWING_KINDS = tuple(family.kind for family in FAMILIES if family.follows_level_shift)
-# Every kind a customer's backtest scores: the candidates and the combinations of them.
-SCORED_KINDS = tuple(family.kind for family in FAMILIES)
+# Every kind a customer's backtest scores: the candidates and the combinations of them (a
+# cold start is never backtested).
+SCORED_KINDS = tuple(
+    family.kind for family in FAMILIES if family.candidate or family.fit is Fit.MADE_OF_MEMBERS
+)
 
 
 def kinds_fitted(fit: Fit) -> tuple[str, ...]:
