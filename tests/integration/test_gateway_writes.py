@@ -93,3 +93,20 @@ def test_a_jobs_inputs_are_copied_in_process_whole_as_a_client_reads_them(
     # A key that is not there fails, naming it
     with pytest.raises(FileNotFoundError, match=r"incoming/gone\.csv"):
         gateway.download_object(ACCOUNT_ID, bucket, "incoming/gone.csv", target / "gone.csv")
+
+
+def test_a_keys_versions_list_after_the_version_under_a_delete_marker_is_deleted(
+    s3_bucket: tuple[Any, str],
+) -> None:
+    # Given a versioned key deleted (a marker over its version), then that version deleted,
+    # as a lifecycle rule expiring noncurrent versions does
+    s3, bucket = s3_bucket
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    version = s3.put_object(Bucket=bucket, Key="k", Body=b"kept in a file")["VersionId"]
+    marker = s3.delete_object(Bucket=bucket, Key="k")["VersionId"]
+    s3.delete_object(Bucket=bucket, Key="k", VersionId=version)
+
+    # When its versions are listed; then the marker alone is, not a 500
+    listed = s3.list_object_versions(Bucket=bucket, Prefix="k")
+    assert "Versions" not in listed
+    assert [m["VersionId"] for m in listed["DeleteMarkers"]] == [marker]

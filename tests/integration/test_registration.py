@@ -844,7 +844,7 @@ def test_a_dead_lettered_chunk_is_in_status_with_its_reason_and_in_the_log_until
     shown = Console(width=400, record=True, file=io.StringIO())
     shown.print(status_table([status]))
     text = shown.export_text()
-    assert "chunk manifest-algo-1.json:0-2 dead-lettered after 3 deliveries:" in text
+    assert f"chunk manifest-algo-1.json:0-2 dead-lettered after {MAX_RECEIVES} deliveries:" in text
     assert f"re-drive once fixed: fleetcast redrive-chunks {run_id}" in text
     # When the cause is fixed and the user re-drives it
     world["s3"].put_object(Bucket=world["bucket"], Key=page, Body=good_page)

@@ -63,3 +63,4 @@ def install() -> None:
     dynamodb.items_sized_once()
     dynamodb.dynamodb_writes_one_at_a_time()
     s3.keep_objects_in_files()
+    s3.delete_markers_copied_alone()

@@ -17,6 +17,7 @@ is removed once a newer snapshot is (:meth:`ObjectFiles.take_released`).
 from __future__ import annotations
 
 import atexit
+import copy
 import itertools
 import os
 import shutil
@@ -180,6 +181,23 @@ def keep_objects_in_files(root: Path | None = None, kept_in: Path | None = None)
             atexit.register(files.remove)
             _installed = files
         return _installed
+
+
+def _delete_marker_copy(marker: Any, memo: dict[int, Any]) -> Any:
+    """A delete marker copied as ListObjectVersions lists it: its name, version and dates,
+    not the version it hides (moto's marker links to it, and deep-copied it whole)."""
+    copied = copy.copy(marker)
+    memo[id(marker)] = copied
+    return copied
+
+
+def delete_markers_copied_alone() -> None:
+    """moto's ListObjectVersions deep-copies every version, a delete marker with the object
+    version it was put over. Once that version itself is deleted, moto disposes of it (its
+    file goes) while the marker still links to it, and listing the key's versions then
+    failed reading its bytes (a 500): a lifecycle rule that expires noncurrent versions
+    does exactly that. A marker is copied alone (idempotent)."""
+    moto_s3_models.FakeDeleteMarker.__deepcopy__ = _delete_marker_copy  # type: ignore[attr-defined]
 
 
 def copy_value(key: Any, target: Path) -> None:
