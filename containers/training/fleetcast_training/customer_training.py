@@ -386,13 +386,15 @@ class CustomerTrainer:
     def _fleet_candidate(self, customer: _Loaded, plan: BacktestPlan) -> Candidate | None:
         """The fleet family's forecast of the customer, backtested on the batch's windows
         (the fleet's are the same: its last periods, the backtest's horizon); None where
-        the family is not a candidate or did not forecast the customer."""
+        the family is not a candidate, did not forecast the customer or could not backtest
+        it (a customer whose history ends before the fleet's, or one backtested alone on
+        shorter windows): candidates are compared on the points all of them forecast."""
         forecast = self._fleet.get(customer.customer_id)
         if forecast is None or forecast.last_history != customer.history.times[-1]:
             return None
         backtest = forecast.backtest
-        if backtest.shape != (plan.windows, plan.horizon):
-            backtest = np.full((plan.windows, plan.horizon), np.nan)
+        if backtest.shape != (plan.windows, plan.horizon) or not np.isfinite(backtest).any():
+            return None
         settings = self._hyperparameters
         return Candidate(fleet_kind, backtest, forecast.model(settings.uncertainty_samples))
 
