@@ -92,6 +92,8 @@ def test_a_customer_too_short_for_a_model_of_its_own_gets_a_cold_start(tmp_path)
     )
     customers = {f"c{i:02d}": weekly_series(i) for i in range(30)}
     customers["newcomer"] = weekly_series(99).tail(5)
+    # (and one whose readings stop ten days before the others')
+    customers["lagging"] = weekly_series(97).head(110)
     nothing = weekly_series(98).tail(2)
     nothing["use"] = ["incomplete", "incomplete"]
     customers["nothing"] = nothing
@@ -114,6 +116,11 @@ def test_a_customer_too_short_for_a_model_of_its_own_gets_a_cold_start(tmp_path)
     # And the customers with weeks of history have the fleet family scored among the others
     _, regular = read_archive(instance.archive("c00"))
     assert regular.backtest.score("fleet") is not None
+    # And one whose history ends before the fleet's is trained, the fleet not scored for it
+    # (its windows' origins are not the fleet's)
+    assert results["lagging"].outcome is CustomerOutcome.TRAINED
+    _, lagging = read_archive(instance.archive("lagging"))
+    assert lagging.backtest.score("fleet") is None
     # And a customer with no whole day is failed, saying how many it has and needs
     assert results["nothing"].outcome is CustomerOutcome.FAILED
     assert (
