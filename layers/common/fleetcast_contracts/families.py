@@ -56,7 +56,7 @@ FAMILIES: tuple[Family, ...] = (
         follows_level_shift=True,
     ),
     Family("prophet", "fleetcast_forecasters.prophet_family", Fit.EACH, combined=True),
-    Family("fleet", "fleetcast_forecasters.fleet", Fit.FLEET, combined=True),
+    Family("fleet", "fleetcast_forecasters.fleet", Fit.FLEET),
     # The fleet's forecast of a customer too short for a model of its own (fewer fit
     # periods than training's required rows): served without a backtest.
     Family("cold_start", "fleetcast_forecasters.cold_start", Fit.FLEET, candidate=False),
