@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from fleetcast_common.registry import LiveModel
 from fleetcast_common.settings import _FromEnvironment
 from fleetcast_contracts import layout
-from fleetcast_contracts.families import SCORED_KINDS
+from fleetcast_contracts.families import FAMILIES
 from fleetcast_contracts.ids import (
     CUSTOMER_ID_PATTERN,
     InvalidCustomerIdError,
@@ -177,7 +177,7 @@ class CustomerModel(BaseModel):
         default=None, exclude_if=_empty, description=_NEWER_MODEL
     )
     model_kind: str = Field(
-        description=f"The model family: {', '.join(SCORED_KINDS)}",
+        description=f"The model family: {', '.join(family.kind for family in FAMILIES)}",
     )
     backtest: Backtest = Field(
         description="Every candidate family's backtest errors, the chosen one and the runner-up",
