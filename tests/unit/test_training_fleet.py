@@ -127,3 +127,12 @@ def test_a_customer_too_short_for_a_model_of_its_own_gets_a_cold_start(tmp_path)
         results["nothing"].reason == "has 0 rows to fit (2 incomplete left out), needs at least 28"
     )
     assert pd.notna(results["c05"].metrics.wape)
+
+
+def test_a_fleet_larger_than_one_origins_share_learns() -> None:
+    # Given a fleet of more customers than one origin's share of the samples (each origin
+    # then takes a subset of them)
+    series = histories(fleet.ORIGIN_BUDGET // fleet.MAX_ORIGINS + 50, 120)
+
+    # When it learns; then every customer is forecast
+    assert len(learnt(series)) == len(series)

@@ -185,7 +185,7 @@ def _features(
             counts[:, SEASON:] - counts[:, :-SEASON]
         )
         out[:, :, SAME_WEEKDAYS + 3] = week_mean[:, :steps] / year_level[:, None]
-    days = grid.day(origin)[:, None] + step[None, :]  # each step's day since 1970
+    days = grid.day(origin)[rows][:, None] + step[None, :]  # each step's day since 1970
     out[:, :, SAME_WEEKDAYS + 4] = (days + 3) % 7  # Monday 0
     dates = days.astype("datetime64[D]")
     out[:, :, SAME_WEEKDAYS + 5] = (dates - dates.astype("datetime64[Y]")).astype(np.int64)
