@@ -64,6 +64,12 @@ def kill_instance(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+def hold_instance(pid: int, *, held: bool) -> None:
+    """Hold an emulated instance still (stop its process group), or let it go on."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGSTOP if held else signal.SIGCONT)
+
+
 def killed_reason(returncode: int) -> str | None:
     """What a container killed by a signal leaves SageMaker to say (no failure file)."""
     if returncode >= 0:

@@ -30,6 +30,7 @@ from fleetcast.embedded.sagemaker_jobs import training
 from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync, checkpoint_dir
 from fleetcast.embedded.sagemaker_jobs.containers import (
     FAILURE_REASON_LIMIT,
+    hold_instance,
     image_entrypoint,
     kill_instance,
     killed_reason,
@@ -169,7 +170,16 @@ class JobRunner:
         With ``after_archives``, first wait as :meth:`crash` does: the interruption lands
         in the middle of the job's work however fast it trains. ``every_instance``: wait
         until each instance, not only the first, has written that many."""
-        job = self._when_archived(name, after_archives, timeout, every_instance=every_instance)
+        held: set[int] = set()
+        job = None
+        try:
+            job = self._when_archived(
+                name, after_archives, timeout, every_instance=every_instance, held=held
+            )
+        finally:
+            if job is None:  # (the wait failed: let the instances it held go on)
+                for pid in held:
+                    hold_instance(pid, held=False)
         if job is None:
             return False
         job.interrupted.set()
@@ -193,12 +203,22 @@ class JobRunner:
         return True
 
     def _when_archived(
-        self, name: str, after_archives: int, timeout: float, every_instance: bool = False
+        self,
+        name: str,
+        after_archives: int,
+        timeout: float,
+        every_instance: bool = False,
+        held: set[int] | None = None,
     ) -> RunningJob | None:
         """The running training job ``name`` once its first instance is running and has
         written ``after_archives`` model archives to its checkpoint folder (with
         ``every_instance``, each of its instances has); None if the job is not running (or
-        has finished, or the wait timed out)."""
+        has finished, or the wait timed out).
+
+        With ``held``, an instance that has written its count is held still (its process
+        group stopped, its pid added to ``held``) while the others catch up: on a fast
+        machine one instance could otherwise finish its whole shard before another wrote
+        its first archives, and the interruption would have nothing left to land on."""
         deadline = time.monotonic() + timeout
         while True:
             job = self._running_training(name)
@@ -213,6 +233,11 @@ class JobRunner:
             if first is not None and first.poll() is not None:
                 return None
             watched = job.checkpoints if every_instance else job.checkpoints[:1]
+            if held is not None and after_archives > 0:
+                for process, folder in zip(job.processes, watched, strict=False):
+                    if process.pid not in held and _archives_in(folder) >= after_archives:
+                        hold_instance(process.pid, held=True)
+                        held.add(process.pid)
             if first is not None and (
                 after_archives <= 0
                 or (watched and all(_archives_in(c) >= after_archives for c in watched))
