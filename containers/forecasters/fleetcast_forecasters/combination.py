@@ -5,7 +5,9 @@ choosing one of them per series.
 
 Its errors are not its members' (their errors are correlated, and their intervals come
 from different simulations), so its deviation is its own: the root mean square of the
-combination's errors on the customer's backtest, the same for every step ahead.
+combination's errors on the customer's backtest, the same for every step ahead. (A served
+combination's interval is the calibration's its model carries, which grows with the
+horizon where its backtest errors did: :mod:`fleetcast_forecasters.calibration`.)
 
 ``model.json``: ``{"kind": "combination", "members": [{"kind": ..., "model": {...}}],
 "sigma": s, ...}``. A member may carry a ``"weight"`` (a positive number; 1 when absent):

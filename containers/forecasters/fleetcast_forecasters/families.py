@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 from typing import Any, Protocol
 
 import numpy as np
@@ -18,6 +19,7 @@ import numpy as np
 from fleetcast_contracts.families import FAMILIES
 from fleetcast_contracts.inference import MAX_PERIOD
 from fleetcast_forecasters.forecast import Forecaster
+from fleetcast_forecasters.gaussian import calibrated
 
 # model_kind -> the module whose FAMILY compiles it (the family catalogue,
 # fleetcast_contracts.families), imported on first use: an endpoint serving only Prophet
@@ -73,6 +75,15 @@ def compile_archive(
     :class:`~fleetcast_forecasters.forecast.UnsupportedModelError` for a model a
     period alone cannot forecast and ``ValueError`` for anything that is not a fitted model
     of that kind."""
-    return family(model_kind).compile(
+    if isinstance(model, str):
+        try:
+            model = json.loads(model)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"model.json is not JSON: {error}") from None
+        if not isinstance(model, dict):
+            raise ValueError("model.json is not a fitted model (not an object)")
+    forecaster = family(model_kind).compile(
         model, frequency, horizon, one_period=one_period, last_history=last_history
     )
+    # (the interval the model's backtest calibrated, whatever the family simulates)
+    return calibrated(forecaster, model)

@@ -52,6 +52,11 @@ class Forecaster(Protocol):
         ...
 
     @property
+    def dates(self) -> npt.NDArray[np.datetime64]:
+        """The date of every period."""
+        ...
+
+    @property
     def daily_dates(self) -> bool:
         """Every forecast date is at midnight: render them as plain dates."""
         ...

@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fleetcast_forecasters import calibration
 from fleetcast_forecasters.forecast import (
     FloatArray,
     Forecast,
+    Forecaster,
     all_finite,
     check_request,
     future_periods,
@@ -141,6 +143,27 @@ def path_forecaster(
         uncertainty_samples=int(model.get("uncertainty_samples", UNCERTAINTY_SAMPLES)),
         interval_width=width,
         daily_dates=future.daily,
+    )
+
+
+def calibrated(forecaster: Forecaster, model: dict[str, Any]) -> Forecaster:
+    """``forecaster`` with the interval its model's backtest calibrated (its
+    ``calibration``: :mod:`fleetcast_forecasters.calibration`), or as it is when the model
+    has none. The point path, dates and samples' count stay the family's."""
+    found = model.get(calibration.FIELD)
+    if found is None:
+        return forecaster
+    if not isinstance(found, dict):
+        raise ValueError(f"the model's {calibration.FIELD} is not an object")
+    sigma = calibration.deviations(found, forecaster.yhat)
+    sigma.setflags(write=False)
+    return PathForecaster(
+        dates=forecaster.dates,
+        yhat=forecaster.yhat,
+        sigma=sigma,
+        uncertainty_samples=int(model.get("uncertainty_samples", UNCERTAINTY_SAMPLES)),
+        interval_width=float(model.get("interval_width", INTERVAL_WIDTH)),
+        daily_dates=forecaster.daily_dates,
     )
 
 

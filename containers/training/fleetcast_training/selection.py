@@ -32,7 +32,7 @@ import numpy.typing as npt
 from fleetcast_contracts.families import COMBINED_KINDS
 from fleetcast_contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
 from fleetcast_contracts.quality_gate import EQUAL_ERROR_SHARE
-from fleetcast_forecasters import combination, naive_blend, seasonal_naive
+from fleetcast_forecasters import calibration, combination, naive_blend, seasonal_naive
 from fleetcast_training.level_shift import LevelShift
 
 FloatArray = npt.NDArray[np.float64]
@@ -170,6 +170,10 @@ def choose(
         )
     runner_up = next((s.model_kind for s in ranked if s.model_kind != chosen), None)
     model = _model(chosen, fitted, by_kind, common, members, naive_fit)
+    served_backtest = next(c.backtest for c in fitted if c.kind == chosen)
+    interval = calibration.fit(actual, np.where(scored, served_backtest, np.nan))
+    if interval is not None:
+        model = {**model, calibration.FIELD: interval}
     horizon = actual.shape[1]
     if shift is not None:
         why += f"; {shift.describe()}" + (
