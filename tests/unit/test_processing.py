@@ -553,6 +553,7 @@ def test_path_traversal_ids_never_create_files_outside_the_outputs(
         "opt_ml/processing/output/report/changed.csv",
         "opt_ml/processing/output/report/summary.json",
         "opt_ml/processing/output/calendars/calendars.csv",
+        "opt_ml/processing/output/fleet/teachers.parquet",
         "opt_ml/output/message",
     }
 
@@ -897,3 +898,38 @@ def test_start_processing_passes_the_size_limit_the_container_reads() -> None:
     # Then the job's environment holds the limit, in bytes, under the container's name
     limits = JobLimits.from_env(request["Environment"])
     assert limits.max_upload_bytes == 3 * 2**20
+
+
+def test_stored_customers_not_in_the_run_are_sent_as_the_fleets_teachers(job: Job) -> None:
+    # Given a store of five customers, and an upload for one of them and a new one
+    for customer_id in ("s1", "s2", "s3", "s4", "7"):
+        job.store_history(customer_id, [("2024-01-01", 1.0), ("2024-01-02", 2.0)])
+    job.upload(HEADER + "7,2024-01-03,40\n8,2024-01-01,1\n")
+
+    # When the job runs
+    assert job.run() == 0
+
+    # Then the stored customers the run does not train are the fleet family's teachers,
+    # with their stored days as training rows, and the run's own are not among them
+    teachers = read_rows([job.paths.fleet_output / "teachers.parquet"])
+    assert set(teachers) == {"s1", "s2", "s3", "s4"}
+    assert teachers["s2"] == [("2024-01-01", 1.0), ("2024-01-02", 2.0)]
+    assert job.train_customers() == {"7", "8"}
+    # And they are given their calendars, as the run's customers are
+    calendars = (job.paths.calendars_output / "calendars.csv").read_text()
+    assert calendars.splitlines()[0].startswith("customer_id")
+
+
+def test_with_no_stored_history_the_teachers_file_is_written_empty(job: Job) -> None:
+    job.upload(HEADER + "8,2024-01-01,1\n")
+    assert job.run() == 0
+    assert read_rows([job.paths.fleet_output / "teachers.parquet"]) == {}
+
+
+def test_a_run_as_large_as_the_fleet_sample_needs_no_teachers() -> None:
+    from fleetcast_contracts.training import FLEET_TEACHERS
+    from fleetcast_processing.shards import fleet_teacher_limit
+
+    assert fleet_teacher_limit(20, 1) == FLEET_TEACHERS - 20
+    assert fleet_teacher_limit(3_000, 2) == FLEET_TEACHERS - 1_500
+    assert fleet_teacher_limit(5_000, 2) == 0

@@ -49,6 +49,7 @@ def paths(tmp_path: Path) -> MetadataPaths:
         train_output=tmp_path / "train",
         calendars_output=tmp_path / "calendars",
         report_output=tmp_path / "report",
+        fleet_output=tmp_path / "fleet",
     )
 
 

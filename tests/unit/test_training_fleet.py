@@ -136,3 +136,30 @@ def test_a_fleet_larger_than_one_origins_share_learns() -> None:
 
     # When it learns; then every customer is forecast
     assert len(learnt(series)) == len(series)
+
+
+@pytest.mark.parametrize("with_teachers", [False, True])
+def test_a_run_of_a_few_customers_learns_from_the_stored_teachers(
+    tmp_path, with_teachers: bool
+) -> None:
+    # Given a run of four customers, fewer than the fleet family learns from alone, and
+    # (or not) the stored customers processing sent beside them as the fleet's teachers
+    instance = Instance.create(
+        tmp_path, candidates="seasonal_naive,ets,fleet", forecast_export_days="14"
+    )
+    own = {f"run-{i}": weekly_series(i) for i in range(4)}
+    instance.add_part("part-00000.parquet", own)
+    if with_teachers:
+        stored = {f"stored-{i:02d}": weekly_series(100 + i) for i in range(30)}
+        # (one of the run's own customers is among them too: it is not taught twice)
+        instance.add_part("teachers.parquet", {**stored, "run-0": own["run-0"]}, channel="fleet")
+
+    # When the instance trains
+    run = run_container(instance)
+
+    # Then only the run's customers are trained...
+    assert run.exit_code == 0, instance.failure()
+    assert sorted(c.customer_id for c in instance.manifest().customers) == sorted(own)
+    # ...and the fleet family is scored for them only when it had the teachers to learn from
+    _, metadata = read_archive(instance.archive("run-1"))
+    assert (metadata.backtest.score("fleet") is not None) is with_teachers

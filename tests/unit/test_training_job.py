@@ -103,9 +103,11 @@ class Instance:
         name: str,
         customers: dict[str, pd.DataFrame],
         run_last_period: str | None = None,
+        channel: str = "train",
     ) -> None:
         """A training part of many customers, as processing writes it (contracts.shards),
-        saying the run's last period when given."""
+        saying the run's last period when given; in ``channel`` (the fleet teachers'
+        file is written as a part is)."""
         table = pa.concat_tables(
             pa.table(
                 {
@@ -124,7 +126,9 @@ class Instance:
         )
         if run_last_period is not None:
             table = table.replace_schema_metadata({RUN_LAST_PERIOD_KEY: run_last_period})
-        pq.write_table(table, self.channel / name)
+        folder = self.root / "input" / "data" / channel
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, folder / name)
 
     def archive(self, customer_id: str) -> Path:
         return self.checkpoints / f"{customer_id}.tar.gz"

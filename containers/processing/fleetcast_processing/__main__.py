@@ -120,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     train_output=paths.train_output,
                     calendars_output=paths.calendars_output,
                     report_output=paths.report_output,
+                    fleet_output=paths.fleet_output,
                 ),
                 source_name,
                 os.environ.get("FLEETCAST_RUN_ID", ""),

@@ -31,7 +31,12 @@ from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.merging import MergeSettings, TrainingOutput, merge_upload
 from fleetcast_processing.metadata_store import load_store, write_calendars
 from fleetcast_processing.report import RejectedRows, write_summary
-from fleetcast_processing.shards import TrainParts, part_assignment
+from fleetcast_processing.shards import (
+    TrainParts,
+    fleet_teacher_limit,
+    part_assignment,
+    write_fleet_teachers,
+)
 from fleetcast_processing.source import (
     DEFAULT_BLOCK_SIZE,
     RowBlock,
@@ -202,8 +207,19 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
             logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
 
     touched = {code: customers.ids[code] for code in sorted(merged.customers)}
-    # The holidays training adds to each customer it trains (metadata/ holds the store).
-    write_calendars(paths.calendars_output, touched.values(), load_store(paths.metadata_input))
+    teachers = write_fleet_teachers(
+        set(touched.values()),
+        fleet_teacher_limit(len(touched), settings.training_instances),
+        settings.frequency,
+        UseRules(settings.limits.incomplete_below, settings.limits.zero_run_days),
+        paths.history_input,
+        paths.fleet_output,
+    )
+    # The holidays training adds to each customer it trains, and to the fleet family's
+    # teachers (metadata/ holds the store).
+    write_calendars(
+        paths.calendars_output, [*touched.values(), *teachers], load_store(paths.metadata_input)
+    )
     summary = ProcessingSummary(
         source_name=source_name,
         frequency=settings.frequency.code,
@@ -232,6 +248,8 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         customers_list=sorted(touched.values()),
     )
     write_summary(paths.report_output / SUMMARY_FILE, summary)
+    if teachers:
+        logger.info("the fleet family also learns from %s stored customers", f"{len(teachers):,}")
     logger.info(
         "wrote %s customers (%s new), %s periods, in %.2f s",
         f"{summary.customers:,}",

@@ -45,7 +45,11 @@ from fleetcast_processing.metadata_store import (
     write_store,
 )
 from fleetcast_processing.report import write_summary
-from fleetcast_processing.shards import write_stored_parts
+from fleetcast_processing.shards import (
+    fleet_teacher_limit,
+    write_fleet_teachers,
+    write_stored_parts,
+)
 from fleetcast_processing.upload import UTF8_BOM, UploadReader, sniff_delimiter
 from fleetcast_processing.usage import UseCounts, UseRules
 
@@ -322,6 +326,7 @@ class MetadataPaths:
     train_output: Path
     calendars_output: Path
     report_output: Path
+    fleet_output: Path
 
 
 def run_metadata(
@@ -370,7 +375,15 @@ def run_metadata(
     waiting = sorted(set(checked.accepted) - stored.keys())
     retrained = sorted(set(changed) & stored.keys())
     rows_written = sum(stored[customer_id] for customer_id in retrained)
-    write_calendars(paths.calendars_output, retrained, store)
+    teachers = write_fleet_teachers(
+        set(retrained),
+        fleet_teacher_limit(len(retrained), training_instances),
+        Frequency(frequency),
+        rules or UseRules(),
+        paths.history_input,
+        paths.fleet_output,
+    )
+    write_calendars(paths.calendars_output, [*retrained, *teachers], store)
 
     rows_rejected = len(checked.rejected)
     summary = ProcessingSummary(

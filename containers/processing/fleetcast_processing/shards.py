@@ -34,6 +34,7 @@ from fleetcast_contracts.shards import (
     train_part_count,
     train_part_name,
 )
+from fleetcast_contracts.training import FLEET_FILE, FLEET_TEACHERS
 from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.duplicates import reading_keys
 from fleetcast_processing.errors import UnusableInputError
@@ -323,3 +324,51 @@ def write_stored_parts(
                 periods.intervals[trained],
             )
     return found
+
+
+def write_fleet_teachers(
+    exclude: set[str],
+    limit: int,
+    frequency: Frequency,
+    rules: UseRules,
+    history_input: Path,
+    output: Path,
+) -> list[str]:
+    """Up to ``limit`` stored customers not in ``exclude`` (the run's own), their stored
+    histories' training rows written as one file (:data:`FLEET_FILE`, rows as a training
+    part's): the fleet family's teachers beyond the run's customers (contracts.training).
+    Always writes the file, with no rows when it has none (the training job's channel
+    needs an object). Reads history shards in order, so the teachers are a hash sample of
+    the store, the same for every run of the same store. Returns their ids."""
+    check_store(history_input)
+    chosen: list[str] = []
+    tables: list[pa.Table] = []
+    for shard in range(HISTORY_SHARDS):
+        if len(chosen) >= limit:
+            break
+        path = history_input / history_shard_name(shard)
+        if not path.is_file():
+            continue
+        stored = read_shard(path)
+        taken = [r for r, name in enumerate(stored.names) if name not in exclude]
+        taken = taken[: limit - len(chosen)]
+        if not taken:
+            continue
+        wanted = np.zeros(len(stored.names), dtype=np.bool_)
+        wanted[taken] = True
+        readings = stored.readings(np.arange(len(stored.names), dtype=np.int64))
+        periods = training_periods(readings.take(wanted[readings.ranks]), frequency, rules)
+        tables.append(train_table(periods, pa.array(stored.names, type=pa.string()), frequency))
+        chosen += [stored.names[rank] for rank in np.unique(periods.customers).tolist()]
+    table = pa.concat_tables(tables) if tables else TRAIN_SCHEMA.empty_table()
+    output.mkdir(parents=True, exist_ok=True)
+    with written_whole(output / FLEET_FILE) as partial:
+        pq.write_table(table, partial, compression="zstd")
+    return chosen
+
+
+def fleet_teacher_limit(run_customers: int, instances: int) -> int:
+    """How many stored customers to add so each training instance learns from
+    :data:`FLEET_TEACHERS` (its share of the run's customers counts)."""
+    per_instance = -(-run_customers // max(1, instances))
+    return max(0, FLEET_TEACHERS - per_instance)

@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_contracts.holiday_calendar import HolidayCalendar, holiday_dates
+from fleetcast_contracts.training import FLEET_TEACHERS
 from fleetcast_forecasters.fleet import KIND
 from fleetcast_forecasters.gaussian import common_fields
 from fleetcast_training.grid import INTERVAL_WIDTH
@@ -60,9 +61,10 @@ SAME_WEEKDAYS = 4  # lags: the target's weekday in each of the four weeks before
 YEAR = 364  # 52 weeks: the same weekday a year earlier
 # The grid's length: two years of daily history, the backtest windows and the lags' reach.
 GRID_PERIODS = 2 * 365 + 120
-# Customers the trees learn from, at most (a stable sample of the shard's): enough for the
-# shapes a fleet has, few enough that a fit takes seconds however large the shard.
-SAMPLE_CUSTOMERS = 2_000
+# Customers the trees learn from, at most (a stable sample of the shard's and the stored
+# teachers'): enough for the shapes a fleet has, few enough that a fit takes seconds
+# however large the shard; processing adds stored customers up to it (contracts.training).
+SAMPLE_CUSTOMERS = FLEET_TEACHERS
 # Customer-origins per fit, spread over a year's weekly origins.
 ORIGIN_BUDGET = 8_000
 MAX_ORIGINS = 52
@@ -313,30 +315,35 @@ def learn(
     horizon: int,
     windows: int,
     threads: int | None = None,
+    teachers: int = 0,
 ) -> dict[str, FleetForecast]:
     """The fleet's forecast of every customer (``histories``: each one's periods to fit,
     daily, at least one, in the order of ``customer_ids``), with backtests on ``windows``
     windows of ``horizon`` periods ending at its last period. Customers with no usable
-    period in their last four weeks get none."""
+    period in their last four weeks get none. ``histories`` and ``calendars`` may go on
+    with ``teachers`` more customers' (stored customers the run does not train): the
+    trees learn from them too, and they are not forecast."""
     if not customer_ids:
         return {}
+    forecast_rows = len(customer_ids)
     started = time.process_time()
     threads = threads or os.cpu_count() or 1
     grid = _grid(histories, calendars, horizon)
-    teachers = int((np.isfinite(grid.values).sum(axis=1) >= LEVEL_PERIODS + horizon).sum())
-    if teachers < MIN_TEACHERS:
+    able = int((np.isfinite(grid.values).sum(axis=1) >= LEVEL_PERIODS + horizon).sum())
+    if able < MIN_TEACHERS:
         logger.info(
             "the fleet family is left out: %d customers with %d periods, it learns from %d",
-            teachers,
+            able,
             LEVEL_PERIODS + horizon,
             MIN_TEACHERS,
         )
         return {}
-    everyone = np.arange(len(customer_ids), dtype=np.intp)
+    everyone = np.arange(forecast_rows, dtype=np.intp)
     rng = np.random.default_rng(39)
-    sample = np.sort(rng.permutation(everyone)[:SAMPLE_CUSTOMERS])
-    fleet_end = int(grid.end.max())
-    current = grid.end == fleet_end
+    learners = np.arange(forecast_rows + teachers, dtype=np.intp)
+    sample = np.sort(rng.permutation(learners)[:SAMPLE_CUSTOMERS])
+    fleet_end = int(grid.end[:forecast_rows].max())
+    current = grid.end[:forecast_rows] == fleet_end
     backtest = np.full((len(customer_ids), windows, horizon), np.nan)
     # One model for every window, fitted before the first window's origin: each window's
     # forecast then uses nothing at or after its own origin, at half the fits of a model per
@@ -356,16 +363,17 @@ def learn(
     booster = _fit(features, targets, threads)
     path, level = _predict(booster, grid, everyone, grid.columns, horizon, threads)
     sigma = _deviations(grid, backtest, level, horizon)
-    last_history = (grid.end * 86_400_000_000).astype("datetime64[us]")
+    last_history = (grid.end[:forecast_rows] * 86_400_000_000).astype("datetime64[us]")
     forecasts = {
         customer_id: FleetForecast(backtest[row], path[row], sigma[row], last_history[row])
         for row, customer_id in enumerate(customer_ids)
         if np.isfinite(path[row]).all() and np.isfinite(sigma[row]).all()
     }
     logger.info(
-        "the fleet family: %d customers' trees fitted twice (%d samples), %d forecasts, "
-        "%.1f s of CPU",
+        "the fleet family: %d customers' trees (%d of them stored customers the run does not "
+        "train) fitted twice (%d samples), %d forecasts, %.1f s of CPU",
         len(sample),
+        int((sample >= forecast_rows).sum()),
         len(targets),
         len(forecasts),
         time.process_time() - started,

@@ -26,6 +26,7 @@ from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_fi
 from fleetcast_contracts.shards import SHARD_SUFFIX
 from fleetcast_contracts.training import (
     CALENDARS_CHANNEL,
+    FLEET_CHANNEL,
     METRIC_FITS_CMDSTAN,
     METRIC_FITS_IN_PROCESS,
     METRIC_MEDIAN_MAE,
@@ -46,7 +47,7 @@ from fleetcast_training.customer_training import CustomerReport
 from fleetcast_training.export import ShardExport
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
 from fleetcast_training.fleet import FleetForecast
-from fleetcast_training.history import read_series
+from fleetcast_training.history import History, read_series
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.parts import unpack_parts
 from fleetcast_training.progress import Progress
@@ -137,6 +138,11 @@ def _run_job(
     calendars = CustomerCalendars.load(
         environment.channel_dir(CALENDARS_CHANNEL), hyperparameters.default_holiday_country
     )
+    teachers = fleet_teachers(
+        environment.channel_dir(FLEET_CHANNEL),
+        scratch / "teachers",
+        {c.customer_id for c in customers},
+    )
     checkpoint_dir = environment.checkpoint_dir
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     _remove_partial_files(checkpoint_dir)
@@ -175,6 +181,7 @@ def _run_job(
         results,
         calendars,
         run_last_period,
+        teachers,
     )
 
     export_cpu_seconds = 0.0
@@ -282,31 +289,60 @@ def plan_shard(
     return customers, rejected, unpacked.run_last_period
 
 
+def fleet_teachers(channel_dir: Path, unpack_to: Path, own: set[str]) -> list[CustomerFile]:
+    """The stored customers processing sent for the fleet family to learn from beyond
+    the shard's own (contracts.training.FLEET_CHANNEL), unpacked; none when the run has
+    no such channel (a run processed before it) or nothing in it can be read."""
+    if not channel_dir.is_dir():
+        return []
+    unpacked = unpack_parts(sorted(channel_dir.glob(f"*{SHARD_SUFFIX}")), unpack_to)
+    for name, problem in unpacked.problems:
+        logger.warning("a fleet teachers' file %s %s: the fleet learns without it", name, problem)
+    return [
+        CustomerFile(customer_id, path, rows * 16)
+        for customer_id, (path, rows) in sorted(unpacked.series.items())
+        if customer_id not in own
+    ]
+
+
+def _fitting_histories(customers: list[CustomerFile]) -> list[tuple[CustomerFile, History]]:
+    """Each customer with its periods to fit, those with at least one (a customer whose
+    series cannot be read is left to its own fit to say what is wrong with it)."""
+    found: list[tuple[CustomerFile, History]] = []
+    for customer in customers:
+        with contextlib.suppress(Exception):
+            history = read_series(customer.path).for_fitting()
+            if len(history):
+                found.append((customer, history))
+    return found
+
+
 def learn_fleet(
     customers: list[CustomerFile],
     hyperparameters: Hyperparameters,
     calendars: CustomerCalendars,
     threads: int,
+    teachers: list[CustomerFile] | None = None,
 ) -> dict[str, FleetForecast]:
     """The fleet family's forecasts of the shard's customers (fleetcast_training.fleet),
-    when it is a candidate of a daily model; none when it cannot learn (it is one
-    candidate: the others are fitted whatever happens to it)."""
+    learnt from them and the stored ``teachers``, when it is a candidate of a daily model;
+    none when it cannot learn (it is one candidate: the others are fitted whatever
+    happens to it)."""
     if fleet.KIND not in hyperparameters.candidates or hyperparameters.frequency != "D":
         return {}
-    usable: list[CustomerFile] = []
-    for customer in customers:
-        with contextlib.suppress(Exception):  # its own fit will say what is wrong with it
-            if len(read_series(customer.path).for_fitting()):
-                usable.append(customer)
+    usable = _fitting_histories(customers)
+    extra = _fitting_histories(teachers or [])
+    learners = usable + extra
     try:
         with threadpool_limits(limits=threads):
             return fleet.learn(
-                [c.customer_id for c in usable],
-                (read_series(c.path).for_fitting() for c in usable),
-                [calendars.of(c.customer_id) for c in usable],
+                [c.customer_id for c, _ in usable],
+                (history for _, history in learners),
+                [calendars.of(c.customer_id) for c, _ in learners],
                 hyperparameters.backtest_periods,
                 hyperparameters.backtest_windows,
                 threads,
+                teachers=len(extra),
             )
     except Exception:
         logger.warning("the fleet family could not learn: it is left out", exc_info=True)
@@ -322,6 +358,7 @@ def train_customers(
     reports: ShardResults,
     calendars: CustomerCalendars | None = None,
     run_last_period: np.datetime64 | None = None,
+    teachers: list[CustomerFile] | None = None,
 ) -> None:
     """Train every customer, adding its report to ``reports``; never lets one customer
     stop the others.
@@ -334,7 +371,7 @@ def train_customers(
     if not customers:
         return
     fleet_forecasts = learn_fleet(
-        customers, hyperparameters, calendars or CustomerCalendars(), workers
+        customers, hyperparameters, calendars or CustomerCalendars(), workers, teachers
     )
     pool = WorkerPool(
         hyperparameters,

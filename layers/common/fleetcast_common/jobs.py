@@ -156,6 +156,9 @@ def processing_job_request(
                     processing.CALENDARS_OUTPUT,
                     layout.calendars_prefix(run_id),
                 ),
+                output(
+                    processing.OUTPUT_FLEET, processing.FLEET_OUTPUT, layout.fleet_prefix(run_id)
+                ),
             ]
             + (
                 [
@@ -235,6 +238,19 @@ def training_job_request(settings: TrainingSettings, run_id: str, parts: int) ->
                     "S3DataSource": {
                         "S3DataType": "S3Prefix",
                         "S3Uri": artifacts + layout.calendars_prefix(run_id),
+                        "S3DataDistributionType": "FullyReplicated",
+                    }
+                },
+            },
+            {
+                # The fleet family's teachers beyond the run's customers: one file, the
+                # same for every instance (contracts.training.FLEET_CHANNEL).
+                "ChannelName": training.FLEET_CHANNEL,
+                "ContentType": "application/x-parquet",
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": artifacts + layout.fleet_prefix(run_id),
                         "S3DataDistributionType": "FullyReplicated",
                     }
                 },

@@ -70,6 +70,12 @@ def calendars_prefix(run_id: str) -> str:
     return f"{run_prefix(run_id)}calendars/"
 
 
+def fleet_prefix(run_id: str) -> str:
+    """The run's fleet teachers (``teachers.parquet``): the training job's ``fleet``
+    channel."""
+    return f"{run_prefix(run_id)}fleet/"
+
+
 def upload_key_problem(key: str) -> str | None:
     """Why putting a file at ``key`` in the raw bucket would not make the upload its user
     means; None when nothing is wrong. The pipeline reads only keys under

@@ -31,6 +31,7 @@ REPORT_OUTPUT = "/opt/ml/processing/output/report"
 METADATA_INPUT = "/opt/ml/processing/input/metadata"
 METADATA_OUTPUT = "/opt/ml/processing/output/metadata"
 CALENDARS_OUTPUT = "/opt/ml/processing/output/calendars"
+FLEET_OUTPUT = "/opt/ml/processing/output/fleet"
 # The job's own working files (the upload's readings set aside per shard): on the job's
 # storage volume with its inputs and outputs, named by no input or output, so never uploaded.
 SCRATCH = "/opt/ml/processing/scratch"
@@ -43,6 +44,7 @@ OUTPUT_REPORT = "report"
 INPUT_METADATA = "metadata"
 OUTPUT_METADATA = "metadata"
 OUTPUT_CALENDARS = "calendars"
+OUTPUT_FLEET = "fleet"
 # The container argument that says what the upload is (start-processing decides from its key).
 INPUT_KIND_ARGUMENT = "--input-kind"
 READINGS = "readings"
@@ -73,6 +75,7 @@ class ProcessingPaths:
     metadata_input: Path
     metadata_output: Path
     calendars_output: Path
+    fleet_output: Path
     scratch: Path
 
     @classmethod
@@ -87,6 +90,7 @@ class ProcessingPaths:
             metadata_input=resolve(METADATA_INPUT, root),
             metadata_output=resolve(METADATA_OUTPUT, root),
             calendars_output=resolve(CALENDARS_OUTPUT, root),
+            fleet_output=resolve(FLEET_OUTPUT, root),
             scratch=resolve(SCRATCH, root),
         )
 

@@ -20,6 +20,13 @@ TRAIN_CHANNEL = "train"
 # of its own keeps ``train`` sharded by customer and costs one S3 object per instance.
 CALENDARS_CHANNEL = "calendars"
 CALENDARS_FILE = "calendars.csv"
+# The fleet family's teachers (fleetcast_training.fleet): stored customers the run does not
+# train, written by processing as training rows (FullyReplicated, one file), so that a run
+# of a few customers learns from the fleet's histories as a whole-fleet run does. Each
+# instance learns from at least this many customers where the store has them.
+FLEET_CHANNEL = "fleet"
+FLEET_FILE = "teachers.parquet"
+FLEET_TEACHERS = 2_000
 # customer_id, country (ISO code of the holidays package), subdivision (may be empty).
 CALENDAR_COLUMNS = ("customer_id", "country", "subdivision")
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
