@@ -63,6 +63,14 @@ def test_versions_go_up_in_run_order(registry: ModelRegistry) -> None:
     assert live.metrics == METRICS
 
 
+def test_a_cold_start_without_metrics_is_live_and_read_back(registry: ModelRegistry) -> None:
+    # Given a cold start: no backtest, so no metrics (the table stores no empty attribute)
+    assert registry.promote(record(OLD, rows=3, metrics=None, model_kind="cold_start")) == 1
+    # When the API reads the customer's live model; then it is the cold start, unjudged
+    live = registry.live("42")
+    assert live is not None and live.model_kind == "cold_start" and live.metrics is None
+
+
 def test_an_older_run_finishing_late_never_replaces_a_newer_model(registry: ModelRegistry) -> None:
     # Given the newer run registered first
     assert registry.promote(record(NEW)) == 1

@@ -37,7 +37,8 @@ class TrainedModel(BaseModel):
     data_end: date
     rows: int
     # None for a cold start: too short a history to backtest (the gate cannot judge it).
-    metrics: HoldoutMetrics | None
+    # (The table leaves a None out of the record: read back, it is absent.)
+    metrics: HoldoutMetrics | None = None
     # The family that made the model and how it was chosen.
     model_kind: str
     backtest: Backtest
