@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fleetcast_contracts.families import FAMILIES
-from fleetcast_contracts.inference import MAX_PERIOD
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_forecasters.forecast import Forecaster
 
 # model_kind -> the module whose FAMILY compiles it (the family catalogue,
@@ -62,7 +62,7 @@ def compile_archive(
     model: str | dict[str, Any],
     model_kind: str,
     frequency: str,
-    horizon: int = MAX_PERIOD,
+    horizon: int | None = None,
     *,
     one_period: bool = True,
     last_history: np.datetime64 | None = None,
@@ -72,7 +72,19 @@ def compile_archive(
     the model's last history time when the caller knows it, may save parsing it. Raises
     :class:`~fleetcast_forecasters.forecast.UnsupportedModelError` for a model a
     period alone cannot forecast and ``ValueError`` for anything that is not a fitted model
-    of that kind."""
+    of that kind. ``frequency`` is a pandas alias (``D``, ``h``) or a model frequency's
+    code; ``horizon`` None: the longest forecast of that frequency (its ``max_period``)."""
+    if horizon is None:
+        horizon = Frequency.parse(frequency).max_period
+    alias = _pandas_alias(frequency)
     return family(model_kind).compile(
-        model, frequency, horizon, one_period=one_period, last_history=last_history
+        model, alias, horizon, one_period=one_period, last_history=last_history
     )
+
+
+def _pandas_alias(frequency: str) -> str:
+    """A model frequency's pandas alias (``H`` is ``h``); any other pandas alias as it is."""
+    try:
+        return Frequency.parse(frequency).pandas_alias
+    except ValueError:
+        return frequency

@@ -21,7 +21,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_contracts.inference import MAX_PERIOD
+from fleetcast_contracts.frequency import Frequency
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -62,9 +62,11 @@ class Forecaster(Protocol):
 
 
 def check_request(period: int, horizon: int, quantiles: tuple[float, ...]) -> None:
-    """What every family's ``forecast`` refuses, in the same words."""
+    """What every family's ``forecast`` refuses, in the same words. ``horizon`` is the
+    compiled model's (its frequency's ``max_period`` when the endpoint compiles it, so the
+    container and the forecast API refuse the same periods before this is reached)."""
     if not 1 <= period <= horizon:
-        raise ValueError(f"period must be 1 to {horizon}, got {period}")
+        raise ValueError(f"period must be from 1 to {horizon} periods of the model, got {period}")
     if any(not 0 < q < 1 for q in quantiles) or list(quantiles) != sorted(set(quantiles)):
         raise ValueError(f"quantiles must ascend strictly within (0, 1), got {quantiles}")
 
@@ -154,11 +156,17 @@ def forecast_seed(model_version: str) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
+# A forecast's simulation draws at least this many periods: a daily model's longest
+# forecast (Frequency.DAILY.max_period).
+SIMULATED_AT_LEAST = Frequency.DAILY.max_period
+
+
 def simulated_periods(period: int) -> int:
     """How many periods a forecast's simulation draws for, of which a request uses the
-    first ``period``: the longest any request asks for (MAX_PERIOD), so that a day's
-    draws never depend on the period; a longer export draws its own length."""
-    return max(period, MAX_PERIOD)
+    first ``period``: the longest a daily model serves (:data:`SIMULATED_AT_LEAST`), so
+    that a day's draws never depend on the period; a longer forecast (an export, or an
+    hourly model's beyond 365 hours) draws its own length."""
+    return max(period, SIMULATED_AT_LEAST)
 
 
 @dataclass(frozen=True, slots=True)

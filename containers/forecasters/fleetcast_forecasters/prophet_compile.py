@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetcast_contracts.inference import MAX_PERIOD
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_forecasters.forecast import (
     NS_PER_SECOND,
     FloatArray,
@@ -40,7 +40,7 @@ from fleetcast_forecasters.prophet_forecaster import ProphetForecaster
 def compile_model(
     model_json: str | dict[str, Any],
     frequency: str,
-    horizon: int = MAX_PERIOD,
+    horizon: int | None = None,
     *,
     one_period: bool = True,
     last_history: np.datetime64 | None = None,
@@ -64,6 +64,8 @@ def compile_model(
             raise ValueError(f"model.json is not JSON: {error}") from None
     if not isinstance(model, dict):
         raise ValueError("model.json is not a serialised Prophet model (not an object)")
+    if horizon is None:
+        horizon = Frequency.parse(frequency).max_period
     try:
         return _compile(model, frequency, horizon, one_period, last_history)
     except (KeyError, TypeError, IndexError) as error:
