@@ -19,7 +19,7 @@ SECONDS_PER_DAY = 24 * 60 * 60
 
 
 class Frequency(StrEnum):
-    """``Frequency.HOURLY.max_period`` and the like; the value is the wire code."""
+    """A model's frequency: D (each period a UTC day) or H (a UTC hour)."""
 
     # code, pandas alias, unit, adjective, periods a day, longest forecast (periods: a
     # year of days, 30 days of hours), the seasonal-naive season (periods: a week of days,
