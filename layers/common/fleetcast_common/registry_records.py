@@ -42,8 +42,8 @@ class TrainedModel(BaseModel):
     # The family that made the model and how it was chosen.
     model_kind: str
     backtest: Backtest
-    # The model's frequency: its periods are days or hours. Records written before it was
-    # kept (2026-12-06) are of daily stacks but for ModelFrequency=H ones of issue 27.
+    # The model's frequency: its periods are days or hours. A record written before it was
+    # kept (2026-12-06) reads as daily, which is wrong only for a ModelFrequency=H stack's.
     frequency: Annotated[Frequency, BeforeValidator(Frequency.parse)] = Frequency.DAILY
 
     @field_validator(*STORED_AS_TEXT, mode="before")
