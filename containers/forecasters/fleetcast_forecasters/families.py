@@ -17,7 +17,7 @@ import numpy as np
 
 from fleetcast_contracts.families import FAMILIES
 from fleetcast_contracts.frequency import Frequency
-from fleetcast_forecasters.forecast import Forecaster
+from fleetcast_forecasters.forecast import Forecaster, default_horizon
 
 # model_kind -> the module whose FAMILY compiles it (the family catalogue,
 # fleetcast_contracts.families), imported on first use: an endpoint serving only Prophet
@@ -75,7 +75,7 @@ def compile_archive(
     of that kind. ``frequency`` is a pandas alias (``D``, ``h``) or a model frequency's
     code; ``horizon`` None: the longest forecast of that frequency (its ``max_period``)."""
     if horizon is None:
-        horizon = Frequency.parse(frequency).max_period
+        horizon = default_horizon(frequency)
     alias = _pandas_alias(frequency)
     return family(model_kind).compile(
         model, alias, horizon, one_period=one_period, last_history=last_history

@@ -161,6 +161,16 @@ def forecast_seed(model_version: str) -> int:
 SIMULATED_AT_LEAST = Frequency.DAILY.max_period
 
 
+def default_horizon(frequency: str) -> int:
+    """How many periods a compiled model can forecast when its caller says no more: its
+    model frequency's longest forecast (365 days, 720 hours), or 365 periods of any other
+    pandas frequency a Prophet model may have been fitted at."""
+    try:
+        return Frequency.parse(frequency).max_period
+    except ValueError:
+        return SIMULATED_AT_LEAST
+
+
 def simulated_periods(period: int) -> int:
     """How many periods a forecast's simulation draws for, of which a request uses the
     first ``period``: the longest a daily model serves (:data:`SIMULATED_AT_LEAST`), so

@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from fleetcast_contracts.frequency import Frequency
 from fleetcast_forecasters.forecast import (
     NS_PER_SECOND,
     FloatArray,
     UnsupportedModelError,
     all_finite,
+    default_horizon,
     future_periods,
 )
 from fleetcast_forecasters.prophet_features import (
@@ -65,7 +65,7 @@ def compile_model(
     if not isinstance(model, dict):
         raise ValueError("model.json is not a serialised Prophet model (not an object)")
     if horizon is None:
-        horizon = Frequency.parse(frequency).max_period
+        horizon = default_horizon(frequency)
     try:
         return _compile(model, frequency, horizon, one_period, last_history)
     except (KeyError, TypeError, IndexError) as error:
