@@ -145,6 +145,25 @@ def test_the_model_says_it_is_hourly_and_a_longer_forecast_is_refused_in_hours(
     assert "whole number of days" not in body["message"]
 
 
+def test_the_cli_speaks_of_hours_and_draws_an_hourly_chart(
+    hourly_stack: EmbeddedStack,
+    hourly_run: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert hourly_stack.info is not None
+    for name, value in hourly_stack.info.environment().items():
+        monkeypatch.setenv(name, value)
+    plot = tmp_path / "hourly.png"
+    # When the CLI forecasts 48 hours of an hourly customer, with its chart
+    assert main(["forecast", CUSTOMERS[0], "--period", "48", "--plot", str(plot)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    # Then it says hours of an hourly model, and the chart is drawn
+    assert f"customer {CUSTOMERS[0]}: next 48 hours from hourly model v1" in printed, printed
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_the_export_and_the_report_are_hourly(
     hourly_stack: EmbeddedStack,
     hourly_run: dict[str, Any],

@@ -15,6 +15,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fleetcast_contracts.frequency import Frequency
+from fleetcast_contracts.horizons import MAX_EXPORT_DAYS
 from fleetcast_contracts.training import CANDIDATE_KINDS, CANDIDATES_PATTERN
 
 
@@ -82,7 +83,9 @@ class TrainingSettings(PipelineSettings):
     default_holiday_country: str = Field(
         alias="DEFAULT_HOLIDAY_COUNTRY", default="", pattern=r"^([A-Z]{2,3})?$"
     )
-    forecast_export_days: int = Field(alias="FORECAST_EXPORT_DAYS", default=30, ge=0, le=365)
+    forecast_export_days: int = Field(
+        alias="FORECAST_EXPORT_DAYS", default=30, ge=0, le=MAX_EXPORT_DAYS
+    )
     # The model families each customer may be served (docs/model-families.md): the job's
     # ``candidates``. Seasonal naive is scored whether listed or not.
     model_candidates: str = Field(
