@@ -160,7 +160,7 @@ class EmbeddedStack:
             if kept is not None:  # before anything is created, delivered or resumed
                 check_kept_frequency(
                     persistence.sagemaker_backend(ACCOUNT_ID, REGION),
-                    Frequency.parse(self.template.parameters.get("ModelFrequency", "D")),
+                    Frequency.parse(self.template.parameters["ModelFrequency"]),
                     str(self.state_dir),
                 )
             create_resources(self.template, self.client, self.iam.create_roles)
