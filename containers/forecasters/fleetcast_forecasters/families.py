@@ -16,8 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fleetcast_contracts.families import FAMILIES
-from fleetcast_contracts.frequency import Frequency
-from fleetcast_forecasters.forecast import Forecaster, default_horizon
+from fleetcast_forecasters.forecast import Forecaster, default_horizon, pandas_alias
 
 # model_kind -> the module whose FAMILY compiles it (the family catalogue,
 # fleetcast_contracts.families), imported on first use: an endpoint serving only Prophet
@@ -76,15 +75,6 @@ def compile_archive(
     code; ``horizon`` None: the longest forecast of that frequency (its ``max_period``)."""
     if horizon is None:
         horizon = default_horizon(frequency)
-    alias = _pandas_alias(frequency)
     return family(model_kind).compile(
-        model, alias, horizon, one_period=one_period, last_history=last_history
+        model, pandas_alias(frequency), horizon, one_period=one_period, last_history=last_history
     )
-
-
-def _pandas_alias(frequency: str) -> str:
-    """A model frequency's pandas alias (``H`` is ``h``); any other pandas alias as it is."""
-    try:
-        return Frequency.parse(frequency).pandas_alias
-    except ValueError:
-        return frequency

@@ -161,6 +161,14 @@ def forecast_seed(model_version: str) -> int:
 SIMULATED_AT_LEAST = Frequency.DAILY.max_period
 
 
+def pandas_alias(frequency: str) -> str:
+    """A model frequency's pandas alias (``H`` is ``h``); any other pandas alias as it is."""
+    try:
+        return Frequency.parse(frequency).pandas_alias
+    except ValueError:
+        return frequency
+
+
 def default_horizon(frequency: str) -> int:
     """How many periods a compiled model can forecast when its caller says no more: its
     model frequency's longest forecast (365 days, 720 hours), or 365 periods of any other
@@ -171,12 +179,12 @@ def default_horizon(frequency: str) -> int:
         return SIMULATED_AT_LEAST
 
 
-def simulated_periods(period: int) -> int:
+def simulated_periods(period: int, at_least: int = SIMULATED_AT_LEAST) -> int:
     """How many periods a forecast's simulation draws for, of which a request uses the
-    first ``period``: the longest a daily model serves (:data:`SIMULATED_AT_LEAST`), so
-    that a day's draws never depend on the period; a longer forecast (an export, or an
-    hourly model's beyond 365 hours) draws its own length."""
-    return max(period, SIMULATED_AT_LEAST)
+    first ``period``: the longest the model's frequency serves (``at_least``: 365 days,
+    720 hours; :func:`default_horizon`), so that a period's draws never depend on the
+    period asked for; a longer forecast (an export) draws its own length."""
+    return max(period, at_least)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +216,7 @@ def future_dates(last_ns: int, frequency: str, horizon: int) -> npt.NDArray[np.d
     frequencies go through ``pandas.date_range``, imported only then: pandas adds a
     second to start-up and tens of MB to the process.
     """
+    frequency = pandas_alias(frequency)
     fixed = _FIXED_STEP.fullmatch(frequency)
     if fixed is not None:
         step = np.timedelta64(int(fixed[1] or 1), _STEP_UNITS[fixed[2]]).astype("timedelta64[ns]")

@@ -181,6 +181,7 @@ def _compile(
         interval_width=float(model["interval_width"]),
         daily_dates=future.daily,
         additive_only=not multiplicative.any(),
+        simulated_at_least=default_horizon(frequency),
     )
 
 
