@@ -7,6 +7,7 @@ from typing import Annotated
 
 import pytest
 from pydantic import TypeAdapter
+from template_helpers import load_template
 
 from fleetcast_contracts.frequency import CODES, LONGEST_PERIOD, Frequency, period_limits
 from fleetcast_contracts.horizons import MAX_PERIOD
@@ -55,3 +56,10 @@ def test_an_archive_of_before_the_type_reads_its_pandas_spelling() -> None:
     assert reads.dump_python(Frequency.HOURLY, mode="json") == "H"
     # And an archive without one is daily
     assert field.default is Frequency.DAILY
+
+
+def test_the_templates_model_frequencies_are_the_types() -> None:
+    # (a new frequency is a member here and a value the template allows: nothing else)
+    parameter = load_template()["Parameters"]["ModelFrequency"]
+    assert [str(value) for value in parameter["AllowedValues"]] == list(CODES)
+    assert parameter["Default"] == Frequency.DAILY.value

@@ -4,7 +4,8 @@ One type for every part that needs it (the template's ``ModelFrequency`` paramet
 processing job's totals, the training job's hyperparameters, the archives, the registry,
 the forecast API and the CLI). A new frequency is one member here: its code, its pandas
 alias, its unit, how many of its periods make a day, the longest forecast served and the
-season the seasonal-naive yardstick repeats.
+season the seasonal-naive yardstick repeats; and its code among template.yaml's
+``ModelFrequency`` AllowedValues (tests/unit/test_frequency.py holds the two together).
 
 On the wire it is its code: ``D`` or ``H`` (template.yaml, hyperparameters, archives).
 Archives and hyperparameters written before this type say ``h`` for hourly (pandas 3's
