@@ -46,7 +46,12 @@ def forecast(endpoint_name: str, target_model: str, period: int) -> dict[str, ob
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("target_model", help="<run>/<customer>.tar.gz")
-    parser.add_argument("--period", type=int, default=7, help="days to forecast (1 to 365)")
+    parser.add_argument(
+        "--period",
+        type=int,
+        default=7,
+        help="periods of the model to forecast: days of a daily model (1 to 365), hours of an hourly one (1 to 720)",
+    )
     parser.add_argument(
         "--endpoint",
         default=os.environ.get("FLEETCAST_ENDPOINT_NAME", DEFAULT_ENDPOINT),

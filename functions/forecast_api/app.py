@@ -56,6 +56,7 @@ from fleetcast_common.forecasting import (
 )
 from fleetcast_common.registry import ModelRegistry, RegistryUnavailableError
 from fleetcast_common.settings import read_on_first_use
+from fleetcast_contracts.frequency import period_limits
 from fleetcast_contracts.ids import (
     CUSTOMER_ID_PATTERN,
     InvalidCustomerIdError,
@@ -169,7 +170,11 @@ Period = Annotated[
     Query(
         ge=MIN_PERIOD,
         le=MAX_PERIOD,
-        description="How many periods to forecast: days, or hours on a stack of hourly models",
+        description=(
+            "How many periods of the customer's model to forecast, in its own unit: days of "
+            "a daily model, hours of an hourly one (GET /customers/{customer_id}/model says "
+            f"which). At most the model's max_period: {period_limits()}"
+        ),
     ),
 ]
 Quantiles = Annotated[
@@ -223,9 +228,12 @@ def _only_query_parameters(*known: str) -> Any:
     "/customers/<customer_id>/forecast",
     summary="A customer's forecast",
     description=(
-        "The next `period` days after the customer's history, from its live model: "
-        "Prophet's point forecast and 80 % interval, with the model's version, training "
-        "time and last day of data; with `quantiles`, those quantiles of the same "
+        "The next `period` periods after the customer's history, from its live model, in "
+        "the model's own unit: days of a daily model, hours of an hourly one (the answer's "
+        "`frequency` and `period_unit` say which; a period past the model's longest "
+        f"forecast, {period_limits()}, is refused). The model's point forecast and 80 % "
+        "interval, with its version, training time and last day of data; with `quantiles`, "
+        "those quantiles of the same "
         "uncertainty samples at each point. The same request always gets the same answer. "
         "A warm function remembers a customer's live model for `LIVE_MODEL_CACHE_SECONDS` "
         "(30 s by default), so for that long after a promotion it may answer from the "
@@ -269,7 +277,8 @@ def _no_cache(cache_control: str | None) -> bool:
     "/customers/<customer_id>/model",
     summary="A customer's live model",
     description="The model the forecast comes from: version, run, TargetModel, training "
-    "time, data range and holdout metrics.",
+    "time, data range, frequency (the unit of its periods) and longest forecast, and "
+    "holdout metrics.",
     tags=["models"],
     responses=_documented("The live model", 400, 403, 404, 413, 429, 503),
     middlewares=[_only_query_parameters()],
@@ -340,7 +349,8 @@ def _describe(errors: Any) -> str:
             problems.append(str(InvalidCustomerIdError(problem.get("input"))))
         elif name == "period":
             problems.append(
-                f"period must be a whole number of days from {MIN_PERIOD} to {MAX_PERIOD}, "
+                f"period must be a whole number of the customer's model's periods from "
+                f"{MIN_PERIOD} to its longest forecast ({period_limits()}), "
                 f"not {problem.get('input')!r}"
             )
         elif name == QUANTILES_PARAMETER:

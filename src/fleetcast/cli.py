@@ -429,10 +429,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     add_up_command(commands)
-
     env = commands.add_parser("env", help="print export lines for standard AWS clients")
     env.set_defaults(run=cmd_env)
+    _add_readings_commands(commands)
+    _add_run_commands(commands)
+    _add_stack_commands(commands)
+    add_serving_commands(commands)
+    add_cost_commands(commands)
+    return parser
 
+
+def _add_readings_commands(commands: Any) -> None:
+    """``generate`` and ``upload``: readings in."""
     generate = commands.add_parser("generate", help="write synthetic meter readings")
     generate.add_argument(
         "-o",
@@ -488,6 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     upload.set_defaults(run=cmd_upload)
 
+
+def _add_run_commands(commands: Any) -> None:
+    """``status``, ``rejected``, ``export``, ``report``, ``redrive-chunks``: what a run did."""
     status = commands.add_parser("status", help="each upload's jobs and customer counts")
     status.add_argument(
         "--json", action="store_true", help="print every run's status as JSON, not a table"
@@ -557,6 +568,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     redrive.set_defaults(run=cmd_redrive_chunks)
 
+
+def _add_stack_commands(commands: Any) -> None:
+    """``demo`` and ``images``: a whole local run, and a deploy's images."""
     demo = commands.add_parser(
         "demo", help="start the stack, generate, upload, follow the chain, stop"
     )
@@ -582,10 +596,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     images.add_arguments(images_command)
     images_command.set_defaults(run=images.run)
-
-    add_serving_commands(commands)
-    add_cost_commands(commands)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from fleetcast.terminal import escape_controls
 from fleetcast_common.registry import ModelRegistry, ModelStatus
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_training.run_exports import MEASURES, SCORED_KINDS
 
 # The measure a user reads first: the one the quality gate compares (its backtest MAE
@@ -78,10 +79,23 @@ class RunAccuracy(BaseModel):
     # Customers with a level shift at the end of their history (members that cannot
     # follow it left out: fleetcast_training.level_shift).
     level_shifts: int = 0
+    # The run's models' frequency (a run trains at one): what their errors were measured on.
+    frequency: Frequency = Frequency.DAILY
 
     @property
     def not_live(self) -> int:
         return self.rejected + self.superseded + self.failed + self.undecided
+
+    @property
+    def naive_rule(self) -> str:
+        """What seasonal-naive forecasts, at the run's frequency."""
+        frequency = self.frequency
+        return f"the last {frequency.periods(frequency.season_periods)} repeated"
+
+    @property
+    def measured_on(self) -> str:
+        """ "daily models, errors over days" and the like: the unit of every error here."""
+        return f"{self.frequency.adjective} models, errors over {self.frequency.units}"
 
 
 def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAccuracy:
@@ -94,6 +108,7 @@ def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAc
     trained = [row for row in rows if row["outcome"] != "failed"]
     kinds = [row.get("model_kind") or "prophet" for row in trained]
     return RunAccuracy(
+        frequency=_run_frequency(trained, run_id, registry),
         served={
             kind: kinds.count(kind) for kind in sorted(set(kinds), key=kinds.count, reverse=True)
         },
@@ -123,6 +138,18 @@ def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAc
     )
 
 
+def _run_frequency(
+    trained: list[dict[str, object]], run_id: str, registry: ModelRegistry
+) -> Frequency:
+    """The frequency of the run's models, from one of its registry records (a run trains
+    at one frequency); daily when it has none."""
+    for row in trained:
+        record = registry.model(str(row["customer_id"]), run_id)
+        if record is not None:
+            return record.frequency
+    return Frequency.DAILY
+
+
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -139,10 +166,11 @@ def summary_lines(summary: RunAccuracy) -> list[str]:
     )
     lines = [
         f"accuracy of run {summary.run_id} ({summary.scored} of {summary.customers} "
-        "customers scored on their holdout):",
+        f"customers scored on their holdout; {summary.measured_on}):",
         f"  WAPE median {_percent(wape.median)} (p10 {_percent(wape.p10)}, "
         f"p90 {_percent(wape.p90)}) over {wape.customers} customers; seasonal-naive median "
-        f"{_percent(naive_wape.median)}: the measure the quality gate compares",
+        f"{_percent(naive_wape.median)} ({summary.naive_rule}): the measure the quality gate "
+        "compares",
         f"  beside it, medians: {beside}",
         f"  {summary.beat_naive} of {summary.scored} beat seasonal-naive (lower backtest WAPE, "
         "or the holdout's sMAPE for models from before backtests)",
@@ -203,8 +231,11 @@ def family_chart_png(summary: RunAccuracy, accuracy: pa.Table) -> bytes:
             rotation_mode="anchor",
         )
         axes.set_ylim(bottom=0)
-        axes.set_ylabel("backtest WAPE (%)")
-        axes.set_title("Each candidate family's backtest error, per customer")
+        axes.set_ylabel(f"backtest WAPE over the held-back {summary.frequency.units} (%)")
+        axes.set_title(
+            f"Each candidate family's backtest error, per customer ({summary.frequency.adjective} "
+            "models)"
+        )
         figure.tight_layout()
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png")
@@ -213,7 +244,7 @@ def family_chart_png(summary: RunAccuracy, accuracy: pa.Table) -> bytes:
     return buffer.getvalue()
 
 
-def error_chart_png(accuracy: pa.Table) -> bytes:
+def error_chart_png(accuracy: pa.Table, summary: RunAccuracy) -> bytes:
     """Histogram of the backtest WAPE of the models and of seasonal-naive, as PNG."""
     import matplotlib
 
@@ -226,11 +257,18 @@ def error_chart_png(accuracy: pa.Table) -> bytes:
     try:
         upper = max([*model, *naive, 0.01])
         bins = np.linspace(0, upper * 100, 31).tolist()
-        axes.hist([100 * v for v in naive], bins=bins, alpha=0.55, label="seasonal-naive")
+        naive_label = f"seasonal-naive ({summary.naive_rule})"
+        axes.hist([100 * v for v in naive], bins=bins, alpha=0.55, label=naive_label)
         axes.hist([100 * v for v in model], bins=bins, alpha=0.75, label="served model")
-        axes.set_xlabel("backtest WAPE (%): the quality gate's measure")
+        axes.set_xlabel(
+            f"backtest WAPE over the held-back {summary.frequency.units} (%): the quality "
+            "gate's measure"
+        )
         axes.set_ylabel("customers")
-        axes.set_title("Error distribution: model vs seasonal-naive")
+        axes.set_title(
+            f"Error distribution of the {summary.frequency.adjective} models: model vs "
+            "seasonal-naive"
+        )
         axes.legend()
         figure.tight_layout()
         buffer = io.BytesIO()
@@ -261,7 +299,7 @@ def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> st
     def e(text: object) -> str:
         return html.escape(escape_controls(text))
 
-    chart = base64.b64encode(error_chart_png(accuracy)).decode()
+    chart = base64.b64encode(error_chart_png(accuracy, summary)).decode()
     measure_rows = "".join(
         f"<tr><td>{NAMES[name]}{' (quality gate)' if name == HEADLINE else ''}</td>"
         + "".join(
@@ -308,6 +346,9 @@ def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> st
 <title>fleetcast run {e(summary.run_id)}: accuracy</title><style>{_STYLE}</style></head>
 <body>
 <h1>Run {e(summary.run_id)}: accuracy</h1>
+<p id="frequency">{summary.frequency.adjective.capitalize()} models: each period one
+{summary.frequency.unit} (UTC); errors measured over {summary.frequency.units}, seasonal-naive
+is {summary.naive_rule}.</p>
 <p>{summary.scored} of {summary.customers} customers scored on their holdout;
 <strong>{summary.beat_naive}</strong> beat seasonal-naive (lower backtest WAPE, the measure
 the quality gate compares; sMAPE, MASE and RMSE beside it below). Generated {generated}.</p>

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from fleetcast.embedded.info import StackInfo
 from fleetcast.terminal import print_table, shown
+from fleetcast_contracts.frequency import Frequency, period_limits
 from fleetcast_contracts.horizons import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
 from fleetcast_contracts.ids import InvalidCustomerIdError, is_valid_customer_id
 from fleetcast_contracts.layout import history_shard_key
@@ -30,10 +31,12 @@ from fleetcast_contracts.quantiles import QUANTILES_EXAMPLE, quantile_key
 
 API_URL_ENV = "FLEETCAST_API_URL"
 API_KEY_ENV = "FLEETCAST_API_KEY"
-# How much history the plot shows before the forecast: a few times the horizon, at least
-# eight weeks, so the weekly pattern the forecast continues is visible.
+# How much history the plot shows before the forecast: a few times the horizon; of a daily
+# model at least eight weeks, so the weekly pattern the forecast continues is visible; of
+# an hourly one two to four weeks, so each day's hours stay apart on the axis.
 MIN_HISTORY_DAYS = 56
 HISTORY_PER_FORECAST_DAY = 4
+HOURLY_HISTORY_DAYS = (14, 28)
 REQUEST_TIMEOUT_SECONDS = 35
 # The unit of the readings, as the plot's axis names it: fleetcast adds readings up and
 # never converts them, so this is whatever the meters' exports are in.
@@ -129,9 +132,17 @@ def api_from_environment(state_dir: Path | None) -> ForecastApi:
     return ForecastApi(info.extra[API_URL_ENV], info.extra.get(API_KEY_ENV, ""))
 
 
+def forecast_frequency(forecast: dict[str, Any]) -> Frequency:
+    """The frequency of the model that answered (an API from before the answer said it
+    served daily models only)."""
+    return Frequency.parse(forecast.get("frequency", Frequency.DAILY.value))
+
+
 def forecast_summary(forecast: dict[str, Any]) -> str:
+    frequency = forecast_frequency(forecast)
     summary = (
-        f"[bold]customer {forecast['customer_id']}[/]: next {forecast['period']} days from model "
+        f"[bold]customer {forecast['customer_id']}[/]: next "
+        f"{frequency.periods(int(forecast['period']))} from {frequency.adjective} model "
         f"v{forecast['model_version']} (run {forecast['run_id']}), trained "
         f"{forecast['trained_at'][:16].replace('T', ' ')} on data to {forecast['data_end']}"
     )
@@ -171,9 +182,12 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def read_history(s3: Any, bucket: str, customer_id: str, hourly: bool = False) -> Any:
-    """The customer's stored history (``ds``, ``y``) as totals per UTC day (or hour), or
-    None when there is none: its readings in its history shard, added up."""
+def read_history(
+    s3: Any, bucket: str, customer_id: str, frequency: Frequency = Frequency.DAILY
+) -> Any:
+    """The customer's stored history (``ds``, ``y``) as totals per period of ``frequency``
+    (UTC days or hours), or None when there is none: its readings in its history shard,
+    added up."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -188,7 +202,7 @@ def read_history(s3: Any, bucket: str, customer_id: str, hourly: bool = False) -
     if not rows.num_rows:
         return None
     readings = rows.select(["ts", "y"]).to_pandas()
-    periods = readings["ts"].dt.floor("h" if hourly else "D")
+    periods = readings["ts"].dt.floor(frequency.pandas_alias)
     totals = readings.groupby(periods, sort=True)["y"].sum()
     return totals.rename_axis("ds").reset_index()
 
@@ -199,12 +213,11 @@ def plot_forecast(
     path: Path,
     unit: str = DEFAULT_UNIT,
     family: str | None = None,
-    hourly: bool = False,
 ) -> Path:
     """:func:`forecast_figure` as a PNG."""
     import matplotlib.pyplot as plt
 
-    figure = forecast_figure(forecast, history, unit, family, hourly)
+    figure = forecast_figure(forecast, history, unit, family)
     try:
         figure.savefig(path)
     finally:
@@ -217,10 +230,10 @@ def forecast_figure(
     history: Any,
     unit: str = DEFAULT_UNIT,
     family: str | None = None,
-    hourly: bool = False,
 ) -> Any:
-    """Recent history, the forecast and its interval: consumption in ``unit`` from zero
-    (a weekend dip looks as deep as it is), the family that served it named."""
+    """Recent history, the forecast and its interval: consumption in ``unit`` per period
+    of the model's frequency from zero (a weekend dip looks as deep as it is), the family
+    that served it named. An hourly model's chart shows two to four weeks of hours."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -231,9 +244,12 @@ def forecast_figure(
     # Hourly periods come with their offset (UTC), the history's times without: both UTC's.
     points["ds"] = pd.to_datetime(points["ds"], utc=True).dt.tz_localize(None)
     figure, axes = plt.subplots(figsize=(10, 5.2), dpi=110)
+    frequency = forecast_frequency(forecast)
+    last_data = None
     if history is not None and len(history):
-        days = max(MIN_HISTORY_DAYS, HISTORY_PER_FORECAST_DAY * int(forecast["period"]))
+        days = history_days(frequency, int(forecast["period"]))
         recent = history[history["ds"] > history["ds"].max() - pd.Timedelta(days=days)]
+        last_data = recent["ds"].iloc[-1]
         axes.plot(recent["ds"], recent["y"], color="#444444", linewidth=1.2, label="history")
         # Join the forecast to the last observation so the two read as one line.
         points = pd.concat(
@@ -268,27 +284,60 @@ def forecast_figure(
             label=f"q{key}",
         )
     axes.plot(points["ds"], points["yhat"], color="#1f77b4", linewidth=2, label="forecast")
-    axes.axvline(
-        pd.Timestamp(forecast["data_end"]),
-        color="#999999",
-        linestyle=":",
-        linewidth=1,
-        label=f"last day of data ({forecast['data_end']})",
-    )
+    _mark_end_of_data(axes, forecast, frequency, last_data)
     served = f" by {family.replace('_', ' ')}" if family else ""
+    kind = "" if frequency is Frequency.DAILY else f"{frequency.adjective} "
     axes.set_title(
-        f"Customer {forecast['customer_id']}: {forecast['period']}-"
-        f"{'hour' if hourly else 'day'} forecast{served} "
-        f"(model v{forecast['model_version']}, trained {forecast['trained_at'][:10]})"
+        f"Customer {forecast['customer_id']}: {forecast['period']}-{frequency.unit} "
+        f"forecast{served} ({kind}model v{forecast['model_version']}, trained "
+        f"{forecast['trained_at'][:10]})"
     )
-    axes.set_ylabel(f"{'hourly' if hourly else 'daily'} consumption ({unit})")
+    axes.set_ylabel(f"{frequency.adjective} consumption ({unit})")
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     # Below the axes: the history fills the plot from top to bottom.
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, frameon=False)
+    if frequency is not Frequency.DAILY:
+        _hours_on_the_axis(axes, frequency)
     figure.autofmt_xdate()
     figure.tight_layout()
     return figure
+
+
+def history_days(frequency: Frequency, period: int) -> float:
+    """Days of history the chart shows before a forecast of ``period`` periods."""
+    days = HISTORY_PER_FORECAST_DAY * frequency.days(period)
+    if frequency is Frequency.DAILY:
+        return max(MIN_HISTORY_DAYS, days)
+    low, high = HOURLY_HISTORY_DAYS
+    return min(max(low, days), high)
+
+
+def _mark_end_of_data(
+    axes: Any, forecast: dict[str, Any], frequency: Frequency, last_data: Any
+) -> None:
+    """A dotted line at the history's last period: a day of a daily model, an hour of an
+    hourly one (the history's last, or the hour before the forecast's first)."""
+    import pandas as pd
+
+    if frequency is Frequency.DAILY:
+        at, label = pd.Timestamp(forecast["data_end"]), f"last day of data ({forecast['data_end']})"
+    else:
+        first = pd.to_datetime(forecast["forecast"][0]["ds"], utc=True).tz_localize(None)
+        at = last_data if last_data is not None else first - pd.Timedelta(frequency.pandas_alias)
+        label = f"last {frequency.unit} of data ({at:%Y-%m-%d %H:%M} UTC)"
+    axes.axvline(at, color="#999999", linestyle=":", linewidth=1, label=label)
+
+
+def _hours_on_the_axis(axes: Any, frequency: Frequency) -> None:
+    """Dates with their hours (UTC) on the axis, a minor tick every six hours."""
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator(minticks=6, maxticks=14)
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(mdates.DateFormatter("%b %d\n%H:%M"))
+    axes.xaxis.set_minor_locator(mdates.HourLocator(byhour=range(0, 24, 6)))
+    axes.set_xlabel(f"time (UTC), one point per {frequency.unit}")
 
 
 def show_forecast(
@@ -312,12 +361,9 @@ def show_forecast(
         print_table(out, forecast_table(forecast))
     if plot is not None:
         history = None
-        # An hourly model's forecast has several points a day: its history is hourly too.
-        days = {str(point["ds"])[:10] for point in forecast["forecast"]}
-        hourly = len(days) < len(forecast["forecast"])
         if s3 is not None and artifacts_bucket:
-            history = read_history(s3, artifacts_bucket, customer_id, hourly)
-        plot_forecast(forecast, history, plot, unit, served_family(api, forecast), hourly)
+            history = read_history(s3, artifacts_bucket, customer_id, forecast_frequency(forecast))
+        plot_forecast(forecast, history, plot, unit, served_family(api, forecast))
         if not as_json:
             out.print(f"plot: {plot}")
     return forecast
@@ -343,7 +389,12 @@ def cmd_forecast(args: argparse.Namespace) -> int:
         if not is_valid_customer_id(args.customer_id):
             raise ServingError(f"{InvalidCustomerIdError(args.customer_id)} (nothing was sent)")
         if not MIN_PERIOD <= args.period <= MAX_PERIOD:
-            raise ServingError(f"--period must be from {MIN_PERIOD} to {MAX_PERIOD}")
+            # (the API refuses a period past the customer's own model's: the CLI cannot
+            # know that model's frequency before it asks)
+            raise ServingError(
+                f"--period must be from {MIN_PERIOD} to {MAX_PERIOD}, in the periods of the "
+                f"customer's model: {period_limits()}"
+            )
         quantiles: tuple[float, ...] = ()
         if args.quantiles is not None:
             from fleetcast_common.forecasting import InvalidRequestError, parse_quantiles
@@ -391,7 +442,11 @@ def add_serving_commands(commands: Any) -> None:
     )
     forecast.add_argument("customer_id", metavar="CUSTOMER", help="the customer's id")
     forecast.add_argument(
-        "--period", type=int, default=DEFAULT_PERIOD, help="days to forecast (1 to 365)"
+        "--period",
+        type=int,
+        default=DEFAULT_PERIOD,
+        help="periods to forecast, in the customer's model's own unit: days of a daily "
+        f"model, hours of an hourly one ({period_limits()}; default {DEFAULT_PERIOD})",
     )
     forecast.add_argument(
         "--quantiles",

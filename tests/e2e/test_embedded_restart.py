@@ -367,3 +367,69 @@ def api_get(info: StackInfo, path: str) -> tuple[int, dict[str, Any]]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+@pytest.mark.parametrize(("kept", "asked"), [("D", "H"), ("H", "D")])
+def test_a_stack_asked_for_another_frequency_than_its_kept_state_refuses_to_start(
+    tmp_path: Path, ups: list[Up], kept: str, asked: str
+) -> None:
+    # Given a stack kept at one ModelFrequency, with a job that ran at it
+    state_dir = tmp_path / "state"
+    frequency = ["--parameter-overrides", f"ModelFrequency={kept}"]
+    first = start_up(
+        state_dir, tmp_path / "first.log", "--port", "0", "--api-port", "0", *frequency
+    )
+    ups.append(first)
+    info = first.info()
+    sagemaker = first.client("sagemaker")
+    sagemaker.create_processing_job(
+        ProcessingJobName="kept-frequency",
+        ProcessingResources=RESOURCES,
+        AppSpecification={
+            "ImageUri": "fleetcast-processing:latest",
+            "ContainerArguments": ["--frequency", kept],
+        },
+        RoleArn=ROLE,
+        ProcessingInputs=[
+            {
+                "InputName": "raw",
+                "S3Input": {
+                    "S3Uri": f"s3://{info.raw_bucket}/nothing-here/",
+                    "LocalPath": "/opt/ml/processing/input",
+                    "S3DataType": "S3Prefix",
+                    "S3InputMode": "File",
+                },
+            }
+        ],
+    )
+    wait_for_status(sagemaker, "kept-frequency", "Failed")
+    first.stop()
+
+    # When it is started again at the other frequency
+    other = start_up(
+        state_dir,
+        tmp_path / "other.log",
+        "--port",
+        "0",
+        "--api-port",
+        "0",
+        "--parameter-overrides",
+        f"ModelFrequency={asked}",
+        wait=False,
+    )
+    ups.append(other)
+    assert other.process.wait(timeout=START_SECONDS) == 1
+
+    # Then it does not start, and says what the state holds and how to keep it or not
+    said = " ".join(other.output().split())
+    assert f"ModelFrequency={kept}" in said and f"ModelFrequency={asked}" in said, said
+    assert "--fresh" in said and "local stack stopped" not in said
+
+    # And the state is as it was: started at its own frequency, the job is there
+    again = start_up(
+        state_dir, tmp_path / "again.log", "--port", "0", "--api-port", "0", *frequency
+    )
+    ups.append(again)
+    assert "restored from" in again.output(), again.output()
+    job = again.client("sagemaker").describe_processing_job(ProcessingJobName="kept-frequency")
+    assert job["AppSpecification"]["ContainerArguments"] == ["--frequency", kept]

@@ -103,7 +103,8 @@ def test_hourly_readings_make_hourly_models(
         assert metadata.frequency.lower() == "h"
 
 
-@pytest.mark.parametrize("period", [24, 48, 168])
+# (720: 30 days of hours, an hourly model's longest forecast)
+@pytest.mark.parametrize("period", [24, 48, 168, 720])
 def test_the_api_forecasts_a_day_ahead_and_more_hour_by_hour(
     hourly_stack: EmbeddedStack, hourly_run: dict[str, Any], period: int
 ) -> None:
@@ -112,6 +113,8 @@ def test_the_api_forecasts_a_day_ahead_and_more_hour_by_hour(
     for customer_id in CUSTOMERS:
         status, _, body = get_when_ready(env, f"/customers/{customer_id}/forecast?period={period}")
         assert status == 200, body
+        # (in the model's own unit, and saying so)
+        assert (body["frequency"], body["period_unit"], body["period"]) == ("H", "hour", period)
         # (each hour in UTC with its offset, as docs/openapi.json says: RFC 3339)
         assert violations("/customers/{customer_id}/forecast", status, body) == []
         stamps = pd.to_datetime([point["ds"] for point in body["forecast"]], utc=True)
@@ -123,6 +126,42 @@ def test_the_api_forecasts_a_day_ahead_and_more_hour_by_hour(
         yhat = pd.Series([point["yhat"] for point in body["forecast"]], index=stamps.hour)
         by_hour = yhat.groupby(level=0).mean()
         assert abs(int(by_hour.idxmax()) - PEAK_HOUR) <= 2, by_hour.round(2).to_dict()
+
+
+def test_the_model_says_it_is_hourly_and_a_longer_forecast_is_refused_in_hours(
+    hourly_stack: EmbeddedStack, hourly_run: dict[str, Any]
+) -> None:
+    assert hourly_stack.info is not None
+    env = hourly_stack.info.environment()
+    # When the model route is asked, then it names the frequency and its longest forecast
+    status, _, model = get_when_ready(env, f"/customers/{CUSTOMERS[0]}/model")
+    assert status == 200, model
+    assert (model["frequency"], model["period_unit"], model["max_period"]) == ("H", "hour", 720)
+    assert violations("/customers/{customer_id}/model", status, model) == []
+    # And past 720 hours, the refusal speaks of hours (not of days)
+    status, _, body = get_when_ready(env, f"/customers/{CUSTOMERS[0]}/forecast?period=721")
+    assert status == 400, body
+    assert "720 hours for an hourly model" in body["message"]
+    assert "whole number of days" not in body["message"]
+
+
+def test_the_cli_speaks_of_hours_and_draws_an_hourly_chart(
+    hourly_stack: EmbeddedStack,
+    hourly_run: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert hourly_stack.info is not None
+    for name, value in hourly_stack.info.environment().items():
+        monkeypatch.setenv(name, value)
+    plot = tmp_path / "hourly.png"
+    # When the CLI forecasts 48 hours of an hourly customer, with its chart
+    assert main(["forecast", CUSTOMERS[0], "--period", "48", "--plot", str(plot)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    # Then it says hours of an hourly model, and the chart is drawn
+    assert f"customer {CUSTOMERS[0]}: next 48 hours from hourly model v1" in printed, printed
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_export_and_the_report_are_hourly(

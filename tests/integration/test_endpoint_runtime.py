@@ -330,7 +330,7 @@ def test_a_container_error_is_a_model_error_with_its_status_and_message(roomy: R
     assert response["Error"]["Code"] == "ModelError"
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 424
     assert response["OriginalStatusCode"] == 400
-    assert "'period' must be from 1 to 365" in response["OriginalMessage"]
+    assert "'period' must be from 1 to 720" in response["OriginalMessage"]
     assert response["LogStreamArn"].endswith(f"log-group:/aws/sagemaker/Endpoints/{roomy.name}")
     assert response["Error"]["Message"].startswith("Received client error (400) from model")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -22,6 +22,7 @@ from fleetcast_common.forecast_endpoint import ForecastEndpoint
 from fleetcast_common.forecasting import HoldoutAccuracy, LiveModelCache
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
 from fleetcast_contracts import layout
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.model_archive import Backtest, HoldoutMetrics
 
 pytestmark = [
@@ -76,9 +77,14 @@ def wired(
 
 
 def live(
-    registry: ModelRegistry, customer_id: str = "42", run_id: str = RUN_ID, version: int = 1
+    registry: ModelRegistry,
+    customer_id: str = "42",
+    run_id: str = RUN_ID,
+    version: int = 1,
+    frequency: Frequency = Frequency.DAILY,
 ) -> ModelRecord:
     record = ModelRecord(
+        frequency=frequency,
         **chosen(),
         customer_id=customer_id,
         run_id=run_id,
@@ -148,11 +154,75 @@ def test_the_forecast_is_the_live_models_with_its_version_and_training(
     assert len(body["forecast"]) == 14 and body["forecast"][0]["yhat"] == 501.0
 
 
+def hourly_answer(hours: int) -> dict[str, Any]:
+    start = datetime(2026, 11, 29, tzinfo=UTC)
+    forecast = [
+        {
+            "ds": f"{start + timedelta(hours=hour):%Y-%m-%dT%H:%M:%SZ}",
+            "yhat": 5.0,
+            "yhat_lower": 4.0,
+            "yhat_upper": 6.0,
+        }
+        for hour in range(hours)
+    ]
+    raw = json.dumps({"customer_id": "42", "model_version": RUN_ID, "forecast": forecast}).encode()
+    return {"Body": StreamingBody(io.BytesIO(raw), len(raw)), "ContentType": "application/json"}
+
+
+def test_an_hourly_model_is_forecast_720_hours_and_says_so(
+    api: Any, registry: ModelRegistry, wired: Stubber
+) -> None:
+    # Given customer 42's live model is hourly
+    record = live(registry, frequency=Frequency.HOURLY)
+    wired.add_response("invoke_endpoint", hourly_answer(720), expected_invoke(record, 720))
+    # When 30 days of hours are asked for
+    status, _, body = call(api, api_event(query={"period": "720"}))
+    # Then the answer is 720 periods of the model's own unit, and says which
+    assert status == 200, body
+    assert (body["frequency"], body["period_unit"], body["period"]) == ("H", "hour", 720)
+    assert len(body["forecast"]) == 720
+    # And the model route says its frequency and its longest forecast
+    status, _, model = call(api, api_event("api_model.json"))
+    assert (model["frequency"], model["period_unit"], model["max_period"]) == ("H", "hour", 720)
+
+
+@pytest.mark.parametrize(
+    ("frequency", "period", "complaint"),
+    [
+        # (past every model's: refused before the model is read, naming each frequency's)
+        (Frequency.HOURLY, 721, "720 hours for an hourly model), not '721'"),
+        (
+            Frequency.DAILY,
+            400,
+            "period must be a whole number of days from 1 to 365 for customer '42', whose "
+            "model is daily (a period is one day), not 400",
+        ),
+    ],
+)
+def test_a_period_past_the_models_longest_forecast_is_refused_in_its_unit(
+    api: Any,
+    registry: ModelRegistry,
+    wired: Stubber,
+    frequency: Frequency,
+    period: int,
+    complaint: str,
+) -> None:
+    # Given a live model of one frequency; when asked past its longest forecast
+    live(registry, frequency=frequency)
+    status, _, body = call(api, api_event(query={"period": str(period)}))
+    # Then 400 in the model's own unit, and the endpoint is never called
+    assert (status, body["error"]) == (400, "InvalidRequest")
+    assert complaint in body["message"]
+    assert violations("/customers/{customer_id}/forecast", status, body) == []
+
+
 def test_the_period_defaults_to_a_week(api: Any, registry: ModelRegistry, wired: Stubber) -> None:
     record = live(registry)
     wired.add_response("invoke_endpoint", container_answer(), expected_invoke(record, 7))
     status, _, body = call(api, api_event(query={}))
     assert (status, body["period"]) == (200, 7)
+    # (a model of a record written before frequencies were kept is daily)
+    assert (body["frequency"], body["period_unit"]) == ("D", "day")
 
 
 def test_the_model_route_answers_the_live_model_without_the_storage_details(
@@ -239,7 +309,16 @@ def test_an_answer_from_another_customers_model_is_502_and_names_nobody_else(
 # ---------------------------------------------------------------- quantiles and the floor
 
 # The forecast response's fields before quantiles and clipping existed, in their order.
-FORECAST_FIELDS = ["customer_id", "model_version", "run_id", "trained_at", "data_end", "period"]
+FORECAST_FIELDS = [
+    "customer_id",
+    "model_version",
+    "run_id",
+    "trained_at",
+    "data_end",
+    "frequency",
+    "period_unit",
+    "period",
+]
 POINT_FIELDS = ["ds", "yhat", "yhat_lower", "yhat_upper"]
 
 

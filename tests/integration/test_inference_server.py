@@ -230,7 +230,8 @@ def test_every_route_answers_with_its_status(
             ({"days": 7}, "unknown field 'days'"),
             ({}, "lacks 'period'"),
             ({"period": "7"}, "must be an integer"),
-            ({"period": 0}, "from 1 to 365"),
+            ({"period": 0}, "from 1 to 720"),
+            ({"period": 400}, "from 1 to 365 for"),
         ):
             status, error = client.invoke(name, body)
             assert (status, error["error"]) == (400, "BadRequest")

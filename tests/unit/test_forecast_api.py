@@ -53,8 +53,14 @@ def api() -> Any:
         ("-42", {"period": "7"}, "invalid customer id '-42'"),
         ("a" * 65, {"period": "7"}, "invalid customer id"),
         ("4 2", {"period": "7"}, "invalid customer id '4 2'"),
-        ("42", {"period": "0"}, "period must be a whole number of days from 1 to 365, not '0'"),
-        ("42", {"period": "366"}, "not '366'"),
+        (
+            "42",
+            {"period": "0"},
+            "period must be a whole number of the customer's model's periods from 1 to its "
+            "longest forecast (365 days for a daily model, 720 hours for an hourly model), "
+            "not '0'",
+        ),
+        ("42", {"period": "721"}, "not '721'"),
         ("42", {"period": "7.5"}, "not '7.5'"),
         ("42", {"period": "week"}, "not 'week'"),
         ("42", {"period": "7", "periods": "30"}, "unknown query parameter 'periods'"),
@@ -80,7 +86,7 @@ def api() -> Any:
         "too long",
         "space",
         "zero",
-        "366",
+        "721",
         "fraction",
         "word",
         "typo",
@@ -341,7 +347,11 @@ def test_the_openapi_document_describes_the_key_routes_and_errors() -> None:
     assert set(schemas["CustomerForecast"]["properties"]) >= {"quantiles", "clipped_at_zero"}
     assert "quantiles" in schemas["ForecastPoint"]["properties"]
     assert parameters["period"]["schema"]["minimum"] == 1
-    assert parameters["period"]["schema"]["maximum"] == 365
+    assert parameters["period"]["schema"]["maximum"] == 720
+    assert "720 hours for an hourly model" in parameters["period"]["description"]
+    for name in ("CustomerForecast", "CustomerModel"):
+        assert {"frequency", "period_unit"} <= set(schemas[name]["properties"])
+    assert schemas["Frequency"]["enum"] == ["D", "H"]
     assert parameters["customer_id"]["schema"]["pattern"] == forecasting.CUSTOMER_ID_PATTERN
     model = document["paths"]["/customers/{customer_id}/model"]["get"]
     assert model["responses"]["200"]["content"]["application/json"]["schema"] == {

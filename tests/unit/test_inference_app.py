@@ -16,6 +16,7 @@ from model_helpers import chosen
 from prophet import Prophet
 from prophet.serialize import model_to_json
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.inference import DEFAULT_PORT
 from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_inference.app import InferenceApp, Request
@@ -32,10 +33,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*")
 RUN_ID = "q0000000902-20240601t120000"
 
 
-def metadata(customer_id: str) -> ModelMetadata:
+def metadata(customer_id: str, frequency: Frequency = Frequency.DAILY) -> ModelMetadata:
     return ModelMetadata(
         **chosen(),
         customer_id=customer_id,
+        frequency=frequency,
         run_id=RUN_ID,
         trained_at=datetime(2024, 6, 1, 12, tzinfo=UTC),
         data_start=date(2022, 3, 1),
@@ -79,11 +81,17 @@ def app(settings: InferenceSettings) -> InferenceApp:
     return InferenceApp(settings)
 
 
-def place_model(settings: InferenceSettings, name: str, model_json: str, customer_id: str) -> str:
+def place_model(
+    settings: InferenceSettings,
+    name: str,
+    model_json: str,
+    customer_id: str,
+    frequency: Frequency = Frequency.DAILY,
+) -> str:
     """Put a customer's archive where SageMaker downloads a model; return the load url."""
     folder = settings.models_root / name / "model"
     folder.mkdir(parents=True)
-    write_archive(folder / f"{customer_id}.tar.gz", model_json, metadata(customer_id))
+    write_archive(folder / f"{customer_id}.tar.gz", model_json, metadata(customer_id, frequency))
     return f"/opt/ml/models/{name}/model"
 
 
@@ -299,6 +307,28 @@ def test_bad_invoke_bodies_are_400(
     status, error = call(app, "POST", "/models/m1/invoke", body)
     assert (status, error["error"]) == (400, "BadRequest")
     assert message in error["message"]
+
+
+def test_each_model_serves_its_own_frequencys_longest_forecast(
+    app: InferenceApp, settings: InferenceSettings, model_json: str
+) -> None:
+    # Given a daily and an hourly model loaded side by side
+    load(app, "daily", place_model(settings, "daily", model_json, "c-d"))
+    load(app, "hourly", place_model(settings, "hourly", model_json, "c-h", Frequency.HOURLY))
+
+    # When each is asked for its longest forecast, then each answers in its own periods
+    status, daily = call(app, "POST", "/models/daily/invoke", b'{"period": 365}')
+    assert status == 200 and len(daily["forecast"]) == 365
+    status, hourly = call(app, "POST", "/models/hourly/invoke", b'{"period": 720}')
+    assert status == 200 and len(hourly["forecast"]) == 720
+    assert hourly["forecast"][0]["ds"] == "2022-06-28T01:00:00Z"
+
+    # And a period past it is refused in the model's own unit
+    status, error = call(app, "POST", "/models/daily/invoke", b'{"period": 400}')
+    assert status == 400
+    assert "from 1 to 365 for 'daily', a daily model (days), not 400" in error["message"]
+    status, error = call(app, "POST", "/models/hourly/invoke", b'{"period": 721}')
+    assert status == 400 and "from 1 to 720" in error["message"]
 
 
 def test_double_encoded_body_gets_the_same_answer(

@@ -474,3 +474,23 @@ def test_samples_built_per_period_are_the_per_sample_simulation_exactly(
         assert by_period.flags.c_contiguous and by_period.shape == (period, 1000)
         expected = per_sample_simulation(forecaster, period, 20240607)
         np.testing.assert_array_equal(by_period, expected.T)
+
+
+def test_an_hourly_models_hour_has_one_interval_whatever_the_period() -> None:
+    # Given an hourly Prophet model (a daily cycle, sixty days)
+    logging.getLogger("cmdstanpy").disabled = True
+    ds = pd.date_range("2023-01-01", periods=24 * 60, freq="h")
+    y = 5 + np.cos(2 * np.pi * ds.hour / 24) + np.random.default_rng(0).normal(0, 0.1, ds.size)
+    model_json = model_to_json(
+        Prophet(yearly_seasonality=False).fit(pd.DataFrame({"ds": ds, "y": y}))
+    )
+    # When compiled for the endpoint (hourly: 720 hours) and asked for a day, 300 hours
+    # and all 30 days of hours
+    forecaster = compile_model(model_json, "H")
+    assert forecaster.horizon == 720
+    day, longer, longest = (forecaster.forecast(n, seed=7) for n in (24, 300, 720))
+    # Then each hour's interval is the same in all three (one simulation of 720 hours)
+    for other in (longer, longest):
+        assert other.yhat_lower is not None and other.yhat_upper is not None
+        np.testing.assert_array_equal(day.yhat_lower, other.yhat_lower[:24])
+        np.testing.assert_array_equal(day.yhat_upper, other.yhat_upper[:24])

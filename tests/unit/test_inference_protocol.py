@@ -37,7 +37,7 @@ def test_invoke_body_gives_the_period(body: bytes) -> None:
     assert parse_invoke_body(body) == InvokeRequest(period=7)
 
 
-@pytest.mark.parametrize("period", [1, 365])
+@pytest.mark.parametrize("period", [1, 365, 720])
 def test_invoke_body_accepts_the_range_ends(period: int) -> None:
     assert parse_invoke_body(json.dumps({"period": period}).encode()) == InvokeRequest(
         period=period
@@ -79,9 +79,15 @@ def test_invoke_body_quantiles_come_sorted_without_repeats(
         (b'{"period": 7.5}', "must be an integer"),
         (b'{"period": true}', "must be an integer, not a boolean"),
         (b'{"period": null}', "must be an integer, not null"),
-        (b'{"period": 0}', "from 1 to 365, not 0"),
-        (b'{"period": 366}', "from 1 to 365, not 366"),
-        (b'{"period": -3}', "from 1 to 365"),
+        (
+            b'{"period": 0}',
+            r"from 1 to 720 \(365 days for a daily model, 720 hours for an hourly model\), not 0",
+        ),
+        (
+            b'{"period": 721}',
+            r"720 hours for an hourly model\), not 721",
+        ),
+        (b'{"period": -3}', "from 1 to 720"),
         (b'{"period": 7, "horizon": 7}', "unknown field 'horizon'"),
         (
             b'{"period": 7, "quantiles": []}',
@@ -109,7 +115,7 @@ def test_invoke_body_quantiles_come_sorted_without_repeats(
             "'quantiles': at most 20 different quantiles, not 21",
         ),
         (b'{"period": 7, "b": 1, "a": 2}', "unknown fields 'a', 'b'"),
-        (b'{"period": 0, "quantiles": [0.5]}', "from 1 to 365, not 0"),
+        (b'{"period": 0, "quantiles": [0.5]}', r"from 1 to 720 \(365 days"),
     ],
 )
 def test_invoke_body_refusals_say_what_is_wrong(body: bytes, message: str) -> None:

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.processing import RejectReason
-from fleetcast_processing.aggregate import Frequency, period_totals
+from fleetcast_processing.aggregate import period_labels, period_totals
 from fleetcast_processing.duplicates import _EPOCH_2000_US, deduplicate, reading_keys
 from fleetcast_processing.history import Readings, merge_readings, reading_intervals
 from fleetcast_processing.source import _record_boundary
@@ -242,14 +243,14 @@ def test_frequency_labels() -> None:
     day = _utc_us("2024-02-29T00:00:00+00:00") // (86_400 * US)
 
     # When formatted
-    days = Frequency("D").format(np.array([day, day + 1, day], dtype=np.int64))
-    hours = Frequency("H").format(np.array([day * 24 + 23], dtype=np.int64))
+    days = period_labels(np.array([day, day + 1, day], dtype=np.int64), Frequency.DAILY)
+    hours = period_labels(np.array([day * 24 + 23], dtype=np.int64), Frequency.HOURLY)
 
     # Then they read as ds values
     assert days.to_pylist() == ["2024-02-29", "2024-03-01", "2024-02-29"]
     assert hours.to_pylist() == ["2024-02-29T23:00:00"]
-    with pytest.raises(ValueError, match="frequency"):
-        Frequency("W")
+    with pytest.raises(ValueError, match="frequency must be one of D, H, not 'W'"):
+        Frequency.parse("W")
 
 
 def _readings(rows: dict[tuple[int, int], float]) -> Readings:

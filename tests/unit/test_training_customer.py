@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from prophet import Prophet
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.model_archive import read_archive
 from fleetcast_contracts.quality_gate import passes_quality_gate
 from fleetcast_contracts.training_manifest import CustomerOutcome
@@ -127,7 +128,7 @@ def test_hourly_customer_is_scored_on_whole_days(tmp_path: Path):
     # Then the last 24 hours were held out, against yesterday's same hour
     assert report.result.outcome is CustomerOutcome.TRAINED
     _, metadata = read_archive(tmp_path / "checkpoints" / "acme.tar.gz")
-    assert metadata.frequency == "h"
+    assert metadata.frequency is Frequency.HOURLY
     assert metadata.rows == 240
     assert metadata.metrics.holdout_days == 1
     assert metadata.metrics.smape < 0.1

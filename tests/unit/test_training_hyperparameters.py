@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.training import HYPERPARAMETER_DEFAULTS
 from fleetcast_training.hyperparameters import Hyperparameters, InvalidHyperparametersError
 
@@ -54,8 +55,9 @@ def test_strings_become_typed_values():
             "sagemaker_region": '"eu-west-1"',
         }
     )
-    # Then hourly is spelt as pandas 3 spells it, and the seasonalities as Prophet takes them
-    assert parsed.frequency == "h"
+    # Then hourly is the one frequency type (pandas 3's alias "h" on it), and the
+    # seasonalities as Prophet takes them
+    assert parsed.frequency is Frequency.HOURLY and parsed.frequency.pandas_alias == "h"
     assert (parsed.holdout_rows, parsed.season_rows) == (48, 24)
     assert (parsed.yearly_seasonality, parsed.weekly_seasonality) == (False, True)
     assert parsed.daily_seasonality == 6

@@ -17,8 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fleetcast_contracts.families import FAMILIES
-from fleetcast_contracts.inference import MAX_PERIOD
-from fleetcast_forecasters.forecast import Forecaster
+from fleetcast_forecasters.forecast import Forecaster, default_horizon, pandas_alias
 from fleetcast_forecasters.gaussian import calibrated
 
 # model_kind -> the module whose FAMILY compiles it (the family catalogue,
@@ -64,7 +63,7 @@ def compile_archive(
     model: str | dict[str, Any],
     model_kind: str,
     frequency: str,
-    horizon: int = MAX_PERIOD,
+    horizon: int | None = None,
     *,
     one_period: bool = True,
     last_history: np.datetime64 | None = None,
@@ -74,7 +73,10 @@ def compile_archive(
     the model's last history time when the caller knows it, may save parsing it. Raises
     :class:`~fleetcast_forecasters.forecast.UnsupportedModelError` for a model a
     period alone cannot forecast and ``ValueError`` for anything that is not a fitted model
-    of that kind."""
+    of that kind. ``frequency`` is a pandas alias (``D``, ``h``) or a model frequency's
+    code; ``horizon`` None: the longest forecast of that frequency (its ``max_period``)."""
+    if horizon is None:
+        horizon = default_horizon(frequency)
     if isinstance(model, str):
         try:
             model = json.loads(model)
@@ -83,7 +85,7 @@ def compile_archive(
         if not isinstance(model, dict):
             raise ValueError("model.json is not a fitted model (not an object)")
     forecaster = family(model_kind).compile(
-        model, frequency, horizon, one_period=one_period, last_history=last_history
+        model, pandas_alias(frequency), horizon, one_period=one_period, last_history=last_history
     )
     # (the interval the model's backtest calibrated, whatever the family simulates)
     return calibrated(forecaster, model)

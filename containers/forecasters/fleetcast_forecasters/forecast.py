@@ -21,7 +21,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_contracts.inference import MAX_PERIOD
+from fleetcast_contracts.frequency import Frequency
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -67,9 +67,11 @@ class Forecaster(Protocol):
 
 
 def check_request(period: int, horizon: int, quantiles: tuple[float, ...]) -> None:
-    """What every family's ``forecast`` refuses, in the same words."""
+    """What every family's ``forecast`` refuses, in the same words. ``horizon`` is the
+    compiled model's (its frequency's ``max_period`` when the endpoint compiles it, so the
+    container and the forecast API refuse the same periods before this is reached)."""
     if not 1 <= period <= horizon:
-        raise ValueError(f"period must be 1 to {horizon}, got {period}")
+        raise ValueError(f"period must be from 1 to {horizon} periods of the model, got {period}")
     if any(not 0 < q < 1 for q in quantiles) or list(quantiles) != sorted(set(quantiles)):
         raise ValueError(f"quantiles must ascend strictly within (0, 1), got {quantiles}")
 
@@ -159,11 +161,35 @@ def forecast_seed(model_version: str) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def simulated_periods(period: int) -> int:
+# A forecast's simulation draws at least this many periods: a daily model's longest
+# forecast (Frequency.DAILY.max_period).
+SIMULATED_AT_LEAST = Frequency.DAILY.max_period
+
+
+def pandas_alias(frequency: str) -> str:
+    """A model frequency's pandas alias (``H`` is ``h``); any other pandas alias as it is."""
+    try:
+        return Frequency.parse(frequency).pandas_alias
+    except ValueError:
+        return frequency
+
+
+def default_horizon(frequency: str) -> int:
+    """How many periods a compiled model can forecast when its caller says no more: its
+    model frequency's longest forecast (365 days, 720 hours), or 365 periods of any other
+    pandas frequency a Prophet model may have been fitted at."""
+    try:
+        return Frequency.parse(frequency).max_period
+    except ValueError:
+        return SIMULATED_AT_LEAST
+
+
+def simulated_periods(period: int, at_least: int = SIMULATED_AT_LEAST) -> int:
     """How many periods a forecast's simulation draws for, of which a request uses the
-    first ``period``: the longest any request asks for (MAX_PERIOD), so that a day's
-    draws never depend on the period; a longer export draws its own length."""
-    return max(period, MAX_PERIOD)
+    first ``period``: the longest the model's frequency serves (``at_least``: 365 days,
+    720 hours; :func:`default_horizon`), so that a period's draws never depend on the
+    period asked for; a longer forecast (an export) draws its own length."""
+    return max(period, at_least)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +221,7 @@ def future_dates(last_ns: int, frequency: str, horizon: int) -> npt.NDArray[np.d
     frequencies go through ``pandas.date_range``, imported only then: pandas adds a
     second to start-up and tens of MB to the process.
     """
+    frequency = pandas_alias(frequency)
     fixed = _FIXED_STEP.fullmatch(frequency)
     if fixed is not None:
         step = np.timedelta64(int(fixed[1] or 1), _STEP_UNITS[fixed[2]]).astype("timedelta64[ns]")

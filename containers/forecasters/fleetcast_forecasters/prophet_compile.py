@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from fleetcast_contracts.inference import MAX_PERIOD
 from fleetcast_forecasters.forecast import (
     NS_PER_SECOND,
     FloatArray,
     UnsupportedModelError,
     all_finite,
+    default_horizon,
     future_periods,
 )
 from fleetcast_forecasters.prophet_features import (
@@ -40,7 +40,7 @@ from fleetcast_forecasters.prophet_forecaster import ProphetForecaster
 def compile_model(
     model_json: str | dict[str, Any],
     frequency: str,
-    horizon: int = MAX_PERIOD,
+    horizon: int | None = None,
     *,
     one_period: bool = True,
     last_history: np.datetime64 | None = None,
@@ -64,6 +64,8 @@ def compile_model(
             raise ValueError(f"model.json is not JSON: {error}") from None
     if not isinstance(model, dict):
         raise ValueError("model.json is not a serialised Prophet model (not an object)")
+    if horizon is None:
+        horizon = default_horizon(frequency)
     try:
         return _compile(model, frequency, horizon, one_period, last_history)
     except (KeyError, TypeError, IndexError) as error:
@@ -179,6 +181,7 @@ def _compile(
         interval_width=float(model["interval_width"]),
         daily_dates=future.daily,
         additive_only=not multiplicative.any(),
+        simulated_at_least=default_horizon(frequency),
     )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_forecasters.forecast import (
+    SIMULATED_AT_LEAST,
     FloatArray,
     Forecast,
     UnsupportedModelError,
@@ -65,6 +66,8 @@ class ProphetForecaster:
     interval_width: float
     daily_dates: bool  # every date at midnight: render them as plain dates
     additive_only: bool  # no multiplicative term: the simulation adds, never scales
+    # The periods every simulation draws at least: its frequency's longest forecast.
+    simulated_at_least: int = SIMULATED_AT_LEAST
 
     @property
     def horizon(self) -> int:
@@ -117,6 +120,7 @@ class ProphetForecaster:
             period,
             self.changepoint_count * step if self.linear_growth else None,
             step,
+            self.simulated_at_least,
         )
         simulations = []
         for i, (normal, changes) in enumerate(draws):
@@ -186,6 +190,7 @@ def unit_trend_changes(
     period: int,
     change_likelihood: float,
     step: float,
+    at_least: int = SIMULATED_AT_LEAST,
 ) -> tuple[FloatArray, ...]:
     """Per iteration, the future trend changes ``Prophet.predict`` simulates, for a mean
     changepoint rate of 1: a change in each period with ``change_likelihood``, its size
@@ -197,7 +202,9 @@ def unit_trend_changes(
     """
     # Drawn for the simulation's periods, in Prophet's order; a change's effect runs
     # forward only (two running sums), so the first `period` are computed alone.
-    draws = standard_draws(seed, iterations, per_iteration, simulated_periods(period), True)
+    draws = standard_draws(
+        seed, iterations, per_iteration, simulated_periods(period, at_least), True
+    )
     changes = []
     for uniform, laplace, _ in draws:
         assert uniform is not None and laplace is not None
@@ -217,15 +224,20 @@ def period_major_draws(
     period: int,
     change_likelihood: float | None,
     step: float,
+    at_least: int = SIMULATED_AT_LEAST,
 ) -> tuple[tuple[FloatArray, FloatArray | None], ...]:
     """Per iteration, the observation noise's standard normals of :func:`standard_draws`
     and (with a ``change_likelihood``: linear growth) the unit trend changes of
     :func:`unit_trend_changes`, each with one contiguous row per period, the layout a
     forecast's samples are built and sorted in. Shared like those (read-only)."""
     linear = change_likelihood is not None
-    draws = standard_draws(seed, iterations, per_iteration, simulated_periods(period), linear)
+    draws = standard_draws(
+        seed, iterations, per_iteration, simulated_periods(period, at_least), linear
+    )
     changes: tuple[FloatArray | None, ...] = (
-        unit_trend_changes(seed, iterations, per_iteration, period, change_likelihood, step)
+        unit_trend_changes(
+            seed, iterations, per_iteration, period, change_likelihood, step, at_least
+        )
         if change_likelihood is not None
         else (None,) * iterations
     )

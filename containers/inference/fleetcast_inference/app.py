@@ -151,6 +151,7 @@ class InferenceApp:
         invoke = protocol.parse_invoke_body(request.body)
 
         def compute(model: ServedModel) -> bytes:
+            protocol.check_period(invoke.period, model)
             # The seed leaves the period and the quantiles out: a day's interval is the
             # same whatever period is asked for, with or without quantiles.
             seed = forecast_seed(model.model_version)

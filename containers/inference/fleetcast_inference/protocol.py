@@ -16,6 +16,7 @@ from urllib.parse import parse_qs
 
 import numpy as np
 
+from fleetcast_contracts.frequency import Frequency, period_limits
 from fleetcast_contracts.inference import (
     DEFAULT_LIST_LIMIT,
     LIST_LIMIT_PARAM,
@@ -57,7 +58,7 @@ def parse_invoke_body(body: bytes) -> InvokeRequest:
     """The period and quantiles asked for. Also accepts the public AWS sample's body, a
     JSON string that itself holds the JSON object."""
     document = _json_document(
-        body, f"send {_EXAMPLE} with a period from {MIN_PERIOD} to {MAX_PERIOD}"
+        body, f"send {_EXAMPLE} with a period from {MIN_PERIOD} to {MAX_PERIOD} ({period_limits()})"
     )
     if isinstance(document, str):
         try:
@@ -83,11 +84,27 @@ def parse_invoke_body(body: bytes) -> InvokeRequest:
         raise BadRequestError(f"{PERIOD_FIELD!r} must be an integer, not {_kind(period)}")
     if not MIN_PERIOD <= period <= MAX_PERIOD:
         raise BadRequestError(
-            f"{PERIOD_FIELD!r} must be from {MIN_PERIOD} to {MAX_PERIOD}, not {period}"
+            f"{PERIOD_FIELD!r} must be from {MIN_PERIOD} to {MAX_PERIOD} ({period_limits()}), "
+            f"not {period}"
         )
     if QUANTILES_FIELD not in document:
         return InvokeRequest(period=period)
     return InvokeRequest(period=period, quantiles=_quantiles(document[QUANTILES_FIELD]))
+
+
+def check_period(period: int, model: ServedModel) -> None:
+    """A period the model's frequency serves (the forecast API refuses the same ones)."""
+    frequency = Frequency.parse(model.frequency)
+    if period > frequency.max_period:
+        raise BadRequestError(
+            f"{PERIOD_FIELD!r} must be from {MIN_PERIOD} to {frequency.max_period} for "
+            f"{model.name!r}, {_article(frequency.adjective)} model ({frequency.units}), "
+            f"not {period}"
+        )
+
+
+def _article(word: str) -> str:
+    return f"an {word}" if word.startswith(("a", "e", "i", "o", "u", "hour")) else f"a {word}"
 
 
 def _quantiles(value: object) -> tuple[float, ...]:

@@ -19,9 +19,9 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
+from fleetcast_contracts.frequency import CODES, Frequency
 from fleetcast_contracts.object_keys import upload_file_name
 from fleetcast_contracts.processing import (
-    FREQUENCIES,
     INPUT_KIND_ARGUMENT,
     INPUT_KINDS,
     MESSAGE_LIMIT,
@@ -32,7 +32,6 @@ from fleetcast_contracts.processing import (
     ProcessingPaths,
     source_key_from_environment,
 )
-from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.job import JobSettings, find_upload, run
 from fleetcast_processing.metadata import MetadataPaths, run_metadata
@@ -58,8 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--frequency",
         type=str.upper,
-        choices=FREQUENCIES,
-        default="D",
+        choices=CODES,
+        default=Frequency.DAILY.value,
         help="model frequency: D = daily totals per UTC day (default), H = hourly",
     )
     parser.add_argument(
@@ -133,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         settings = JobSettings(
             paths=paths,
-            frequency=Frequency(args.frequency),
+            frequency=Frequency.parse(args.frequency),
             source_name=source_name,
             block_size=max(args.block_size, 1024),
             training_instances=max(args.training_instances, 1),

@@ -8,47 +8,40 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from fleetcast_contracts.processing import FREQUENCIES
+from fleetcast_contracts.frequency import Frequency
 
-US_PER_HOUR = 3_600 * 1_000_000
+US_PER_SECOND = 1_000_000
 _PERIOD_BITS = 32
 _PERIOD_MASK = (1 << _PERIOD_BITS) - 1
 
 
-@dataclass(frozen=True)
-class Frequency:
-    """The model frequency: ``D`` (UTC days) or ``H`` (UTC hours)."""
+def period_us(frequency: Frequency) -> int:
+    """One period of the model's frequency (a UTC day or hour), in microseconds."""
+    return frequency.period_seconds * US_PER_SECOND
 
-    code: str
 
-    def __post_init__(self) -> None:
-        if self.code not in FREQUENCIES:
-            raise ValueError(
-                f"frequency must be one of {', '.join(FREQUENCIES)}, not {self.code!r}"
-            )
+def period_numbers(
+    instants_us: npt.NDArray[np.int64], frequency: Frequency
+) -> npt.NDArray[np.int64]:
+    """The period each instant falls in, as a count of periods since 1970-01-01."""
+    return instants_us // period_us(frequency)
 
-    @property
-    def period_us(self) -> int:
-        return US_PER_HOUR * (24 if self.code == "D" else 1)
 
-    def periods(self, instants_us: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """The period each instant falls in, as a count of periods since 1970-01-01."""
-        return instants_us // self.period_us
-
-    def format(self, periods: npt.NDArray[np.int64]) -> pa.Array:
-        """``ds`` strings: ``YYYY-MM-DD`` for days, ``YYYY-MM-DDTHH:00:00`` for hours."""
-        if len(periods) == 0:
-            return pa.array([], type=pa.string())
-        # Label every period between the first and the last once, then pick: periods span
-        # years at most, far fewer than the rows.
-        first = int(periods.min())
-        span = np.arange(first, int(periods.max()) + 1)
-        if self.code == "D":
-            labels = np.datetime_as_string(span.astype("datetime64[D]"), unit="D").tolist()
-        else:
-            hours = np.datetime_as_string(span.astype("datetime64[h]"), unit="h")
-            labels = [f"{hour}:00:00" for hour in hours]
-        return pa.array(labels, type=pa.string()).take(pa.array(periods - first))
+def period_labels(periods: npt.NDArray[np.int64], frequency: Frequency) -> pa.Array:
+    """``ds`` strings: ``YYYY-MM-DD`` for days, ``YYYY-MM-DDTHH:00:00`` for hours."""
+    if len(periods) == 0:
+        return pa.array([], type=pa.string())
+    # Label every period between the first and the last once, then pick: periods span
+    # years at most, far fewer than the rows.
+    first = int(periods.min())
+    starts = (np.arange(first, int(periods.max()) + 1) * period_us(frequency)).astype(
+        "datetime64[us]"
+    )
+    if frequency.periods_per_day == 1:
+        labels = np.datetime_as_string(starts, unit="D").tolist()
+    else:
+        labels = np.datetime_as_string(starts, unit="s").tolist()
+    return pa.array(labels, type=pa.string()).take(pa.array(periods - first))
 
 
 @dataclass(frozen=True)
@@ -103,7 +96,7 @@ def period_keys(
     codes: npt.NDArray[np.int64], instants_us: npt.NDArray[np.int64], frequency: Frequency
 ) -> npt.NDArray[np.int64]:
     """One key per reading for its (customer code, period), ordered as that pair is."""
-    return (codes << _PERIOD_BITS) | frequency.periods(instants_us)
+    return (codes << _PERIOD_BITS) | period_numbers(instants_us, frequency)
 
 
 def period_totals(

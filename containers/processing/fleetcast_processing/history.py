@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_processing.aggregate import Frequency, period_keys
+from fleetcast_contracts.frequency import Frequency
+from fleetcast_processing.aggregate import period_keys, period_numbers
 from fleetcast_processing.usage import (
     UseRules,
     carrying_meters,
@@ -131,7 +132,7 @@ def training_periods(readings: Readings, frequency: Frequency, rules: UseRules) 
     intervals = reading_intervals(readings.ranks, readings.instants)
     # Periods are sorted by rank: each rank's interval is repeated over its periods.
     customer_starts = _run_starts(ranks)
-    periods = frequency.periods(readings.instants[starts])
+    periods = period_numbers(readings.instants[starts], frequency)
     values = np.add.reduceat(readings.values, starts)
     counts = np.diff(starts, append=len(keys))
     covered = np.add.reduceat(_reading_cover(readings, intervals, frequency, rules), starts)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.processing import (
     CHANGED_FILE,
     RAW_INPUT,
@@ -24,7 +25,6 @@ from fleetcast_contracts.processing import (
     ProcessingPaths,
     ProcessingSummary,
 )
-from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.changes import ChangedReadings
 from fleetcast_processing.duplicates import MAX_CUSTOMERS
 from fleetcast_processing.errors import UnusableInputError
@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class JobSettings:
     paths: ProcessingPaths
-    frequency: Frequency = field(default_factory=lambda: Frequency("D"))
+    frequency: Frequency = field(default_factory=lambda: Frequency.DAILY)
     source_name: str | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
     # The training job's instances: the run's training parts are a multiple of them.
@@ -222,7 +222,7 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
     )
     summary = ProcessingSummary(
         source_name=source_name,
-        frequency=settings.frequency.code,
+        frequency=settings.frequency.value,
         lines=progress.lines,
         header_line=header.line,
         blank_lines=progress.blank_rows,

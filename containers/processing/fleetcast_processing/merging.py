@@ -22,8 +22,9 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.shards import history_shard_name
-from fleetcast_processing.aggregate import Frequency, period_keys, period_totals
+from fleetcast_processing.aggregate import period_keys, period_labels, period_totals, period_us
 from fleetcast_processing.changes import ChangedReadings
 from fleetcast_processing.duplicates import deduplicate, reading_keys
 from fleetcast_processing.history import Readings, merge_readings, training_periods
@@ -231,7 +232,7 @@ def _plausible(
         return None
     rejected.add_periods(
         ids.take(pa.array(totals.codes[implausible])).to_pylist(),
-        frequency.format(totals.periods[implausible]),
+        period_labels(totals.periods[implausible], frequency),
         totals.values[implausible].tolist(),
         rows[implausible].tolist(),
     )
@@ -255,9 +256,9 @@ def _over_with_history(
     frequency = settings.frequency
     totals, rows = period_totals(uploaded.ranks, uploaded.instants, uploaded.values, frequency)
     # Each period's readings are one run of the merged keys (rank, then instant).
-    start = totals.periods * frequency.period_us
+    start = totals.periods * period_us(frequency)
     low = np.searchsorted(merged.keys, reading_keys(totals.codes, start))
-    high = np.searchsorted(merged.keys, reading_keys(totals.codes, start + frequency.period_us))
+    high = np.searchsorted(merged.keys, reading_keys(totals.codes, start + period_us(frequency)))
     with_stored = np.flatnonzero(high - low > rows)
     if len(with_stored) == 0:
         return None
@@ -270,7 +271,7 @@ def _over_with_history(
     picked = with_stored[implausible]
     rejected.add_periods(
         ids.take(pa.array(totals.codes[picked])).to_pylist(),
-        frequency.format(totals.periods[picked]),
+        period_labels(totals.periods[picked], frequency),
         sums[implausible].tolist(),
         rows[picked].tolist(),
         (high - low - rows)[picked].tolist(),

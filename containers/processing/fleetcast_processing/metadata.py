@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.holiday_calendar import check_calendar
 from fleetcast_contracts.ids import CUSTOMER_ID_RULE, is_valid_customer_id
 from fleetcast_contracts.processing import (
@@ -36,7 +37,6 @@ from fleetcast_contracts.processing import (
     MetadataSummary,
     ProcessingSummary,
 )
-from fleetcast_processing.aggregate import Frequency
 from fleetcast_processing.errors import UnusableInputError, visible
 from fleetcast_processing.metadata_store import (
     CustomerMetadata,
@@ -365,7 +365,7 @@ def run_metadata(
     stored = write_stored_parts(
         sorted(checked.accepted),
         set(changed),
-        Frequency(frequency),
+        Frequency.parse(frequency),
         rules or UseRules(),
         paths.history_input,
         paths.train_output,

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetcast_contracts.files import written_whole
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.ids import is_valid_customer_id
 from fleetcast_contracts.shards import (
     HISTORY_COLUMNS,
@@ -35,7 +36,7 @@ from fleetcast_contracts.shards import (
     train_part_name,
 )
 from fleetcast_contracts.training import FLEET_FILE, FLEET_TEACHERS
-from fleetcast_processing.aggregate import Frequency
+from fleetcast_processing.aggregate import period_us
 from fleetcast_processing.duplicates import reading_keys
 from fleetcast_processing.errors import UnusableInputError
 from fleetcast_processing.history import Periods, Readings, training_periods
@@ -219,7 +220,7 @@ def train_table(periods: Periods, ids: pa.Array, frequency: Frequency) -> pa.Tab
     return pa.table(
         [
             ids.take(pa.array(periods.customers)),
-            pa.array(periods.periods * frequency.period_us, type=pa.int64()).cast(
+            pa.array(periods.periods * period_us(frequency), type=pa.int64()).cast(
                 pa.timestamp("us")
             ),
             pa.array(periods.values, type=pa.float64()),

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.processing import DEFAULT_INCOMPLETE_BELOW, DEFAULT_ZERO_RUN_DAYS
 from fleetcast_contracts.shards import USE_INACTIVE, USE_INCOMPLETE, USE_OK, USES
-from fleetcast_processing.aggregate import Frequency
+from fleetcast_processing.aggregate import period_us
 
 OK, INCOMPLETE, INACTIVE = (USES.index(use) for use in (USE_OK, USE_INCOMPLETE, USE_INACTIVE))
 _SECONDS_PER_DAY = 86_400
@@ -61,7 +62,7 @@ def longest_cover(
     few days to a meter that misses one in five) is not mistaken for a meter that was off;
     a meter whose readings were lost rather than carried is then still short by no more
     than the reading count rule let a whole day be."""
-    share = (1.0 - rules.incomplete_below) * frequency.period_us / 1_000_000
+    share = (1.0 - rules.incomplete_below) * period_us(frequency) / 1_000_000
     return np.maximum(CARRIED_INTERVALS * intervals, share)
 
 
@@ -127,7 +128,7 @@ def period_use(
     """The use code (index into USES) of each row: rows sorted by customer, then period;
     ``covered`` is the seconds its readings cover (:func:`covered_seconds`, summed over
     the period's readings; NaN for a meter with a single reading, never incomplete)."""
-    period_seconds = frequency.period_us / 1_000_000
+    period_seconds = period_us(frequency) / 1_000_000
     # A meter reading less often than its periods (daily readings, hourly periods) covers a
     # period with each reading it has: a period with a reading is never short of one.
     needed = rules.incomplete_below * period_seconds

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetcast_contracts.files import written_whole
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.model_archive import HoldoutMetrics
 from fleetcast_contracts.quantiles import FORECAST_FLOOR
 from fleetcast_contracts.training_manifest import CustomerResult
@@ -64,7 +65,7 @@ def forecast_for_export(
     run_id: str,
     model: str | dict[str, Any],
     model_kind: str,
-    frequency: str,
+    frequency: Frequency,
     periods: int,
     last_history: np.datetime64 | None = None,
     readings_end: np.datetime64 | None = None,
@@ -92,7 +93,7 @@ def forecast_for_export(
     forecaster = compile_archive(
         model,
         model_kind,
-        frequency,
+        frequency.pandas_alias,
         horizon=horizon,
         one_period=horizon == 1,
         last_history=last_history,
@@ -117,7 +118,7 @@ MAX_LAG_DAYS = 366
 
 
 def periods_between(
-    earlier: np.datetime64 | None, later: np.datetime64 | None, frequency: str
+    earlier: np.datetime64 | None, later: np.datetime64 | None, frequency: Frequency
 ) -> int:
     """Whole periods from ``earlier`` to ``later`` (0 when either is unknown or ``later``
     is not later)."""

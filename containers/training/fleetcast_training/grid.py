@@ -12,21 +12,20 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_forecasters.candidates import Histories
 from fleetcast_training.history import History
 from fleetcast_training.hyperparameters import Hyperparameters
 
-_STEPS = {"D": np.timedelta64(1, "D"), "h": np.timedelta64(1, "h")}
+
+def period(frequency: Frequency) -> np.timedelta64:
+    """One period of the model's frequency."""
+    return np.timedelta64(frequency.period_seconds, "s")
 
 
-def period(frequency: str) -> np.timedelta64:
-    """One period of the model's frequency (``D`` or ``h``)."""
-    return _STEPS[frequency]
-
-
-def positions(history: History, frequency: str) -> npt.NDArray[np.intp]:
+def positions(history: History, frequency: Frequency) -> npt.NDArray[np.intp]:
     """Each row's period number from the history's first period."""
-    step = _STEPS[frequency].astype("timedelta64[us]").astype(np.int64)
+    step = period(frequency).astype("timedelta64[us]").astype(np.int64)
     times = history.times.astype("datetime64[us]").astype(np.int64)
     return np.asarray(np.rint((times - times[0]) / step), dtype=np.intp)
 

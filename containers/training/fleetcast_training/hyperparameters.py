@@ -15,9 +15,10 @@ from pydantic import (
     model_validator,
 )
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.holiday_calendar import check_calendar
+from fleetcast_contracts.horizons import MAX_EXPORT_DAYS
 from fleetcast_contracts.ids import is_valid_run_id
-from fleetcast_contracts.inference import MAX_PERIOD
 from fleetcast_contracts.training import (
     CANDIDATE_KINDS,
     HYPERPARAMETER_DEFAULTS,
@@ -25,25 +26,12 @@ from fleetcast_contracts.training import (
     SAGEMAKER_HYPERPARAMETER_PREFIX,
 )
 
-DAILY = "D"
-# pandas 3 spells hourly "h"; "H" is accepted on the way in.
-HOURLY = "h"
-_FREQUENCIES = {"d": DAILY, "h": HOURLY}
-_PERIODS_PER_DAY = {DAILY: 1, HOURLY: 24}
-# The seasonal-naive baseline repeats the last week of daily data, the last day of hourly.
-_SEASON = {DAILY: timedelta(days=7), HOURLY: timedelta(days=1)}
 # The model families a customer's candidates may be drawn from, in the order they fit.
 CANDIDATES = CANDIDATE_KINDS
 
 
 class InvalidHyperparametersError(ValueError):
     """Hyperparameters the job cannot run with; the message names each problem."""
-
-
-def _frequency(value: object) -> object:
-    if isinstance(value, str) and value.strip().lower() in _FREQUENCIES:
-        return _FREQUENCIES[value.strip().lower()]
-    return value
 
 
 def _seasonality(value: object) -> object:
@@ -79,7 +67,8 @@ class Hyperparameters(BaseModel):
     run_id: str
     holdout_days: int = Field(ge=1, le=366)
     min_rows: int = Field(ge=2)
-    frequency: Annotated[Literal["D", "h"], BeforeValidator(_frequency)]
+    # "D" or "H" (the template's ModelFrequency); "h" too, as jobs before this type had it.
+    frequency: Annotated[Frequency, BeforeValidator(Frequency.parse)]
     seasonality_mode: Literal["additive", "multiplicative"]
     yearly_seasonality: Seasonality
     weekly_seasonality: Seasonality
@@ -95,7 +84,7 @@ class Hyperparameters(BaseModel):
     # Customers without metadata get this country's holidays; "" for none.
     default_holiday_country: str = ""
     # Days of forecast each trained customer gets in the run's export; 0: no export.
-    forecast_export_days: int = Field(ge=0, le=MAX_PERIOD)
+    forecast_export_days: int = Field(ge=0, le=MAX_EXPORT_DAYS)
 
     @model_validator(mode="after")
     def _known_run(self) -> Hyperparameters:
@@ -120,7 +109,7 @@ class Hyperparameters(BaseModel):
 
     @property
     def holdout_rows(self) -> int:
-        return self.holdout_days * _PERIODS_PER_DAY[self.frequency]
+        return self.holdout_days * self.frequency.periods_per_day
 
     @property
     def backtest_periods(self) -> int:
@@ -131,20 +120,21 @@ class Hyperparameters(BaseModel):
 
     @property
     def periods_per_day(self) -> int:
-        return _PERIODS_PER_DAY[self.frequency]
+        return self.frequency.periods_per_day
 
     @property
     def export_periods(self) -> int:
         """Rows of each customer's exported forecast (24 a day for hourly models)."""
-        return self.forecast_export_days * _PERIODS_PER_DAY[self.frequency]
+        return self.forecast_export_days * self.frequency.periods_per_day
 
     @property
     def season(self) -> timedelta:
-        return _SEASON[self.frequency]
+        """What the seasonal-naive baseline repeats: a week of daily data, a day of hourly."""
+        return self.season_rows * timedelta(seconds=self.frequency.period_seconds)
 
     @property
     def season_rows(self) -> int:
-        return int(self.season / timedelta(days=1)) * _PERIODS_PER_DAY[self.frequency]
+        return self.frequency.season_periods
 
     def worker_count(self, cpus: int) -> int:
         return self.workers or cpus

@@ -22,6 +22,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fleetcast_contracts.files import PARTIAL_SUFFIX
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.layout import CUSTOMER_FILE_SUFFIX, customer_id_from_file_name
 from fleetcast_contracts.shards import SHARD_SUFFIX
 from fleetcast_contracts.training import (
@@ -328,7 +329,10 @@ def learn_fleet(
     learnt from them and the stored ``teachers``, when it is a candidate of a daily model;
     none when it cannot learn (it is one candidate: the others are fitted whatever
     happens to it)."""
-    if fleet.KIND not in hyperparameters.candidates or hyperparameters.frequency != "D":
+    if (
+        fleet.KIND not in hyperparameters.candidates
+        or hyperparameters.frequency is not Frequency.DAILY
+    ):
         return {}
     usable = _fitting_histories(customers)
     extra = _fitting_histories(teachers or [])

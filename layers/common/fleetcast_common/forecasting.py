@@ -22,6 +22,7 @@ from fleetcast_common.registry import LiveModel
 from fleetcast_common.settings import _FromEnvironment
 from fleetcast_contracts import layout
 from fleetcast_contracts.families import FAMILIES
+from fleetcast_contracts.frequency import Frequency, period_limits
 from fleetcast_contracts.ids import (
     CUSTOMER_ID_PATTERN,
     InvalidCustomerIdError,
@@ -45,9 +46,10 @@ from fleetcast_contracts.quantiles import (
 )
 from fleetcast_contracts.times import UtcDatetime
 
-# The horizons the API accepts are those the inference container serves
-# (fleetcast_contracts.inference: MIN_PERIOD, MAX_PERIOD and DEFAULT_PERIOD, there so the
-# CLI's --help reads them without this module).
+# The horizons the API accepts are those the inference container serves: from MIN_PERIOD
+# to the customer's model's frequency's max_period, in its own periods
+# (fleetcast_contracts.horizons and .frequency, there so the CLI's --help reads them
+# without this module).
 QUANTILES_PARAMETER = "quantiles"
 _DECIMAL = re.compile(r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
 CLIPPING_NOTE = (
@@ -111,13 +113,25 @@ _NEWER_MODEL = (
 )
 
 
+_FREQUENCY = (
+    "The model's frequency, the unit of its periods: D (each period a UTC day) or H (a UTC "
+    "hour). Each customer's model has its own; a stack makes models of one"
+)
+_PERIOD_UNIT = "The unit of the model's periods, in words: day or hour"
+
+
 class CustomerForecast(BaseModel):
     customer_id: str = Field(pattern=CUSTOMER_ID_PATTERN)
     model_version: int = Field(description="The customer's live model version (1, 2, ...)")
     run_id: str = Field(description="The training run that produced the model")
     trained_at: UtcDatetime
     data_end: date = Field(description="Last day of history the model was fitted on")
-    period: int = Field(description="Periods forecast after data_end")
+    frequency: Frequency = Field(description=_FREQUENCY)
+    period_unit: str = Field(description=_PERIOD_UNIT, examples=["day", "hour"])
+    period: int = Field(
+        description="Periods forecast after the history's end, in the model's unit "
+        "(period_unit): days of a daily model, hours of an hourly one"
+    )
     forecast: list[ForecastPoint]
     quantiles: list[float] = Field(
         default_factory=list,
@@ -169,6 +183,11 @@ class CustomerModel(BaseModel):
     data_start: date = Field(description="First day of history the model was fitted on")
     data_end: date = Field(description="Last day of history the model was fitted on")
     rows: int = Field(description="Periods of history the model was fitted on")
+    frequency: Frequency = Field(description=_FREQUENCY)
+    period_unit: str = Field(description=_PERIOD_UNIT, examples=["day", "hour"])
+    max_period: int = Field(
+        description=f"The longest forecast the model serves, in its periods ({period_limits()})"
+    )
     metrics: HoldoutAccuracy | None = Field(
         description="The backtest's errors beside seasonal naive's; null for a cold start "
         "(model_kind cold_start: too short a history to backtest)"
@@ -195,6 +214,9 @@ class CustomerModel(BaseModel):
             data_start=live.data_start,
             data_end=live.data_end,
             rows=live.rows,
+            frequency=live.frequency,
+            period_unit=live.frequency.unit,
+            max_period=live.frequency.max_period,
             metrics=None
             if live.metrics is None
             else HoldoutAccuracy.model_validate(live.metrics.model_dump()),
@@ -384,6 +406,7 @@ def customer_forecast(
     """The next ``period`` periods of the customer's live model, with what it was fitted
     on; with ``quantiles`` (ascending, without repeats), those quantiles at each point."""
     live = live_model(customer_id, registry)
+    check_period(period, live)
     try:
         answer = _endpoint_forecast(customer_id, live, period, endpoint, quantiles)
     except EndpointFailedError:
@@ -395,6 +418,7 @@ def customer_forecast(
         if fresh.run_id == live.run_id:
             raise
         live = fresh
+        check_period(period, live)
         answer = _endpoint_forecast(customer_id, live, period, endpoint, quantiles)
     return CustomerForecast(
         customer_id=customer_id,
@@ -402,12 +426,26 @@ def customer_forecast(
         run_id=live.run_id,
         trained_at=live.trained_at,
         data_end=live.data_end,
+        frequency=live.frequency,
+        period_unit=live.frequency.unit,
         period=period,
         forecast=answer.forecast,
         quantiles=list(quantiles),
         clipped_at_zero=answer.clipped_at_zero,
         newer_model=NewerModel.of(live),
     )
+
+
+def check_period(period: int, live: LiveModel) -> None:
+    """A period the customer's model serves: from 1 to its frequency's longest forecast,
+    in its own unit (the inference container refuses the same)."""
+    frequency = live.frequency
+    if not 1 <= period <= frequency.max_period:
+        raise InvalidRequestError(
+            f"period must be a whole number of {frequency.units} from 1 to "
+            f"{frequency.max_period} for customer {live.customer_id!r}, whose model is "
+            f"{frequency.adjective} (a period is one {frequency.unit}), not {period}"
+        )
 
 
 def _endpoint_forecast(

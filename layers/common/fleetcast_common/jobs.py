@@ -132,7 +132,7 @@ def processing_job_request(
             "ContainerEntrypoint": processing.ENTRYPOINT,
             "ContainerArguments": [
                 "--frequency",
-                settings.frequency,
+                settings.frequency.value,
                 "--training-instances",
                 str(settings.training_instance_count),
                 processing.INPUT_KIND_ARGUMENT,
@@ -210,7 +210,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, parts: int) ->
         "RoleArn": settings.sagemaker_role_arn,
         "HyperParameters": {
             "run_id": run_id,
-            "frequency": settings.frequency,
+            "frequency": settings.frequency.value,
             "holdout_days": str(settings.holdout_days),
             "default_holiday_country": settings.default_holiday_country,
             "forecast_export_days": str(settings.forecast_export_days),

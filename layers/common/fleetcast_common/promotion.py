@@ -61,6 +61,7 @@ def model_record(
         metrics=metadata.metrics,
         model_kind=metadata.model_kind,
         backtest=metadata.backtest,
+        frequency=metadata.frequency,
     )
 
 

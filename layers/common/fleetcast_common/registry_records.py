@@ -7,10 +7,11 @@ from __future__ import annotations
 from datetime import date, datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.model_archive import Backtest, HoldoutMetrics
 
 # The fields a record keeps as their JSON text (:func:`stored`), not as DynamoDB maps,
@@ -42,6 +43,9 @@ class TrainedModel(BaseModel):
     # The family that made the model and how it was chosen.
     model_kind: str
     backtest: Backtest
+    # The model's frequency: its periods are days or hours. A record written before it was
+    # kept (2026-12-06) reads as daily, which is wrong only for a ModelFrequency=H stack's.
+    frequency: Annotated[Frequency, BeforeValidator(Frequency.parse)] = Frequency.DAILY
 
     @field_validator(*STORED_AS_TEXT, mode="before")
     @classmethod

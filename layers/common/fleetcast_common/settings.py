@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Literal, Self, TypeVar
+from typing import Self, TypeVar
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fleetcast_contracts.frequency import Frequency
+from fleetcast_contracts.horizons import MAX_EXPORT_DAYS
 from fleetcast_contracts.training import CANDIDATE_KINDS, CANDIDATES_PATTERN
 
 
@@ -56,7 +58,7 @@ class ProcessingSettings(PipelineSettings):
     upload_queue_table: str = Field(alias="UPLOAD_QUEUE_TABLE")
     instance_type: str = Field(alias="PROCESSING_INSTANCE_TYPE", default="ml.m5.xlarge")
     volume_gb: int = Field(alias="PROCESSING_VOLUME_GB", default=30, ge=1)
-    frequency: Literal["D", "H"] = Field(alias="MODEL_FREQUENCY", default="D")
+    frequency: Frequency = Field(alias="MODEL_FREQUENCY", default=Frequency.DAILY)
     # The API's bounds for a processing job's MaxRuntimeInSeconds (botocore: 1 to 777600).
     max_runtime_seconds: int = Field(
         alias="PROCESSING_MAX_RUNTIME_SECONDS", default=3600, ge=1, le=777600
@@ -75,13 +77,15 @@ class TrainingSettings(PipelineSettings):
     use_spot: bool = Field(alias="TRAINING_USE_SPOT", default=True)
     max_runtime_seconds: int = Field(alias="TRAINING_MAX_RUNTIME_SECONDS", default=3600, ge=60)
     max_wait_seconds: int = Field(alias="TRAINING_MAX_WAIT_SECONDS", default=7200, ge=60)
-    frequency: Literal["D", "H"] = Field(alias="MODEL_FREQUENCY", default="D")
+    frequency: Frequency = Field(alias="MODEL_FREQUENCY", default=Frequency.DAILY)
     holdout_days: int = Field(alias="HOLDOUT_DAYS", default=7, ge=1, le=90)
     # Holidays of customers without metadata (docs/holidays.md); "" for none.
     default_holiday_country: str = Field(
         alias="DEFAULT_HOLIDAY_COUNTRY", default="", pattern=r"^([A-Z]{2,3})?$"
     )
-    forecast_export_days: int = Field(alias="FORECAST_EXPORT_DAYS", default=30, ge=0, le=365)
+    forecast_export_days: int = Field(
+        alias="FORECAST_EXPORT_DAYS", default=30, ge=0, le=MAX_EXPORT_DAYS
+    )
     # The model families each customer may be served (docs/model-families.md): the job's
     # ``candidates``. Seasonal naive is scored whether listed or not.
     model_candidates: str = Field(

@@ -98,8 +98,8 @@ class ForecastPoint(BaseModel):
 
     ds: str = Field(
         description=(
-            "The forecast period: its date (YYYY-MM-DD) on a stack of daily models, its "
-            "start in UTC (RFC 3339, e.g. 2024-09-01T13:00:00Z) on one of hourly models"
+            "The forecast period: its date (YYYY-MM-DD) for a daily model, its start in UTC "
+            "(RFC 3339, e.g. 2024-09-01T13:00:00Z) for an hourly one"
         ),
         json_schema_extra={"anyOf": [{"format": "date"}, {"format": "date-time"}]},
     )

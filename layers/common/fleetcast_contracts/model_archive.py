@@ -17,10 +17,12 @@ import io
 import tarfile
 from datetime import date, datetime
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from fleetcast_contracts.files import write_whole
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
 from fleetcast_contracts.times import UtcDatetime
 
@@ -108,7 +110,8 @@ class ModelMetadata(BaseModel):
     customer_id: str
     run_id: str
     trained_at: datetime
-    frequency: str = "D"
+    # "D" or "H"; archives written before the Frequency type say "h" for hourly.
+    frequency: Annotated[Frequency, BeforeValidator(Frequency.parse)] = Frequency.DAILY
     data_start: date
     data_end: date
     rows: int

@@ -202,7 +202,6 @@ REJECTED_COLUMNS = ("line", "customer_id", "timestamp", "consumption", "reason",
 # not make a huge report.
 REJECTED_ROWS_PER_REASON = 1000
 REJECTED_VALUE_LIMIT = 200
-FREQUENCIES = ("D", "H")
 
 
 class RejectReason(StrEnum):

@@ -9,6 +9,7 @@ instance). Paths below are relative to the ``/opt/ml`` root (see :mod:`.opt_ml`)
 from __future__ import annotations
 
 from fleetcast_contracts import families
+from fleetcast_contracts.frequency import Frequency
 
 # How many CPUs this instance has. Unset on SageMaker (the container sees its instance);
 # the local stack sets it to share one machine's cores between emulated instances.
@@ -110,7 +111,7 @@ CANDIDATES_PATTERN = rf"^{_KIND}(,{_KIND})*$"
 HYPERPARAMETER_DEFAULTS: dict[str, str] = {
     "holdout_days": "7",
     "min_rows": "28",
-    "frequency": "D",
+    "frequency": Frequency.DAILY.value,
     "seasonality_mode": "additive",
     "yearly_seasonality": "auto",
     "weekly_seasonality": "auto",

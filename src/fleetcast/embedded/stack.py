@@ -36,6 +36,7 @@ from fleetcast.embedded.info import (
     repo_root,
 )
 from fleetcast.embedded.keeping import StateKeeping
+from fleetcast.embedded.kept_frequency import check_kept_frequency
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.lifecycle import LocalLifecycle
 from fleetcast.embedded.malloc import limit_arenas
@@ -46,6 +47,7 @@ from fleetcast.embedded.resources import create_resources
 from fleetcast.embedded.sagemaker_jobs import JobRunner
 from fleetcast.embedded.serving import LocalServing, ServingOptions
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.stages import PIPELINE
 
 log = logging.getLogger("fleetcast.embedded")
@@ -155,6 +157,12 @@ class EmbeddedStack:
             self.gateway.wrap_aws_app(self.runner.environments.wrap)
             self.gateway.wrap_aws_app(AwsLimits)  # what AWS refuses and moto does not
             kept = self.keeping.restore()
+            if kept is not None:  # before anything is created, delivered or resumed
+                check_kept_frequency(
+                    persistence.sagemaker_backend(ACCOUNT_ID, REGION),
+                    Frequency.parse(self.template.parameters["ModelFrequency"]),
+                    str(self.state_dir),
+                )
             create_resources(self.template, self.client, self.iam.create_roles)
             # What the buckets' lifecycle rules expire goes, as on AWS (embedded/lifecycle.py).
             self.lifecycle = LocalLifecycle(
