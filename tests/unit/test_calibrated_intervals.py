@@ -49,7 +49,7 @@ def test_errors_that_grow_with_the_horizon_give_an_interval_that_grows() -> None
     actual, forecast = backtest_errors(seed=1, growth=0.1)
     found = calibration.fit(actual, forecast)
     assert found is not None
-    intercept, slope = found["profile"]
+    _, slope = found["profile"]
     assert slope > 0
     deviation = calibration.deviations(found, np.full(STEPS, 20.0))
     assert deviation[-1] > 2 * deviation[0]

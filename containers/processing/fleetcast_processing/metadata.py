@@ -378,7 +378,7 @@ def run_metadata(
     teachers = write_fleet_teachers(
         set(retrained),
         fleet_teacher_limit(len(retrained), training_instances),
-        Frequency(frequency),
+        Frequency.parse(frequency),
         rules or UseRules(),
         paths.history_input,
         paths.fleet_output,
