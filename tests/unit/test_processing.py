@@ -892,7 +892,9 @@ def test_start_processing_passes_the_size_limit_the_container_reads() -> None:
     )
 
     # When it builds the processing job's request
-    request = processing_job_request(settings, "20240101T000000Z-abc", upload, False)
+    request = processing_job_request(
+        settings, "20240101T000000Z-abc", upload, "runs/20240101T000000Z-abc/upload/u.csv", False
+    )
 
     # Then the job's environment holds the limit, in bytes, under the container's name
     limits = JobLimits.from_env(request["Environment"])
