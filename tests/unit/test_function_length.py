@@ -29,7 +29,6 @@ ALLOWED = {
     "layers/common/fleetcast_common/registration.py:register_chunk": NOT_YET,
     "src/fleetcast/billing.py:labelled_history": NOT_YET,
     "src/fleetcast/embedded/api/responses.py:proxy_event": NOT_YET,
-    "src/fleetcast/embedded/sagemaker_jobs/runner.py:_run_training": NOT_YET,
     "src/fleetcast/embedded/stack.py:start": NOT_YET,
     "src/fleetcast/run_report.py:render_html": NOT_YET,
     "src/fleetcast/status.py:run_status": NOT_YET,
