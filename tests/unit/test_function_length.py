@@ -27,7 +27,6 @@ ALLOWED = {
     "containers/forecasters/fleetcast_forecasters/prophet_compile.py:_compile": NOT_YET,
     "containers/processing/fleetcast_processing/metadata.py:run_metadata": NOT_YET,
     "layers/common/fleetcast_common/registration.py:register_chunk": NOT_YET,
-    "src/fleetcast/billing.py:labelled_history": NOT_YET,
     "src/fleetcast/embedded/api/responses.py:proxy_event": NOT_YET,
     "src/fleetcast/embedded/stack.py:start": NOT_YET,
     "src/fleetcast/run_report.py:render_html": NOT_YET,
