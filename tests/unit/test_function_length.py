@@ -24,7 +24,6 @@ ALLOWED = {
     "bench/serving.py:serving_rows": NOT_YET,
     "bench/suite.py:main": NOT_YET,
     "bench/training.py:training_rows": NOT_YET,
-    "containers/forecasters/fleetcast_forecasters/prophet_compile.py:_compile": NOT_YET,
     "containers/processing/fleetcast_processing/metadata.py:run_metadata": NOT_YET,
     "layers/common/fleetcast_common/registration.py:register_chunk": NOT_YET,
     "src/fleetcast/embedded/api/responses.py:proxy_event": NOT_YET,
