@@ -45,10 +45,10 @@ from fleetcast_forecasters.forecast import simulated_periods
 from fleetcast_forecasters.prophet_compile import compile_model
 from fleetcast_forecasters.prophet_forecaster import forecast_seed
 from fleetcast_inference.app import InferenceApp, build_served_model
-from fleetcast_inference.contract import InferenceSettings
 from fleetcast_inference.protocol import render_forecast
 from fleetcast_inference.registry import LoadedModels, ServedModel
 from fleetcast_inference.server import InferenceServer
+from fleetcast_inference.settings import InferenceSettings
 
 MIB = 2**20
 PERIOD = 7

@@ -48,7 +48,7 @@ from fleetcast_contracts.shards import TRAIN_PARTS_PER_INSTANCE, train_part_name
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_forecasters.combination import COMBINING
 from fleetcast_training import exact_map
-from fleetcast_training.contract import TrainingEnvironment
+from fleetcast_training.environment import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.job import run_job
 from fleetcast_training.prophet_model import FleetcastProphet

@@ -50,7 +50,7 @@ from fleetcast_contracts import training as training_contract
 from fleetcast_contracts.opt_ml import OPT_ML_ENV, resolve
 from fleetcast_contracts.training_manifest import CustomerOutcome
 from fleetcast_processing.__main__ import main as processing_main
-from fleetcast_training.contract import TrainingEnvironment
+from fleetcast_training.environment import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.job import run_job
 from fleetcast_training.run_exports import EXPORTS_DIR, FORECASTS

@@ -224,7 +224,8 @@ def _only_query_parameters(*known: str) -> Any:
     summary="A customer's forecast",
     description=(
         "The next `period` days after the customer's history, from its live model: "
-        "Prophet's point forecast and 80 % interval, with the model's version, training "
+        "its family's point forecast and 80 % interval (the answer's `model_kind` names the "
+        "family), with the model's version, training "
         "time and last day of data; with `quantiles`, those quantiles of the same "
         "uncertainty samples at each point. The same request always gets the same answer. "
         "A warm function remembers a customer's live model for `LIVE_MODEL_CACHE_SECONDS` "

@@ -92,7 +92,7 @@ def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAc
     statuses = [decided.status for decided in decisions if decided is not None]
     not_exported = [row for row in rows if row["outcome"] != "failed" and not row["forecast_rows"]]
     trained = [row for row in rows if row["outcome"] != "failed"]
-    kinds = [row.get("model_kind") or "prophet" for row in trained]
+    kinds = [row["model_kind"] for row in trained]
     return RunAccuracy(
         served={
             kind: kinds.count(kind) for kind in sorted(set(kinds), key=kinds.count, reverse=True)
