@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,11 +17,16 @@ from aws_lambda_powertools.utilities.parser import parse
 from pydantic import ValidationError
 from template_helpers import REPO_ROOT
 
+from fleetcast_common.jobs import Upload, processing_job_request
 from fleetcast_common.sagemaker_events import (
     ObjectCreated,
     ProcessingJobEnded,
     StartProcessingEvent,
 )
+from fleetcast_common.settings import ProcessingSettings
+from fleetcast_contracts import layout
+from fleetcast_contracts.processing import source_key_from_environment
+from fleetcast_contracts.stages import PROCESSING
 
 EVENTS = REPO_ROOT / "events"
 
@@ -154,3 +160,37 @@ def test_the_check_tells_a_raw_event_from_a_parsed_one(
     found = _unparsed_event(source)
     # Then it names the problem, or none
     assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+@pytest.mark.parametrize("name", ["processing_job_completed.json", "processing_job_failed.json"])
+def test_the_sample_job_events_carry_the_request_start_processing_makes(name: str) -> None:
+    # Given a sample processing job event, and the request start-processing would make for
+    # its job and upload
+    detail = _event(name)["detail"]
+    run_id = PROCESSING.run_id_of("fleetcast", detail["ProcessingJobName"])
+    key = source_key_from_environment(detail["Environment"])
+    assert key is not None
+    settings = ProcessingSettings.from_env(
+        {
+            "RAW_BUCKET": "fleetcast-raw-123456789012",
+            "ARTIFACTS_BUCKET": "fleetcast-artifacts-123456789012",
+            "REGISTRY_TABLE": "registry",
+            "JOB_NAME_PREFIX": "fleetcast",
+            "SAGEMAKER_ROLE_ARN": detail["RoleArn"],
+            "PROCESSING_IMAGE_URI": detail["AppSpecification"]["ImageUri"],
+            "UPLOAD_QUEUE_TABLE": "queue",
+        }
+    )
+    upload = Upload(
+        bucket="fleetcast-raw-123456789012",
+        key=key,
+        revision="-",
+        size=1,
+        uploaded_at=datetime(2026, 11, 29, tzinfo=UTC),
+    )
+    request = processing_job_request(
+        settings, run_id, upload, layout.staged_upload_key(run_id, key), with_history=True
+    )
+    # Then the event's inputs, outputs, container and environment are the request's
+    for field in ("ProcessingInputs", "ProcessingOutputConfig", "AppSpecification", "Environment"):
+        assert detail[field] == request[field], field
