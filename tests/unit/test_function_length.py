@@ -23,7 +23,6 @@ ALLOWED = {
     "bench/scale.py:main": NOT_YET,
     "bench/suite.py:main": NOT_YET,
     "containers/processing/fleetcast_processing/metadata.py:run_metadata": NOT_YET,
-    "layers/common/fleetcast_common/registration.py:register_chunk": NOT_YET,
     "src/fleetcast/embedded/api/responses.py:proxy_event": NOT_YET,
     "src/fleetcast/embedded/stack.py:start": NOT_YET,
     "src/fleetcast/run_report.py:render_html": NOT_YET,
