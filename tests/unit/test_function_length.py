@@ -22,7 +22,6 @@ ALLOWED = {
     "bench/accuracy/report.py:readme_section": IN_FLIGHT,
     "bench/scale.py:main": NOT_YET,
     "bench/suite.py:main": NOT_YET,
-    "containers/processing/fleetcast_processing/metadata.py:run_metadata": NOT_YET,
     "src/fleetcast/embedded/api/responses.py:proxy_event": NOT_YET,
     "src/fleetcast/embedded/stack.py:start": NOT_YET,
     "src/fleetcast/run_report.py:render_html": NOT_YET,
