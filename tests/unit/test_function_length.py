@@ -22,10 +22,7 @@ ALLOWED = {
     "bench/accuracy/report.py:readme_section": IN_FLIGHT,
     "bench/scale.py:main": NOT_YET,
     "bench/suite.py:main": NOT_YET,
-    "src/fleetcast/embedded/api/responses.py:proxy_event": NOT_YET,
     "src/fleetcast/embedded/stack.py:start": NOT_YET,
-    "src/fleetcast/run_report.py:render_html": NOT_YET,
-    "src/fleetcast/status.py:run_status": NOT_YET,
     "src/fleetcast/up_cli.py:cmd_up": NOT_YET,
 }
 

@@ -213,6 +213,29 @@ class LocalRestApi:
         return api, key_value
 
 
+def _single_and_multi(
+    pairs: list[tuple[str, str]],
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Headers or query parameters as the proxy event gives them twice: each name's last
+    value, and all of its values."""
+    single: dict[str, str] = {}
+    multi: dict[str, list[str]] = {}
+    for name, value in pairs:
+        single[name] = value
+        multi.setdefault(name, []).append(value)
+    return single, multi
+
+
+def _event_body(body: bytes) -> tuple[str | None, bool]:
+    """The body as the event's text, base64 where it is not UTF-8; whether it is."""
+    if not body:
+        return None, False
+    try:
+        return body.decode(), False
+    except UnicodeDecodeError:
+        return base64.b64encode(body).decode(), True
+
+
 def proxy_event(
     *,
     route: ApiRoute,
@@ -229,23 +252,9 @@ def proxy_event(
     api_key: tuple[str, str] | None,
 ) -> dict[str, Any]:
     """The REST API proxy integration event (payload format 1.0) for one request."""
-    single_headers: dict[str, str] = {}
-    multi_headers: dict[str, list[str]] = {}
-    for name, value in headers:
-        single_headers[name] = value
-        multi_headers.setdefault(name, []).append(value)
-    single_query: dict[str, str] = {}
-    multi_query: dict[str, list[str]] = {}
-    for name, value in parse_qsl(query, keep_blank_values=True):
-        single_query[name] = value
-        multi_query.setdefault(name, []).append(value)
-    text_body: str | None = None
-    is_base64 = False
-    if body:
-        try:
-            text_body = body.decode()
-        except UnicodeDecodeError:
-            text_body, is_base64 = base64.b64encode(body).decode(), True
+    single_headers, multi_headers = _single_and_multi(headers)
+    single_query, multi_query = _single_and_multi(parse_qsl(query, keep_blank_values=True))
+    text_body, is_base64 = _event_body(body)
     now = datetime.now(UTC)
     domain = f"{api_id}.execute-api.{REGION}.amazonaws.com"
     user_agent = next((v for k, v in headers if k.lower() == "user-agent"), None)
