@@ -22,8 +22,6 @@ ALLOWED = {
     "bench/accuracy/report.py:readme_section": IN_FLIGHT,
     "bench/scale.py:main": NOT_YET,
     "bench/suite.py:main": NOT_YET,
-    "src/fleetcast/embedded/stack.py:start": NOT_YET,
-    "src/fleetcast/up_cli.py:cmd_up": NOT_YET,
 }
 
 
