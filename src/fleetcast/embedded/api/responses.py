@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import threading
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -16,7 +15,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from fleetcast.embedded.api.models import ApiKeys, UsagePlan
 from fleetcast.embedded.api.server import ApiServer, GatewayAnswer, gateway_error, handler_for
 from fleetcast.embedded.api.urls import ApiRoute, resource_path_of
-from fleetcast.embedded.gateway import SHUTDOWN_POLL_SECONDS, bind_preferred
+from fleetcast.embedded.gateway import ServingThread, bind_preferred
 from fleetcast.embedded.info import DEFAULT_API_PORT
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
@@ -54,12 +53,7 @@ class LocalRestApi:
             lambda bound: ApiServer((HOST, bound), handler_for(self.handle)),
             f"the API {name}",
         )
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
-            daemon=True,
-            name=f"api-{name}",
-        )
+        self._serving = ServingThread(self._server, f"api-{name}")
 
     @property
     def url(self) -> str:
@@ -67,12 +61,10 @@ class LocalRestApi:
         return f"http://{host!s}:{port}/{self.stage}"
 
     def start(self) -> None:
-        self._thread.start()
+        self._serving.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._serving.stop()
 
     def handle(
         self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str
