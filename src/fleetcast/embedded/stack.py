@@ -26,7 +26,7 @@ from fleetcast.embedded.context import ServiceContext
 from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.embedded.events import EventDelivery
 from fleetcast.embedded.gateway import Gateway, bind_preferred
-from fleetcast.embedded.iam import LocalIam
+from fleetcast.embedded.iam.local_iam import LocalIam
 from fleetcast.embedded.info import (
     CREDENTIALS,
     DEFAULT_PORT,
@@ -43,7 +43,7 @@ from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS, validate
 from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
 from fleetcast.embedded.recovery import Recovery
 from fleetcast.embedded.resources import create_resources
-from fleetcast.embedded.sagemaker_jobs import JobRunner
+from fleetcast.embedded.sagemaker_jobs.runner import JobRunner
 from fleetcast.embedded.serving import LocalServing, ServingOptions
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 from fleetcast_contracts.stages import PIPELINE
