@@ -45,6 +45,7 @@ from fleetcast.embedded.sagemaker_jobs.transfer import shard
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
+from fleetcast_contracts import layout
 from fleetcast_contracts import processing as processing_contract
 from fleetcast_contracts import training as training_contract
 from fleetcast_contracts.opt_ml import OPT_ML_ENV, resolve
@@ -106,7 +107,13 @@ def run(
         size=upload_path.stat().st_size,
         uploaded_at=datetime.now(UTC),
     )
-    request = processing_job_request(processing_settings, RUN_ID, upload, with_history=False)
+    request = processing_job_request(
+        processing_settings,
+        RUN_ID,
+        upload,
+        layout.staged_upload_key(RUN_ID, upload.key),
+        with_history=False,
+    )
 
     processing_root = scratch / "processing"
     raw = resolve(processing_contract.RAW_INPUT, processing_root)
