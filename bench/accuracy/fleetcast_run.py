@@ -107,13 +107,8 @@ def run(
         size=upload_path.stat().st_size,
         uploaded_at=datetime.now(UTC),
     )
-    request = processing_job_request(
-        processing_settings,
-        RUN_ID,
-        upload,
-        layout.staged_upload_key(RUN_ID, upload.key),
-        with_history=False,
-    )
+    staged = layout.staged_upload_key(RUN_ID, upload.key)
+    request = processing_job_request(processing_settings, RUN_ID, upload, staged, False)
 
     processing_root = scratch / "processing"
     raw = resolve(processing_contract.RAW_INPUT, processing_root)
