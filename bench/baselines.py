@@ -29,7 +29,7 @@ from prophet.serialize import model_from_json, model_to_json
 
 from fleetcast_inference.app import InferenceApp, Request, Response
 from fleetcast_inference.artifact import read_model_artifact
-from fleetcast_inference.contract import InferenceSettings, model_path
+from fleetcast_inference.settings import InferenceSettings, model_path
 
 # --- Processing ---------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ import pandas as pd
 from fleetcast_contracts.holiday_calendar import holiday_dates
 from fleetcast_contracts.training import CALENDARS_FILE
 from fleetcast_contracts.training_manifest import CustomerOutcome
-from fleetcast_training.contract import TrainingEnvironment
+from fleetcast_training.environment import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.job import run_job
 

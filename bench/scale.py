@@ -366,7 +366,7 @@ def show(results: Results) -> None:
         console.print(f"[red]problem:[/] {problem}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
     parser.add_argument("--customers", type=int, default=100_000)
     parser.add_argument("--days", type=int, default=730)
@@ -376,7 +376,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=TIMEOUT_MARGIN)
     parser.add_argument("--results", type=Path, default=Path("bench/scale-results.json"))
     parser.add_argument("--state-dir", type=Path, default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _record_peaks(
+    results: Results, requests: S3Requests, memory: MemoryPeaks, customers: int
+) -> None:
+    """The S3 requests counted and the memory peaks, into ``results``."""
+    counts = requests.snapshot()
+    results.s3_requests = dict(counts)
+    results.s3_requests_per_customer = {kind: count / customers for kind, count in counts.items()}
+    results.peak_memory_mib = {label: rss / 2**20 for label, rss in memory.by_process.items()}
+    results.peak_memory_tree_mib = memory.tree / 2**20
+    results.peak_memory_tree_by_kind_mib = {
+        label: pss / 2**20 for label, pss in memory.at_peak.items()
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     results = Results(customers=args.customers, days=args.days, instances=args.instances)
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="fleetcast-scale-"))
@@ -436,16 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stack.stop()
         memory.stop()
     results.stages.append(Stage("total", time.perf_counter() - began, ""))
-    counts = requests.snapshot()
-    results.s3_requests = dict(counts)
-    results.s3_requests_per_customer = {
-        kind: count / args.customers for kind, count in counts.items()
-    }
-    results.peak_memory_mib = {label: rss / 2**20 for label, rss in memory.by_process.items()}
-    results.peak_memory_tree_mib = memory.tree / 2**20
-    results.peak_memory_tree_by_kind_mib = {
-        label: pss / 2**20 for label, pss in memory.at_peak.items()
-    }
+    _record_peaks(results, requests, memory, args.customers)
     show(results)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(asdict(results), indent=1) + "\n")

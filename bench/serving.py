@@ -45,10 +45,10 @@ from fleetcast_forecasters.forecast import simulated_periods
 from fleetcast_forecasters.prophet_compile import compile_model
 from fleetcast_forecasters.prophet_forecaster import forecast_seed
 from fleetcast_inference.app import InferenceApp, build_served_model
-from fleetcast_inference.contract import InferenceSettings
 from fleetcast_inference.protocol import render_forecast
 from fleetcast_inference.registry import LoadedModels, ServedModel
 from fleetcast_inference.server import InferenceServer
+from fleetcast_inference.settings import InferenceSettings
 
 MIB = 2**20
 PERIOD = 7
@@ -227,6 +227,74 @@ def fleet_memory(kind: str, opt_ml: Path, names: list[str]) -> dict[str, float]:
 def serving_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> list[Row]:
     opt_ml = scratch / "serving"
     names = write_fleet(opt_ml, archives, max(sizes.models, sizes.memory_models))
+    measured = _measure_serving(opt_ml, names, sizes)
+
+    def p(samples: list[list[float]], share: float) -> list[float]:
+        return [percentiles_per_round(round_samples, 1, share)[0] for round_samples in samples]
+
+    requests_note = (
+        f"{sizes.rounds} rounds of {sizes.warm_requests} requests (fleetcast, over "
+        f"{sizes.models} models) and {sizes.baseline_requests} (sample handler, over "
+        f"{sizes.baseline_models} models), HTTP keep-alive on 127.0.0.1, client in the same process"
+    )
+    return [
+        compare(
+            "serving: warm forecast, period 7 (p50)",
+            "ms",
+            p(measured.warm_ours, 0.5),
+            p(measured.warm_theirs, 0.5),
+            higher_is_better=False,
+            target=at_most(2, "ms"),
+            detail=f"{requests_note}; fleetcast answers from its cache, the sample handler "
+            "predicts every time",
+            check=measured.check,
+        ),
+        compare(
+            "serving: warm forecast, period 7 (p99)",
+            "ms",
+            p(measured.warm_ours, 0.99),
+            p(measured.warm_theirs, 0.99),
+            higher_is_better=False,
+            target=at_most(10, "ms"),
+            detail=requests_note,
+        ),
+        compare(
+            "serving: computed forecast, not cached (p50)",
+            "ms",
+            percentiles_per_round(measured.first_answers, sizes.rounds, 0.5),
+            p(measured.warm_theirs, 0.5),
+            higher_is_better=False,
+            detail=f"fleetcast's first answer for each of {sizes.models} models (closed form, "
+            "1000 uncertainty samples), vs the sample's make_future_dataframe + predict",
+        ),
+        compare(
+            "serving: cold load from local disk (p50)",
+            "ms",
+            percentiles_per_round(measured.cold_ours, sizes.rounds, 0.5),
+            percentiles_per_round(measured.cold_theirs, sizes.rounds, 0.5),
+            higher_is_better=False,
+            target=at_most(30, "ms"),
+            detail=f"POST /models, archive on local disk: read, unpack, compile ({sizes.models} "
+            f"models) vs read, unpack, model_from_json ({sizes.baseline_models} models)",
+        ),
+        _memory_row(opt_ml, names, sizes),
+    ]
+
+
+@dataclass(frozen=True)
+class _ServingTimes:
+    """Milliseconds each side took: loads, fleetcast's first answers, the warm rounds."""
+
+    cold_ours: list[float]
+    cold_theirs: list[float]
+    first_answers: list[float]
+    warm_ours: list[list[float]]
+    warm_theirs: list[list[float]]
+    check: str
+
+
+def _measure_serving(opt_ml: Path, names: list[str], sizes: ServingSizes) -> _ServingTimes:
+    """Both servers on the same fleet: cold loads, then warm requests taking turns."""
     settings = InferenceSettings("127.0.0.1", 0, opt_ml, 2**31, True)
     picker = random.Random(7)
     with serving(InferenceApp(settings)) as ours, serving(SampleHandlerApp(settings)) as theirs:
@@ -252,7 +320,12 @@ def serving_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> li
 
         warm_rounds_ours, warm_rounds_theirs = taking_turns(sizes.rounds, warm_ours, warm_theirs)
         check = check_forecasts(ours, theirs, opt_ml, names[: sizes.baseline_models])
+    return _ServingTimes(
+        cold_ours, cold_theirs, first_answers, warm_rounds_ours, warm_rounds_theirs, check
+    )
 
+
+def _memory_row(opt_ml: Path, names: list[str], sizes: ServingSizes) -> Row:
     memory = {
         "fleetcast": fleet_memory("fleetcast", opt_ml, names[: sizes.memory_models]),
         "baseline": fleet_memory("baseline", opt_ml, names[: sizes.baseline_memory_models]),
@@ -260,77 +333,27 @@ def serving_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> li
     per_thousand = {
         kind: figures["traced_per_model"] * 1000 / MIB for kind, figures in memory.items()
     }
-
-    def p(samples: list[list[float]], share: float) -> list[float]:
-        return [percentiles_per_round(round_samples, 1, share)[0] for round_samples in samples]
-
-    requests_note = (
-        f"{sizes.rounds} rounds of {sizes.warm_requests} requests (fleetcast, over "
-        f"{sizes.models} models) and {sizes.baseline_requests} (sample handler, over "
-        f"{sizes.baseline_models} models), HTTP keep-alive on 127.0.0.1, client in the same process"
+    return compare(
+        "serving: memory for 1000 loaded models",
+        "MiB",
+        [per_thousand["fleetcast"]],
+        [per_thousand["baseline"]],
+        higher_is_better=False,
+        target=at_most(1024, "MiB"),
+        detail=f"memory the loaded models hold (tracemalloc) per model x 1000, in a fresh "
+        f"process: fleetcast {sizes.memory_models - 1} models, each with an answer cached: "
+        f"{memory['fleetcast']['traced_per_model'] / 1024:.0f} KiB per model (resident set "
+        f"growth {memory['fleetcast']['resident_per_model'] / 1024:.0f} KiB, the container's "
+        f"own accounting {memory['fleetcast']['accounted_per_model'] / 1024:.0f} KiB); "
+        f"sample handler {sizes.baseline_memory_models - 1} models: "
+        f"{memory['baseline']['traced_per_model'] / 1024:.0f} KiB per model (resident set "
+        f"growth {memory['baseline']['resident_per_model'] / 1024:.0f} KiB)",
+        figures={
+            f"{kind}_{figure}_kib": value / 1024
+            for kind, figures in memory.items()
+            for figure, value in figures.items()
+        },
     )
-    return [
-        compare(
-            "serving: warm forecast, period 7 (p50)",
-            "ms",
-            p(warm_rounds_ours, 0.5),
-            p(warm_rounds_theirs, 0.5),
-            higher_is_better=False,
-            target=at_most(2, "ms"),
-            detail=f"{requests_note}; fleetcast answers from its cache, the sample handler "
-            "predicts every time",
-            check=check,
-        ),
-        compare(
-            "serving: warm forecast, period 7 (p99)",
-            "ms",
-            p(warm_rounds_ours, 0.99),
-            p(warm_rounds_theirs, 0.99),
-            higher_is_better=False,
-            target=at_most(10, "ms"),
-            detail=requests_note,
-        ),
-        compare(
-            "serving: computed forecast, not cached (p50)",
-            "ms",
-            percentiles_per_round(first_answers, sizes.rounds, 0.5),
-            p(warm_rounds_theirs, 0.5),
-            higher_is_better=False,
-            detail=f"fleetcast's first answer for each of {sizes.models} models (closed form, "
-            "1000 uncertainty samples), vs the sample's make_future_dataframe + predict",
-        ),
-        compare(
-            "serving: cold load from local disk (p50)",
-            "ms",
-            percentiles_per_round(cold_ours, sizes.rounds, 0.5),
-            percentiles_per_round(cold_theirs, sizes.rounds, 0.5),
-            higher_is_better=False,
-            target=at_most(30, "ms"),
-            detail=f"POST /models, archive on local disk: read, unpack, compile ({sizes.models} "
-            f"models) vs read, unpack, model_from_json ({sizes.baseline_models} models)",
-        ),
-        compare(
-            "serving: memory for 1000 loaded models",
-            "MiB",
-            [per_thousand["fleetcast"]],
-            [per_thousand["baseline"]],
-            higher_is_better=False,
-            target=at_most(1024, "MiB"),
-            detail=f"memory the loaded models hold (tracemalloc) per model x 1000, in a fresh "
-            f"process: fleetcast {sizes.memory_models - 1} models, each with an answer cached: "
-            f"{memory['fleetcast']['traced_per_model'] / 1024:.0f} KiB per model (resident set "
-            f"growth {memory['fleetcast']['resident_per_model'] / 1024:.0f} KiB, the container's "
-            f"own accounting {memory['fleetcast']['accounted_per_model'] / 1024:.0f} KiB); "
-            f"sample handler {sizes.baseline_memory_models - 1} models: "
-            f"{memory['baseline']['traced_per_model'] / 1024:.0f} KiB per model (resident set "
-            f"growth {memory['baseline']['resident_per_model'] / 1024:.0f} KiB)",
-            figures={
-                f"{kind}_{figure}_kib": value / 1024
-                for kind, figures in memory.items()
-                for figure, value in figures.items()
-            },
-        ),
-    ]
 
 
 def family_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> list[Row]:

@@ -155,7 +155,7 @@ def check_rows(rows: list[Row]) -> None:
                 raise AssertionError(f"{row.name}: ratio {row.ratio} is not {expected}")
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the suite works")
     parser.add_argument("--results", type=Path, help="where to write the rows as JSON")
@@ -167,7 +167,32 @@ def main() -> int:
         action="store_true",
         help="row 2 alone, on customer files the processing job writes unmeasured",
     )
-    options = parser.parse_args()
+    return parser
+
+
+def _write_outputs(rows: list[Row], machine: Machine, options: argparse.Namespace) -> None:
+    """The rows as JSON, their chart and the README's section, where asked for."""
+    if options.results:
+        write_results(rows, options.results)
+    if options.chart:
+        draw_chart(rows, machine, options.chart)
+    if options.readme:
+        chart = options.chart or BENCH_DIR / "results.png"
+        results = options.results or BENCH_DIR / "results.json"
+        root = options.readme.resolve().parent
+        update_readme(
+            options.readme,
+            readme_section(
+                rows,
+                machine,
+                str(chart.resolve().relative_to(root)),
+                str(results.resolve().relative_to(root)),
+            ),
+        )
+
+
+def main() -> int:
+    options = _parser().parse_args()
     sizes = SMOKE if options.smoke else FULL
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     silence_stan_logging()
@@ -223,21 +248,5 @@ def main() -> int:
         + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in durations.items())
         + "[/]"
     )
-    if options.results:
-        write_results(rows, options.results)
-    if options.chart:
-        draw_chart(rows, machine, options.chart)
-    if options.readme:
-        chart = options.chart or BENCH_DIR / "results.png"
-        results = options.results or BENCH_DIR / "results.json"
-        root = options.readme.resolve().parent
-        update_readme(
-            options.readme,
-            readme_section(
-                rows,
-                machine,
-                str(chart.resolve().relative_to(root)),
-                str(results.resolve().relative_to(root)),
-            ),
-        )
+    _write_outputs(rows, machine, options)
     return 0

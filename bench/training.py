@@ -48,7 +48,7 @@ from fleetcast_contracts.shards import TRAIN_PARTS_PER_INSTANCE, train_part_name
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_forecasters.combination import COMBINING
 from fleetcast_training import exact_map
-from fleetcast_training.contract import TrainingEnvironment
+from fleetcast_training.environment import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.job import run_job
 from fleetcast_training.prophet_model import FleetcastProphet
@@ -281,13 +281,32 @@ def _settings(model: object) -> dict[str, object]:
 def training_rows(
     train_folder: Path, scratch: Path, sizes: TrainingSizes
 ) -> tuple[list[Row], list[Path], list[Path]]:
-    """Row 2, the archives fleetcast served (every family), and Prophet archives of the same customers for the serving rows, which
-    compare fleetcast's Prophet forecaster with the sample's Prophet.predict (every family's
-    own serving is measured by serving.family_rows)."""
+    """Row 2, the archives fleetcast served (every family), and Prophet archives of the same
+    customers for the serving rows, which compare fleetcast's Prophet forecaster with the
+    sample's Prophet.predict (every family's own serving is measured by
+    serving.family_rows)."""
     customers = pick_customers(train_folder, sizes.customers)
     slices = [
         list(part) for part in np.array_split(np.array(customers, dtype=object), sizes.repetitions)
     ]
+    ours, theirs, checks = _train_both(slices, scratch)
+    per_slice = [len(files) for files in slices]
+    rows = [
+        *_throughput_rows(per_slice, ours, theirs, checks, sizes.repetitions),
+        _time_per_model_row(ours, theirs),
+        _one_fit_row(customers[: sizes.overhead_samples + 1], ours),
+    ]
+    prophet_only = fleetcast_training(
+        customers, scratch / "fleetcast-prophet", {"candidates": PROPHET_KIND}
+    )
+    return rows, [path for run in ours for path in run.archives], prophet_only.archives
+
+
+def _train_both(
+    slices: list[list[Path]], scratch: Path
+) -> tuple[list[FleetcastRun], list[SequentialRun], list[ModelCheck]]:
+    """Each slice trained by fleetcast and by the baseline, which goes first alternating,
+    and fleetcast's Prophet fits checked against the baseline's."""
     ours: list[FleetcastRun] = []
     theirs: list[SequentialRun] = []
     checks: list[ModelCheck] = []
@@ -307,8 +326,16 @@ def training_rows(
         for side in (run_theirs, run_ours) if repetition % 2 else (run_ours, run_theirs):
             side()
         checks.append(check_models(ours[-1], theirs[-1].customers))
+    return ours, theirs, checks
 
-    per_slice = [len(files) for files in slices]
+
+def _throughput_rows(
+    per_slice: list[int],
+    ours: list[FleetcastRun],
+    theirs: list[SequentialRun],
+    checks: list[ModelCheck],
+    repetitions: int,
+) -> list[Row]:
     in_process = sum(c.fits_in_process for c in checks)
     fits = sum(c.fits for c in checks)
     compared = sum(c.customers for c in checks)
@@ -319,7 +346,7 @@ def training_rows(
         f"relative); {in_process} of {fits} Prophet fits in-process"
     )
     workers = ours[0].workers
-    rows = [
+    return [
         compare(
             "training: models/s, same work, one instance",
             "models/s",
@@ -327,7 +354,7 @@ def training_rows(
             [n / run.seconds for n, run in zip(per_slice, theirs, strict=True)],
             higher_is_better=True,
             target=ratio_at_least(15, "≥ 15x"),
-            detail=f"{sum(per_slice)} of the customers (2 years daily) in {sizes.repetitions} "
+            detail=f"{sum(per_slice)} of the customers (2 years daily) in {repetitions} "
             "slices; fleetcast: every candidate family scored on its rolling-origin backtest "
             "(Prophet fitted once per window and on the whole history, the numpy families), "
             "the served model chosen, its archive; baseline: a Prophet holdout fit, its point "
@@ -346,6 +373,10 @@ def training_rows(
             "per customer; less sensitive to other load on the machine than wall time",
         ),
     ]
+
+
+def _time_per_model_row(ours: list[FleetcastRun], theirs: list[SequentialRun]) -> Row:
+    workers = ours[0].workers
     ours_each = [r.fit_seconds * 1000 for run in ours for r in run.results if r.fit_seconds]
     theirs_each = [c.seconds * 1000 for run in theirs for c in run.customers]
     distribution = {
@@ -353,44 +384,40 @@ def training_rows(
         for side, values in (("fleetcast", ours_each), ("baseline", theirs_each))
         for share in (0.1, 0.5, 0.9, 0.99)
     }
-    rows.append(
-        compare(
-            "training: time per model (p50)",
-            "ms",
-            [
-                percentile([r.fit_seconds * 1000 for r in run.results if r.fit_seconds], 0.5)
-                for run in ours
-            ],
-            [percentile([c.seconds * 1000 for c in run.customers], 0.5) for run in theirs],
-            higher_is_better=False,
-            detail="per customer: read, two fits, forecast, archive; fleetcast "
-            f"p10/p90/p99 {distribution['fleetcast_p10_ms']:.0f}/"
-            f"{distribution['fleetcast_p90_ms']:.0f}/{distribution['fleetcast_p99_ms']:.0f} ms "
-            f"(with {workers} workers sharing the cores), baseline "
-            f"{distribution['baseline_p10_ms']:.0f}/{distribution['baseline_p90_ms']:.0f}/"
-            f"{distribution['baseline_p99_ms']:.0f} ms",
-            figures=distribution,
-        )
+    return compare(
+        "training: time per model (p50)",
+        "ms",
+        [
+            percentile([r.fit_seconds * 1000 for r in run.results if r.fit_seconds], 0.5)
+            for run in ours
+        ],
+        [percentile([c.seconds * 1000 for c in run.customers], 0.5) for run in theirs],
+        higher_is_better=False,
+        detail="per customer: read, two fits, forecast, archive; fleetcast "
+        f"p10/p90/p99 {distribution['fleetcast_p10_ms']:.0f}/"
+        f"{distribution['fleetcast_p90_ms']:.0f}/{distribution['fleetcast_p99_ms']:.0f} ms "
+        f"(with {workers} workers sharing the cores), baseline "
+        f"{distribution['baseline_p10_ms']:.0f}/{distribution['baseline_p90_ms']:.0f}/"
+        f"{distribution['baseline_p99_ms']:.0f} ms",
+        figures=distribution,
     )
+
+
+def _one_fit_row(customers: list[Path], ours: list[FleetcastRun]) -> Row:
+    """One full-history Prophet fit timed each way, and how busy fleetcast's workers were."""
     busy = [
         sum(r.fit_seconds or 0.0 for r in run.results) / (run.workers * run.seconds) for run in ours
     ]
-    timings = one_fit(customers[: sizes.overhead_samples + 1])
-    rows.append(
-        compare(
-            "training: one full-history fit, CPU",
-            "ms",
-            [timings["fleetcast_fit_cpu_ms"]],
-            [timings["stock_fit_cpu_ms"]],
-            higher_is_better=False,
-            detail=f"Prophet's fit of 2 years daily, preprocessing included: fleetcast's "
-            f"in-process exact MAP against Prophet's CmdStan backend; the exact solve alone "
-            f"{timings['solve_fit_cpu_ms']:.1f} ms. Job overhead (pool start, scheduling, "
-            f"idle tail): workers busy {100 * statistics.median(busy):.0f}% of the job",
-            figures={**timings, "fleetcast_workers_busy": statistics.median(busy)},
-        )
+    timings = one_fit(customers)
+    return compare(
+        "training: one full-history fit, CPU",
+        "ms",
+        [timings["fleetcast_fit_cpu_ms"]],
+        [timings["stock_fit_cpu_ms"]],
+        higher_is_better=False,
+        detail=f"Prophet's fit of 2 years daily, preprocessing included: fleetcast's "
+        f"in-process exact MAP against Prophet's CmdStan backend; the exact solve alone "
+        f"{timings['solve_fit_cpu_ms']:.1f} ms. Job overhead (pool start, scheduling, "
+        f"idle tail): workers busy {100 * statistics.median(busy):.0f}% of the job",
+        figures={**timings, "fleetcast_workers_busy": statistics.median(busy)},
     )
-    prophet_only = fleetcast_training(
-        customers, scratch / "fleetcast-prophet", {"candidates": PROPHET_KIND}
-    )
-    return rows, [path for run in ours for path in run.archives], prophet_only.archives

@@ -45,12 +45,13 @@ from fleetcast.embedded.sagemaker_jobs.transfer import shard
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common.jobs import Upload, processing_job_request, training_job_request
 from fleetcast_common.settings import ProcessingSettings, TrainingSettings
+from fleetcast_contracts import layout
 from fleetcast_contracts import processing as processing_contract
 from fleetcast_contracts import training as training_contract
 from fleetcast_contracts.opt_ml import OPT_ML_ENV, resolve
 from fleetcast_contracts.training_manifest import CustomerOutcome
 from fleetcast_processing.__main__ import main as processing_main
-from fleetcast_training.contract import TrainingEnvironment
+from fleetcast_training.environment import TrainingEnvironment
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.job import run_job
 from fleetcast_training.run_exports import EXPORTS_DIR, FORECASTS
@@ -106,7 +107,8 @@ def run(
         size=upload_path.stat().st_size,
         uploaded_at=datetime.now(UTC),
     )
-    request = processing_job_request(processing_settings, RUN_ID, upload, with_history=False)
+    staged = layout.staged_upload_key(RUN_ID, upload.key)
+    request = processing_job_request(processing_settings, RUN_ID, upload, staged, False)
 
     processing_root = scratch / "processing"
     raw = resolve(processing_contract.RAW_INPUT, processing_root)

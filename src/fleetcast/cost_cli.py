@@ -29,12 +29,10 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetcast.terminal import UsageError, console, err, print_table, shown
-from fleetcast_common.aws import RETRY_CONFIG
 from fleetcast_cost import delivery, sources
 from fleetcast_cost.models import CostAnalysis, ReportOutcome, SourceProblem
 from fleetcast_cost.prices import bundled_prices
 from fleetcast_cost.report import (
-    COST_EXPLORER_REGION,
     CostClients,
     analyse,
     gather_analysis,
@@ -106,18 +104,7 @@ def stack_clients(info: StackInfo) -> CostClients:
         aws_secret_access_key=info.environment()["AWS_SECRET_ACCESS_KEY"],
     )
 
-    def client(service: str, region: str = info.region) -> Any:
-        return session.client(
-            service, region_name=region, endpoint_url=info.endpoint_url, config=RETRY_CONFIG
-        )
-
-    return CostClients(
-        ce=client("ce", COST_EXPLORER_REGION),
-        sagemaker=client("sagemaker"),
-        cloudwatch=client("cloudwatch"),
-        dynamodb=client("dynamodb"),
-        ses=client("ses"),
-    )
+    return CostClients.create(info.region, session, info.endpoint_url)
 
 
 # -- --ce-results ---------------------------------------------------------------------------

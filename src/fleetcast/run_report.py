@@ -106,7 +106,7 @@ def summarise(accuracy: pa.Table, run_id: str, registry: ModelRegistry) -> RunAc
     statuses = [decided.status for decided in decisions if decided is not None]
     not_exported = [row for row in rows if row["outcome"] != "failed" and not row["forecast_rows"]]
     trained = [row for row in rows if row["outcome"] != "failed"]
-    kinds = [row.get("model_kind") or "prophet" for row in trained]
+    kinds = [row["model_kind"] for row in trained]
     return RunAccuracy(
         frequency=_run_frequency(trained, run_id, registry),
         served={
@@ -293,12 +293,33 @@ def _number(name: str, value: float | None) -> str:
     return _percent(value) if name in ("smape", "wape") else f"{value:,.3f}"
 
 
+def _escaped(text: object) -> str:
+    return html.escape(escape_controls(text))
+
+
+def _families_section(summary: RunAccuracy, accuracy: pa.Table) -> str:
+    """Each family's customers served and backtest WAPE, and their chart; nothing when no
+    family was scored."""
+    family_rows = "".join(
+        f"<tr><td>{_escaped(kind)}</td><td>{summary.served.get(kind, 0)}</td>"
+        + "".join(f"<td>{_percent(getattr(spread, f))}</td>" for f in ("p10", "median", "p90"))
+        + f"<td>{spread.customers}</td></tr>"
+        for kind, spread in summary.family_wape.items()
+    )
+    return (
+        '<h2>Model families</h2><table id="families"><tr><th>family</th><th>serves</th>'
+        "<th>backtest WAPE p10</th><th>median</th><th>p90</th><th>customers scored</th></tr>"
+        f"{family_rows}</table>"
+        '<img id="family-chart" alt="Backtest WAPE per candidate family" '
+        f'src="data:image/png;base64,{base64.b64encode(family_chart_png(summary, accuracy)).decode()}">'
+        if summary.family_wape
+        else ""
+    )
+
+
 def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> str:
     """The run report: one HTML file, its chart embedded as a data URI."""
-
-    def e(text: object) -> str:
-        return html.escape(escape_controls(text))
-
+    e = _escaped
     chart = base64.b64encode(error_chart_png(accuracy, summary)).decode()
     measure_rows = "".join(
         f"<tr><td>{NAMES[name]}{' (quality gate)' if name == HEADLINE else ''}</td>"
@@ -320,21 +341,7 @@ def render_html(summary: RunAccuracy, accuracy: pa.Table, worst: int = 10) -> st
         f"<td>{_number('mase', row['mase'])}</td></tr>"
         for row in scored
     )
-    family_rows = "".join(
-        f"<tr><td>{e(kind)}</td><td>{summary.served.get(kind, 0)}</td>"
-        + "".join(f"<td>{_percent(getattr(spread, f))}</td>" for f in ("p10", "median", "p90"))
-        + f"<td>{spread.customers}</td></tr>"
-        for kind, spread in summary.family_wape.items()
-    )
-    families = (
-        '<h2>Model families</h2><table id="families"><tr><th>family</th><th>serves</th>'
-        "<th>backtest WAPE p10</th><th>median</th><th>p90</th><th>customers scored</th></tr>"
-        f"{family_rows}</table>"
-        '<img id="family-chart" alt="Backtest WAPE per candidate family" '
-        f'src="data:image/png;base64,{base64.b64encode(family_chart_png(summary, accuracy)).decode()}">'
-        if summary.family_wape
-        else ""
-    )
+    families = _families_section(summary, accuracy)
     failures = [row for row in accuracy.to_pylist() if row["outcome"] == "failed"][:worst]
     failure_rows = "".join(
         f"<tr><td>{e(row['customer_id'])}</td><td>{e(row['failure_reason'] or '')}</td></tr>"

@@ -15,14 +15,14 @@ from fleetcast_common import storage
 from fleetcast_common.chunk_queue import MAX_RECEIVES
 from fleetcast_common.jobs import UploadRecord
 from fleetcast_common.processing_report import processing_summary
-from fleetcast_common.registration import read_registration_record
+from fleetcast_common.registration import RegistrationPlan, read_registration_record
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_common.upload_queue import ENDED_STATUSES, UploadQueue
 from fleetcast_contracts import layout
 from fleetcast_contracts.errors import error_code
 from fleetcast_contracts.ids import upload_sequence
 from fleetcast_contracts.object_keys import upload_file_name
-from fleetcast_contracts.processing import REJECTED_FILE
+from fleetcast_contracts.processing import REJECTED_FILE, ProcessingSummary
 from fleetcast_contracts.shards import USE_INACTIVE, USE_INCOMPLETE
 from fleetcast_contracts.stages import PIPELINE, PROCESSING, TRAINING, Stage
 from fleetcast_contracts.training import host_names, progress_name
@@ -260,21 +260,7 @@ def run_status(
         status.source = upload_file_name(status.source_key)
     summary = processing_summary(s3, bucket, run_id)
     if summary is not None:
-        status.source = status.source or summary.source_name
-        status.rows_read = summary.rows_read
-        status.rows_rejected = summary.rows_rejected
-        status.rejected_by_reason = dict(most_first(summary.rejected_by_reason))
-        if summary.rows_rejected:
-            status.rejected_report = f"s3://{bucket}/{rejected_report_key(run_id)}"
-        status.readings_replaced = summary.readings_replaced
-        status.readings_changed = summary.readings_changed
-        status.periods_incomplete = summary.periods_by_use.get(USE_INCOMPLETE, 0)
-        status.periods_inactive = summary.periods_by_use.get(USE_INACTIVE, 0)
-        status.customers_processed = summary.customers
-        if summary.metadata is not None:
-            status.customers_to_train = len(summary.metadata.retrained)
-        else:
-            status.customers_to_train = summary.customers
+        _add_processing(status, summary, f"s3://{bucket}/{rejected_report_key(run_id)}")
     training = status.job(TRAINING)
     if training.status is None:
         return status
@@ -283,21 +269,7 @@ def run_status(
         plan = read_registration_record(s3, bucket, run_id)
         progress = ModelRegistry(table).run(run_id)
         if plan is not None:
-            status.customers_trained = plan.customers_to_register
-            status.customers_failed = len(plan.failures)
-            status.failures = [
-                TrainingFailure(
-                    customer_id=failure.customer_id,
-                    kind=failure.kind or UNCLASSIFIED,
-                    reason=failure.reason or "no reason recorded",
-                )
-                for failure in sorted(plan.failures, key=lambda failure: failure.customer_id)
-            ]
-            kinds = Counter(failure.kind for failure in status.failures)
-            status.failures_by_kind = dict(kinds.most_common())
-            status.customers_lost = len(plan.lost)
-            if plan.lost:
-                status.first_lost = f"{plan.lost[0].customer_id}: {plan.lost[0].reason}"
+            _add_registration_plan(status, plan)
         if progress is not None:
             status.chunks_done, status.chunks_total = progress.chunks_done, progress.chunks_total
             status.registered = progress.complete
@@ -324,6 +296,45 @@ def run_status(
             status.customers_decided = progress.models_decided
             status.customers_registered = progress.models_live
     return status
+
+
+def _add_processing(status: RunStatus, summary: ProcessingSummary, rejected_report: str) -> None:
+    """What the processing job's summary says of the run; ``rejected_report`` the S3 URI
+    of its rejected rows."""
+    status.source = status.source or summary.source_name
+    status.rows_read = summary.rows_read
+    status.rows_rejected = summary.rows_rejected
+    status.rejected_by_reason = dict(most_first(summary.rejected_by_reason))
+    if summary.rows_rejected:
+        status.rejected_report = rejected_report
+    status.readings_replaced = summary.readings_replaced
+    status.readings_changed = summary.readings_changed
+    status.periods_incomplete = summary.periods_by_use.get(USE_INCOMPLETE, 0)
+    status.periods_inactive = summary.periods_by_use.get(USE_INACTIVE, 0)
+    status.customers_processed = summary.customers
+    if summary.metadata is not None:
+        status.customers_to_train = len(summary.metadata.retrained)
+    else:
+        status.customers_to_train = summary.customers
+
+
+def _add_registration_plan(status: RunStatus, plan: RegistrationPlan) -> None:
+    """What training's end left for registration: the customers trained, failed and lost."""
+    status.customers_trained = plan.customers_to_register
+    status.customers_failed = len(plan.failures)
+    status.failures = [
+        TrainingFailure(
+            customer_id=failure.customer_id,
+            kind=failure.kind or UNCLASSIFIED,
+            reason=failure.reason or "no reason recorded",
+        )
+        for failure in sorted(plan.failures, key=lambda failure: failure.customer_id)
+    ]
+    kinds = Counter(failure.kind for failure in status.failures)
+    status.failures_by_kind = dict(kinds.most_common())
+    status.customers_lost = len(plan.lost)
+    if plan.lost:
+        status.first_lost = f"{plan.lost[0].customer_id}: {plan.lost[0].reason}"
 
 
 def most_first(counts: Mapping[str, int]) -> list[tuple[str, int]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
-from fleetcast.embedded.info import DEFAULT_API_PORT, DEFAULT_PORT, repo_root
+from fleetcast.embedded.info import DEFAULT_API_PORT, DEFAULT_PORT, StackInfo, repo_root
 from fleetcast.embedded.parameters import ParameterError, parse_overrides, samconfig_overrides
 from fleetcast.terminal import UsageError, console, print_table, shown
 
@@ -58,32 +58,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             console.print(f"[red]{error}[/]")
             return 1
     try:
-        # (label, key in --json, value)
-        rows = [
-            ("AWS APIs (moto + SageMaker runner)", "endpoint_url", info.endpoint_url),
-            ("raw bucket (drop CSVs under incoming/)", "raw_bucket", info.raw_bucket),
-            ("artifacts bucket", "artifacts_bucket", info.artifacts_bucket),
-            ("model registry table", "registry_table", info.registry_table),
-        ]
-        for label, key, variable in (
-            ("forecast API (x-api-key: $FLEETCAST_API_KEY)", "api_url", "FLEETCAST_API_URL"),
-            ("multi-model endpoint", "endpoint_name", "FLEETCAST_ENDPOINT_NAME"),
-            ("cost-report outbox", "outbox", "FLEETCAST_OUTBOX"),
-        ):
-            if variable in info.extra:
-                rows.append((label, key, info.extra[variable]))
-        rows.append(("function logs", "function_logs", str(Path(info.state_dir) / "logs")))
-        rows.append(("job logs", "job_logs", str(Path(info.state_dir) / "jobs")))
-        if args.json:
-            print(json.dumps({key: value for _, key, value in rows}), flush=True)
-        else:
-            table = Table(title="fleetcast local stack (127.0.0.1 only)", show_header=False)
-            # Names and paths whole, to copy: as label and value lines where they do not fit.
-            table.add_column(no_wrap=True)
-            table.add_column(no_wrap=True)
-            for label, _, value in rows:
-                table.add_row(label, value)
-            print_table(console, table)
+        _print_stack(info, args.json)
         for notice in stack.notices:
             console.print(shown(notice))
         console.print(
@@ -102,6 +77,36 @@ def cmd_up(args: argparse.Namespace) -> int:
         console.print(shown(notice))
     console.print("local stack stopped")
     return 0
+
+
+def _print_stack(info: StackInfo, as_json: bool) -> None:
+    """Where the stack's endpoints, buckets, table and logs are: a table, or one JSON line."""
+    # (label, key in --json, value)
+    rows = [
+        ("AWS APIs (moto + SageMaker runner)", "endpoint_url", info.endpoint_url),
+        ("raw bucket (drop CSVs under incoming/)", "raw_bucket", info.raw_bucket),
+        ("artifacts bucket", "artifacts_bucket", info.artifacts_bucket),
+        ("model registry table", "registry_table", info.registry_table),
+    ]
+    for label, key, variable in (
+        ("forecast API (x-api-key: $FLEETCAST_API_KEY)", "api_url", "FLEETCAST_API_URL"),
+        ("multi-model endpoint", "endpoint_name", "FLEETCAST_ENDPOINT_NAME"),
+        ("cost-report outbox", "outbox", "FLEETCAST_OUTBOX"),
+    ):
+        if variable in info.extra:
+            rows.append((label, key, info.extra[variable]))
+    rows.append(("function logs", "function_logs", str(Path(info.state_dir) / "logs")))
+    rows.append(("job logs", "job_logs", str(Path(info.state_dir) / "jobs")))
+    if as_json:
+        print(json.dumps({key: value for _, key, value in rows}), flush=True)
+    else:
+        table = Table(title="fleetcast local stack (127.0.0.1 only)", show_header=False)
+        # Names and paths whole, to copy: as label and value lines where they do not fit.
+        table.add_column(no_wrap=True)
+        table.add_column(no_wrap=True)
+        for label, _, value in rows:
+            table.add_row(label, value)
+        print_table(console, table)
 
 
 def up_parameters(args: argparse.Namespace) -> dict[str, str]:

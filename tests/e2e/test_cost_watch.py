@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from fleetcast import billing
 from fleetcast.cli import main
+from fleetcast.embedded import billing
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_cost.mail import CHART_SIZE
 from fleetcast_cost.settings import WEEKDAYS

@@ -124,7 +124,9 @@ def test_a_job_whose_input_holds_a_key_leaving_its_folder_fails_naming_the_key(
         size=5,
         uploaded_at=datetime.now(UTC),
     )
-    request = processing_job_request(settings, "q9999999999-20240101t000000", uploaded, False)
+    request = processing_job_request(
+        settings, "q9999999999-20240101t000000", uploaded, staged, False
+    )
     name = f"{info.job_name_prefix}-unsafe-{uuid.uuid4().hex[:8]}"
     request["ProcessingJobName"] = name
     (raw,) = request["ProcessingInputs"]

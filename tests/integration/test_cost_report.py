@@ -22,7 +22,7 @@ from moto.backends import get_backend
 from moto.server import ThreadedMotoServer
 from template_helpers import load_template
 
-from fleetcast import billing
+from fleetcast.embedded import billing
 from fleetcast_cost.delivery import DeliveryFailed
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ import boto3
 import pytest
 
 from fleetcast.embedded.endpoint import ModelDiskCache
-from fleetcast.embedded.sagemaker_jobs import S3Transfer
 from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync
+from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer
 from fleetcast_contracts.object_keys import UnsafeKeyError
 
 

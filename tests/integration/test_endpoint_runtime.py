@@ -37,7 +37,7 @@ from fleetcast.embedded.endpoint import (
     LocalEndpoint,
     ModelDiskCache,
 )
-from fleetcast.embedded.sagemaker_jobs import image_entrypoint, local_command
+from fleetcast.embedded.sagemaker_jobs.containers import image_entrypoint, local_command
 from fleetcast_contracts import layout
 from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 

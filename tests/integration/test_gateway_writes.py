@@ -13,8 +13,8 @@ import boto3
 import pytest
 
 from fleetcast.embedded.gateway import Gateway
-from fleetcast.embedded.sagemaker_jobs import S3Transfer
 from fleetcast.embedded.sagemaker_jobs.checkpoints import CheckpointSync
+from fleetcast.embedded.sagemaker_jobs.transfer import S3Transfer
 from fleetcast.embedded.template import ACCOUNT_ID
 
 

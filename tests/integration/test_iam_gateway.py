@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from fleetcast.embedded.gateway import Gateway
-from fleetcast.embedded.iam import LocalIam
+from fleetcast.embedded.iam.local_iam import LocalIam
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common.registration import ManifestPartError, RegistrationChunk, register_chunk
 from fleetcast_contracts import layout

@@ -19,7 +19,7 @@ import pytest
 from template_helpers import REPO_ROOT, load_template
 
 from fleetcast import images
-from fleetcast.embedded.sagemaker_jobs import image_entrypoint
+from fleetcast.embedded.sagemaker_jobs.containers import image_entrypoint
 
 ACCOUNT = "123456789012"  # moto's
 REGISTRY = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com"

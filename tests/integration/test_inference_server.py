@@ -37,9 +37,9 @@ from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, wri
 from fleetcast_forecasters.forecast import simulated_periods
 from fleetcast_forecasters.prophet_forecaster import forecast_seed
 from fleetcast_inference import app as app_module
-from fleetcast_inference.contract import InferenceSettings
 from fleetcast_inference.registry import ServedModel
 from fleetcast_inference.server import InferenceServer
+from fleetcast_inference.settings import InferenceSettings
 
 pytestmark = [
     pytest.mark.integration,

@@ -19,7 +19,7 @@ import pytest
 from function_helpers import load_function
 from test_pipeline_observability import _Context, _event, world
 
-from fleetcast.embedded.sagemaker_jobs import split_s3_uri
+from fleetcast.embedded.sagemaker_jobs.transfer import split_s3_uri
 from fleetcast_contracts import layout
 from fleetcast_contracts.opt_ml import OPT_ML_ENV
 from fleetcast_contracts.processing import ProcessingSummary

@@ -22,7 +22,7 @@ from fleetcast.embedded.events import normalise_event
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.recovery import Recovery
 from fleetcast.embedded.resources import create_resources
-from fleetcast.embedded.sagemaker_jobs import JobRunner
+from fleetcast.embedded.sagemaker_jobs.runner import JobRunner
 from fleetcast.embedded.template import LocalTemplate
 from fleetcast_common.chunk_queue import MAX_RECEIVES
 from fleetcast_common.jobs import Upload

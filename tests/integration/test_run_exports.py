@@ -19,7 +19,7 @@ from model_helpers import chosen
 from fleetcast import cli
 from fleetcast.exports import runs_with_exports
 from fleetcast_common.registry import ModelRecord, ModelRegistry, ModelStatus
-from fleetcast_contracts.model_archive import HoldoutMetrics
+from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_training.export import (
     ExportedCustomer,
@@ -53,8 +53,23 @@ POOR = HoldoutMetrics(
 
 def exported(customer_id: str, metrics: HoldoutMetrics) -> ExportedCustomer:
     dates = np.array(["2026-01-01", "2026-01-02", "2026-01-03"], dtype="datetime64[ns]")
+    # As training writes it: a trained customer's result carries its archive's metadata.
+    metadata = ModelMetadata(
+        **chosen(),
+        customer_id=customer_id,
+        run_id="q0000000001-20260101t000000",
+        trained_at=datetime(2026, 1, 1, tzinfo=UTC),
+        data_start=date(2025, 1, 1),
+        data_end=date(2025, 12, 31),
+        rows=365,
+        metrics=metrics,
+        library_versions={},
+    )
     result = CustomerResult(
-        customer_id=customer_id, outcome=CustomerOutcome.TRAINED, metrics=metrics
+        customer_id=customer_id,
+        outcome=CustomerOutcome.TRAINED,
+        metrics=metrics,
+        metadata=metadata,
     )
     yhat = np.array([10.0, 11.0, 12.0])
     return ExportedCustomer(result, ExportedForecast(dates, yhat, yhat - 1, yhat + 1))

@@ -13,7 +13,7 @@ from function_helpers import load_function
 from test_pipeline_observability import _Context, _event, world
 from test_upload_queue import forget_processing_jobs
 
-from fleetcast.embedded.sagemaker_jobs import split_s3_uri
+from fleetcast.embedded.sagemaker_jobs.transfer import split_s3_uri
 
 __all__ = ["world"]  # the fixture, shared with the observability tests
 

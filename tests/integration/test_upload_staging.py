@@ -12,7 +12,7 @@ import boto3
 import pytest
 from test_upload_queue import T0, arrive, end, job_of, pipeline, set_status, status, upload
 
-from fleetcast.embedded.sagemaker_jobs import split_s3_uri
+from fleetcast.embedded.sagemaker_jobs.transfer import split_s3_uri
 from fleetcast_common import pipeline as pipeline_module
 from fleetcast_common.jobs import Upload, UploadRecord
 from fleetcast_common.pipeline import Outcome, processing_ended, start_processing

@@ -1,4 +1,4 @@
-"""Anomaly detection on labelled synthetic billing series (fleetcast.billing)."""
+"""Anomaly detection on labelled synthetic billing series (fleetcast.embedded.billing)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from fleetcast import billing
+from fleetcast.embedded import billing
 from fleetcast_cost.detection import Thresholds, detect_anomalies
 from fleetcast_cost.models import Anomaly, DailyUsage, UsageHistory
 from fleetcast_cost.sources import parse_usage_pages

@@ -10,7 +10,7 @@ from email.policy import default
 
 import pytest
 
-from fleetcast import billing
+from fleetcast.embedded import billing
 from fleetcast_cost import mail
 from fleetcast_cost.chart import render_cost_chart
 from fleetcast_cost.models import (

@@ -16,8 +16,8 @@ from botocore.parsers import create_parser
 from botocore.validate import ParamValidator
 from werkzeug.test import Client
 
-from fleetcast import billing
 from fleetcast.cost_cli import CostUsageError, load_usage_pages
+from fleetcast.embedded import billing
 from fleetcast.embedded.costs import LOCAL_MONITOR_ARN, AnomalyDetection, demo_window
 from fleetcast_cost.detection import Thresholds, detect_anomalies
 from fleetcast_cost.report import merge_anomalies

@@ -13,7 +13,7 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
-from fleetcast import billing
+from fleetcast.embedded import billing
 from fleetcast_cost import sources
 from fleetcast_cost.models import Anomaly
 from fleetcast_cost.prices import bundled_prices

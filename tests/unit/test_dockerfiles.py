@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from template_helpers import REPO_ROOT
 
-from fleetcast.embedded.sagemaker_jobs import image_entrypoint
+from fleetcast.embedded.sagemaker_jobs.containers import image_entrypoint
 from fleetcast.embedded.serving import SERVE_COMMAND
 from fleetcast_contracts.processing import ENTRYPOINT as PROCESSING_ENTRYPOINT
 

@@ -20,14 +20,9 @@ from fleetcast.embedded.events import normalise_event
 from fleetcast.embedded.lambdas import LocalFunction, _main_module_by_name
 from fleetcast.embedded.moto_patches.s3 import ObjectFiles
 from fleetcast.embedded.queues import QueueDelivery, event_source_mappings
-from fleetcast.embedded.sagemaker_jobs import (
-    JobRunner,
-    image_entrypoint,
-    local_command,
-    shard,
-    split_s3_uri,
-    under_root,
-)
+from fleetcast.embedded.sagemaker_jobs.containers import image_entrypoint, local_command
+from fleetcast.embedded.sagemaker_jobs.runner import JobRunner
+from fleetcast.embedded.sagemaker_jobs.transfer import shard, split_s3_uri, under_root
 from fleetcast.embedded.snapshots import Snapshots
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 

@@ -191,7 +191,7 @@ def test_a_job_is_never_requested_without_an_image() -> None:
         uploaded_at=datetime(2026, 12, 1, tzinfo=UTC),
     )
     with pytest.raises(MissingImageError, match=r"no ProcessingImageUri yet.*make images"):
-        processing_job_request(processing, "q0000000001-20261201t000000", upload, False)
+        processing_job_request(processing, "q0000000001-20261201t000000", upload, "u.csv", False)
     training = TrainingSettings.model_validate(
         {**common, "TRAINING_IMAGE_URI": "fleetcast-training:latest"}
     )

@@ -39,6 +39,8 @@ UPLOAD = Upload(
     size=10,
     uploaded_at=datetime(2026, 11, 29, 12, tzinfo=UTC),
 )
+# Where the run's copy of UPLOAD is staged (pipeline._stage_upload)
+STAGED_A = "runs/q0000000001-20261129t120000/upload/a.csv"
 
 
 @pytest.mark.parametrize("customer_id", ["0", "42", "007", "abc-DEF_9", "a" * 64])
@@ -130,7 +132,9 @@ def test_processing_request_reads_the_runs_copy_and_carries_the_uploads_real_key
     upload = UPLOAD.model_copy(update={"key": key})
     run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
     # When its job is requested
-    request = processing_job_request(settings, run_id, upload, False)
+    request = processing_job_request(
+        settings, run_id, upload, layout.staged_upload_key(run_id, key), False
+    )
     # Then the job reads the run's copy under its short name, never the raw key
     (raw,) = request["ProcessingInputs"]
     assert raw["S3Input"]["S3Uri"] == f"s3://artifacts/runs/{run_id}/upload/{file_name}"
@@ -150,8 +154,8 @@ def test_processing_request_names_the_file_and_adds_history_only_when_some_exist
         }
     )
     run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
-    without = processing_job_request(settings, run_id, UPLOAD, with_history=False)
-    with_history = processing_job_request(settings, run_id, UPLOAD, with_history=True)
+    without = processing_job_request(settings, run_id, UPLOAD, STAGED_A, with_history=False)
+    with_history = processing_job_request(settings, run_id, UPLOAD, STAGED_A, with_history=True)
     assert [i["InputName"] for i in without["ProcessingInputs"]] == ["raw"]
     assert [i["InputName"] for i in with_history["ProcessingInputs"]] == ["raw", "history"]
     assert without["AppSpecification"]["ContainerArguments"] == [
@@ -184,7 +188,9 @@ def test_a_metadata_upload_is_processed_as_metadata_with_the_store() -> None:
     )
     run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
     upload = UPLOAD.model_copy(update={"key": "incoming/metadata/customers.csv"})
-    request = processing_job_request(settings, run_id, upload, True, with_metadata=True)
+    request = processing_job_request(
+        settings, run_id, upload, "runs/r/upload/customers.csv", True, with_metadata=True
+    )
     # Then the job is told it is metadata, reads the store and history, writes the store
     arguments = request["AppSpecification"]["ContainerArguments"]
     assert arguments[arguments.index("--input-kind") + 1] == "metadata"
@@ -196,7 +202,7 @@ def test_a_metadata_upload_is_processed_as_metadata_with_the_store() -> None:
     assert outputs["metadata"] == "s3://artifacts/metadata/"
     assert outputs["calendars"] == f"s3://artifacts/runs/{run_id}/calendars/"
     # And a readings job reads the store (for calendars) but never writes it
-    readings = processing_job_request(settings, run_id, UPLOAD, True, with_metadata=True)
+    readings = processing_job_request(settings, run_id, UPLOAD, STAGED_A, True, with_metadata=True)
     assert "metadata" not in {
         o["OutputName"] for o in readings["ProcessingOutputConfig"]["Outputs"]
     }

@@ -129,6 +129,45 @@ def test_no_module_of_fleetcast_or_its_layer_imports_itself_in_a_cycle() -> None
     assert find_cycle(graph) is None
 
 
+def init_cycles(known: dict[str, Path]) -> list[str]:
+    """Package inits that import a module of their package which imports the package back
+    (``from package import ...``): the graph above leaves parent packages out, since Python
+    imports them first, so it cannot see these."""
+    found = []
+    for package, path in known.items():
+        if path.name != "__init__.py":
+            continue
+        for module in sorted(imports(package, path, known)):
+            if not module.startswith(package + "."):
+                continue
+            tree = ast.parse(known[module].read_text())
+            if any(
+                isinstance(node, ast.ImportFrom) and node.module == package
+                for node in ast.walk(tree)
+            ):
+                found.append(f"{package} <-> {module}")
+    return found
+
+
+def test_no_package_init_imports_a_module_that_imports_the_package() -> None:
+    assert init_cycles(modules()) == []
+
+
+def test_the_init_check_sees_a_package_that_reexports_its_importer(tmp_path: Path) -> None:
+    # Given a package whose init re-exports a module that imports the package
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.main import Main\n")
+    (tmp_path / "pkg" / "main.py").write_text("from pkg import helpers\nclass Main: ...\n")
+    (tmp_path / "pkg" / "helpers.py").write_text("")
+    known = {
+        "pkg": tmp_path / "pkg" / "__init__.py",
+        "pkg.main": tmp_path / "pkg" / "main.py",
+        "pkg.helpers": tmp_path / "pkg" / "helpers.py",
+    }
+    # Then the check names the pair
+    assert init_cycles(known) == ["pkg <-> pkg.main"]
+
+
 def test_each_package_imports_only_the_packages_below_it() -> None:
     known = modules()
     crossing = sorted(

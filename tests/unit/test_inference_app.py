@@ -20,13 +20,13 @@ from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.inference import DEFAULT_PORT
 from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 from fleetcast_inference.app import InferenceApp, Request
-from fleetcast_inference.contract import (
+from fleetcast_inference.registry import LoadedModels
+from fleetcast_inference.settings import (
     InferenceSettings,
     SettingsError,
     container_memory_bytes,
     model_path,
 )
-from fleetcast_inference.registry import LoadedModels
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:prophet.*")
 

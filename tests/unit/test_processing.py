@@ -128,11 +128,11 @@ def test_irregular_readings_are_summed_per_utc_day(job: Job) -> None:
     )
 
     # When the job runs with the default daily frequency
-    assert job.run("--source-name", "march.csv") == 0
+    assert job.run() == 0
 
     # Then each UTC day holds the sum of its readings, sorted by day
     assert job.train("c1") == [("2024-03-01", 15.0), ("2024-03-02", 16.0), ("2024-03-03", 32.0)]
-    assert job.summary.source_name == "march.csv"
+    assert job.summary.source_name == "readings.csv"
 
 
 def test_hourly_frequency_sums_per_utc_hour(job: Job) -> None:
@@ -392,13 +392,13 @@ def test_raw_input_must_hold_exactly_one_file(job: Job, files: int) -> None:
     assert f"exactly one file, found {files or 'none'}" in job.message
 
 
-def test_source_name_picks_the_file_when_the_prefix_brought_several(job: Job) -> None:
+def test_the_upload_file_is_picked_when_the_prefix_brought_several(job: Job) -> None:
     # Given the raw input prefix 'a.csv' also matched 'a.csv.gz'
     job.upload(HEADER + "a,2024-01-01,1\n", name="a.csv")
     job.upload(gzip.compress((HEADER + "b,2024-01-01,1\n").encode()), name="a.csv.gz")
 
     # When the job runs for a.csv
-    assert job.run("--source-name", "a.csv") == 0
+    assert job.run("--upload-file", "a.csv") == 0
 
     # Then only a.csv was read
     assert job.train_customers() == {"a"}
@@ -893,7 +893,9 @@ def test_start_processing_passes_the_size_limit_the_container_reads() -> None:
     )
 
     # When it builds the processing job's request
-    request = processing_job_request(settings, "20240101T000000Z-abc", upload, False)
+    request = processing_job_request(
+        settings, "20240101T000000Z-abc", upload, "runs/20240101T000000Z-abc/upload/u.csv", False
+    )
 
     # Then the job's environment holds the limit, in bytes, under the container's name
     limits = JobLimits.from_env(request["Environment"])

@@ -90,7 +90,9 @@ def test_processings_longest_run_is_a_parameter_within_the_apis_bounds() -> None
             "uploaded_at": "2026-12-01T00:00:00Z",
         }
     )
-    request = processing_job_request(settings, "q0000000001-20261201t000000", upload, False)
+    request = processing_job_request(
+        settings, "q0000000001-20261201t000000", upload, "runs/q/upload/a.csv", False
+    )
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 5400}
 
 

@@ -24,7 +24,7 @@ from test_training_job import (
 from fleetcast_contracts.model_archive import read_archive, write_archive
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_inference.app import InferenceApp, Request
-from fleetcast_inference.contract import InferenceSettings
+from fleetcast_inference.settings import InferenceSettings
 from fleetcast_training.export import (
     ExportedCustomer,
     ExportedForecast,

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from fleetcast_contracts.families import CANDIDATE_KINDS
 from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.training import HYPERPARAMETER_DEFAULTS
 from fleetcast_training.hyperparameters import Hyperparameters, InvalidHyperparametersError
@@ -27,7 +28,7 @@ def test_defaults_fill_in_everything_but_the_run_id():
         "weekly_seasonality": "auto",
         "daily_seasonality": "auto",
         "uncertainty_samples": 1000,
-        "candidates": ("seasonal_naive", "seasonal_median", "ets", "theta", "prophet", "fleet"),
+        "candidates": CANDIDATE_KINDS,
         "backtest_windows": 3,
         "workers": 0,
         "default_holiday_country": "",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ import numpy as np
 from fleetcast_forecasters.forecast import (
     NS_PER_SECOND,
     FloatArray,
+    FuturePeriods,
     UnsupportedModelError,
     all_finite,
     default_horizon,
@@ -80,13 +82,7 @@ def _compile(
     last_history: np.datetime64 | None = None,
 ) -> ProphetForecaster:
     _check_supported(model)
-    params = model["params"]
-    k = np.asarray(params["k"], dtype=np.float64).reshape(-1)
-    iterations = k.shape[0]
-    m = np.asarray(params["m"], dtype=np.float64).reshape(iterations)
-    delta = np.asarray(params["delta"], dtype=np.float64).reshape(iterations, -1)
-    beta = np.asarray(params["beta"], dtype=np.float64).reshape(iterations, -1)
-    sigma_obs = np.asarray(params["sigma_obs"], dtype=np.float64).reshape(iterations, -1)[:, 0]
+    params = _Params.of(model)
     changepoints_t = np.asarray(model["changepoints_t"], dtype=np.float64).reshape(-1)
     y_scale = float(model["y_scale"])
     floor = float(model["y_min"]) if model.get("scaling", "absmax") == "minmax" else 0.0
@@ -105,8 +101,85 @@ def _compile(
     dates, dates_ns = future.dates.copy(), future.dates_ns
     t = (dates_ns - start_ns) / t_scale_ns
 
+    additive, multiplicative = _seasonal_terms(model, future, params.beta, horizon)
+    additive *= y_scale
+    if linear:
+        trend_expected, point_trend = _linear_trends(t, params, changepoints_t)
+    else:
+        trend_expected = np.repeat(params.m[:, None], horizon, axis=1)
+        point_trend = np.full(horizon, _over_iterations(params.m))
+    point_additive = _over_iterations(additive)
+    point_multiplicative = _over_iterations(multiplicative)
+    yhat = (point_trend * y_scale + floor) * (1 + point_multiplicative) + point_additive
+    # (np.mean's sum and division, without its checks)
+    delta = params.delta
+    mean_abs_delta = np.add.reduce(np.abs(delta), axis=1) / delta.shape[1] + 1e-8
+    if not all(all_finite(a) for a in (yhat, params.sigma_obs, mean_abs_delta)):
+        raise ValueError("the model's parameters give non-finite forecasts")
+    # Shared by every request thread: make sure none can change them.
+    for array in (dates, t, yhat, trend_expected, additive, multiplicative, params.sigma_obs):
+        array.setflags(write=False)
+    mean_abs_delta.setflags(write=False)
+
+    history_step = math.nan
+    if one_period:
+        history_t = _history_t(model["history"])
+        history_step = mean_step(history_t) if history_t.shape[0] > 1 else 0.0
+    return ProphetForecaster(
+        dates=dates,
+        t=t,
+        yhat=yhat,
+        trend_expected=trend_expected,
+        additive=additive,
+        multiplicative=multiplicative,
+        sigma_obs=params.sigma_obs,
+        mean_abs_delta=mean_abs_delta,
+        linear_growth=linear,
+        changepoint_count=int(changepoints_t.shape[0]),
+        history_step=history_step,
+        y_scale=y_scale,
+        floor=floor,
+        uncertainty_samples=int(model["uncertainty_samples"] or 0),
+        interval_width=float(model["interval_width"]),
+        daily_dates=future.daily,
+        additive_only=not multiplicative.any(),
+        simulated_at_least=default_horizon(frequency),
+    )
+
+
+@dataclass(frozen=True)
+class _Params:
+    """The fitted parameters, one row an iteration (one for a MAP fit)."""
+
+    k: FloatArray
+    m: FloatArray
+    delta: FloatArray
+    beta: FloatArray
+    sigma_obs: FloatArray
+
+    @classmethod
+    def of(cls, model: dict[str, Any]) -> _Params:
+        params = model["params"]
+        k = np.asarray(params["k"], dtype=np.float64).reshape(-1)
+        iterations = k.shape[0]
+        return cls(
+            k=k,
+            m=np.asarray(params["m"], dtype=np.float64).reshape(iterations),
+            delta=np.asarray(params["delta"], dtype=np.float64).reshape(iterations, -1),
+            beta=np.asarray(params["beta"], dtype=np.float64).reshape(iterations, -1),
+            sigma_obs=np.asarray(params["sigma_obs"], dtype=np.float64).reshape(iterations, -1)[
+                :, 0
+            ],
+        )
+
+
+def _seasonal_terms(
+    model: dict[str, Any], future: FuturePeriods, beta: FloatArray, horizon: int
+) -> tuple[FloatArray, FloatArray]:
+    """The seasonalities' and holidays' additive part (not yet scaled by ``y_scale``) and
+    multiplicative part, one row an iteration."""
     features, additive_columns = seasonality_features(model, future)
-    holiday = holiday_features(model, dates_ns)
+    holiday = holiday_features(model, future.dates_ns)
     if holiday.shape[1]:
         holidays_additive = holidays_mode(model) == "additive"
         features = np.hstack([features, holiday])
@@ -123,66 +196,33 @@ def _compile(
         )
     beta_additive = beta * additive_columns
     beta_multiplicative = beta * ~additive_columns
-    additive = np.ascontiguousarray((features @ beta_additive.T).T) * y_scale
+    additive = np.ascontiguousarray((features @ beta_additive.T).T)
     multiplicative = np.ascontiguousarray((features @ beta_multiplicative.T).T)
+    return additive, multiplicative
 
-    if linear:
-        trends = [
-            piecewise_linear(t, delta[i], k[i], m[i], changepoints_t) for i in range(iterations)
-        ]
-        # (a MAP fit's one trend as a row of its own: no copy by vstack)
-        trend_expected = trends[0][None] if iterations == 1 else np.vstack(trends)
-        # A MAP fit's one iteration is its own mean: the same trend.
-        point_trend = (
-            trend_expected[0]
-            if iterations == 1
-            else piecewise_linear(
-                t,
-                _over_iterations(delta),
-                float(_over_iterations(k)),
-                float(_over_iterations(m)),
-                changepoints_t,
-            )
+
+def _linear_trends(
+    t: FloatArray, params: _Params, changepoints_t: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Each iteration's trend, and the point forecast's (the mean iteration's)."""
+    delta, k, m = params.delta, params.k, params.m
+    iterations = k.shape[0]
+    trends = [piecewise_linear(t, delta[i], k[i], m[i], changepoints_t) for i in range(iterations)]
+    # (a MAP fit's one trend as a row of its own: no copy by vstack)
+    trend_expected = trends[0][None] if iterations == 1 else np.vstack(trends)
+    # A MAP fit's one iteration is its own mean: the same trend.
+    point_trend = (
+        trend_expected[0]
+        if iterations == 1
+        else piecewise_linear(
+            t,
+            _over_iterations(delta),
+            float(_over_iterations(k)),
+            float(_over_iterations(m)),
+            changepoints_t,
         )
-    else:
-        trend_expected = np.repeat(m[:, None], horizon, axis=1)
-        point_trend = np.full(horizon, _over_iterations(m))
-    point_additive = _over_iterations(additive)
-    point_multiplicative = _over_iterations(multiplicative)
-    yhat = (point_trend * y_scale + floor) * (1 + point_multiplicative) + point_additive
-    # (np.mean's sum and division, without its checks)
-    mean_abs_delta = np.add.reduce(np.abs(delta), axis=1) / delta.shape[1] + 1e-8
-    if not all(all_finite(a) for a in (yhat, sigma_obs, mean_abs_delta)):
-        raise ValueError("the model's parameters give non-finite forecasts")
-    # Shared by every request thread: make sure none can change them.
-    for array in (dates, t, yhat, trend_expected, additive, multiplicative, sigma_obs):
-        array.setflags(write=False)
-    mean_abs_delta.setflags(write=False)
-
-    history_step = math.nan
-    if one_period:
-        history_t = _history_t(model["history"])
-        history_step = mean_step(history_t) if history_t.shape[0] > 1 else 0.0
-    return ProphetForecaster(
-        dates=dates,
-        t=t,
-        yhat=yhat,
-        trend_expected=trend_expected,
-        additive=additive,
-        multiplicative=multiplicative,
-        sigma_obs=sigma_obs,
-        mean_abs_delta=mean_abs_delta,
-        linear_growth=linear,
-        changepoint_count=int(changepoints_t.shape[0]),
-        history_step=history_step,
-        y_scale=y_scale,
-        floor=floor,
-        uncertainty_samples=int(model["uncertainty_samples"] or 0),
-        interval_width=float(model["interval_width"]),
-        daily_dates=future.daily,
-        additive_only=not multiplicative.any(),
-        simulated_at_least=default_horizon(frequency),
     )
+    return trend_expected, point_trend
 
 
 def _over_iterations(values: FloatArray) -> Any:

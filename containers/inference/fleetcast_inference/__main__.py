@@ -11,8 +11,8 @@ import threading
 from types import FrameType
 
 from fleetcast_contracts.inference import LOG_LEVEL_ENV, MULTI_MODEL_ENV
-from fleetcast_inference.contract import InferenceSettings, SettingsError
 from fleetcast_inference.server import InferenceServer
+from fleetcast_inference.settings import InferenceSettings, SettingsError
 
 logger = logging.getLogger("fleetcast_inference")
 

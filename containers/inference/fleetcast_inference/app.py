@@ -29,7 +29,6 @@ from fleetcast_forecasters.forecast import UnsupportedModelError as UnsupportedM
 from fleetcast_forecasters.forecast import forecast_seed
 from fleetcast_inference import protocol
 from fleetcast_inference.artifact import read_model_artifact
-from fleetcast_inference.contract import InferenceSettings, model_path
 from fleetcast_inference.errors import (
     BadRequestError,
     InferenceError,
@@ -41,6 +40,7 @@ from fleetcast_inference.errors import (
 )
 from fleetcast_inference.memory import retained_bytes
 from fleetcast_inference.registry import MODEL_ENTRY_OVERHEAD_BYTES, LoadedModels, ServedModel
+from fleetcast_inference.settings import InferenceSettings, model_path
 
 logger = logging.getLogger(__name__)
 

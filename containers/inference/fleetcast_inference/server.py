@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from fleetcast_inference.app import InferenceApp, Request, Response
-from fleetcast_inference.contract import InferenceSettings
 from fleetcast_inference.errors import BadRequestError, InferenceError, PayloadTooLargeError
 from fleetcast_inference.protocol import render_error
+from fleetcast_inference.settings import InferenceSettings
 
 logger = logging.getLogger(__name__)
 access_logger = logging.getLogger("fleetcast_inference.access")

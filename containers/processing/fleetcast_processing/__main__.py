@@ -1,5 +1,5 @@
 """``python -m fleetcast_processing [--frequency D|H] [--upload-file FILE]
-[--source-name NAME] [--input-kind readings|metadata]``: the container's entrypoint.
+[--input-kind readings|metadata]``: the container's entrypoint.
 
 Exit code 0 when the upload was processed, 1 when it was not; either way a one-paragraph
 message for people goes to the message file (SageMaker shows its first 1 KB as the job's
@@ -66,12 +66,6 @@ def _parser() -> argparse.ArgumentParser:
         help="the file in the raw input to read (default: the raw input's only file)",
     )
     parser.add_argument(
-        "--source-name",
-        help="name of the upload in the report and messages (default: the file name of "
-        "the S3 key in the job's environment, else the input file's name); without "
-        f"{UPLOAD_FILE_ARGUMENT}, also the file to read",
-    )
-    parser.add_argument(
         INPUT_KIND_ARGUMENT,
         choices=INPUT_KINDS,
         default=READINGS,
@@ -105,9 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The file read is the run's copy of the upload, under a safe name of its own:
         # the report names the upload as it was put in S3.
         source_key = source_key_from_environment(os.environ)
-        named = args.source_name or (upload_file_name(source_key) if source_key else None)
+        named = upload_file_name(source_key) if source_key else None
         source_name = named or source_name
-        upload = find_upload(paths.raw_input, args.upload_file or args.source_name)
+        upload = find_upload(paths.raw_input, args.upload_file)
         source_name = named or upload.name
         if args.input_kind == METADATA:
             summary = run_metadata(

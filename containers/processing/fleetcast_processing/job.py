@@ -28,7 +28,7 @@ from fleetcast_contracts.processing import (
 from fleetcast_processing.changes import ChangedReadings
 from fleetcast_processing.duplicates import MAX_CUSTOMERS
 from fleetcast_processing.errors import UnusableInputError
-from fleetcast_processing.merging import MergeSettings, TrainingOutput, merge_upload
+from fleetcast_processing.merging import MergeCounts, MergeSettings, TrainingOutput, merge_upload
 from fleetcast_processing.metadata_store import load_store, write_calendars
 from fleetcast_processing.report import RejectedRows, write_summary
 from fleetcast_processing.shards import (
@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class JobSettings:
     paths: ProcessingPaths
-    frequency: Frequency = field(default_factory=lambda: Frequency.DAILY)
+    frequency: Frequency = Frequency.DAILY
     source_name: str | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
     # The training job's instances: the run's training parts are a multiple of them.
@@ -96,6 +96,15 @@ class _Progress:
         self.blank_rows = 0
         self.lines = 0
         self.continued_lines = 0
+
+    def add(self, block: RowBlock, accepted: int, rejected: int) -> None:
+        """Count a block read (``accepted`` of its rows set aside) and log the progress."""
+        self.rows_read += len(block) + len(block.malformed)
+        self.rows_accepted += accepted
+        self.blank_rows += block.blank_rows
+        self.lines += block.line_count
+        self.continued_lines += block.continued_lines
+        self.log(block, rejected)
 
     def log(self, block: RowBlock, rejected: int) -> None:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
@@ -141,70 +150,16 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
             header.delimiter,
             ", ".join(header.columns),
         )
-        upload_bytes, free_bytes = upload_path.stat().st_size, shutil.disk_usage(scratch).free
-        compressed = compress_for(upload_bytes, upload.compressed, free_bytes)
-        if compressed:
-            logger.info(
-                "setting the readings aside LZ4-compressed: uncompressed, those of %s "
-                "(%.1f GB) could take more than half of the volume's %.1f GB free",
-                source_name,
-                upload_bytes / 1e9,
-                free_bytes / 1e9,
-            )
+        compressed = _spill_compressed(upload_path, upload.compressed, Path(scratch), source_name)
         with closing(ShardSpill(Path(scratch), compressed)) as spill:
             for block in read_blocks(upload, header, settings.block_size):
-                checked = _check_block(block, customers, settings.now, header.delimiter == ";")
-                rejected.add(block, checked.reasons)
-                ok = np.flatnonzero(checked.reasons == ACCEPTED)
-                spill.add(
-                    customers.ids,
-                    checked.codes[ok],
-                    checked.instants[ok],
-                    checked.consumption[ok],
-                    block.lines[ok],
-                    (block.timestamp, block.consumption),
-                    ok,
+                accepted = _set_aside(
+                    block, settings, customers, rejected, spill, header.delimiter == ";"
                 )
-                progress.rows_read += len(block) + len(block.malformed)
-                progress.rows_accepted += len(ok)
-                progress.blank_rows += block.blank_rows
-                progress.lines += block.line_count
-                progress.continued_lines += block.continued_lines
-                progress.log(block, rejected.total)
-        changed = ChangedReadings()
-        # The parts are known once the file is read, so each shard's customers go to them
-        # as it is merged (a customer whose every period is rejected then has none).
-        part_of = part_assignment(customers.ids, spill.codes, settings.training_instances)
-        with TrainParts(paths.train_output) as parts:
-            merged = merge_upload(
-                spill,
-                customers.ids,
-                MergeSettings(
-                    settings.frequency,
-                    settings.limits.max_period_total,
-                    paths.history_input,
-                    paths.history_output,
-                    UseRules(settings.limits.incomplete_below, settings.limits.zero_run_days),
-                ),
-                rejected,
-                changed,
-                TrainingOutput(parts, part_of),
-            )
-        changed.write(paths.report_output / CHANGED_FILE)
+                progress.add(block, accepted, rejected.total)
+        merged, train_parts = _merge(spill, customers, settings, rejected)
         progress.rows_accepted = progress.rows_read - rejected.total
-
-        if progress.rows_read == 0:
-            raise UnusableInputError("the file has a header but no data rows.")
-        if progress.rows_accepted == 0:
-            reasons_text = ", ".join(
-                f"{reason} {count:,}" for reason, count in rejected.by_reason.most_common()
-            )
-            raise UnusableInputError(
-                f"none of its {progress.rows_read:,} data rows is usable ({reasons_text}); "
-                f"the first rejected row is {rejected.first}."
-            )
-        if progress.blank_rows:
-            logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
+        _check_usable(progress, rejected)
 
     touched = {code: customers.ids[code] for code in sorted(merged.customers)}
     teachers = write_fleet_teachers(
@@ -215,16 +170,128 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         paths.history_input,
         paths.fleet_output,
     )
+    if teachers:
+        logger.info("the fleet family also learns from %s stored customers", f"{len(teachers):,}")
     # The holidays training adds to each customer it trains, and to the fleet family's
     # teachers (metadata/ holds the store).
     write_calendars(
         paths.calendars_output, [*touched.values(), *teachers], load_store(paths.metadata_input)
     )
-    summary = ProcessingSummary(
+    summary = _summary(
+        source_name, settings, progress, header.line, rejected, merged, train_parts, touched
+    )
+    write_summary(paths.report_output / SUMMARY_FILE, summary)
+    logger.info(
+        "wrote %s customers (%s new), %s periods, in %.2f s",
+        f"{summary.customers:,}",
+        f"{summary.new_customers:,}",
+        f"{summary.days_written:,}",
+        time.perf_counter() - progress.started,
+    )
+    return summary
+
+
+def _spill_compressed(
+    upload_path: Path, upload_compressed: bool, scratch: Path, source_name: str
+) -> bool:
+    """Whether the readings set aside are LZ4-compressed (spill.compress_for)."""
+    upload_bytes, free_bytes = upload_path.stat().st_size, shutil.disk_usage(scratch).free
+    compressed = compress_for(upload_bytes, upload_compressed, free_bytes)
+    if compressed:
+        logger.info(
+            "setting the readings aside LZ4-compressed: uncompressed, those of %s "
+            "(%.1f GB) could take more than half of the volume's %.1f GB free",
+            source_name,
+            upload_bytes / 1e9,
+            free_bytes / 1e9,
+        )
+    return compressed
+
+
+def _set_aside(
+    block: RowBlock,
+    settings: JobSettings,
+    customers: CustomerCodes,
+    rejected: RejectedRows,
+    spill: ShardSpill,
+    decimal_comma: bool,
+) -> int:
+    """The first pass, one block: its rejected rows to the report, the rest to the spill;
+    how many were set aside."""
+    checked = _check_block(block, customers, settings.now, decimal_comma)
+    rejected.add(block, checked.reasons)
+    ok = np.flatnonzero(checked.reasons == ACCEPTED)
+    spill.add(
+        customers.ids,
+        checked.codes[ok],
+        checked.instants[ok],
+        checked.consumption[ok],
+        block.lines[ok],
+        (block.timestamp, block.consumption),
+        ok,
+    )
+    return len(ok)
+
+
+def _merge(
+    spill: ShardSpill, customers: CustomerCodes, settings: JobSettings, rejected: RejectedRows
+) -> tuple[MergeCounts, int]:
+    """The second pass: each shard merged into its history, the training parts written;
+    the merge's counts and the number of parts."""
+    paths = settings.paths
+    changed = ChangedReadings()
+    # The parts are known once the file is read, so each shard's customers go to them
+    # as it is merged (a customer whose every period is rejected then has none).
+    part_of = part_assignment(customers.ids, spill.codes, settings.training_instances)
+    with TrainParts(paths.train_output) as parts:
+        merged = merge_upload(
+            spill,
+            customers.ids,
+            MergeSettings(
+                settings.frequency,
+                settings.limits.max_period_total,
+                paths.history_input,
+                paths.history_output,
+                UseRules(settings.limits.incomplete_below, settings.limits.zero_run_days),
+            ),
+            rejected,
+            changed,
+            TrainingOutput(parts, part_of),
+        )
+    changed.write(paths.report_output / CHANGED_FILE)
+    return merged, parts.written
+
+
+def _check_usable(progress: _Progress, rejected: RejectedRows) -> None:
+    if progress.rows_read == 0:
+        raise UnusableInputError("the file has a header but no data rows.")
+    if progress.rows_accepted == 0:
+        reasons_text = ", ".join(
+            f"{reason} {count:,}" for reason, count in rejected.by_reason.most_common()
+        )
+        raise UnusableInputError(
+            f"none of its {progress.rows_read:,} data rows is usable ({reasons_text}); "
+            f"the first rejected row is {rejected.first}."
+        )
+    if progress.blank_rows:
+        logger.info("skipped %s blank rows", f"{progress.blank_rows:,}")
+
+
+def _summary(
+    source_name: str,
+    settings: JobSettings,
+    progress: _Progress,
+    header_line: int,
+    rejected: RejectedRows,
+    merged: MergeCounts,
+    train_parts: int,
+    touched: dict[int, str],
+) -> ProcessingSummary:
+    return ProcessingSummary(
         source_name=source_name,
         frequency=settings.frequency.value,
         lines=progress.lines,
-        header_line=header.line,
+        header_line=header_line,
         blank_lines=progress.blank_rows,
         continued_lines=progress.continued_lines,
         rows_read=progress.rows_read,
@@ -244,20 +311,9 @@ def run(upload_path: Path, settings: JobSettings) -> ProcessingSummary:
         unused_periods=dict(sorted(merged.use.unused.items())),
         customers_by_interval_s=dict(sorted(merged.use.by_interval.items())),
         history_shards_written=merged.history_shards,
-        train_parts=parts.written,
+        train_parts=train_parts,
         customers_list=sorted(touched.values()),
     )
-    write_summary(paths.report_output / SUMMARY_FILE, summary)
-    if teachers:
-        logger.info("the fleet family also learns from %s stored customers", f"{len(teachers):,}")
-    logger.info(
-        "wrote %s customers (%s new), %s periods, in %.2f s",
-        f"{summary.customers:,}",
-        f"{summary.new_customers:,}",
-        f"{summary.days_written:,}",
-        time.perf_counter() - progress.started,
-    )
-    return summary
 
 
 def _check_block(

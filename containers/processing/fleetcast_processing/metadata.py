@@ -350,14 +350,8 @@ def run_metadata(
             f"rejected row is line {first.line}: {first.message}."
         )
     store = load_store(paths.metadata_input)
-    changed = sorted(
-        customer_id
-        for customer_id, (_, record) in checked.accepted.items()
-        if customer_id not in store or store[customer_id].calendar != record.calendar
-    )
     new_customers = sum(1 for customer_id in checked.accepted if customer_id not in store)
-    for customer_id, (_, record) in checked.accepted.items():
-        store[customer_id] = record
+    changed = _merge_into_store(checked, store)
     write_store(paths.metadata_output, store)
 
     # Customers with stored history, and the changed ones among them sent to training.
@@ -372,9 +366,7 @@ def run_metadata(
         training_instances,
         use,
     )
-    waiting = sorted(set(checked.accepted) - stored.keys())
     retrained = sorted(set(changed) & stored.keys())
-    rows_written = sum(stored[customer_id] for customer_id in retrained)
     teachers = write_fleet_teachers(
         set(retrained),
         fleet_teacher_limit(len(retrained), training_instances),
@@ -385,8 +377,49 @@ def run_metadata(
     )
     write_calendars(paths.calendars_output, [*retrained, *teachers], store)
 
+    summary = _metadata_summary(
+        checked, source_name, frequency, store, changed, new_customers, use, stored, retrained
+    )
+    write_summary(paths.report_output / SUMMARY_FILE, summary)
+    logger.info(
+        "metadata for %d customers (%d rejected rows); calendar changed for %d, %d retrained",
+        len(checked.accepted),
+        summary.rows_rejected,
+        len(changed),
+        len(retrained),
+    )
+    return summary
+
+
+def _merge_into_store(checked: CheckedFile, store: dict[str, CustomerMetadata]) -> list[str]:
+    """The accepted rows into ``store``; the customers whose calendar they changed (or
+    who are new)."""
+    changed = sorted(
+        customer_id
+        for customer_id, (_, record) in checked.accepted.items()
+        if customer_id not in store or store[customer_id].calendar != record.calendar
+    )
+    for customer_id, (_, record) in checked.accepted.items():
+        store[customer_id] = record
+    return changed
+
+
+def _metadata_summary(
+    checked: CheckedFile,
+    source_name: str,
+    frequency: str,
+    store: dict[str, CustomerMetadata],
+    changed: list[str],
+    new_customers: int,
+    use: UseCounts,
+    stored: dict[str, int],
+    retrained: list[str],
+) -> ProcessingSummary:
+    # Customers without stored history wait for their readings.
+    waiting = sorted(set(checked.accepted) - stored.keys())
+    rows_written = sum(stored[customer_id] for customer_id in retrained)
     rows_rejected = len(checked.rejected)
-    summary = ProcessingSummary(
+    return ProcessingSummary(
         source_name=source_name,
         frequency=frequency,
         lines=checked.lines,
@@ -416,12 +449,3 @@ def run_metadata(
             waiting_for_readings=waiting,
         ),
     )
-    write_summary(paths.report_output / SUMMARY_FILE, summary)
-    logger.info(
-        "metadata for %d customers (%d rejected rows); calendar changed for %d, %d retrained",
-        len(checked.accepted),
-        rows_rejected,
-        len(changed),
-        len(retrained),
-    )
-    return summary

@@ -2,7 +2,7 @@
 
 Every function here takes Arrow string arrays exactly as they were read and returns numpy
 arrays; nothing loops over rows in Python. A row fails on the first rule it breaks, in
-the order of :data:`RULE_ORDER`.
+the order :func:`check_rows` lists them.
 """
 
 from __future__ import annotations
@@ -35,17 +35,6 @@ ACCEPTED = 0
 def reason_code(reason: RejectReason) -> int:
     return REASONS.index(reason) + 1
 
-
-RULE_ORDER = (
-    RejectReason.REPEATED_HEADER,
-    RejectReason.INVALID_CUSTOMER_ID,
-    RejectReason.MONTH_OR_YEAR_TIMESTAMP,
-    RejectReason.INVALID_TIMESTAMP,
-    RejectReason.OUT_OF_RANGE_TIMESTAMP,
-    RejectReason.INVALID_CONSUMPTION,
-    RejectReason.NEGATIVE_CONSUMPTION,
-    RejectReason.IMPLAUSIBLE_CONSUMPTION,
-)
 
 NUMBER_PATTERN = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
 # A number with a non-zero digit before a negative exponent: if it reads as 0, it is
@@ -226,17 +215,23 @@ def check_rows(
         coarse = month_or_year(timestamps)
         header = repeated_header(timestamps, consumption)
     with np.errstate(invalid="ignore"):
-        broken = (
-            header,
-            codes < 0,
-            coarse,
-            ~parsed,
-            (instants < earliest) | (instants > latest),
-            ~np.isfinite(values) | underflowed(consumption, values),
-            values < 0,
-            values > IMPLAUSIBLE_CONSUMPTION,
+        # Each rule and the rows that break it, in the order a row is tested.
+        rules = (
+            (RejectReason.REPEATED_HEADER, header),
+            (RejectReason.INVALID_CUSTOMER_ID, codes < 0),
+            (RejectReason.MONTH_OR_YEAR_TIMESTAMP, coarse),
+            (RejectReason.INVALID_TIMESTAMP, ~parsed),
+            (RejectReason.OUT_OF_RANGE_TIMESTAMP, (instants < earliest) | (instants > latest)),
+            (
+                RejectReason.INVALID_CONSUMPTION,
+                ~np.isfinite(values) | underflowed(consumption, values),
+            ),
+            (RejectReason.NEGATIVE_CONSUMPTION, values < 0),
+            (RejectReason.IMPLAUSIBLE_CONSUMPTION, values > IMPLAUSIBLE_CONSUMPTION),
         )
-    reasons = np.select(broken, [reason_code(rule) for rule in RULE_ORDER], ACCEPTED)
+    reasons = np.select(
+        [broken for _, broken in rules], [reason_code(rule) for rule, _ in rules], ACCEPTED
+    )
     return CheckedBlock(codes, instants, values, reasons.astype(np.int8))
 
 

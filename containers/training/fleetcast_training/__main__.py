@@ -13,7 +13,7 @@ import sys
 
 from fleetcast_contracts.opt_ml import opt_ml_root
 from fleetcast_contracts.training import FAILURE_FILE, FAILURE_LIMIT
-from fleetcast_training.contract import TrainingEnvironment
+from fleetcast_training.environment import TrainingEnvironment
 from fleetcast_training.failures import JobFailure
 from fleetcast_training.hyperparameters import Hyperparameters, InvalidHyperparametersError
 from fleetcast_training.job import run_job

@@ -43,8 +43,8 @@ from fleetcast_contracts.training import (
 from fleetcast_contracts.training_manifest import CustomerOutcome
 from fleetcast_training import fleet
 from fleetcast_training.calendars import CustomerCalendars
-from fleetcast_training.contract import TrainingEnvironment
 from fleetcast_training.customer_training import CustomerReport
+from fleetcast_training.environment import TrainingEnvironment
 from fleetcast_training.export import ShardExport
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
 from fleetcast_training.fleet import FleetForecast

@@ -53,11 +53,21 @@ class CostClients:
     ses: Any
 
     @classmethod
-    def create(cls, region: str) -> CostClients:
-        session = boto3.session.Session()
+    def create(
+        cls,
+        region: str,
+        session: boto3.session.Session | None = None,
+        endpoint_url: str | None = None,
+    ) -> CostClients:
+        """The report's clients in ``region`` (Cost Explorer's in its one region), from
+        ``session`` (a new default one when None); ``endpoint_url`` a local stack's, else
+        ``AWS_ENDPOINT_URL`` as boto3 reads it."""
+        session = session or boto3.session.Session()
 
         def client(service: str, region_name: str = region) -> Any:
-            return session.client(service, region_name=region_name, config=RETRY_CONFIG)
+            return session.client(
+                service, region_name=region_name, endpoint_url=endpoint_url, config=RETRY_CONFIG
+            )
 
         return cls(
             ce=client("ce", COST_EXPLORER_REGION),

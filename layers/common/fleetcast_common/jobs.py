@@ -53,71 +53,17 @@ def processing_job_request(
     settings: ProcessingSettings,
     run_id: str,
     upload: Upload,
+    staged_key: str,
     with_history: bool,
     with_metadata: bool = False,
 ) -> dict[str, Any]:
-    """The job reads the run's copy of the upload (:func:`layout.staged_upload_key`), never
-    the raw key: SageMaker downloads an input to a file named after its key (a name of at
-    most 255 bytes, in a path the key's '/', '.' and '..' would shape), takes an S3Uri of
-    at most 1024 characters and a container argument of at most 256, and would read the
-    key's latest version. ``with_metadata``: the metadata store exists (an input prefix
-    must hold an object)."""
+    """The job reads the run's copy of the upload, ``staged_key``
+    (:func:`layout.staged_upload_key`), never the raw key: SageMaker downloads an input to
+    a file named after its key (a name of at most 255 bytes, in a path the key's '/', '.'
+    and '..' would shape), takes an S3Uri of at most 1024 characters and a container
+    argument of at most 256, and would read the key's latest version. ``with_metadata``:
+    the metadata store exists (an input prefix must hold an object)."""
     is_metadata = layout.is_metadata_upload(upload.key)
-    artifacts = f"s3://{settings.artifacts_bucket}/"
-    staged_key = layout.staged_upload_key(run_id, upload.key)
-    inputs: list[dict[str, Any]] = [
-        {
-            "InputName": processing.INPUT_RAW,
-            "S3Input": {
-                # The one object: nothing else is ever written beside it.
-                "S3Uri": artifacts + staged_key,
-                "LocalPath": processing.RAW_INPUT,
-                "S3DataType": "S3Prefix",
-                "S3InputMode": "File",
-                "S3DataDistributionType": "FullyReplicated",
-            },
-        }
-    ]
-    if with_history:
-        # SageMaker fails a job whose input prefix holds no object, so the history input
-        # is only added once some history exists.
-        inputs.append(
-            {
-                "InputName": processing.INPUT_HISTORY,
-                "S3Input": {
-                    "S3Uri": artifacts + layout.HISTORY_PREFIX,
-                    "LocalPath": processing.HISTORY_INPUT,
-                    "S3DataType": "S3Prefix",
-                    "S3InputMode": "File",
-                    "S3DataDistributionType": "FullyReplicated",
-                },
-            }
-        )
-
-    if with_metadata:
-        inputs.append(
-            {
-                "InputName": processing.INPUT_METADATA,
-                "S3Input": {
-                    "S3Uri": artifacts + layout.METADATA_PREFIX,
-                    "LocalPath": processing.METADATA_INPUT,
-                    "S3DataType": "S3Prefix",
-                    "S3InputMode": "File",
-                    "S3DataDistributionType": "FullyReplicated",
-                },
-            }
-        )
-
-    def output(name: str, local: str, prefix: str) -> dict[str, Any]:
-        return {
-            "OutputName": name,
-            "S3Output": {
-                "S3Uri": artifacts + prefix,
-                "LocalPath": local,
-                "S3UploadMode": "EndOfJob",
-            },
-        }
-
     return {
         PROCESSING.name_field: PROCESSING.job_name(settings.job_name_prefix, run_id),
         "ProcessingResources": {
@@ -130,48 +76,10 @@ def processing_job_request(
         "AppSpecification": {
             "ImageUri": checked_image_uri(settings.image_uri, "ProcessingImageUri"),
             "ContainerEntrypoint": processing.ENTRYPOINT,
-            "ContainerArguments": [
-                "--frequency",
-                settings.frequency.value,
-                "--training-instances",
-                str(settings.training_instance_count),
-                processing.INPUT_KIND_ARGUMENT,
-                processing.METADATA if is_metadata else processing.READINGS,
-                processing.UPLOAD_FILE_ARGUMENT,
-                posixpath.basename(staged_key),
-            ],
+            "ContainerArguments": _processing_arguments(settings, staged_key, is_metadata),
         },
-        "ProcessingInputs": inputs,
-        "ProcessingOutputConfig": {
-            "Outputs": [
-                output(
-                    processing.OUTPUT_TRAIN, processing.TRAIN_OUTPUT, layout.train_prefix(run_id)
-                ),
-                output(processing.OUTPUT_HISTORY, processing.HISTORY_OUTPUT, layout.HISTORY_PREFIX),
-                output(
-                    processing.OUTPUT_REPORT, processing.REPORT_OUTPUT, layout.report_prefix(run_id)
-                ),
-                output(
-                    processing.OUTPUT_CALENDARS,
-                    processing.CALENDARS_OUTPUT,
-                    layout.calendars_prefix(run_id),
-                ),
-                output(
-                    processing.OUTPUT_FLEET, processing.FLEET_OUTPUT, layout.fleet_prefix(run_id)
-                ),
-            ]
-            + (
-                [
-                    output(
-                        processing.OUTPUT_METADATA,
-                        processing.METADATA_OUTPUT,
-                        layout.METADATA_PREFIX,
-                    )
-                ]
-                if is_metadata
-                else []
-            )
-        },
+        "ProcessingInputs": _processing_inputs(settings, staged_key, with_history, with_metadata),
+        "ProcessingOutputConfig": {"Outputs": _processing_outputs(settings, run_id, is_metadata)},
         "StoppingCondition": {"MaxRuntimeInSeconds": settings.max_runtime_seconds},
         # The container reads and writes local folders only; SageMaker moves the data.
         "NetworkConfig": {"EnableNetworkIsolation": True},
@@ -184,6 +92,76 @@ def processing_job_request(
         "RoleArn": settings.sagemaker_role_arn,
         "Tags": _tags(run_id),
     }
+
+
+def _processing_arguments(
+    settings: ProcessingSettings, staged_key: str, is_metadata: bool
+) -> list[str]:
+    return [
+        "--frequency",
+        settings.frequency.value,
+        "--training-instances",
+        str(settings.training_instance_count),
+        processing.INPUT_KIND_ARGUMENT,
+        processing.METADATA if is_metadata else processing.READINGS,
+        processing.UPLOAD_FILE_ARGUMENT,
+        posixpath.basename(staged_key),
+    ]
+
+
+def _processing_inputs(
+    settings: ProcessingSettings, staged_key: str, with_history: bool, with_metadata: bool
+) -> list[dict[str, Any]]:
+    # The staged upload is the one object under its key: nothing is ever written beside it.
+    # SageMaker fails a job whose input prefix holds no object, so the history and the
+    # metadata inputs are only added once some exist.
+    channels = [(processing.INPUT_RAW, staged_key, processing.RAW_INPUT)]
+    if with_history:
+        channels.append((processing.INPUT_HISTORY, layout.HISTORY_PREFIX, processing.HISTORY_INPUT))
+    if with_metadata:
+        channels.append(
+            (processing.INPUT_METADATA, layout.METADATA_PREFIX, processing.METADATA_INPUT)
+        )
+    return [
+        {
+            "InputName": name,
+            "S3Input": {
+                "S3Uri": f"s3://{settings.artifacts_bucket}/{key}",
+                "LocalPath": local,
+                "S3DataType": "S3Prefix",
+                "S3InputMode": "File",
+                "S3DataDistributionType": "FullyReplicated",
+            },
+        }
+        for name, key, local in channels
+    ]
+
+
+def _processing_outputs(
+    settings: ProcessingSettings, run_id: str, is_metadata: bool
+) -> list[dict[str, Any]]:
+    channels = [
+        (processing.OUTPUT_TRAIN, processing.TRAIN_OUTPUT, layout.train_prefix(run_id)),
+        (processing.OUTPUT_HISTORY, processing.HISTORY_OUTPUT, layout.HISTORY_PREFIX),
+        (processing.OUTPUT_REPORT, processing.REPORT_OUTPUT, layout.report_prefix(run_id)),
+        (processing.OUTPUT_CALENDARS, processing.CALENDARS_OUTPUT, layout.calendars_prefix(run_id)),
+        (processing.OUTPUT_FLEET, processing.FLEET_OUTPUT, layout.fleet_prefix(run_id)),
+    ]
+    if is_metadata:
+        channels.append(
+            (processing.OUTPUT_METADATA, processing.METADATA_OUTPUT, layout.METADATA_PREFIX)
+        )
+    return [
+        {
+            "OutputName": name,
+            "S3Output": {
+                "S3Uri": f"s3://{settings.artifacts_bucket}/{prefix}",
+                "LocalPath": local,
+                "S3UploadMode": "EndOfJob",
+            },
+        }
+        for name, local, prefix in channels
+    ]
 
 
 def training_instance_count(configured: int, parts: int) -> int:

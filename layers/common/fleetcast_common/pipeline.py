@@ -263,9 +263,9 @@ def _start_job(
         return JobStart(outcome=Outcome.ALREADY_STARTED, run_id=waiting.run_id, job_name=job_name)
     with_history = storage.any_object_under(s3, settings.artifacts_bucket, layout.HISTORY_PREFIX)
     with_metadata = storage.any_object_under(s3, settings.artifacts_bucket, layout.METADATA_PREFIX)
-    _stage_upload(s3, settings, waiting)
+    staged_key = _stage_upload(s3, settings, waiting)
     request = processing_job_request(
-        settings, waiting.run_id, waiting.upload, with_history, with_metadata
+        settings, waiting.run_id, waiting.upload, staged_key, with_history, with_metadata
     )
     return _create_once(
         sagemaker.create_processing_job, request, PROCESSING.name_field, waiting.run_id

@@ -418,23 +418,12 @@ def register_chunk(
     registry.record_many(records)
     _retire_archives(s3, bucket, _retired_archives(decided, states))
 
-    def count(status: ModelStatus) -> int:
-        return sum(1 for o in outcomes if o.status is status)
-
-    def now(status: ModelStatus) -> int:
-        return sum(1 for o in outcomes if (o.status or o.earlier_status) is status)
-
-    counts = ChunkCounts(
+    counts = _chunk_counts(
+        outcomes,
         trained=len(trained),
-        registered=count(ModelStatus.LIVE),
-        rejected=count(ModelStatus.REJECTED),
-        superseded=count(ModelStatus.SUPERSEDED),
-        repeated=sum(1 for o in outcomes if o.repeated),
-        failed_training=len(failures),
+        failed=len(failures),
         recovered=len(recovered),
         lost=len(lost),
-        models_decided=sum(now(status) for status in ModelStatus),
-        models_live=now(ModelStatus.LIVE),
     )
     first = registry.finish_chunk(
         chunk.run_id,
@@ -452,6 +441,29 @@ def register_chunk(
         failures=failures,
         lost=lost,
         customers=outcomes,
+    )
+
+
+def _chunk_counts(
+    outcomes: list[CustomerRegistration], *, trained: int, failed: int, recovered: int, lost: int
+) -> ChunkCounts:
+    def count(status: ModelStatus) -> int:
+        return sum(1 for o in outcomes if o.status is status)
+
+    def now(status: ModelStatus) -> int:
+        return sum(1 for o in outcomes if (o.status or o.earlier_status) is status)
+
+    return ChunkCounts(
+        trained=trained,
+        registered=count(ModelStatus.LIVE),
+        rejected=count(ModelStatus.REJECTED),
+        superseded=count(ModelStatus.SUPERSEDED),
+        repeated=sum(1 for o in outcomes if o.repeated),
+        failed_training=failed,
+        recovered=recovered,
+        lost=lost,
+        models_decided=sum(now(status) for status in ModelStatus),
+        models_live=now(ModelStatus.LIVE),
     )
 
 

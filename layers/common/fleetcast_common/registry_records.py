@@ -50,8 +50,8 @@ class TrainedModel(BaseModel):
     @field_validator(*STORED_AS_TEXT, mode="before")
     @classmethod
     def _from_stored_text(cls, value: Any, info: ValidationInfo) -> Any:
-        """The table keeps the metrics and the backtest as their JSON text (:func:`stored`);
-        a record written before 2026-12-05 keeps its metrics as a map."""
+        """The table keeps the metrics and the backtest as their JSON text (:func:`stored`),
+        and every record is written so; code that builds a record gives them as models."""
         if not isinstance(value, str):
             return value
         return STORED_AS_TEXT[str(info.field_name)].model_validate_json(value)

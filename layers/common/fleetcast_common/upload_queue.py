@@ -135,7 +135,7 @@ class UploadQueue:
         """Number the upload on its first event (later events of the same upload get the
         same run id) and check it against the newest upload of its key."""
         identity = upload_identity(upload.bucket, upload.key, upload.revision)
-        run_id = self.run_id_of(upload)
+        run_id = self._run_id_at(identity)
         if run_id is None:
             run_id = run_id_for_upload(self._next_sequence(), upload.uploaded_at)
             try:
@@ -152,7 +152,7 @@ class UploadQueue:
                 if error_code(error) != _CONDITION_FAILED:
                     raise
                 # The same upload's other event got its number first (this one is unused).
-                run_id = self.run_id_of(upload)
+                run_id = self._run_id_at(identity)
                 assert run_id is not None
         if upload.sequencer is None:
             return Arrival(run_id=run_id)
@@ -160,12 +160,11 @@ class UploadQueue:
 
     def run_id_of(self, upload: Upload) -> str | None:
         """The run id the queue gave ``upload``; None before its first event."""
+        return self._run_id_at(upload_identity(upload.bucket, upload.key, upload.revision))
+
+    def _run_id_at(self, identity: str) -> str | None:
         found = self._table.get_item(
-            Key={
-                "queue": ARRIVAL,
-                "entry": upload_identity(upload.bucket, upload.key, upload.revision),
-            },
-            ConsistentRead=True,
+            Key={"queue": ARRIVAL, "entry": identity}, ConsistentRead=True
         ).get("Item")
         return str(found["run_id"]) if found else None
 

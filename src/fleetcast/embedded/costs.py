@@ -36,7 +36,7 @@ from email.utils import parseaddr
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetcast import billing
+from fleetcast.embedded import billing
 from fleetcast.embedded.moto_patches.server import MotoDispatcher
 from fleetcast.embedded.template import ACCOUNT_ID, REGION
 from fleetcast_cost import sources

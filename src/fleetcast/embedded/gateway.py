@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import socketserver
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -68,6 +69,27 @@ class _QuietHandler(MotoRequestHandler):
 SHUTDOWN_POLL_SECONDS = 0.05
 
 
+class ServingThread:
+    """A socketserver served on a daemon thread of its own (the gateway, a local API)."""
+
+    def __init__(self, server: socketserver.BaseServer, name: str) -> None:
+        self.server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
+            daemon=True,
+            name=name,
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
+
+
 class Gateway:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         moto_patches.install()
@@ -86,12 +108,7 @@ class Gateway:
                 request_handler=_QuietHandler,
                 fd=listener.fileno(),
             )
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
-            daemon=True,
-            name="aws-gateway",
-        )
+        self._serving = ServingThread(self._server, "aws-gateway")
 
     @property
     def url(self) -> str:
@@ -147,9 +164,7 @@ class Gateway:
         return self._moto(environ, start_response)
 
     def start(self) -> None:
-        self._thread.start()
+        self._serving.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._serving.stop()

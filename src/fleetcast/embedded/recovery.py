@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from fleetcast.embedded.sagemaker_jobs import JobRunner
+from fleetcast.embedded.sagemaker_jobs.runner import JobRunner
 from fleetcast.embedded.template import ACCOUNT_ID, LocalTemplate
 from fleetcast_common import storage
 from fleetcast_common.chunk_queue import MAX_RECEIVES, enqueue_chunks

@@ -22,7 +22,8 @@ from fleetcast.embedded.endpoint import (
     ModelDiskCache,
 )
 from fleetcast.embedded.moto_patches.sagemaker import omit_empty_data_capture
-from fleetcast.embedded.sagemaker_jobs import image_entrypoint, local_command, split_s3_uri
+from fleetcast.embedded.sagemaker_jobs.containers import image_entrypoint, local_command
+from fleetcast.embedded.sagemaker_jobs.transfer import split_s3_uri
 from fleetcast.embedded.template import ACCOUNT_ID, REGION
 
 if TYPE_CHECKING:

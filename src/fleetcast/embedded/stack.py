@@ -26,7 +26,7 @@ from fleetcast.embedded.context import ServiceContext
 from fleetcast.embedded.costs import LOCAL_PARAMETERS, LocalCosts, local_function_environment
 from fleetcast.embedded.events import EventDelivery
 from fleetcast.embedded.gateway import Gateway, bind_preferred
-from fleetcast.embedded.iam import LocalIam
+from fleetcast.embedded.iam.local_iam import LocalIam
 from fleetcast.embedded.info import (
     CREDENTIALS,
     DEFAULT_PORT,
@@ -44,7 +44,7 @@ from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS, validate
 from fleetcast.embedded.queues import EventSourceMapping, QueueDelivery, event_source_mappings
 from fleetcast.embedded.recovery import Recovery
 from fleetcast.embedded.resources import create_resources
-from fleetcast.embedded.sagemaker_jobs import JobRunner
+from fleetcast.embedded.sagemaker_jobs.runner import JobRunner
 from fleetcast.embedded.serving import LocalServing, ServingOptions
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
 from fleetcast_contracts.frequency import Frequency
@@ -139,23 +139,7 @@ class EmbeddedStack:
         gateway.guard(self.iam.guard)
         gateway.start()
         try:
-            self.runner = JobRunner(
-                s3=self.client("s3"),
-                events=self.client("events"),
-                workdir=self.state_dir,
-                containers_dir=self.root / "containers",
-                put_object=functools.partial(gateway.put_object, ACCOUNT_ID),
-                download_object=functools.partial(gateway.download_object, ACCOUNT_ID),
-                transfer_for=functools.partial(
-                    self.iam.job_transfer,
-                    endpoint_url=self.endpoint_url,
-                    put_object=functools.partial(gateway.put_object, ACCOUNT_ID),
-                    download_object=functools.partial(gateway.download_object, ACCOUNT_ID),
-                ),
-            )
-            self.runner.hooks.install()
-            self.gateway.wrap_aws_app(self.runner.environments.wrap)
-            self.gateway.wrap_aws_app(AwsLimits)  # what AWS refuses and moto does not
+            self.runner = self._start_runner(gateway)
             kept = self.keeping.restore()
             if kept is not None:  # before anything is created, delivered or resumed
                 check_kept_frequency(
@@ -164,16 +148,7 @@ class EmbeddedStack:
                     str(self.state_dir),
                 )
             create_resources(self.template, self.client, self.iam.create_roles)
-            # What the buckets' lifecycle rules expire goes, as on AWS (embedded/lifecycle.py).
-            self.lifecycle = LocalLifecycle(
-                self.client("s3"),
-                [
-                    self.template.physical_name(b)
-                    for b in self.template.resources_of_type("AWS::S3::Bucket")
-                ],
-                lambda: datetime.now(UTC),
-            )
-            self.lifecycle.start()
+            self.lifecycle = self._start_lifecycle()
             self.keeping.keep_run_numbers(self.client("dynamodb"))
             self.keeping.record_lost_runs(self.resource("dynamodb"), self._run_id_of)
             self.delivery = EventDelivery(self.client("sqs"), self.client("events"))
@@ -216,6 +191,42 @@ class EmbeddedStack:
             self.notices += self.keeping.notices
             self.keeping.notices.clear()
         return self.info
+
+    def _start_runner(self, gateway: Gateway) -> JobRunner:
+        """The local SageMaker jobs' runner, its hooks installed in the gateway's AWS."""
+        put_object = functools.partial(gateway.put_object, ACCOUNT_ID)
+        download_object = functools.partial(gateway.download_object, ACCOUNT_ID)
+        runner = JobRunner(
+            s3=self.client("s3"),
+            events=self.client("events"),
+            workdir=self.state_dir,
+            containers_dir=self.root / "containers",
+            put_object=put_object,
+            download_object=download_object,
+            transfer_for=functools.partial(
+                self.iam.job_transfer,
+                endpoint_url=self.endpoint_url,
+                put_object=put_object,
+                download_object=download_object,
+            ),
+        )
+        runner.hooks.install()
+        gateway.wrap_aws_app(runner.environments.wrap)
+        gateway.wrap_aws_app(AwsLimits)  # what AWS refuses and moto does not
+        return runner
+
+    def _start_lifecycle(self) -> LocalLifecycle:
+        """What the buckets' lifecycle rules expire goes, as on AWS (embedded/lifecycle.py)."""
+        lifecycle = LocalLifecycle(
+            self.client("s3"),
+            [
+                self.template.physical_name(b)
+                for b in self.template.resources_of_type("AWS::S3::Bucket")
+            ],
+            lambda: datetime.now(UTC),
+        )
+        lifecycle.start()
+        return lifecycle
 
     def _run_id_of(self, job_name: str) -> str | None:
         """The run of one of this stack's pipeline jobs (None for another job)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import threading
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -16,7 +15,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from fleetcast.embedded.api.models import ApiKeys, UsagePlan
 from fleetcast.embedded.api.server import ApiServer, GatewayAnswer, gateway_error, handler_for
 from fleetcast.embedded.api.urls import ApiRoute, resource_path_of
-from fleetcast.embedded.gateway import SHUTDOWN_POLL_SECONDS, bind_preferred
+from fleetcast.embedded.gateway import ServingThread, bind_preferred
 from fleetcast.embedded.info import DEFAULT_API_PORT
 from fleetcast.embedded.lambdas import LocalFunction
 from fleetcast.embedded.template import ACCOUNT_ID, REGION, LocalTemplate
@@ -54,12 +53,7 @@ class LocalRestApi:
             lambda bound: ApiServer((HOST, bound), handler_for(self.handle)),
             f"the API {name}",
         )
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
-            daemon=True,
-            name=f"api-{name}",
-        )
+        self._serving = ServingThread(self._server, f"api-{name}")
 
     @property
     def url(self) -> str:
@@ -67,12 +61,10 @@ class LocalRestApi:
         return f"http://{host!s}:{port}/{self.stage}"
 
     def start(self) -> None:
-        self._thread.start()
+        self._serving.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._serving.stop()
 
     def handle(
         self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str
@@ -213,6 +205,29 @@ class LocalRestApi:
         return api, key_value
 
 
+def _single_and_multi(
+    pairs: list[tuple[str, str]],
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Headers or query parameters as the proxy event gives them twice: each name's last
+    value, and all of its values."""
+    single: dict[str, str] = {}
+    multi: dict[str, list[str]] = {}
+    for name, value in pairs:
+        single[name] = value
+        multi.setdefault(name, []).append(value)
+    return single, multi
+
+
+def _event_body(body: bytes) -> tuple[str | None, bool]:
+    """The body as the event's text, base64 where it is not UTF-8; whether it is."""
+    if not body:
+        return None, False
+    try:
+        return body.decode(), False
+    except UnicodeDecodeError:
+        return base64.b64encode(body).decode(), True
+
+
 def proxy_event(
     *,
     route: ApiRoute,
@@ -229,23 +244,9 @@ def proxy_event(
     api_key: tuple[str, str] | None,
 ) -> dict[str, Any]:
     """The REST API proxy integration event (payload format 1.0) for one request."""
-    single_headers: dict[str, str] = {}
-    multi_headers: dict[str, list[str]] = {}
-    for name, value in headers:
-        single_headers[name] = value
-        multi_headers.setdefault(name, []).append(value)
-    single_query: dict[str, str] = {}
-    multi_query: dict[str, list[str]] = {}
-    for name, value in parse_qsl(query, keep_blank_values=True):
-        single_query[name] = value
-        multi_query.setdefault(name, []).append(value)
-    text_body: str | None = None
-    is_base64 = False
-    if body:
-        try:
-            text_body = body.decode()
-        except UnicodeDecodeError:
-            text_body, is_base64 = base64.b64encode(body).decode(), True
+    single_headers, multi_headers = _single_and_multi(headers)
+    single_query, multi_query = _single_and_multi(parse_qsl(query, keep_blank_values=True))
+    text_body, is_base64 = _event_body(body)
     now = datetime.now(UTC)
     domain = f"{api_id}.execute-api.{REGION}.amazonaws.com"
     user_agent = next((v for k, v in headers if k.lower() == "user-agent"), None)

@@ -76,6 +76,8 @@ class RunningJob:
     # Each instance's local checkpoint folder (training jobs with a CheckpointConfig).
     checkpoints: list[Path] = field(default_factory=list)
     interrupted: threading.Event = field(default_factory=threading.Event)
+    # Spot interruptions the job restarted from (training jobs).
+    interruptions: int = 0
 
 
 # SageMaker's FailureReason for a processing container that exits non-zero: its own
@@ -358,87 +360,90 @@ class JobRunner:
     def _run_training(self, backend: Any, name: str) -> None:
         job = backend.training_jobs[name]
         running = self._jobs[name]
-        instance_count = int(job.resource_config.get("InstanceCount", 1))
-        hosts = training_contract.host_names(instance_count)
+        hosts = training_contract.host_names(int(job.resource_config.get("InstanceCount", 1)))
         job_dir = self._workdir / "jobs" / name
         training.transition(job, "Starting", "Preparing the instances for training")
         self.publish_training(job)
         started = time.monotonic()
-        interruptions = 0
         failure: str | None = None
         try:
             transfer = self._job_transfer(job)
-            command = local_command(
-                image_entrypoint(job.algorithm_specification["TrainingImage"], self._containers_dir)
-            )
-            command.append("train")
-            while True:
-                training.transition(job, "Downloading", "Downloading input data")
-                job.training_start_time = job.training_start_time or now()
-                roots = [
-                    training.prepare_instance(transfer, job, job_dir / host, host, hosts)
-                    for host in hosts
-                ]
-                training.transition(
-                    job, "Training", "Training image download completed. Training in progress."
-                )
-                syncs = self._start_checkpoint_syncs(transfer, job, roots)
-                running.checkpoints = [sync.local for sync in syncs]
-                cpus = str(max(1, self._cpus // instance_count))
-                launches = [
-                    (
-                        command,
-                        {
-                            **os.environ,
-                            OPT_ML_ENV: str(root),
-                            training_contract.INSTANCE_CPUS_ENV: cpus,
-                        },
-                        job_dir / f"{host}.log",
-                    )
-                    for root, host in zip(roots, hosts, strict=True)
-                ]
-                codes = self._run_instances(running, launches)
-                for sync in syncs:
-                    sync.stop()
-                if self._stopping.is_set():
-                    return
-                if running.interrupted.is_set():
-                    running.interrupted.clear()
-                    interruptions += 1
-                    training.transition(
-                        job, "Interrupted", "Training job interrupted (spot capacity reclaimed)"
-                    )
-                    training.transition(job, "Restarting", "Restarting from the last checkpoint")
-                    continue
-                break
-            failed = [(host, code) for host, code in zip(hosts, codes, strict=True) if code != 0]
-            if failed:
-                host, code = failed[0]
-                reason = (
-                    killed_reason(code)
-                    or read_limited(
-                        job_dir / host / training_contract.FAILURE_FILE,
-                        training_contract.FAILURE_LIMIT,
-                    )
-                    or log_tail(job_dir / f"{host}.log")
-                )
-                failure = f"AlgorithmError: {reason or f'exit code {code}'} (host {host})"
-            else:
+            codes = self._train_until_uninterrupted(transfer, job, running, hosts, job_dir)
+            if codes is None:
+                return
+            failure = _instance_failure(job_dir, hosts, codes)
+            if failure is None:
                 training.transition(job, "Uploading", "Uploading generated training model")
                 training.upload_model(transfer, job, job_dir / hosts[0])
         except Exception as error:
             log.exception("training job %s failed in the local stack", name)
             failure = f"ClientError: {error}"
+        self._finish_training(job, running, [job_dir / f"{h}.log" for h in hosts], started, failure)
+
+    def _train_until_uninterrupted(
+        self, transfer: S3Transfer, job: Any, running: RunningJob, hosts: list[str], job_dir: Path
+    ) -> list[int] | None:
+        """Run every instance's container, again from the last checkpoint after each spot
+        interruption; their exit codes, or None when the runner is stopping."""
+        command = local_command(
+            image_entrypoint(job.algorithm_specification["TrainingImage"], self._containers_dir)
+        )
+        command.append("train")
+        cpus = str(max(1, self._cpus // len(hosts)))
+        while True:
+            training.transition(job, "Downloading", "Downloading input data")
+            job.training_start_time = job.training_start_time or now()
+            roots = [
+                training.prepare_instance(transfer, job, job_dir / host, host, hosts)
+                for host in hosts
+            ]
+            training.transition(
+                job, "Training", "Training image download completed. Training in progress."
+            )
+            syncs = self._start_checkpoint_syncs(transfer, job, roots)
+            running.checkpoints = [sync.local for sync in syncs]
+            launches = [
+                (
+                    command,
+                    {
+                        **os.environ,
+                        OPT_ML_ENV: str(root),
+                        training_contract.INSTANCE_CPUS_ENV: cpus,
+                    },
+                    job_dir / f"{host}.log",
+                )
+                for root, host in zip(roots, hosts, strict=True)
+            ]
+            codes = self._run_instances(running, launches)
+            for sync in syncs:
+                sync.stop()
+            if self._stopping.is_set():
+                return None
+            if not running.interrupted.is_set():
+                return codes
+            running.interrupted.clear()
+            running.interruptions += 1
+            training.transition(
+                job, "Interrupted", "Training job interrupted (spot capacity reclaimed)"
+            )
+            training.transition(job, "Restarting", "Restarting from the last checkpoint")
+
+    def _finish_training(
+        self,
+        job: Any,
+        running: RunningJob,
+        logs: list[Path],
+        started: float,
+        failure: str | None,
+    ) -> None:
         elapsed = max(1, round(time.monotonic() - started))
         job.training_end_time = now()
         job.training_time_in_seconds = elapsed
         # AWS reports wall-clock time here; the bill is this times the instance count.
         job.billable_time_in_seconds = elapsed
-        job.final_metric_data_list = training.scrape_metrics(
-            job, [job_dir / f"{h}.log" for h in hosts]
-        )
-        if interruptions:
-            job.interruptions = interruptions
+        job.final_metric_data_list = training.scrape_metrics(job, logs)
+        if running.interruptions:
+            job.interruptions = running.interruptions
         if failure:
             job.training_job_status = "Failed"
             job.failure_reason = failure[:FAILURE_REASON_LIMIT]
@@ -498,3 +503,20 @@ def _archives_in(folder: Path) -> int:
     """Model archives written to a checkpoint folder (whole files only: the container
     writes each under a temporary name and renames it)."""
     return sum(1 for _ in folder.rglob(f"*{MODEL_ARCHIVE_SUFFIX}"))
+
+
+def _instance_failure(job_dir: Path, hosts: list[str], codes: list[int]) -> str | None:
+    """SageMaker's FailureReason for the first instance that exited non-zero, if any: how it
+    was killed, else its failure file, else its log's tail."""
+    failed = [(host, code) for host, code in zip(hosts, codes, strict=True) if code != 0]
+    if not failed:
+        return None
+    host, code = failed[0]
+    reason = (
+        killed_reason(code)
+        or read_limited(
+            job_dir / host / training_contract.FAILURE_FILE, training_contract.FAILURE_LIMIT
+        )
+        or log_tail(job_dir / f"{host}.log")
+    )
+    return f"AlgorithmError: {reason or f'exit code {code}'} (host {host})"

@@ -27,7 +27,7 @@ from fleetcast_contracts.opt_ml import opt_ml_root, resolve
 
 
 class SettingsError(ValueError):
-    """An environment variable of this contract has a value the container cannot use."""
+    """An environment variable of the container's contract has a value it cannot use."""
 
 
 @dataclass(frozen=True)

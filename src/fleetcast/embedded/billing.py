@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
@@ -302,92 +302,111 @@ def labelled_history(
         # Jitter keeps the anomalies off fixed weekdays across seeds.
         return min(days - 1, int(days * fraction) + rng.randint(-3, 3))
 
-    def price(instance: str) -> float:
-        return _TRAINING_PRICES[instance]
-
+    # In this order: each series draws its days and its noise from the one generator.
     return BillingHistory(
         start,
         days,
-        (
-            s.steady("USE1-Host:ml.c5.xlarge", "Hrs", 0.238, base=0.238 * 24, sigma=0.01),
-            s.steady("USE1-Train:ml.m5.large", "Hrs", price("ml.m5.large"), base=14.0),
-            s.weekly(
-                "USE1-Train:ml.c5.xlarge",
-                "Hrs",
-                price("ml.c5.xlarge"),
-                weekday_base=42.0,
-                weekend_base=9.0,
-            ),
-            s.weekly(
-                "USE1-Train:ml.c5.2xlarge",
-                "Hrs",
-                price("ml.c5.2xlarge"),
-                weekday_base=30.0,
-                weekend_base=6.0,
-                spike_at=_weekend_day(start, at(0.7)),
-                spike_factor=3.0,
-            ),
-            s.trend(
-                "USE1-Train:ml.m5.xlarge",
-                "Hrs",
-                price("ml.m5.xlarge"),
-                base=25.0,
-                total_change=0.3,
-            ),
-            s.trend("USE1-Processing:ml.m5.xlarge", "Hrs", 0.23, base=18.0, total_change=-0.3),
-            s.new_usage_type(
-                "USE1-Train:ml.p3.2xlarge", "Hrs", price("ml.p3.2xlarge"), at(0.75), base=92.0
-            ),
-            s.new_usage_type(
-                "USE1-Train:ml.g5.xlarge", "Hrs", price("ml.g5.xlarge"), at(0.5), base=34.0
-            ),
-            s.spike(
-                "USE1-Train:ml.m5.2xlarge",
-                "Hrs",
-                price("ml.m5.2xlarge"),
-                base=22.0,
-                day=at(0.55),
-                factor=3.5,
-            ),
-            s.spike(
-                "USE1-Train:ml.c5.4xlarge",
-                "Hrs",
-                price("ml.c5.4xlarge"),
-                base=40.0,
-                day=at(0.85),
-                factor=2.2,
-            ),
-            s.level_shift(
-                "USE1-Host:ml.m5.xlarge", "Hrs", 0.23, base=0.23 * 24 * 2, day=at(0.6), factor=2.0
-            ),
-            s.level_shift(
-                "USE1-Train:ml.m5.4xlarge",
-                "Hrs",
-                price("ml.m5.4xlarge"),
-                base=30.0,
-                day=at(0.4),
-                factor=1.9,
-            ),
-            s.creep(
-                "USE1-Train:ml.c5.9xlarge",
-                "Hrs",
-                price("ml.c5.9xlarge"),
-                base=20.0,
-                start_day=at(0.45),
-                daily_increase=0.5,
-            ),
-            s.noise("USE1-Train:ml.m5.12xlarge", "Hrs", price("ml.m5.12xlarge"), base=35.0),
-            s.noise(
-                "USE1-Processing:ml.c5.2xlarge",
-                "Hrs",
-                0.408,
-                base=12.0,
-                sigma=0.25,
-                spike_at=at(0.65),
-                spike_factor=6.0,
-            ),
-            s.noise("USE1-Train:VolumeUsage.gp2", "GB-Mo", 0.14 / 30, base=2.5, sigma=0.3),
+        (*_regular_series(s, at), *_one_off_series(s, at), *_drifting_series(s, at)),
+    )
+
+
+def _price(instance: str) -> float:
+    return _TRAINING_PRICES[instance]
+
+
+def _regular_series(s: _Shapes, at: Callable[[float], int]) -> tuple[UsageSeries, ...]:
+    """Steady, weekly and trending usage types: nothing to flag but one weekend spike."""
+    return (
+        s.steady("USE1-Host:ml.c5.xlarge", "Hrs", 0.238, base=0.238 * 24, sigma=0.01),
+        s.steady("USE1-Train:ml.m5.large", "Hrs", _price("ml.m5.large"), base=14.0),
+        s.weekly(
+            "USE1-Train:ml.c5.xlarge",
+            "Hrs",
+            _price("ml.c5.xlarge"),
+            weekday_base=42.0,
+            weekend_base=9.0,
         ),
+        s.weekly(
+            "USE1-Train:ml.c5.2xlarge",
+            "Hrs",
+            _price("ml.c5.2xlarge"),
+            weekday_base=30.0,
+            weekend_base=6.0,
+            spike_at=_weekend_day(s.start, at(0.7)),
+            spike_factor=3.0,
+        ),
+        s.trend(
+            "USE1-Train:ml.m5.xlarge",
+            "Hrs",
+            _price("ml.m5.xlarge"),
+            base=25.0,
+            total_change=0.3,
+        ),
+        s.trend("USE1-Processing:ml.m5.xlarge", "Hrs", 0.23, base=18.0, total_change=-0.3),
+    )
+
+
+def _one_off_series(s: _Shapes, at: Callable[[float], int]) -> tuple[UsageSeries, ...]:
+    """A new usage type, a spike, a level shift: each flagged on one day."""
+    return (
+        s.new_usage_type(
+            "USE1-Train:ml.p3.2xlarge", "Hrs", _price("ml.p3.2xlarge"), at(0.75), base=92.0
+        ),
+        s.new_usage_type(
+            "USE1-Train:ml.g5.xlarge", "Hrs", _price("ml.g5.xlarge"), at(0.5), base=34.0
+        ),
+        s.spike(
+            "USE1-Train:ml.m5.2xlarge",
+            "Hrs",
+            _price("ml.m5.2xlarge"),
+            base=22.0,
+            day=at(0.55),
+            factor=3.5,
+        ),
+        s.spike(
+            "USE1-Train:ml.c5.4xlarge",
+            "Hrs",
+            _price("ml.c5.4xlarge"),
+            base=40.0,
+            day=at(0.85),
+            factor=2.2,
+        ),
+        s.level_shift(
+            "USE1-Host:ml.m5.xlarge", "Hrs", 0.23, base=0.23 * 24 * 2, day=at(0.6), factor=2.0
+        ),
+        s.level_shift(
+            "USE1-Train:ml.m5.4xlarge",
+            "Hrs",
+            _price("ml.m5.4xlarge"),
+            base=30.0,
+            day=at(0.4),
+            factor=1.9,
+        ),
+    )
+
+
+def _drifting_series(s: _Shapes, at: Callable[[float], int]) -> tuple[UsageSeries, ...]:
+    """A slow creep, and noisy usage types of which one spikes far outside its noise."""
+    return (
+        s.creep(
+            "USE1-Train:ml.c5.9xlarge",
+            "Hrs",
+            _price("ml.c5.9xlarge"),
+            base=20.0,
+            start_day=at(0.45),
+            daily_increase=0.5,
+        ),
+        s.noise("USE1-Train:ml.m5.12xlarge", "Hrs", _price("ml.m5.12xlarge"), base=35.0),
+        s.noise(
+            "USE1-Processing:ml.c5.2xlarge",
+            "Hrs",
+            0.408,
+            base=12.0,
+            sigma=0.25,
+            spike_at=at(0.65),
+            spike_factor=6.0,
+        ),
+        s.noise("USE1-Train:VolumeUsage.gp2", "GB-Mo", 0.14 / 30, base=2.5, sigma=0.3),
     )
 
 
