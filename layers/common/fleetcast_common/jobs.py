@@ -194,46 +194,7 @@ def training_job_request(settings: TrainingSettings, run_id: str, parts: int) ->
             "forecast_export_days": str(settings.forecast_export_days),
             "candidates": settings.model_candidates,
         },
-        "InputDataConfig": [
-            {
-                "ChannelName": training.TRAIN_CHANNEL,
-                "ContentType": "application/x-parquet",
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": "S3Prefix",
-                        "S3Uri": artifacts + layout.train_prefix(run_id),
-                        # A few parts of many customers per instance (contracts.shards):
-                        # each instance trains the customers of its parts.
-                        "S3DataDistributionType": "ShardedByS3Key",
-                    }
-                },
-            },
-            {
-                # Each customer's holidays: one small file, the same for every instance.
-                "ChannelName": training.CALENDARS_CHANNEL,
-                "ContentType": "text/csv",
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": "S3Prefix",
-                        "S3Uri": artifacts + layout.calendars_prefix(run_id),
-                        "S3DataDistributionType": "FullyReplicated",
-                    }
-                },
-            },
-            {
-                # The fleet family's teachers beyond the run's customers: one file, the
-                # same for every instance (contracts.training.FLEET_CHANNEL).
-                "ChannelName": training.FLEET_CHANNEL,
-                "ContentType": "application/x-parquet",
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": "S3Prefix",
-                        "S3Uri": artifacts + layout.fleet_prefix(run_id),
-                        "S3DataDistributionType": "FullyReplicated",
-                    }
-                },
-            },
-        ],
+        "InputDataConfig": _training_channels(artifacts, run_id),
         "OutputDataConfig": {"S3OutputPath": artifacts + layout.output_prefix(run_id)},
         "ResourceConfig": {
             "InstanceType": settings.instance_type,
@@ -253,3 +214,48 @@ def training_job_request(settings: TrainingSettings, run_id: str, parts: int) ->
         "EnableNetworkIsolation": True,
         "Tags": _tags(run_id),
     }
+
+
+def _training_channels(artifacts: str, run_id: str) -> list[dict[str, Any]]:
+    """The training job's channels: the run's parts, sharded by customer; each customer's
+    holidays and the fleet family's stored teachers, the same for every instance."""
+    return [
+        {
+            "ChannelName": training.TRAIN_CHANNEL,
+            "ContentType": "application/x-parquet",
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": artifacts + layout.train_prefix(run_id),
+                    # A few parts of many customers per instance (contracts.shards):
+                    # each instance trains the customers of its parts.
+                    "S3DataDistributionType": "ShardedByS3Key",
+                }
+            },
+        },
+        {
+            # Each customer's holidays: one small file, the same for every instance.
+            "ChannelName": training.CALENDARS_CHANNEL,
+            "ContentType": "text/csv",
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": artifacts + layout.calendars_prefix(run_id),
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+        },
+        {
+            # The fleet family's teachers beyond the run's customers: one file, the
+            # same for every instance (contracts.training.FLEET_CHANNEL).
+            "ChannelName": training.FLEET_CHANNEL,
+            "ContentType": "application/x-parquet",
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": artifacts + layout.fleet_prefix(run_id),
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+        },
+    ]
