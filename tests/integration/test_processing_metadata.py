@@ -150,7 +150,7 @@ def test_metadata_uploads_merge_into_the_store_and_retrain_changed_calendars(
     assert training["outcome"] == "started", training
     request = boto3.client("sagemaker").describe_training_job(TrainingJobName=training["job_name"])
     channels = {c["ChannelName"] for c in request["InputDataConfig"]}
-    assert channels == {"train", "calendars"}
+    assert channels == {"train", "calendars", "fleet"}
 
     # Given a second metadata file, uploaded later: a1 unchanged, b2 moved to Berlin
     second = upload(
