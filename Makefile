@@ -14,8 +14,9 @@ SDK_VENV := .venv-sdk
 AWSCLI_VENV := .venv-awscli
 # statsforecast for make accuracy's peers: it needs pandas < 3, fleetcast pins pandas 3.
 PEERS_VENV := .venv-peers
-# AutoGluon-TimeSeries for make accuracy alone (about 4.5 GB with torch's CUDA wheels, which
-# PyPI's torch for Linux x86_64 requires): not in `make install`, make test or accuracy-smoke.
+# AutoGluon-TimeSeries for make accuracy alone (5.8 GB installed, 3.4 GB of it the CUDA
+# wheels PyPI's torch for Linux x86_64 requires): not in `make install`, make test or
+# accuracy-smoke.
 AUTOGLUON_VENV := .venv-autogluon
 # schemathesis for make fuzz and its smoke test: a client from outside the stack's process.
 FUZZ_VENV := .venv-fuzz
@@ -148,9 +149,9 @@ bench: $(STAMP) $(SAM_TRANSLATOR)  ## Benchmark suite vs the public AWS sample (
 bench-smoke: $(STAMP) $(SAM_TRANSLATOR)  ## The benchmark suite at tiny sizes: checks its answers, not its speed
 	$(BIN)/python -m bench --smoke
 
-# make accuracy's AutoGluon environment: announced, since the first install downloads ~3 GB.
+# make accuracy's AutoGluon environment: announced, since the first install is 5.8 GB.
 $(AUTOGLUON_STAMP): $(UV) requirements/autogluon.lock.txt
-	@echo "make accuracy: installing AutoGluon-TimeSeries and torch (with PyPI's CUDA wheels, ~4.5 GB) into $(AUTOGLUON_VENV), once"
+	@echo "make accuracy: installing AutoGluon-TimeSeries and torch (with PyPI's CUDA wheels: 5.8 GB) into $(AUTOGLUON_VENV), once"
 	[ -x $(AUTOGLUON_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(AUTOGLUON_VENV)
 	$(UV) pip install --quiet -p $(AUTOGLUON_VENV)/bin/python -r requirements/autogluon.lock.txt
 	touch $@
@@ -158,7 +159,7 @@ $(AUTOGLUON_STAMP): $(UV) requirements/autogluon.lock.txt
 accuracy: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP) $(AUTOGLUON_STAMP)  ## Forecast accuracy on real meter data, two windows, vs naive, Prophet, statsforecast, mlforecast, AutoGluon (~45 min; installs AutoGluon first): bench/accuracy-results.json, chart, README table
 	$(BIN)/python -m bench.accuracy --results bench/accuracy-results.json --chart bench/accuracy.png --readme README.md
 
-accuracy-smoke: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## make accuracy on a handful of series: checks its answers, not its speed
+accuracy-smoke: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## make accuracy on a handful of series, both windows, without AutoGluon (never installs torch): checks its answers
 	$(BIN)/python -m bench.accuracy --smoke
 
 REPLAY_DIR ?= .fleetcast/accuracy-replay
