@@ -420,6 +420,7 @@ def readme_section(
     figures: str,
     seconds: float,
     peers_cached: bool = False,
+    planned: int | None = None,
 ) -> str:
     """The README's Accuracy section; ``peers_cached``: the peers' forecasts and CPU
     figures were read from ``--peers-cache`` (an earlier full run on the same inputs)."""
@@ -492,9 +493,15 @@ def readme_section(
         if autogluon and "skipped" in autogluon
         else ""
     )
+    partial = (
+        f" **Partial: {len(results)} of its {planned} sets and windows measured so far** "
+        "(the run writes every output after each one)"
+        if planned and len(results) < planned
+        else ""
+    )
     return f"""{README_HEADING}
 
-`make accuracy` ({seconds / 60:.0f} min{cached}) on {machine.summary()}; {engine}.
+`make accuracy` ({seconds / 60:.0f} min{cached}){partial} on {machine.summary()}; {engine}.
 
 Real public meter readings, never generated data: sources, commits and licences in
 [`bench/accuracy/data/README.md`](bench/accuracy/data/README.md). Two windows per set, each

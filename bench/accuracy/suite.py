@@ -365,6 +365,9 @@ def main() -> int:
             f"{peers.AUTOGLUON_PYTHON} is missing: `make accuracy` installs AutoGluon "
             "(requirements/autogluon.lock.txt) first; --no-autogluon runs without it"
         )
+    planned = sum(not options.data_set or d.key in options.data_set for d in DATA_SETS) * len(
+        options.window or WINDOWS
+    )
     with tempfile.TemporaryDirectory(prefix="fleetcast-accuracy-") as folder:
         for data_set in DATA_SETS:
             if options.data_set and data_set.key not in options.data_set:
@@ -383,9 +386,22 @@ def main() -> int:
                         with_autogluon,
                     )
                 )
-    seconds = time.perf_counter() - began
+                print_tables(results[-1:], machine, console)
+                publish(options, results, machine, time.perf_counter() - began, planned)
     print_tables(results, machine, console)
-    console.print(f"[dim]make accuracy took {seconds:.0f} s[/]")
+    console.print(f"[dim]make accuracy took {time.perf_counter() - began:.0f} s[/]")
+    return 0
+
+
+def publish(
+    options: argparse.Namespace,
+    results: list[DataSetResult],
+    machine: Machine,
+    seconds: float,
+    planned: int,
+) -> None:
+    """Every output for the results so far (after each set and window, so a long run that
+    is stopped leaves what it measured, said to be partial)."""
     if options.results:
         write_results(results, machine, versions(), seconds, options.results)
     if options.chart:
@@ -403,6 +419,6 @@ def main() -> int:
                 str(figures.resolve().relative_to(root)),
                 seconds,
                 peers_cached=bool(PEERS_FROM_CACHE),
+                planned=planned,
             ),
         )
-    return 0
