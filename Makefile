@@ -14,6 +14,10 @@ SDK_VENV := .venv-sdk
 AWSCLI_VENV := .venv-awscli
 # statsforecast for make accuracy's peers: it needs pandas < 3, fleetcast pins pandas 3.
 PEERS_VENV := .venv-peers
+# AutoGluon-TimeSeries for make accuracy alone (5.8 GB installed, 3.4 GB of it the CUDA
+# wheels PyPI's torch for Linux x86_64 requires): not in `make install`, make test or
+# accuracy-smoke.
+AUTOGLUON_VENV := .venv-autogluon
 # schemathesis for make fuzz and its smoke test: a client from outside the stack's process.
 FUZZ_VENV := .venv-fuzz
 STAMP := $(VENV)/.installed
@@ -26,6 +30,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 SDK_STAMP := $(SDK_VENV)/.installed
 AWSCLI_STAMP := $(AWSCLI_VENV)/.installed
 PEERS_STAMP := $(PEERS_VENV)/.installed
+AUTOGLUON_STAMP := $(AUTOGLUON_VENV)/.installed
 FUZZ_STAMP := $(FUZZ_VENV)/.installed
 TOOLS := $(SAM_STAMP) $(CHECKOV_STAMP) $(SDK_STAMP) $(AWSCLI_STAMP) $(PEERS_STAMP) $(FUZZ_STAMP)
 
@@ -70,6 +75,7 @@ lock: $(UV)  ## Re-resolve the pinned lock files from pyproject.toml and require
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/sdk.in -o requirements/sdk.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/awscli.in -o requirements/awscli.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/peers.in -o requirements/peers.lock.txt
+	$(UV) pip compile --quiet -p $(BIN)/python requirements/autogluon.in -o requirements/autogluon.lock.txt
 	$(UV) pip compile --quiet -p $(BIN)/python requirements/fuzz.in -o requirements/fuzz.lock.txt
 
 demo: $(STAMP) $(SAM_TRANSLATOR)  ## Run the whole pipeline locally: 1000 customers, 2 training instances
@@ -143,10 +149,17 @@ bench: $(STAMP) $(SAM_TRANSLATOR)  ## Benchmark suite vs the public AWS sample (
 bench-smoke: $(STAMP) $(SAM_TRANSLATOR)  ## The benchmark suite at tiny sizes: checks its answers, not its speed
 	$(BIN)/python -m bench --smoke
 
-accuracy: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## Forecast accuracy on real meter data vs Prophet, naive, statsforecast (~15 min): bench/accuracy-results.json, chart, README table
+# make accuracy's AutoGluon environment: announced, since the first install is 5.8 GB.
+$(AUTOGLUON_STAMP): $(UV) requirements/autogluon.lock.txt
+	@echo "make accuracy: installing AutoGluon-TimeSeries and torch (with PyPI's CUDA wheels: 5.8 GB) into $(AUTOGLUON_VENV), once"
+	[ -x $(AUTOGLUON_VENV)/bin/python ] || $(UV) venv --quiet -p $(BIN)/python $(AUTOGLUON_VENV)
+	$(UV) pip install --quiet -p $(AUTOGLUON_VENV)/bin/python -r requirements/autogluon.lock.txt
+	touch $@
+
+accuracy: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP) $(AUTOGLUON_STAMP)  ## Forecast accuracy on real meter data, two windows, vs naive, Prophet, statsforecast, mlforecast, AutoGluon (~45 min; installs AutoGluon first): bench/accuracy-results.json, chart, README table
 	$(BIN)/python -m bench.accuracy --results bench/accuracy-results.json --chart bench/accuracy.png --readme README.md
 
-accuracy-smoke: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## make accuracy on a handful of series: checks its answers, not its speed
+accuracy-smoke: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## make accuracy on a handful of series, both windows, without AutoGluon (never installs torch): checks its answers
 	$(BIN)/python -m bench.accuracy --smoke
 
 REPLAY_DIR ?= .fleetcast/accuracy-replay
@@ -163,4 +176,4 @@ load: $(STAMP) $(SAM_TRANSLATOR)  ## Load test on the local stack: 1000 customer
 	$(BIN)/python bench/load.py --customers 1000 --clients 50 --seconds 60
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) $(AWSCLI_VENV) $(PEERS_VENV) $(FUZZ_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(SDK_VENV) $(AWSCLI_VENV) $(PEERS_VENV) $(AUTOGLUON_VENV) $(FUZZ_VENV) .aws-sam .fleetcast .pytest_cache .mypy_cache .ruff_cache

@@ -7,10 +7,12 @@ says where from and how they were taken). For each customer:
 - its **last complete day** is the last day with as many readings as its most common
   count per day (a file that stops mid-day leaves a partial last day that no forecaster
   could be asked about);
-- the **held-back horizon** is the last ``horizon`` days up to and including it; nothing
-  of those days is shown to any method;
+- the **held-back horizon** of window 0 is the last ``horizon`` days up to and including
+  it; window ``w`` is the ``horizon`` days that end ``w * horizon`` days earlier (window 1:
+  the 30 days before the last 30), so a figure does not rest on one month; nothing of the
+  horizon's days or any later day is shown to any method;
 - the **fit readings** are every reading before the horizon, uploaded to fleetcast as they
-  are;
+  are (for window 1, the last window's days are left out too);
 - the **daily series** the peers get is what a user would compute with pandas: the fit
   readings summed per calendar day (``resample("D").sum()``, so a day without readings is
   0 and a partial day is its partial total), from the customer's first reading day to the
@@ -30,14 +32,23 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+SHARED_DATA = Path("shared") / "accuracy-data"
+
+
+def _shared_data(checkout: Path) -> Path:
+    """``shared/accuracy-data`` in the nearest folder above the checkout that has it (a
+    checkout beside shared/, or a worktree further down); beside the checkout if none."""
+    for folder in checkout.parents:
+        if (folder / SHARED_DATA).is_dir():
+            return folder / SHARED_DATA
+    return checkout.parent / SHARED_DATA
+
+
 # The data files are not in the repository (public data is never committed): every
 # developer and CI run has them in ``shared/accuracy-data`` beside the checkout
 # (bench/accuracy/data/README.md); FLEETCAST_ACCURACY_DATA names another folder.
 DATA_DIR = Path(
-    os.environ.get(
-        "FLEETCAST_ACCURACY_DATA",
-        Path(__file__).resolve().parents[3] / "shared" / "accuracy-data",
-    )
+    os.environ.get("FLEETCAST_ACCURACY_DATA", _shared_data(Path(__file__).resolve().parents[2]))
 )
 # Four weeks of weekly pattern before the horizon at the least: below that neither a
 # weekly seasonal model nor seasonal naive's in-sample scale (MASE) means much.
@@ -107,6 +118,16 @@ class CustomerSplit:
     fit_readings: pd.DataFrame
 
 
+WINDOWS = (0, 1)
+
+
+def window_title(window: int, horizon: int) -> str:
+    """How the tables name a window."""
+    if window == 0:
+        return f"last {horizon} days"
+    return f"the {horizon} days before the last {window * horizon}"
+
+
 @dataclass(frozen=True)
 class SplitSet:
     data_set: DataSet
@@ -114,6 +135,7 @@ class SplitSet:
     # Customers left out for too short a history, and how many readings the set has.
     too_short: list[str]
     readings: int
+    window: int = 0
 
 
 def load_readings(path: Path) -> pd.DataFrame:
@@ -127,27 +149,32 @@ def split(
     horizon: int,
     customers: int | None = None,
     readings: pd.DataFrame | None = None,
+    window: int = 0,
 ) -> SplitSet:
-    """Every customer's split (the first ``customers`` of the sorted ids, if given)."""
+    """Every customer's split for ``window`` (the first ``customers`` of the sorted ids, if
+    given)."""
     frame = load_readings(data_set.path) if readings is None else readings
     splits: list[CustomerSplit] = []
     too_short: list[str] = []
     for customer_id, rows in frame.groupby("customer_id", sort=True):
         if customers is not None and len(splits) >= customers:
             break
-        customer = split_customer(str(customer_id), rows, horizon)
+        customer = split_customer(str(customer_id), rows, horizon, window)
         if customer is None:
             too_short.append(str(customer_id))
         else:
             splits.append(customer)
-    return SplitSet(data_set, splits, too_short, len(frame))
+    return SplitSet(data_set, splits, too_short, len(frame), window)
 
 
-def split_customer(customer_id: str, rows: pd.DataFrame, horizon: int) -> CustomerSplit | None:
+def split_customer(
+    customer_id: str, rows: pd.DataFrame, horizon: int, window: int = 0
+) -> CustomerSplit | None:
     days = rows["timestamp"].dt.normalize()
     per_day = days.value_counts()
     complete = per_day[per_day == per_day.mode().max()].index.max()
-    horizon_days = pd.date_range(end=complete, periods=horizon, freq="D")
+    end = complete - pd.Timedelta(days=window * horizon)
+    horizon_days = pd.date_range(end=end, periods=horizon, freq="D")
     fit = rows[days < horizon_days[0]]
     if fit.empty:
         return None

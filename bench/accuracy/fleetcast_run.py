@@ -14,7 +14,9 @@ and taken through the real jobs, as a deployed stack runs them:
    calendars file, one instance after the other on this machine;
 3. each customer's forecast is read from the run's **forecast export**
    (``exports/forecasts/``, ``ForecastExportDays`` days from the end of its history),
-   which equals what the endpoint serves for that model.
+   which equals what the endpoint serves for that model: ``yhat``, and its served 80%
+   interval ``yhat_lower``/``yhat_upper`` as the 0.1 and 0.9 quantiles (the export has no
+   median: the point forecast stands for it in wQL).
 
 So whatever the jobs do to readings or models (cleaning, model choice, gates) is in what
 is measured, and a change to them needs no change here. CPU is the training job's own
@@ -38,6 +40,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from bench.accuracy.datasets import CustomerSplit
+from bench.accuracy.metrics import LOWER, UPPER
 from bench.accuracy.peers import Forecasts
 from bench.measure import cpu_seconds
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
@@ -148,10 +151,10 @@ def run(
         exports += sorted((environment.checkpoint_dir / EXPORTS_DIR / FORECASTS).glob("*.parquet"))
     training_cpu = cpu_seconds() - started
 
-    values, incomplete = _horizon_forecasts(exports, customers)
+    values, quantiles, incomplete = _horizon_forecasts(exports, customers)
     per_customer = training_cpu / max(trained, 1)
     return FleetcastRun(
-        forecasts=Forecasts(values, {customer_id: per_customer for customer_id in values}),
+        forecasts=Forecasts(values, dict.fromkeys(values, per_customer), quantiles),
         training_cpu_seconds=training_cpu,
         processing_cpu_seconds=processing_cpu,
         trained=trained,
@@ -213,25 +216,32 @@ def _lay_out_instance(
 
 def _horizon_forecasts(
     exports: list[Path], customers: list[CustomerSplit]
-) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Each customer's exported ``yhat`` on its horizon's days (NaN on a missing day)."""
+) -> tuple[dict[str, np.ndarray], dict[float, dict[str, np.ndarray]], list[str]]:
+    """Each customer's exported ``yhat`` on its horizon's days (NaN on a missing day), and
+    its served 80% interval (``yhat_lower``, ``yhat_upper``) as the 0.1 and 0.9 quantiles."""
+    columns = ["customer_id", "ds", "yhat", "yhat_lower", "yhat_upper"]
     if exports:
-        frame = pq.read_table(exports, columns=["customer_id", "ds", "yhat"]).to_pandas()
+        frame = pq.read_table(exports, columns=columns).to_pandas()
     else:
-        frame = pd.DataFrame({"customer_id": [], "ds": [], "yhat": []})
+        frame = pd.DataFrame({column: [] for column in columns})
     by_customer = {str(k): rows for k, rows in frame.groupby("customer_id", sort=False)}
     values: dict[str, np.ndarray] = {}
+    quantiles: dict[float, dict[str, np.ndarray]] = {LOWER: {}, UPPER: {}}
     incomplete: list[str] = []
     for customer in customers:
         rows = by_customer.get(customer.customer_id)
         if rows is None:
             continue
-        series = rows.set_index(pd.to_datetime(rows["ds"]).dt.normalize())["yhat"]
-        aligned = series.reindex(customer.horizon_days).to_numpy(np.float64)
+        indexed = rows.set_index(pd.to_datetime(rows["ds"]).dt.normalize())
+        aligned = indexed["yhat"].reindex(customer.horizon_days).to_numpy(np.float64)
         if np.isnan(aligned).any():
             incomplete.append(customer.customer_id)
         values[customer.customer_id] = aligned
-    return values, incomplete
+        for level, column in ((LOWER, "yhat_lower"), (UPPER, "yhat_upper")):
+            bound = indexed[column].reindex(customer.horizon_days).to_numpy(np.float64)
+            if not np.isnan(bound).any():
+                quantiles[level][customer.customer_id] = bound
+    return values, quantiles, incomplete
 
 
 @contextlib.contextmanager

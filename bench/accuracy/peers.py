@@ -1,24 +1,35 @@
 """The forecasts a user would pick instead of fleetcast's, on the same daily series.
 
-- **seasonal naive**: the last week of the fit window repeated;
-- **stock Prophet**: ``Prophet()`` with every default, fitted on the daily series;
-- **statsforecast** AutoETS, AutoTheta and AutoARIMA (season length 7), in their own
-  virtual environment (:mod:`bench.accuracy.statsforecast_peers`);
-- **median of the three** statsforecast models, day by day.
+- **seasonal naive**: the last week of the fit window repeated; its 80% interval from its
+  own in-sample errors (the 0.1 and 0.9 quantiles of y[t] - y[t - 7k] for a step k weeks
+  ahead);
+- **stock Prophet**: ``Prophet()`` with every default, fitted on the daily series (its
+  interval is 80% by default);
+- **statsforecast** AutoETS, AutoTheta and AutoARIMA (season length 7, ``level=[80]``), in
+  their own virtual environment (:mod:`bench.accuracy.statsforecast_peers`);
+- **median of the three** statsforecast models, day by day (their bounds too);
+- **mlforecast**: LightGBM across the set's customers (:mod:`bench.accuracy.mlforecast_peers`),
+  in statsforecast's environment;
+- **AutoGluon-TimeSeries** ``medium_quality``: its ensemble and each base model
+  (:mod:`bench.accuracy.autogluon_peers`), in an environment of its own that only
+  ``make accuracy`` installs.
 
-Each returns, per customer, the forecast of the horizon's days and the CPU seconds it took
-(the fit and forecast; Prophet's CmdStan process included).
+Each returns, per customer, the forecast of the horizon's days, its quantiles where the
+method has them (0.1 and 0.9: the 80% interval; 0.5 where it has a median) and the CPU
+seconds it took (the fit and forecast; Prophet's CmdStan process included; for the models
+fitted across the fleet, their CPU divided by the customers).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import pickle
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,35 +39,57 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.accuracy.datasets import CustomerSplit
-from bench.accuracy.metrics import SEASON
+from bench.accuracy.metrics import LOWER, MEDIAN, SEASON, UPPER
+from bench.accuracy.peer_rows import QUANTILE_COLUMNS
 from bench.measure import cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
-STATSFORECAST_SCRIPT = Path(__file__).resolve().parent / "statsforecast_peers.py"
+AUTOGLUON_PYTHON = ROOT / ".venv-autogluon" / "bin" / "python"
 STATSFORECAST_MODELS = ("AutoETS", "AutoTheta", "AutoARIMA")
 # The peers' one-thread CPU figures: BLAS and OpenMP keep to one core.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# AutoGluon's pretrained members (Chronos-2, Toto) cannot download their weights here:
+# offline, the hub says so at once and AutoGluon skips them.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# What a cached set of forecasts holds; a new shape is a new key.
+CACHE_VERSION = "2"
 
 FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
 class Forecasts:
-    """One method's forecasts: customer id -> the horizon's values, and CPU per customer."""
+    """One method's forecasts: customer id -> the horizon's values, and CPU per customer;
+    ``quantiles``: level -> customer id -> the horizon's quantile (the 80% interval's 0.1
+    and 0.9, and 0.5 where the method has a median)."""
 
     values: dict[str, FloatArray]
     cpu_seconds: dict[str, float]
+    quantiles: dict[float, dict[str, FloatArray]] = field(default_factory=dict)
+
+    def customer_quantiles(self, customer_id: str) -> dict[float, FloatArray]:
+        """The customer's 0.1, 0.5 and 0.9 quantiles, the point forecast standing in for a
+        missing median; empty without an interval."""
+        found = {q: v[customer_id] for q, v in self.quantiles.items() if customer_id in v}
+        if LOWER not in found or UPPER not in found or customer_id not in self.values:
+            return {}
+        found.setdefault(MEDIAN, self.values[customer_id])
+        return found
 
 
 def seasonal_naive(customers: list[CustomerSplit], horizon: int) -> Forecasts:
     values: dict[str, FloatArray] = {}
+    lower: dict[str, FloatArray] = {}
+    upper: dict[str, FloatArray] = {}
     cpu: dict[str, float] = {}
     for customer in customers:
         started = cpu_seconds()
-        values[customer.customer_id] = naive_forecast(customer.daily.to_numpy(), horizon)
+        history = customer.daily.to_numpy(np.float64)
+        values[customer.customer_id] = naive_forecast(history, horizon)
+        lower[customer.customer_id], upper[customer.customer_id] = naive_interval(history, horizon)
         cpu[customer.customer_id] = cpu_seconds() - started
-    return Forecasts(values, cpu)
+    return Forecasts(values, cpu, {LOWER: lower, UPPER: upper})
 
 
 def naive_forecast(history: FloatArray, horizon: int, season: int = SEASON) -> FloatArray:
@@ -64,11 +97,30 @@ def naive_forecast(history: FloatArray, horizon: int, season: int = SEASON) -> F
     return np.asarray(np.resize(last, horizon), dtype=np.float64)
 
 
+def naive_interval(
+    history: FloatArray, horizon: int, season: int = SEASON
+) -> tuple[FloatArray, FloatArray]:
+    """Seasonal naive's 80% interval: a step k seasons ahead gets the forecast plus the 0.1
+    and 0.9 quantiles of the history's own k-season differences (NaN where it is too short)."""
+    forecast = naive_forecast(history, horizon, season)
+    lower = np.full(horizon, math.nan)
+    upper = np.full(horizon, math.nan)
+    for step in range(horizon):
+        lag = (step // season + 1) * season
+        if history.size > lag:
+            errors = history[lag:] - history[:-lag]
+            low, high = np.quantile(errors, [LOWER, UPPER])
+            lower[step], upper[step] = forecast[step] + low, forecast[step] + high
+    return lower, upper
+
+
 def stock_prophet(customers: list[CustomerSplit], horizon: int) -> Forecasts:
     from prophet import Prophet
 
     logging.getLogger("cmdstanpy").disabled = True
     values: dict[str, FloatArray] = {}
+    lower: dict[str, FloatArray] = {}
+    upper: dict[str, FloatArray] = {}
     cpu: dict[str, float] = {}
     for customer in customers:
         history = pd.DataFrame({"ds": customer.daily.index, "y": customer.daily.to_numpy()})
@@ -79,71 +131,141 @@ def stock_prophet(customers: list[CustomerSplit], horizon: int) -> Forecasts:
         forecast = model.predict(future)
         cpu[customer.customer_id] = cpu_seconds() - started
         values[customer.customer_id] = forecast["yhat"].to_numpy(np.float64)
-    return Forecasts(values, cpu)
+        # Prophet's default interval_width is 0.8.
+        lower[customer.customer_id] = forecast["yhat_lower"].to_numpy(np.float64)
+        upper[customer.customer_id] = forecast["yhat_upper"].to_numpy(np.float64)
+    return Forecasts(values, cpu, {LOWER: lower, UPPER: upper})
+
+
+def series_table(customers: list[CustomerSplit]) -> pa.Table:
+    """The customers' daily series as the long frame every peer library takes
+    (``unique_id, ds, y``; AutoGluon's ``item_id, timestamp, target`` by its own names)."""
+    return pa.table(
+        {
+            "unique_id": [c.customer_id for c in customers for _ in c.daily.index],
+            "ds": pa.array(
+                np.concatenate([c.daily.index.to_numpy("datetime64[s]") for c in customers])
+            ),
+            "y": np.concatenate([c.daily.to_numpy(np.float64) for c in customers]),
+        }
+    )
+
+
+def forecasts_from_rows(frame: pd.DataFrame) -> dict[str, Forecasts]:
+    """A peer script's rows (:mod:`bench.accuracy.peer_rows`) as each model's Forecasts; a
+    quantile is kept for a customer when the model gave it on every step."""
+    result: dict[str, Forecasts] = {}
+    for model, rows in frame.groupby("model", sort=False):
+        values: dict[str, FloatArray] = {}
+        cpu: dict[str, float] = {}
+        quantiles: dict[float, dict[str, FloatArray]] = {}
+        for customer_id, part in rows.groupby("unique_id", sort=False):
+            part = part.sort_values("step")
+            values[str(customer_id)] = part["yhat"].to_numpy(np.float64)
+            cpu[str(customer_id)] = float(part["cpu_seconds"].iloc[0])
+            for column, level in QUANTILE_COLUMNS.items():
+                if column in part and part[column].notna().all():
+                    quantiles.setdefault(level, {})[str(customer_id)] = part[column].to_numpy(
+                        np.float64
+                    )
+        result[str(model)] = Forecasts(values, cpu, quantiles)
+    return result
+
+
+def run_peer_script(
+    python: Path,
+    module: str,
+    customers: list[CustomerSplit],
+    horizon: int,
+    *arguments: str,
+    environment: dict[str, str] | None = None,
+) -> dict[str, Forecasts]:
+    """``python -m module SERIES OUT --horizon H ARGUMENTS`` from the repository's root,
+    the customers' series in, every model's forecasts out."""
+    if not python.exists():
+        raise FileNotFoundError(f"{python} is missing: `make accuracy` installs it")
+    with tempfile.TemporaryDirectory(prefix="fleetcast-peers-") as folder:
+        series = Path(folder) / "series.parquet"
+        output = Path(folder) / "forecasts.parquet"
+        pq.write_table(series_table(customers), series)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                module,
+                str(series),
+                str(output),
+                "--horizon",
+                str(horizon),
+                *arguments,
+            ],
+            check=True,
+            cwd=ROOT,
+            env={**os.environ, **ONE_THREAD, **(environment or {})},
+        )
+        frame = pq.read_table(output).to_pandas()
+    return forecasts_from_rows(frame)
 
 
 def statsforecast_models(
     customers: list[CustomerSplit], horizon: int, models: tuple[str, ...]
 ) -> dict[str, Forecasts]:
-    if not PEERS_PYTHON.exists():
-        raise FileNotFoundError(
-            f"{PEERS_PYTHON} is missing: `make install` creates it (requirements/peers.lock.txt)"
-        )
-    with tempfile.TemporaryDirectory(prefix="fleetcast-peers-") as folder:
-        series = Path(folder) / "series.parquet"
-        output = Path(folder) / "forecasts.parquet"
-        pq.write_table(
-            pa.table(
-                {
-                    "unique_id": [c.customer_id for c in customers for _ in c.daily.index],
-                    "ds": pa.array(
-                        np.concatenate([c.daily.index.to_numpy("datetime64[s]") for c in customers])
-                    ),
-                    "y": np.concatenate([c.daily.to_numpy(np.float64) for c in customers]),
-                }
-            ),
-            series,
-        )
-        subprocess.run(
-            [
-                str(PEERS_PYTHON),
-                str(STATSFORECAST_SCRIPT),
-                str(series),
-                str(output),
-                "--horizon",
-                str(horizon),
-                "--models",
-                ",".join(models),
-            ],
-            check=True,
-            env={**os.environ, **ONE_THREAD},
-        )
-        frame = pq.read_table(output).to_pandas()
-    result: dict[str, Forecasts] = {}
-    for model, rows in frame.groupby("model", sort=False):
-        values: dict[str, FloatArray] = {}
-        cpu: dict[str, float] = {}
-        for customer_id, part in rows.groupby("unique_id", sort=False):
-            part = part.sort_values("step")
-            values[str(customer_id)] = part["yhat"].to_numpy(np.float64)
-            cpu[str(customer_id)] = float(part["cpu_seconds"].iloc[0])
-        result[str(model)] = Forecasts(values, cpu)
-    return result
+    return run_peer_script(
+        PEERS_PYTHON,
+        "bench.accuracy.statsforecast_peers",
+        customers,
+        horizon,
+        "--models",
+        ",".join(models),
+    )
+
+
+def mlforecast_lightgbm(customers: list[CustomerSplit], horizon: int) -> dict[str, Forecasts]:
+    return run_peer_script(PEERS_PYTHON, "bench.accuracy.mlforecast_peers", customers, horizon)
+
+
+def autogluon_available() -> bool:
+    return AUTOGLUON_PYTHON.exists()
+
+
+def autogluon_models(
+    customers: list[CustomerSplit], horizon: int, leaderboard: Path | None = None
+) -> dict[str, Forecasts]:
+    """AutoGluon's ensemble and base models (``.venv-autogluon``, which make accuracy
+    installs); ``leaderboard``: where its leaderboard and fit CPU go as JSON."""
+    return run_peer_script(
+        AUTOGLUON_PYTHON,
+        "bench.accuracy.autogluon_peers",
+        customers,
+        horizon,
+        *(["--leaderboard", str(leaderboard)] if leaderboard else []),
+        environment=OFFLINE,
+    )
 
 
 def median_of(members: list[Forecasts]) -> Forecasts:
-    """Day by day, the median of the members' forecasts; CPU is theirs added up."""
+    """Day by day, the median of the members' forecasts, and of their interval's bounds
+    where every member has them; CPU is theirs added up."""
     ids = set.intersection(*(set(m.values) for m in members))
+
+    def median(arrays: list[FloatArray]) -> FloatArray:
+        return np.asarray(np.median(np.vstack(arrays), axis=0), dtype=np.float64)
+
+    quantiles: dict[float, dict[str, FloatArray]] = {}
+    for level in (LOWER, UPPER):
+        with_level = [i for i in ids if all(i in m.quantiles.get(level, {}) for m in members)]
+        quantiles[level] = {i: median([m.quantiles[level][i] for m in members]) for i in with_level}
     return Forecasts(
-        values={i: np.median(np.vstack([m.values[i] for m in members]), axis=0) for i in ids},
+        values={i: median([m.values[i] for m in members]) for i in ids},
         cpu_seconds={i: sum(m.cpu_seconds[i] for m in members) for i in ids},
+        quantiles=quantiles,
     )
 
 
 def inputs_digest(customers: list[CustomerSplit], horizon: int, models: tuple[str, ...]) -> str:
     """What the peers' forecasts depend on (the daily series, the horizon, the models),
     hashed: the key of a cached set of their forecasts."""
-    digest = hashlib.sha256(f"{horizon}|{','.join(models)}".encode())
+    digest = hashlib.sha256(f"{CACHE_VERSION}|{horizon}|{','.join(models)}".encode())
     for customer in customers:
         digest.update(customer.customer_id.encode())
         digest.update(customer.daily.index.to_numpy("datetime64[s]").tobytes())

@@ -219,7 +219,8 @@ def check(folder: Path, rule_name: str, console: Console) -> int:
     rule = load_rule(rule_name)
     exact = rule_name == DEFAULT_RULE
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"data_sets": []}
-    measured = {d["key"]: d for d in results["data_sets"]}
+    # The recording is of the last window: the peers' figures of that window.
+    measured = {d["key"]: d for d in results["data_sets"] if d.get("window", 0) == 0}
     table = Table(title=f"the rule {rule_name}, replayed", header_style="bold")
     for column in ("data set", "forecasts", "median WAPE", "mean WAPE", "beats naive"):
         table.add_column(column, justify="left" if column in ("data set", "forecasts") else "right")

@@ -1,5 +1,5 @@
 """make accuracy's outputs: the tables on the terminal, the JSON of every figure, the chart
-and the README's "Accuracy" section, with issue 26's targets marked met or not."""
+and the README's "Accuracy" section, with issue 39's targets marked met or not."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.accuracy.datasets import MIN_FIT_DAYS, DataSet
+from bench.accuracy.datasets import MIN_FIT_DAYS, DataSet, window_title
 from bench.accuracy.metrics import Summary
 from bench.measure import Machine
 
@@ -24,9 +24,22 @@ FLEETCAST = "fleetcast"
 PROPHET = "stock Prophet()"
 NAIVE = "seasonal naive"
 MEDIAN = "median of the statsforecast models"
-# Issue 26's bar for the share of customers fleetcast beats seasonal naive on (WAPE).
-BEATS_NAIVE_TARGET = 0.85
+MLFORECAST = "mlforecast LightGBM"
+AUTOGLUON_ENSEMBLE = "AutoGluon ensemble"
+# Issue 39's bars: fleetcast's median WAPE, mean WAPE and mean wQL each at least 5% below
+# the best peer's; its 80% interval covering 77-83% of held-back days; beating seasonal
+# naive (WAPE) on at least 90% of customers.
+MARGIN = 0.05
+COVERAGE_TARGET = (0.77, 0.83)
+BEATS_NAIVE_TARGET = 0.90
 PACKAGES = ("prophet", "statsforecast", "numpy", "pandas", "cmdstanpy")
+# The peers' own environments: their pins are these requirements files'.
+PEER_PINS = {
+    "statsforecast": "peers.in",
+    "mlforecast": "peers.in",
+    "lightgbm": "peers.in",
+    "autogluon.timeseries": "autogluon.in",
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,15 @@ class MethodResult:
     summary: Summary
     cpu_ms_per_customer: float
     forecasts: int
+    # Customers whose WAPE is below seasonal naive's, of those both have one.
+    beats_naive: tuple[int, int] = (0, 0)
+    # Per customer, mean wQL (NaN without quantiles).
+    wql: dict[str, float] | None = None
+
+    @property
+    def beats_naive_share(self) -> float:
+        wins, total = self.beats_naive
+        return wins / total if total else math.nan
 
     def wapes_list(self, customers: list[Any]) -> list[float]:
         return [self.wape[c.customer_id] for c in customers]
@@ -66,6 +88,14 @@ class DataSetResult:
     # The held-back days most customers share, e.g. "2013-12-02 to 2013-12-31 (95 of 97 customers)".
     horizon_dates: str
     seconds: float
+    # 0: the last horizon's days; 1: the horizon's days before those (datasets.WINDOWS).
+    window: int = 0
+    # AutoGluon's leaderboard and fit CPU (autogluon_peers' JSON), or why it did not run.
+    autogluon: dict[str, Any] | None = None
+
+    @property
+    def window_title(self) -> str:
+        return window_title(self.window, self.horizon)
 
     @property
     def peers(self) -> list[MethodResult]:
@@ -75,17 +105,36 @@ class DataSetResult:
     def beats_naive_share(self) -> float:
         return self.beats_naive / self.beats_naive_of if self.beats_naive_of else math.nan
 
+    def best_peer(self, measure: str) -> MethodResult | None:
+        """The peer with the lowest ``measure`` (a Summary field), among those with one."""
+        found = [p for p in self.peers if math.isfinite(getattr(p.summary, measure))]
+        return min(found, key=lambda p: getattr(p.summary, measure)) if found else None
+
     def targets(self) -> dict[str, bool]:
+        """Issue 39's targets on this set and window: met or not."""
         ours = self.methods[FLEETCAST].summary
-        best_median = min(p.summary.median_wape for p in self.peers)
-        best_mean = min(p.summary.mean_wape for p in self.peers)
-        return {
-            "median WAPE lower than every peer's": ours.median_wape < best_median,
-            "mean WAPE lower than every peer's": ours.mean_wape < best_mean,
-            f"beats seasonal naive on at least {BEATS_NAIVE_TARGET:.0%} of customers": (
-                self.beats_naive_share >= BEATS_NAIVE_TARGET
-            ),
-        }
+        verdicts: dict[str, bool] = {}
+        for measure, label in (
+            ("median_wape", "median WAPE"),
+            ("mean_wape", "mean WAPE"),
+            ("mean_wql", "mean wQL"),
+        ):
+            best = self.best_peer(measure)
+            mine = getattr(ours, measure)
+            bar = getattr(best.summary, measure) * (1 - MARGIN) if best else math.nan
+            name = f"{best.name} {getattr(best.summary, measure):.3f}" if best else "none"
+            verdicts[f"{label} {_n(mine)} at least {MARGIN:.0%} below the best peer's ({name})"] = (
+                bool(math.isfinite(mine) and mine <= bar)
+            )
+        low, high = COVERAGE_TARGET
+        verdicts[f"80% interval covers {low:.0%}-{high:.0%} of days ({_pct(ours.coverage_80)})"] = (
+            low <= ours.coverage_80 <= high
+        )
+        verdicts[
+            f"beats seasonal naive on at least {BEATS_NAIVE_TARGET:.0%} of customers "
+            f"({_pct(self.beats_naive_share)})"
+        ] = self.beats_naive_share >= BEATS_NAIVE_TARGET
+        return verdicts
 
 
 def versions() -> dict[str, str]:
@@ -100,11 +149,12 @@ def versions() -> dict[str, str]:
     found["fleetcast branch"] = _git("rev-parse", "--abbrev-ref", "HEAD")
     changed = _git("status", "--porcelain", "--", "containers", "layers", "src", "template.yaml")
     found["fleetcast engine changed since that commit"] = "yes" if changed else "no"
-    # statsforecast lives in .venv-peers, not here: its pin is requirements/peers.in's.
-    peers_in = Path(__file__).resolve().parents[2] / "requirements" / "peers.in"
-    for line in peers_in.read_text().splitlines():
-        if line.startswith("statsforecast=="):
-            found["statsforecast"] = line.split("==", 1)[1]
+    # The peers live in their own environments, not here: their pins are their files'.
+    requirements = Path(__file__).resolve().parents[2] / "requirements"
+    for package, file in PEER_PINS.items():
+        for line in (requirements / file).read_text().splitlines():
+            if line.startswith(f"{package}=="):
+                found[package] = line.split("==", 1)[1]
     return found
 
 
@@ -119,6 +169,10 @@ def _n(value: float, digits: int = 3) -> str:
     return "-" if not math.isfinite(value) else f"{value:.{digits}f}"
 
 
+def _pct(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{value:.0%}"
+
+
 def _cpu(value: float) -> str:
     if not math.isfinite(value):
         return "-"
@@ -129,9 +183,10 @@ def _rows(result: DataSetResult) -> list[list[str]]:
     rows = []
     for method in result.methods.values():
         s = method.summary
+        wins, total = method.beats_naive
         beats = (
-            f"{result.beats_naive}/{result.beats_naive_of} ({result.beats_naive_share:.0%})"
-            if method.name == FLEETCAST
+            f"{wins}/{total} ({method.beats_naive_share:.0%})"
+            if total and method.name != NAIVE
             else ""
         )
         rows.append(
@@ -141,6 +196,8 @@ def _rows(result: DataSetResult) -> list[list[str]]:
                 _n(s.mean_wape),
                 _n(s.median_mase),
                 _n(s.mean_mase),
+                _n(s.mean_wql),
+                _pct(s.coverage_80),
                 beats,
                 _cpu(method.cpu_ms_per_customer),
             ]
@@ -154,6 +211,8 @@ HEADERS = (
     "mean WAPE",
     "median MASE",
     "mean MASE",
+    "mean wQL",
+    "80% coverage",
     "beats naive (WAPE)",
     "CPU per customer",
 )
@@ -162,8 +221,8 @@ HEADERS = (
 def print_tables(results: list[DataSetResult], machine: Machine, console: Console) -> None:
     for result in results:
         table = Table(
-            title=f"{result.data_set.title}: {len(result.customers)} customers, "
-            f"{result.horizon} days held back",
+            title=f"{result.data_set.title}, {result.window_title}: "
+            f"{len(result.customers)} customers, {result.horizon} days held back",
             header_style="bold",
         )
         for index, column in enumerate(HEADERS):
@@ -200,6 +259,8 @@ def write_results(
         "data_sets": [
             {
                 "key": r.data_set.key,
+                "window": r.window,
+                "window_title": r.window_title,
                 "title": r.data_set.title,
                 "description": r.data_set.description,
                 "file": f"shared/accuracy-data/{r.data_set.file}",
@@ -217,6 +278,7 @@ def write_results(
                 },
                 "median_members": r.median_members,
                 "targets": r.targets(),
+                "autogluon": r.autogluon,
                 "beats_naive": {
                     "customers": r.beats_naive,
                     "of": r.beats_naive_of,
@@ -236,8 +298,14 @@ def write_results(
                         "summary": asdict(m.summary),
                         "cpu_ms_per_customer": m.cpu_ms_per_customer,
                         "forecasts": m.forecasts,
+                        "beats_naive": {
+                            "customers": m.beats_naive[0],
+                            "of": m.beats_naive[1],
+                            "share": m.beats_naive_share,
+                        },
                         "wape": m.wape,
                         "mase": m.mase,
+                        "wql": m.wql,
                     }
                     for name, m in r.methods.items()
                 },
@@ -250,16 +318,27 @@ def write_results(
 
 
 def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> None:
-    """Per data set, each method's per-customer WAPE as a box (median line, quartile box,
-    whiskers to 1.5 IQR) with the customers as dots; fleetcast's box in colour."""
+    """A panel per data set (rows) and window (columns): each method's per-customer WAPE as
+    a box (median line, quartile box, whiskers to 1.5 IQR) with the customers as dots, its
+    mean WAPE and mean wQL as markers, its 80% interval's coverage in its label; fleetcast's
+    box in colour."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    figure, axes = plt.subplots(len(results), 1, figsize=(10, 3.6 * len(results)), squeeze=False)
-    for axis, result in zip(axes[:, 0], results, strict=True):
+    keys = list(dict.fromkeys(r.data_set.key for r in results))
+    windows = sorted({r.window for r in results})
+    rows_of_panels = max(len(next(iter(results)).methods), 1) if results else 1
+    figure, axes = plt.subplots(
+        len(keys),
+        len(windows),
+        figsize=(9 * len(windows), (1.2 + 0.32 * rows_of_panels) * len(keys)),
+        squeeze=False,
+    )
+    for result in results:
+        axis = axes[keys.index(result.data_set.key), windows.index(result.window)]
         names = list(result.methods)
         data = [
             [w for w in result.methods[n].wape.values() if w is not None and math.isfinite(w)]
@@ -280,39 +359,49 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
             axis.scatter(
                 values,
                 position + rng.uniform(-0.18, 0.18, len(values)),
-                s=6,
+                s=5,
                 color="#34495e",
-                alpha=0.45,
+                alpha=0.4,
                 zorder=3,
             )
         for position, name in enumerate(names, start=1):
-            mean = result.methods[name].summary.mean_wape
-            if math.isfinite(mean):
-                axis.plot(mean, position, marker="D", color="#c0392b", markersize=5, zorder=4)
+            summary = result.methods[name].summary
+            if math.isfinite(summary.mean_wape):
+                axis.plot(summary.mean_wape, position, marker="D", color="#c0392b", ms=5, zorder=4)
+            if math.isfinite(summary.mean_wql):
+                axis.plot(summary.mean_wql, position, marker="X", color="#2471a3", ms=6, zorder=4)
         ours = result.methods[FLEETCAST].summary.median_wape
         if math.isfinite(ours):
             axis.axvline(ours, color="#e67e22", linestyle="--", linewidth=1, zorder=1)
-        axis.set_yticks(range(1, len(names) + 1), names)
+        labels = [
+            f"{n} ({_pct(result.methods[n].summary.coverage_80)})"
+            if math.isfinite(result.methods[n].summary.coverage_80)
+            else n
+            for n in names
+        ]
+        axis.set_yticks(range(1, len(names) + 1), labels, fontsize=8)
         axis.invert_yaxis()
         upper = max(np.percentile(v, 95) for v in data if v)
         axis.set_xlim(0, upper * 1.1)
         hidden = sum(w > upper * 1.1 for values in data for w in values)
-        axis.set_xlabel(f"WAPE per customer ({hidden} beyond the axis's end not drawn)", fontsize=9)
+        axis.set_xlabel(f"WAPE per customer ({hidden} beyond the axis's end not drawn)", fontsize=8)
         axis.set_title(
-            f"{result.data_set.title}\n{len(result.customers)} customers, last {result.horizon} days held back",
-            fontsize=10,
+            f"{result.data_set.title}, {result.window_title}\n{len(result.customers)} "
+            f"customers, held back {result.horizon_dates}",
+            fontsize=9,
         )
     figure.suptitle(f"make accuracy: {machine.summary()}", fontsize=8)
     figure.text(
         0.5,
-        0.01,
-        "Box: quartiles, whiskers to 1.5 IQR; dots: customers; red diamond: mean; "
-        "dashed line: fleetcast's median.",
+        0.005,
+        "Box: quartiles, whiskers to 1.5 IQR; dots: customers; red diamond: mean WAPE; "
+        "blue cross: mean wQL (0.1, 0.5, 0.9); in brackets: the 80% interval's coverage; "
+        "dashed line: fleetcast's median WAPE.",
         ha="center",
         fontsize=8,
     )
-    figure.tight_layout(rect=(0, 0.02, 1, 1))
-    figure.savefig(path, dpi=110)
+    figure.tight_layout(rect=(0, 0.015, 1, 0.99))
+    figure.savefig(path, dpi=100)
     plt.close(figure)
 
 
@@ -331,6 +420,7 @@ def readme_section(
     figures: str,
     seconds: float,
     peers_cached: bool = False,
+    planned: int | None = None,
 ) -> str:
     """The README's Accuracy section; ``peers_cached``: the peers' forecasts and CPU
     figures were read from ``--peers-cache`` (an earlier full run on the same inputs)."""
@@ -360,12 +450,29 @@ def readme_section(
         )
         shortest, longest = min(result.fit_days), max(result.fit_days)
         history = f"{shortest}" if shortest == longest else f"{shortest}-{longest}"
+        no_interval = [
+            f"{m.name} for {m.summary.customers - m.summary.customers_with_interval}"
+            for m in result.methods.values()
+            if 0 < m.summary.customers_with_interval < m.summary.customers
+        ]
+        intervals = (
+            " No 80% interval (left out of that method's wQL and coverage): "
+            + "; ".join(no_interval)
+            + " customers."
+            if no_interval
+            else ""
+        )
+        heading = (
+            f"**{result.data_set.title}**: {result.data_set.description}"
+            if result.window == 0
+            else f"**{result.data_set.title}**"
+        )
         parts.append(
-            f"**{result.data_set.title}**: {result.data_set.description}; "
+            f"{heading}, **{result.window_title}**: "
             f"{len(result.customers)} customers{left_out}, {history} days of history before "
             "the horizon; held back: "
-            f"{result.horizon_dates}.{failed}\n\n"
-            f"{_markdown_table(result)}\n\nIssue 26's targets on this set: {verdicts}.\n"
+            f"{result.horizon_dates}.{failed}{intervals}\n\n"
+            f"{_markdown_table(result)}\n\nIssue 39's targets here: {verdicts}.\n"
         )
     members = ", ".join(results[0].median_members) if results else ""
     horizon = results[0].horizon if results else 0
@@ -380,31 +487,61 @@ def readme_section(
         if peers_cached
         else ""
     )
+    autogluon = next((r.autogluon for r in results if r.autogluon), None)
+    skipped = (
+        f" AutoGluon did not run ({autogluon['skipped']})."
+        if autogluon and "skipped" in autogluon
+        else ""
+    )
+    partial = (
+        f" **Partial: {len(results)} of its {planned} sets and windows measured so far** "
+        "(the run writes every output after each one)"
+        if planned and len(results) < planned
+        else ""
+    )
     return f"""{README_HEADING}
 
-`make accuracy` ({seconds / 60:.0f} min{cached}) on {machine.summary()}; {engine}.
+`make accuracy` ({seconds / 60:.0f} min{cached}){partial} on {machine.summary()}; {engine}.
 
 Real public meter readings, never generated data: sources, commits and licences in
-[`bench/accuracy/data/README.md`](bench/accuracy/data/README.md). For every customer the
-last {horizon} days are held back from every method ({horizon}: the forecast export's
-horizon, `ForecastExportDays`' default). **fleetcast** is the forecast a customer is
-served: its processing and training jobs run on the readings as uploaded, with the
-settings a deployed stack gives them (the defaults, and `DefaultHolidayCountry` set to the
-set's country, as a deployment there would set it: every family then learns each public
-holiday's effect from the customer's history), and each forecast is read from the run's
-forecast export. The peers get the same readings as daily totals (pandas' per-day sums, a
-day without readings 0), without holidays: stock `Prophet()`, seasonal naive (last week repeated),
-statsforecast's AutoETS, AutoTheta and AutoARIMA (season length 7), and the day-by-day
-{MEDIAN} ({members}). One window per customer, its last {horizon} days: each set's dates
-are below (a set that ends in December holds back December, holidays included; a rolling
-origin over several windows would say more than one window does).
+[`bench/accuracy/data/README.md`](bench/accuracy/data/README.md). Two windows per set, each
+{horizon} days ({horizon}: the forecast export's horizon, `ForecastExportDays`' default):
+the **last {horizon} days**, and **the {horizon} days before them**, each method fitted only
+on the days before its window, so no figure rests on one month. **fleetcast** is the forecast
+a customer is served: its processing and training jobs run on the readings as uploaded,
+with the settings a deployed stack gives them (the defaults, and `DefaultHolidayCountry`
+set to the set's country, as a deployment there would set it), and each forecast and its
+80% interval (`yhat_lower`, `yhat_upper`) are read from the run's forecast export. The
+peers get the same readings as daily totals (pandas' per-day sums, a day without readings
+0), without holidays: seasonal naive (last week repeated; its interval from its own
+in-sample errors k weeks apart), stock `Prophet()` (its default 80% interval),
+statsforecast's AutoETS, AutoTheta and AutoARIMA (season length 7, `level=[80]`) and the
+day-by-day {MEDIAN} ({members}; the median of their bounds too); **{MLFORECAST}**: one
+LightGBM model across the set's customers as a user writes it in twenty lines (mlforecast,
+lags of 7, 14 and 28 days, rolling means, day of week, day of year and month, each series
+scaled by its own level; its interval mlforecast's conformal `PredictionIntervals` over two
+windows); and **AutoGluon-TimeSeries** `presets="medium_quality"` (`eval_metric="WQL"`,
+quantiles 0.1, 0.5 and 0.9): its **ensemble** and **each base model** it trained, as
+`predictor.predict(model=...)` gives them. Its pretrained members (Chronos-2, Toto) cannot
+download their weights here: with `HF_HUB_OFFLINE=1` AutoGluon skips them at once.{skipped}
+`make accuracy` installs AutoGluon into `.venv-autogluon` the first time (torch with PyPI's
+CUDA wheels, about 5.8 GB: PyPI has no CPU-only torch for Linux x86_64); `make test` and
+`make accuracy-smoke` never do.
 
 WAPE = sum |error| / sum actual over the held-back days; MASE = mean |error| / seasonal
-naive's in-sample MAE on the fit window; both per customer, then the median and mean over
-customers. "beats naive": customers whose WAPE is below seasonal naive's. CPU per
+naive's in-sample MAE on the fit window; **wQL** (Amazon Forecast's weighted quantile loss)
+= 2 sum max(q (A - F_q), (q - 1)(A - F_q)) / sum |A|, the mean over q = 0.1, 0.5 and 0.9, the
+80% interval's bounds as the 0.1 and 0.9 quantiles and the point forecast as the 0.5 where a
+method has no median (fleetcast's export has none); all per customer, then the median and
+mean over customers. **80% coverage**: the share of held-back days inside the 80% interval
+(77-83% is honest). "beats naive": customers whose WAPE is below seasonal naive's. CPU per
 customer: fleetcast's training job (every worker process, all candidates, export and
 archives) divided by its customers; Prophet's fit and predict with its CmdStan process;
-statsforecast's fit and forecast on one core (after one untimed warm-up fit per model).
+statsforecast's fit and forecast on one core (after one untimed warm-up fit per model);
+mlforecast's fits (the conformal windows' included) and forecast, divided by the customers;
+AutoGluon's whole fit (every model, its validation and the ensemble) for the ensemble, and
+for a base model its share of that fit in proportion to its fit time, plus its own
+`predict` (where the local models fit each series), divided by the customers.
 
 {chr(10).join(parts)}
 Every figure, per customer too: [`{figures}`]({figures}); chart: [`{chart}`]({chart}).

@@ -1,23 +1,27 @@
 """``make accuracy``: fleetcast's forecasts against the peers a user would pick instead, on
 real public meter data held back from every fit (``python -m bench.accuracy``).
 
-    .venv/bin/python -m bench.accuracy            # every customer of every set (~15 min)
-    .venv/bin/python -m bench.accuracy --smoke    # a few customers, no AutoARIMA: checks
+    .venv/bin/python -m bench.accuracy            # every customer of every set (~45 min)
+    .venv/bin/python -m bench.accuracy --smoke    # a few customers, no AutoARIMA, no
+                                                  # AutoGluon: checks
 
-For each data set (:mod:`bench.accuracy.datasets`): each customer's last H days are held
-back, H being the forecast export's horizon (``ForecastExportDays``' default in
-template.yaml, 30); fleetcast is run through its real processing and training jobs on the
-readings before them and scored on its forecast export (:mod:`bench.accuracy.fleetcast_run`);
-the peers are fitted on the daily totals of the same readings (:mod:`bench.accuracy.peers`).
-Per customer WAPE and MASE (:mod:`bench.accuracy.metrics`); per method their median and
-mean over customers, CPU per customer, and how many customers fleetcast beats seasonal
-naive on. Every figure goes to ``--results``; ``--readme`` rewrites the README's
-"Accuracy" section, ``--chart`` draws the per-customer WAPE distributions.
+For each data set (:mod:`bench.accuracy.datasets`) and each of two windows: H days of each
+customer are held back (the last H, then the H before those), H being the forecast export's
+horizon (``ForecastExportDays``' default in template.yaml, 30); fleetcast is run through its
+real processing and training jobs on the readings before them and scored on its forecast
+export (:mod:`bench.accuracy.fleetcast_run`); the peers are fitted on the daily totals of
+the same readings (:mod:`bench.accuracy.peers`). Per customer WAPE, MASE and wQL, and the
+80% interval's coverage (:mod:`bench.accuracy.metrics`); per method their median and mean
+over customers, CPU per customer, and how many customers it beats seasonal naive on. Every
+figure goes to ``--results``; ``--readme`` rewrites the README's "Accuracy" section,
+``--chart`` draws the per-customer WAPE distributions.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import math
 import sys
@@ -30,10 +34,21 @@ import numpy as np
 from rich.console import Console
 
 from bench.accuracy import fleetcast_run, metrics, peers
-from bench.accuracy.datasets import DATA_SETS, CustomerSplit, SplitSet, split
+from bench.accuracy.datasets import (
+    DATA_SETS,
+    WINDOWS,
+    CustomerSplit,
+    SplitSet,
+    load_readings,
+    split,
+    window_title,
+)
+from bench.accuracy.metrics import LOWER, UPPER
 from bench.accuracy.report import (
+    AUTOGLUON_ENSEMBLE,
     FLEETCAST,
     MEDIAN,
+    MLFORECAST,
     NAIVE,
     PROPHET,
     DataSetResult,
@@ -61,38 +76,66 @@ def evaluate(
     with_arima: bool,
     console: Console,
     peers_cache: Path | None = None,
+    with_autogluon: bool = False,
 ) -> DataSetResult:
     customers = split_set.customers
     key = split_set.data_set.key
+    label = f"{key}, {window_title(split_set.window, horizon)}"
     began = time.perf_counter()
-    with console.status(f"{key}: fleetcast (processing + training, {len(customers)} customers)"):
+    with console.status(f"{label}: fleetcast (processing + training, {len(customers)} customers)"):
         run = fleetcast_run.run(
             customers,
-            scratch / key,
+            scratch / f"{key}-{split_set.window}",
             {"DefaultHolidayCountry": split_set.data_set.holiday_country},
         )
     models = peers.STATSFORECAST_MODELS if with_arima else peers.STATSFORECAST_MODELS[:2]
+    peer_runs = (*models, MLFORECAST, *((AUTOGLUON_ENSEMBLE,) if with_autogluon else ()))
     cache = (
-        peers_cache / f"{key}-{peers.inputs_digest(customers, horizon, models)}.pickle"
+        peers_cache / f"{key}-{peers.inputs_digest(customers, horizon, peer_runs)}.pickle"
         if (peers_cache)
         else None
     )
     found = peers.load_cached(cache) if cache else None
+    autogluon: dict[str, object] | None = (
+        None if with_autogluon else {"skipped": "not asked for: --no-autogluon or --smoke"}
+    )
     if found is not None:
         forecasts = {FLEETCAST: run.forecasts, **found}
+        leaderboard = cache.with_suffix(".json") if cache else None
+        if with_autogluon and leaderboard and leaderboard.exists():
+            autogluon = json.loads(leaderboard.read_text())
         PEERS_FROM_CACHE.add(key)
     else:
-        with console.status(f"{key}: seasonal naive and stock Prophet"):
+        with console.status(f"{label}: seasonal naive and stock Prophet"):
             forecasts = {
                 FLEETCAST: run.forecasts,
                 NAIVE: peers.seasonal_naive(customers, horizon),
                 PROPHET: peers.stock_prophet(customers, horizon),
             }
-        with console.status(f"{key}: statsforecast {', '.join(models)}"):
+        with console.status(f"{label}: statsforecast {', '.join(models)}"):
             forecasts.update(peers.statsforecast_models(customers, horizon, models))
+        with console.status(f"{label}: mlforecast (LightGBM across the customers)"):
+            forecasts.update(peers.mlforecast_lightgbm(customers, horizon))
+        if with_autogluon:
+            with (
+                console.status(f"{label}: AutoGluon-TimeSeries medium_quality"),
+                tempfile.TemporaryDirectory(prefix="fleetcast-autogluon-") as folder,
+            ):
+                leaderboard = Path(folder) / "leaderboard.json"
+                forecasts.update(peers.autogluon_models(customers, horizon, leaderboard))
+                autogluon = json.loads(leaderboard.read_text())
         if cache:
             peers.store_cached(cache, {k: v for k, v in forecasts.items() if k != FLEETCAST})
-    forecasts[MEDIAN] = peers.median_of([forecasts[m] for m in models])
+            if autogluon and with_autogluon:
+                cache.with_suffix(".json").write_text(json.dumps(autogluon))
+    median = peers.median_of([forecasts[m] for m in models])
+    # The table's order: fleetcast, the per-series peers, their median, then the global ones.
+    order = [FLEETCAST, NAIVE, PROPHET, *models]
+    forecasts = {
+        **{name: forecasts[name] for name in order},
+        MEDIAN: median,
+        **{name: f for name, f in forecasts.items() if name not in order},
+    }
     check_forecasts(customers, forecasts, horizon)
     # Every method is summarised over the same customers: those all of them forecast every
     # day of the horizon for. A customer fleetcast's export misses days of is listed (and
@@ -106,9 +149,15 @@ def evaluate(
         )
     ]
     results = {name: score(name, customers, scored, f) for name, f in forecasts.items()}
-    wins, total = metrics.beats_share(
-        results[FLEETCAST].wapes_list(customers), results[NAIVE].wapes_list(customers)
-    )
+    naive_wapes = results[NAIVE].wapes_list(customers)
+    results = {
+        name: dataclasses.replace(
+            result,
+            beats_naive=metrics.beats_share(result.wapes_list(customers), naive_wapes),
+        )
+        for name, result in results.items()
+    }
+    wins, total = results[FLEETCAST].beats_naive
     return DataSetResult(
         data_set=split_set.data_set,
         customers=[c.customer_id for c in customers],
@@ -130,6 +179,8 @@ def evaluate(
         fit_days=[len(c.daily) for c in customers],
         horizon_dates=_common_horizon(customers),
         seconds=time.perf_counter() - began,
+        window=split_set.window,
+        autogluon=autogluon,
     )
 
 
@@ -148,27 +199,44 @@ def score(
     scored: list[CustomerSplit],
     forecasts: peers.Forecasts,
 ) -> MethodResult:
-    """Per-customer WAPE and MASE for every customer; the summary over ``scored``."""
+    """Per-customer WAPE, MASE and wQL for every customer; the summary (the 80% interval's
+    coverage pooled over their days) over ``scored``."""
     wapes: dict[str, float] = {}
     mases: dict[str, float] = {}
+    wqls: dict[str, float] = {}
+    inside: dict[str, int] = {}
     for customer in customers:
-        forecast = forecasts.values.get(customer.customer_id)
+        cid = customer.customer_id
+        forecast = forecasts.values.get(cid)
+        wqls[cid] = math.nan
         if forecast is None or np.isnan(forecast).any():
-            wapes[customer.customer_id] = mases[customer.customer_id] = math.nan
+            wapes[cid] = mases[cid] = math.nan
             continue
         scale = metrics.naive_scale(customer.daily.to_numpy(np.float64))
-        wapes[customer.customer_id] = metrics.wape(customer.actuals, forecast)
-        mases[customer.customer_id] = metrics.mase(customer.actuals, forecast, scale)
+        wapes[cid] = metrics.wape(customer.actuals, forecast)
+        mases[cid] = metrics.mase(customer.actuals, forecast, scale)
+        quantiles = forecasts.customer_quantiles(cid)
+        if quantiles and all(np.isfinite(q).all() for q in quantiles.values()):
+            wqls[cid] = metrics.wql(customer.actuals, quantiles)
+            inside[cid] = metrics.inside(customer.actuals, quantiles[LOWER], quantiles[UPPER])
+    with_interval = [c for c in scored if c.customer_id in inside]
     cpu = list(forecasts.cpu_seconds.values())
     return MethodResult(
         name=name,
         wape=wapes,
         mase=mases,
         summary=metrics.Summary.of(
-            [wapes[c.customer_id] for c in scored], [mases[c.customer_id] for c in scored]
+            [wapes[c.customer_id] for c in scored],
+            [mases[c.customer_id] for c in scored],
+            [wqls[c.customer_id] for c in scored],
+            (
+                sum(inside[c.customer_id] for c in with_interval),
+                sum(len(c.actuals) for c in with_interval),
+            ),
         ),
         cpu_ms_per_customer=1000 * float(np.mean(cpu)) if cpu else math.nan,
         forecasts=len(forecasts.values),
+        wql=wqls,
     )
 
 
@@ -205,6 +273,14 @@ def check_forecasts(
                 raise AssertionError(f"{name} {customer_id}: {values.shape} values, not {horizon}")
             if name != FLEETCAST and not np.isfinite(values).all():
                 raise AssertionError(f"{name} {customer_id}: forecast is not finite")
+        for level, by_customer in result.quantiles.items():
+            for customer_id, values in by_customer.items():
+                if values.shape != (horizon,):
+                    raise AssertionError(f"{name} {customer_id}: quantile {level} {values.shape}")
+        lower, upper = result.quantiles.get(LOWER, {}), result.quantiles.get(UPPER, {})
+        for customer_id in set(lower) & set(upper):
+            if (lower[customer_id] > upper[customer_id] + 1e-9).any():
+                raise AssertionError(f"{name} {customer_id}: 80% interval upside down")
         for customer_id, cpu in result.cpu_seconds.items():
             if not (math.isfinite(cpu) and cpu >= 0):
                 raise AssertionError(f"{name} {customer_id}: CPU {cpu}")
@@ -227,13 +303,36 @@ def check_metrics() -> None:
         raise AssertionError("MASE")
     if metrics.beats_share([0.1, 0.3, math.nan], [0.2, 0.2, 0.2]) != (1, 3):
         raise AssertionError("beats share")
+    # wQL: at 0.5 the point forecast's WAPE (0.25); at 0.1 the errors [2, -1, 0, -2] cost
+    # [0.2, 0.9, 0, 1.8] (x2 / 20 = 0.29), at 0.9 [1.8, 0.1, 0, 0.2] (0.21).
+    quantiles = {0.1: forecast, 0.5: forecast, 0.9: forecast}
+    if not math.isclose(metrics.wql(actuals, quantiles), (0.29 + 0.25 + 0.21) / 3):
+        raise AssertionError("wQL")
+    lower, upper = np.array([9.0, 0.0, 5.0, 6.0]), np.array([11.0, 2.0, 5.0, 8.0])
+    if metrics.inside(actuals, lower, upper) != 3:
+        raise AssertionError("days inside the interval")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.accuracy", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--smoke", action="store_true", help="a few customers, no AutoARIMA")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a few customers, no AutoARIMA, no AutoGluon"
+    )
+    parser.add_argument(
+        "--autogluon",
+        action=argparse.BooleanOptionalAction,
+        help="AutoGluon-TimeSeries as a peer (default: yes, but not with --smoke); needs "
+        ".venv-autogluon, which `make accuracy` installs",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        action="append",
+        choices=WINDOWS,
+        help="only this window (0: the last horizon, 1: the one before; default: both)",
+    )
     parser.add_argument("--results", type=Path, help="where to write every figure as JSON")
     parser.add_argument("--chart", type=Path, help="where to draw the WAPE distributions")
     parser.add_argument("--readme", type=Path, help="README whose Accuracy section to replace")
@@ -260,24 +359,49 @@ def main() -> int:
     horizon = fleetcast_run.export_horizon()
     limit = SMOKE_CUSTOMERS if options.smoke else options.customers
     results: list[DataSetResult] = []
+    with_autogluon = not options.smoke if options.autogluon is None else options.autogluon
+    if with_autogluon and not peers.autogluon_available():
+        raise SystemExit(
+            f"{peers.AUTOGLUON_PYTHON} is missing: `make accuracy` installs AutoGluon "
+            "(requirements/autogluon.lock.txt) first; --no-autogluon runs without it"
+        )
+    planned = sum(not options.data_set or d.key in options.data_set for d in DATA_SETS) * len(
+        options.window or WINDOWS
+    )
     with tempfile.TemporaryDirectory(prefix="fleetcast-accuracy-") as folder:
         for data_set in DATA_SETS:
             if options.data_set and data_set.key not in options.data_set:
                 continue
-            split_set = split(data_set, horizon, limit)
-            results.append(
-                evaluate(
-                    split_set,
-                    horizon,
-                    Path(folder),
-                    not options.smoke,
-                    console,
-                    options.peers_cache,
+            readings = load_readings(data_set.path)
+            for window in options.window or WINDOWS:
+                split_set = split(data_set, horizon, limit, readings, window)
+                results.append(
+                    evaluate(
+                        split_set,
+                        horizon,
+                        Path(folder),
+                        not options.smoke,
+                        console,
+                        options.peers_cache,
+                        with_autogluon,
+                    )
                 )
-            )
-    seconds = time.perf_counter() - began
+                print_tables(results[-1:], machine, console)
+                publish(options, results, machine, time.perf_counter() - began, planned)
     print_tables(results, machine, console)
-    console.print(f"[dim]make accuracy took {seconds:.0f} s[/]")
+    console.print(f"[dim]make accuracy took {time.perf_counter() - began:.0f} s[/]")
+    return 0
+
+
+def publish(
+    options: argparse.Namespace,
+    results: list[DataSetResult],
+    machine: Machine,
+    seconds: float,
+    planned: int,
+) -> None:
+    """Every output for the results so far (after each set and window, so a long run that
+    is stopped leaves what it measured, said to be partial)."""
     if options.results:
         write_results(results, machine, versions(), seconds, options.results)
     if options.chart:
@@ -295,6 +419,6 @@ def main() -> int:
                 str(figures.resolve().relative_to(root)),
                 seconds,
                 peers_cached=bool(PEERS_FROM_CACHE),
+                planned=planned,
             ),
         )
-    return 0
