@@ -326,7 +326,6 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     keys = list(dict.fromkeys(r.data_set.key for r in results))
     windows = sorted({r.window for r in results})
@@ -338,58 +337,7 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
         squeeze=False,
     )
     for result in results:
-        axis = axes[keys.index(result.data_set.key), windows.index(result.window)]
-        names = list(result.methods)
-        data = [
-            [w for w in result.methods[n].wape.values() if w is not None and math.isfinite(w)]
-            for n in names
-        ]
-        boxes = axis.boxplot(
-            data,
-            vert=False,
-            showfliers=False,
-            patch_artist=True,
-            widths=0.6,
-            medianprops={"color": "black"},
-        )
-        for patch, name in zip(boxes["boxes"], names, strict=True):
-            patch.set_facecolor("#e67e22" if name == FLEETCAST else "#d5dbdb")
-        rng = np.random.default_rng(0)
-        for position, values in enumerate(data, start=1):
-            axis.scatter(
-                values,
-                position + rng.uniform(-0.18, 0.18, len(values)),
-                s=5,
-                color="#34495e",
-                alpha=0.4,
-                zorder=3,
-            )
-        for position, name in enumerate(names, start=1):
-            summary = result.methods[name].summary
-            if math.isfinite(summary.mean_wape):
-                axis.plot(summary.mean_wape, position, marker="D", color="#c0392b", ms=5, zorder=4)
-            if math.isfinite(summary.mean_wql):
-                axis.plot(summary.mean_wql, position, marker="X", color="#2471a3", ms=6, zorder=4)
-        ours = result.methods[FLEETCAST].summary.median_wape
-        if math.isfinite(ours):
-            axis.axvline(ours, color="#e67e22", linestyle="--", linewidth=1, zorder=1)
-        labels = [
-            f"{n} ({_pct(result.methods[n].summary.coverage_80)})"
-            if math.isfinite(result.methods[n].summary.coverage_80)
-            else n
-            for n in names
-        ]
-        axis.set_yticks(range(1, len(names) + 1), labels, fontsize=8)
-        axis.invert_yaxis()
-        upper = max(np.percentile(v, 95) for v in data if v)
-        axis.set_xlim(0, upper * 1.1)
-        hidden = sum(w > upper * 1.1 for values in data for w in values)
-        axis.set_xlabel(f"WAPE per customer ({hidden} beyond the axis's end not drawn)", fontsize=8)
-        axis.set_title(
-            f"{result.data_set.title}, {result.window_title}\n{len(result.customers)} "
-            f"customers, held back {result.horizon_dates}",
-            fontsize=9,
-        )
+        _draw_panel(axes[keys.index(result.data_set.key), windows.index(result.window)], result)
     figure.suptitle(f"make accuracy: {machine.summary()}", fontsize=8)
     figure.text(
         0.5,
@@ -403,6 +351,63 @@ def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> No
     figure.tight_layout(rect=(0, 0.015, 1, 0.99))
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def _draw_panel(axis: Any, result: DataSetResult) -> None:
+    """One data set and window of :func:`draw_chart`."""
+    import numpy as np
+
+    names = list(result.methods)
+    data = [
+        [w for w in result.methods[n].wape.values() if w is not None and math.isfinite(w)]
+        for n in names
+    ]
+    boxes = axis.boxplot(
+        data,
+        vert=False,
+        showfliers=False,
+        patch_artist=True,
+        widths=0.6,
+        medianprops={"color": "black"},
+    )
+    for patch, name in zip(boxes["boxes"], names, strict=True):
+        patch.set_facecolor("#e67e22" if name == FLEETCAST else "#d5dbdb")
+    rng = np.random.default_rng(0)
+    for position, values in enumerate(data, start=1):
+        axis.scatter(
+            values,
+            position + rng.uniform(-0.18, 0.18, len(values)),
+            s=5,
+            color="#34495e",
+            alpha=0.4,
+            zorder=3,
+        )
+    for position, name in enumerate(names, start=1):
+        summary = result.methods[name].summary
+        if math.isfinite(summary.mean_wape):
+            axis.plot(summary.mean_wape, position, marker="D", color="#c0392b", ms=5, zorder=4)
+        if math.isfinite(summary.mean_wql):
+            axis.plot(summary.mean_wql, position, marker="X", color="#2471a3", ms=6, zorder=4)
+    ours = result.methods[FLEETCAST].summary.median_wape
+    if math.isfinite(ours):
+        axis.axvline(ours, color="#e67e22", linestyle="--", linewidth=1, zorder=1)
+    labels = [
+        f"{n} ({_pct(result.methods[n].summary.coverage_80)})"
+        if math.isfinite(result.methods[n].summary.coverage_80)
+        else n
+        for n in names
+    ]
+    axis.set_yticks(range(1, len(names) + 1), labels, fontsize=8)
+    axis.invert_yaxis()
+    upper = max(np.percentile(v, 95) for v in data if v)
+    axis.set_xlim(0, upper * 1.1)
+    hidden = sum(w > upper * 1.1 for values in data for w in values)
+    axis.set_xlabel(f"WAPE per customer ({hidden} beyond the axis's end not drawn)", fontsize=8)
+    axis.set_title(
+        f"{result.data_set.title}, {result.window_title}\n{len(result.customers)} "
+        f"customers, held back {result.horizon_dates}",
+        fontsize=9,
+    )
 
 
 def _markdown_table(result: DataSetResult) -> str:

@@ -95,39 +95,12 @@ def evaluate(
         if (peers_cache)
         else None
     )
-    found = peers.load_cached(cache) if cache else None
-    autogluon: dict[str, object] | None = (
-        None if with_autogluon else {"skipped": "not asked for: --no-autogluon or --smoke"}
+    found, autogluon, cached = _peer_forecasts(
+        customers, horizon, label, models, with_autogluon, cache, console
     )
-    if found is not None:
-        forecasts = {FLEETCAST: run.forecasts, **found}
-        leaderboard = cache.with_suffix(".json") if cache else None
-        if with_autogluon and leaderboard and leaderboard.exists():
-            autogluon = json.loads(leaderboard.read_text())
+    if cached:
         PEERS_FROM_CACHE.add(key)
-    else:
-        with console.status(f"{label}: seasonal naive and stock Prophet"):
-            forecasts = {
-                FLEETCAST: run.forecasts,
-                NAIVE: peers.seasonal_naive(customers, horizon),
-                PROPHET: peers.stock_prophet(customers, horizon),
-            }
-        with console.status(f"{label}: statsforecast {', '.join(models)}"):
-            forecasts.update(peers.statsforecast_models(customers, horizon, models))
-        with console.status(f"{label}: mlforecast (LightGBM across the customers)"):
-            forecasts.update(peers.mlforecast_lightgbm(customers, horizon))
-        if with_autogluon:
-            with (
-                console.status(f"{label}: AutoGluon-TimeSeries medium_quality"),
-                tempfile.TemporaryDirectory(prefix="fleetcast-autogluon-") as folder,
-            ):
-                leaderboard = Path(folder) / "leaderboard.json"
-                forecasts.update(peers.autogluon_models(customers, horizon, leaderboard))
-                autogluon = json.loads(leaderboard.read_text())
-        if cache:
-            peers.store_cached(cache, {k: v for k, v in forecasts.items() if k != FLEETCAST})
-            if autogluon and with_autogluon:
-                cache.with_suffix(".json").write_text(json.dumps(autogluon))
+    forecasts = {FLEETCAST: run.forecasts, **found}
     median = peers.median_of([forecasts[m] for m in models])
     # The table's order: fleetcast, the per-series peers, their median, then the global ones.
     order = [FLEETCAST, NAIVE, PROPHET, *models]
@@ -137,26 +110,7 @@ def evaluate(
         **{name: f for name, f in forecasts.items() if name not in order},
     }
     check_forecasts(customers, forecasts, horizon)
-    # Every method is summarised over the same customers: those all of them forecast every
-    # day of the horizon for. A customer fleetcast's export misses days of is listed (and
-    # counts as a loss against seasonal naive), not dropped from fleetcast's figures alone.
-    scored = [
-        c
-        for c in customers
-        if all(
-            c.customer_id in f.values and not np.isnan(f.values[c.customer_id]).any()
-            for f in forecasts.values()
-        )
-    ]
-    results = {name: score(name, customers, scored, f) for name, f in forecasts.items()}
-    naive_wapes = results[NAIVE].wapes_list(customers)
-    results = {
-        name: dataclasses.replace(
-            result,
-            beats_naive=metrics.beats_share(result.wapes_list(customers), naive_wapes),
-        )
-        for name, result in results.items()
-    }
+    scored, results = _scored(customers, forecasts)
     wins, total = results[FLEETCAST].beats_naive
     return DataSetResult(
         data_set=split_set.data_set,
@@ -182,6 +136,78 @@ def evaluate(
         window=split_set.window,
         autogluon=autogluon,
     )
+
+
+def _scored(
+    customers: list[CustomerSplit], forecasts: dict[str, peers.Forecasts]
+) -> tuple[list[CustomerSplit], dict[str, MethodResult]]:
+    """The customers every method forecast whole, and each method's figures on them."""
+    # Every method is summarised over the same customers: those all of them forecast every
+    # day of the horizon for. A customer fleetcast's export misses days of is listed (and
+    # counts as a loss against seasonal naive), not dropped from fleetcast's figures alone.
+    scored = [
+        c
+        for c in customers
+        if all(
+            c.customer_id in f.values and not np.isnan(f.values[c.customer_id]).any()
+            for f in forecasts.values()
+        )
+    ]
+    results = {name: score(name, customers, scored, f) for name, f in forecasts.items()}
+    naive_wapes = results[NAIVE].wapes_list(customers)
+    results = {
+        name: dataclasses.replace(
+            result,
+            beats_naive=metrics.beats_share(result.wapes_list(customers), naive_wapes),
+        )
+        for name, result in results.items()
+    }
+    return scored, results
+
+
+def _peer_forecasts(
+    customers: list[CustomerSplit],
+    horizon: int,
+    label: str,
+    models: tuple[str, ...],
+    with_autogluon: bool,
+    cache: Path | None,
+    console: Console,
+) -> tuple[dict[str, peers.Forecasts], dict[str, object] | None, bool]:
+    """Every peer's forecasts of ``customers`` (from ``cache`` when it holds them, stored
+    there when computed), AutoGluon's leaderboard (or why it did not run), and whether
+    they came from the cache."""
+    autogluon: dict[str, object] | None = (
+        None if with_autogluon else {"skipped": "not asked for: --no-autogluon or --smoke"}
+    )
+    found = peers.load_cached(cache) if cache else None
+    if found is not None:
+        leaderboard = cache.with_suffix(".json") if cache else None
+        if with_autogluon and leaderboard and leaderboard.exists():
+            autogluon = json.loads(leaderboard.read_text())
+        return found, autogluon, True
+    with console.status(f"{label}: seasonal naive and stock Prophet"):
+        forecasts = {
+            NAIVE: peers.seasonal_naive(customers, horizon),
+            PROPHET: peers.stock_prophet(customers, horizon),
+        }
+    with console.status(f"{label}: statsforecast {', '.join(models)}"):
+        forecasts.update(peers.statsforecast_models(customers, horizon, models))
+    with console.status(f"{label}: mlforecast (LightGBM across the customers)"):
+        forecasts.update(peers.mlforecast_lightgbm(customers, horizon))
+    if with_autogluon:
+        with (
+            console.status(f"{label}: AutoGluon-TimeSeries medium_quality"),
+            tempfile.TemporaryDirectory(prefix="fleetcast-autogluon-") as folder,
+        ):
+            leaderboard = Path(folder) / "leaderboard.json"
+            forecasts.update(peers.autogluon_models(customers, horizon, leaderboard))
+            autogluon = json.loads(leaderboard.read_text())
+    if cache:
+        peers.store_cached(cache, forecasts)
+        if autogluon and with_autogluon:
+            cache.with_suffix(".json").write_text(json.dumps(autogluon))
+    return forecasts, autogluon, False
 
 
 def _common_horizon(customers: list[CustomerSplit]) -> str:
