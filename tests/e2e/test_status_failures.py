@@ -20,13 +20,11 @@ def test_status_counts_training_failures_by_kind_and_json_lists_each_reason(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Given an upload with one customer of 60 days and two of 20, too few to train
-    frame = pd.concat(
-        [
-            readings(["enough"], "2024-01-01", 60),
-            readings(["short-b", "short-a"], "2024-01-01", 20, seed=1),
-        ]
-    )
+    # Given an upload with one customer of 60 days and two whose 10 days are all zeros (a
+    # meter that was off: no day to fit, so not even a cold start can be made of them)
+    off = readings(["short-b", "short-a"], "2024-01-01", 10, seed=1)
+    off["consumption"] = 0.0
+    frame = pd.concat([readings(["enough"], "2024-01-01", 60), off])
     run_id = upload(stack, "some-short.csv", to_csv(frame))
     status = finished(stack, run_id)
     assert (status.customers_trained, status.customers_failed) == (1, 2), status
@@ -38,15 +36,17 @@ def test_status_counts_training_failures_by_kind_and_json_lists_each_reason(
     run = next(r for r in json.loads(capsys.readouterr().out) if r["run_id"] == run_id)
     # Then it lists each failed customer with its kind and reason, and counts the kinds
     assert run["failures_by_kind"] == {"too_few_rows": 2}
-    assert run["failures"] == [
-        {"customer_id": c, "kind": "too_few_rows", "reason": "has 20 rows, needs at least 28"}
-        for c in ("short-a", "short-b")
+    assert [(f["customer_id"], f["kind"]) for f in run["failures"]] == [
+        ("short-a", "too_few_rows"),
+        ("short-b", "too_few_rows"),
     ]
+    reason = run["failures"][0]["reason"]
+    assert reason.startswith("has 0 rows to fit (10 ") and reason.endswith("needs at least 28")
     # And the table shows the kinds with the first customer's reason
     monkeypatch.setenv("COLUMNS", "400")
     assert main(["status"]) == 0
     table = capsys.readouterr().out
-    assert "2 too_few_rows (first short-a: has 20 rows, needs at least 28)" in table
+    assert f"2 too_few_rows (first short-a: {reason})" in table
 
 
 def test_status_shows_a_key_with_escape_sequences_escaped(
