@@ -43,7 +43,8 @@ def test_status_counts_training_failures_by_kind_and_json_lists_each_reason(
     reason = run["failures"][0]["reason"]
     assert reason.startswith("has 0 rows to fit (10 ") and reason.endswith("needs at least 28")
     # And the table shows the kinds with the first customer's reason
-    monkeypatch.setenv("COLUMNS", "400")
+    # (wide enough for every run of the shared stack on one line each)
+    monkeypatch.setenv("COLUMNS", "3000")
     assert main(["status"]) == 0
     table = capsys.readouterr().out
     assert f"2 too_few_rows (first short-a: {reason})" in table
@@ -62,7 +63,8 @@ def test_status_shows_a_key_with_escape_sequences_escaped(
     assert stack.info is not None
     for variable, value in stack.info.environment().items():
         monkeypatch.setenv(variable, value)
-    monkeypatch.setenv("COLUMNS", "400")
+    # (wide enough for every run of the shared stack on one line each)
+    monkeypatch.setenv("COLUMNS", "3000")
     # When `fleetcast status` prints it, and `--json` lists it
     assert main(["status"]) == 0
     table = capsys.readouterr().out
