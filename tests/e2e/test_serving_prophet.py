@@ -6,6 +6,7 @@ own ``predict`` and ``predictive_samples`` of the live archive, loaded with
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from test_serving import get, get_when_ready, live_archive
 
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_contracts.model_archive import PROPHET_KIND
-from fleetcast_forecasters.forecast import simulated_periods
+from fleetcast_forecasters import calibration
+from fleetcast_forecasters.families import compile_archive
 from fleetcast_forecasters.prophet_forecaster import forecast_seed
 
 pytestmark = [
@@ -99,18 +101,19 @@ def test_every_customer_gets_prophets_forecast_through_the_api(
         assert all(p["yhat_lower"] < p["yhat"] < p["yhat_upper"] for p in body["forecast"])
 
 
-def test_quantiles_through_the_api_are_those_of_prophets_own_samples(
+def test_quantiles_through_the_api_are_those_of_the_calibrated_interval(
     prophet_stack: EmbeddedStack, served: dict[str, Any]
 ) -> None:
-    # Given Prophet's own predictive samples for a customer's live model, seeded as the
-    # container seeds this run (the customer and the period are no part of it)
+    # Given a customer's live Prophet model, whose interval its own backtest calibrated
+    # (fleetcast_forecasters.calibration: Prophet's point forecast, the backtest's errors'
+    # width), compiled here as the container compiles it, seeded as it seeds this run
     customer_id, period = "pro-05", 14
-    model = prophet_model(prophet_stack, customer_id)
-    # (the first `period` days of Prophet's forecast of simulated_periods: a day's draws
-    # are the same whatever the period)
-    future = model.make_future_dataframe(periods=simulated_periods(period), include_history=False)
-    np.random.seed(forecast_seed(served["run_id"]))
-    samples = model.predictive_samples(future)["yhat"][:period]
+    model_json, metadata = live_archive(prophet_stack, customer_id)
+    assert metadata.model_kind == PROPHET_KIND
+    assert json.loads(model_json)[calibration.FIELD] is not None
+    compiled = compile_archive(model_json, PROPHET_KIND, "D").forecast(
+        period, forecast_seed(served["run_id"]), (0.1, 0.5, 0.9)
+    )
     path = f"/customers/{customer_id}/forecast?period={period}"
 
     # When the API is asked for quantiles (out of order, one repeated), and without them
@@ -118,18 +121,21 @@ def test_quantiles_through_the_api_are_those_of_prophets_own_samples(
     again = get(served["env"], path + "&quantiles=0.1,0.5,0.9")[2]
     plain = get(served["env"], path)[2]
 
-    # Then each point carries numpy's quantiles of Prophet's samples, the same every time,
+    # Then each point carries the calibrated simulation's quantiles, the same every time,
     # beside the answer it has without them
     assert status == 200, body
     assert body["quantiles"] == [0.1, 0.5, 0.9] and again == body
     got = [[point["quantiles"][q] for q in ("0.1", "0.5", "0.9")] for point in body["forecast"]]
-    expected = np.quantile(samples, [0.1, 0.5, 0.9], axis=1).T
-    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert compiled.quantile_values is not None
+    np.testing.assert_allclose(got, compiled.quantile_values.T, rtol=0, atol=1e-6)
     assert [{k: p[k] for k in p if k != "quantiles"} for p in body["forecast"]] == plain["forecast"]
-    # ... and the interval is Prophet's own predict's, from the same seed
-    np.random.seed(forecast_seed(served["run_id"]))
-    predicted = model.predict(future).iloc[:period]
+    # ... and the interval is the calibrated one, around Prophet's own point forecast
     bounds = [[point["yhat_lower"], point["yhat_upper"]] for point in plain["forecast"]]
     np.testing.assert_allclose(
-        bounds, predicted[["yhat_lower", "yhat_upper"]].to_numpy(), rtol=0, atol=1e-6
+        bounds, np.stack([compiled.yhat_lower, compiled.yhat_upper], axis=1), rtol=0, atol=1e-6
+    )
+    model = prophet_model(prophet_stack, customer_id)
+    future = model.make_future_dataframe(periods=period, include_history=False)
+    np.testing.assert_allclose(
+        [p["yhat"] for p in plain["forecast"]], model.predict(future)["yhat"], rtol=0, atol=1e-6
     )
