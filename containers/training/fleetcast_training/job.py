@@ -48,7 +48,7 @@ from fleetcast_training.environment import TrainingEnvironment
 from fleetcast_training.export import ShardExport
 from fleetcast_training.failures import FailureKind, JobFailure, summarise_failures
 from fleetcast_training.fleet import FleetForecast
-from fleetcast_training.history import History, read_series
+from fleetcast_training.history import read_series
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.parts import unpack_parts
 from fleetcast_training.progress import Progress
@@ -139,10 +139,15 @@ def _run_job(
     calendars = CustomerCalendars.load(
         environment.channel_dir(CALENDARS_CHANNEL), hyperparameters.default_holiday_country
     )
-    teachers = fleet_teachers(
-        environment.channel_dir(FLEET_CHANNEL),
-        scratch / "teachers",
-        {c.customer_id for c in customers},
+    # (unpacked only for a model the fleet family is a candidate of)
+    teachers = (
+        fleet_teachers(
+            environment.channel_dir(FLEET_CHANNEL),
+            scratch / "teachers",
+            {c.customer_id for c in customers},
+        )
+        if fleet_learns(hyperparameters)
+        else []
     )
     checkpoint_dir = environment.checkpoint_dir
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -306,16 +311,21 @@ def fleet_teachers(channel_dir: Path, unpack_to: Path, own: set[str]) -> list[Cu
     ]
 
 
-def _fitting_histories(customers: list[CustomerFile]) -> list[tuple[CustomerFile, History]]:
-    """Each customer with its periods to fit, those with at least one (a customer whose
-    series cannot be read is left to its own fit to say what is wrong with it)."""
-    found: list[tuple[CustomerFile, History]] = []
+def _fitting(customers: list[CustomerFile]) -> list[CustomerFile]:
+    """The customers with at least one period to fit (a customer whose series cannot be
+    read is left to its own fit to say what is wrong with it). Their histories are read
+    again, one at a time, as the fleet learns: a shard's are never all held at once."""
+    found: list[CustomerFile] = []
     for customer in customers:
         with contextlib.suppress(Exception):
-            history = read_series(customer.path).for_fitting()
-            if len(history):
-                found.append((customer, history))
+            if len(read_series(customer.path).for_fitting()):
+                found.append(customer)
     return found
+
+
+def fleet_learns(hyperparameters: Hyperparameters) -> bool:
+    """The fleet family is a candidate of this (daily) model."""
+    return fleet.KIND in hyperparameters.candidates and hyperparameters.frequency is Frequency.DAILY
 
 
 def learn_fleet(
@@ -329,20 +339,17 @@ def learn_fleet(
     learnt from them and the stored ``teachers``, when it is a candidate of a daily model;
     none when it cannot learn (it is one candidate: the others are fitted whatever
     happens to it)."""
-    if (
-        fleet.KIND not in hyperparameters.candidates
-        or hyperparameters.frequency is not Frequency.DAILY
-    ):
+    if not fleet_learns(hyperparameters):
         return {}
-    usable = _fitting_histories(customers)
-    extra = _fitting_histories(teachers or [])
+    usable = _fitting(customers)
+    extra = _fitting(teachers or [])
     learners = usable + extra
     try:
         with threadpool_limits(limits=threads):
             return fleet.learn(
-                [c.customer_id for c, _ in usable],
-                (history for _, history in learners),
-                [calendars.of(c.customer_id) for c, _ in learners],
+                [c.customer_id for c in usable],
+                (read_series(c.path).for_fitting() for c in learners),
+                [calendars.of(c.customer_id) for c in learners],
                 hyperparameters.backtest_periods,
                 hyperparameters.backtest_windows,
                 threads,
