@@ -1,15 +1,17 @@
 """Every candidate scored on one customer's rolling-origin backtest, and the model it gets.
 
 The rule, decided on ``make accuracy``'s real meter data (docs/model-families.md): the
-customer is served the **combination** (the mean of ETS, Theta, Prophet and the seasonal
-median, where each fitted) unless its backtest error is worse than seasonal naive's by
-more than the quality gate's tolerance (:data:`~fleetcast_contracts.quality_gate.EQUAL_ERROR_SHARE`
-of the backtest's mean level, the rule registration applies); then the candidate of least
-backtest error, which may be seasonal naive itself or the **naive blend** (half seasonal
-naive, half the combination: :mod:`fleetcast_forecasters.naive_blend`). Choosing the best
-single candidate (or the best few) per customer every time did worse on the held-back days
-than always combining (a backtest of a few windows is noisy), and no customer is ever
-served a model the gate would refuse: naive is a candidate.
+customer is served the **combination** (the weighted mean of ETS, Theta, Prophet, the
+seasonal median and, at half their weight, the fleet, where each fitted: each family's
+``combination_weight`` in :mod:`fleetcast_contracts.families`) unless its backtest error
+is worse than seasonal naive's by more than the quality gate's tolerance
+(:data:`~fleetcast_contracts.quality_gate.EQUAL_ERROR_SHARE` of the backtest's mean level,
+the rule registration applies); then the candidate of least backtest error, which may be
+seasonal naive itself or the **naive blend** (half seasonal naive, half the combination:
+:mod:`fleetcast_forecasters.naive_blend`). Choosing the best single candidate (or the best
+few) per customer every time did worse on the held-back days than always combining (a
+backtest of a few windows is noisy), and no customer is ever served a model the gate
+would refuse: naive is a candidate.
 
 A level shift at the end of the history (:mod:`fleetcast_training.level_shift`), which the
 backtest's windows cannot see, leaves the members that cannot follow it out of the

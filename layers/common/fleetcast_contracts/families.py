@@ -73,7 +73,8 @@ FAMILIES: tuple[Family, ...] = (
         follows_level_shift=True,
     ),
     Family("prophet", "fleetcast_forecasters.prophet_family", Fit.EACH, combination_weight=1.0),
-    Family("fleet", "fleetcast_forecasters.fleet", Fit.FLEET),
+    # Half a member's weight: replayed on make accuracy's sets (docs/model-families.md).
+    Family("fleet", "fleetcast_forecasters.fleet", Fit.FLEET, combination_weight=0.5),
     # The fleet's forecast of a customer too short for a model of its own (fewer fit
     # periods than training's required rows): served without a backtest.
     Family("cold_start", "fleetcast_forecasters.cold_start", Fit.FLEET, candidate=False),
