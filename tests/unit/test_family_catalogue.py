@@ -87,7 +87,7 @@ def test_a_new_family_is_one_module_and_one_catalogue_line(tmp_path: Path) -> No
     listing.write_text(
         text.replace(
             last,
-            '    Family("weekly_mean", "weekly_mean_family", Fit.BATCH, combined=True),\n' + last,
+            '    Family("weekly_mean", "weekly_mean_family", Fit.BATCH, combination_weight=1.0),\n' + last,
         )
     )
     (tmp_path / "code" / "weekly_mean_family.py").write_text(NEW_FAMILY)

@@ -143,3 +143,31 @@ def test_a_blend_that_is_not_a_fitted_one_is_refused_naming_what_is_wrong(change
 
 def test_the_blend_is_one_of_the_kinds_written_as_combinations():
     assert naive_blend.KIND in COMBINING and COMBINATION in COMBINING
+
+
+def test_a_member_of_weight_two_counts_twice_in_the_combination_and_its_blend(monkeypatch):
+    # Given ETS of weight 2 beside Theta and the seasonal median of weight 1
+    from fleetcast_training import selection
+
+    monkeypatch.setattr(selection, "COMBINED", {"ets": 2.0, "theta": 1.0, "seasonal_median": 1.0})
+    models = fitted_models()
+    # (and seasonal naive 5% under: the combination fails the gate)
+    bt = backtests(95.0, ets=110.0, theta=106.0, seasonal_median=106.0)
+    candidates = [Candidate(kind, bt[kind], models[kind]) for kind in bt]
+    # When the model is chosen
+    choice = choose(candidates, ACTUAL, ORIGINS, None, common_fields(LAST, 0, 0.8), 1)
+    # Then the combination's backtest is the weighted mean (108 = (2 x 110 + 106 + 106) / 4)
+    assert choice is not None
+    combination = choice.backtest.score(COMBINATION)
+    assert combination is not None and combination.mae == pytest.approx(8.0)
+    # And the served blend (the least error: 0.5 x 95 + 0.5 x 108 = 101.5) holds the
+    # members' half in proportion to their weights, served as that weighted mean
+    assert choice.kind == NAIVE_BLEND
+    weights = {m["kind"]: m["weight"] for m in choice.model["members"]}
+    assert weights == pytest.approx(
+        {"seasonal_naive": 0.5, "ets": 0.25, "theta": 0.125, "seasonal_median": 0.125}
+    )
+    served = compile_archive(json.dumps(choice.model), NAIVE_BLEND, "D", 14).yhat
+    paths = {kind: compile_archive(models[kind], kind, "D", 14).yhat for kind in weights}
+    expected = sum(weights[kind] * paths[kind] for kind in weights)
+    np.testing.assert_allclose(served, np.maximum(expected, 0), rtol=1e-12)

@@ -1,15 +1,17 @@
 """Every candidate scored on one customer's rolling-origin backtest, and the model it gets.
 
 The rule, decided on ``make accuracy``'s real meter data (docs/model-families.md): the
-customer is served the **combination** (the mean of ETS, Theta, Prophet and the seasonal
-median, where each fitted) unless its backtest error is worse than seasonal naive's by
-more than the quality gate's tolerance (:data:`~fleetcast_contracts.quality_gate.EQUAL_ERROR_SHARE`
-of the backtest's mean level, the rule registration applies); then the candidate of least
-backtest error, which may be seasonal naive itself or the **naive blend** (half seasonal
-naive, half the combination: :mod:`fleetcast_forecasters.naive_blend`). Choosing the best
-single candidate (or the best few) per customer every time did worse on the held-back days
-than always combining (a backtest of a few windows is noisy), and no customer is ever
-served a model the gate would refuse: naive is a candidate.
+customer is served the **combination** (the weighted mean of ETS, Theta, Prophet, the
+seasonal median and, at half their weight, the fleet, where each fitted: each family's
+``combination_weight`` in :mod:`fleetcast_contracts.families`) unless its backtest error
+is worse than seasonal naive's by more than the quality gate's tolerance
+(:data:`~fleetcast_contracts.quality_gate.EQUAL_ERROR_SHARE` of the backtest's mean level,
+the rule registration applies); then the candidate of least backtest error, which may be
+seasonal naive itself or the **naive blend** (half seasonal naive, half the combination:
+:mod:`fleetcast_forecasters.naive_blend`). Choosing the best single candidate (or the best
+few) per customer every time did worse on the held-back days than always combining (a
+backtest of a few windows is noisy), and no customer is ever served a model the gate
+would refuse: naive is a candidate.
 
 A level shift at the end of the history (:mod:`fleetcast_training.level_shift`), which the
 backtest's windows cannot see, leaves the members that cannot follow it out of the
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fleetcast_contracts.families import COMBINED_KINDS
+from fleetcast_contracts.families import COMBINATION_WEIGHTS
 from fleetcast_contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
 from fleetcast_contracts.quality_gate import EQUAL_ERROR_SHARE
 from fleetcast_forecasters import calibration, combination, naive_blend, seasonal_naive
@@ -39,8 +41,9 @@ FloatArray = npt.NDArray[np.float64]
 NAIVE = seasonal_naive.KIND
 COMBINATION = combination.KIND
 NAIVE_BLEND = naive_blend.KIND
-# The members of the combination, where they are candidates and fitted.
-COMBINED = COMBINED_KINDS
+# The members of the combination (where they are candidates and fitted), each with its
+# weight in the combination's weighted mean.
+COMBINED = COMBINATION_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,56 @@ def choose(
     (:mod:`fleetcast_training.level_shift`), unless no member can."""
     fitted = [c for c in candidates if c.model is not None]
     allowed = servable if servable is not None else {c.kind for c in fitted} | {COMBINATION}
+    members, allowed, left_out, shift = _members(fitted, allowed, shift)
+    naive_fit = next((c for c in fitted if c.kind == NAIVE and c.kind in allowed), None)
+    fitted += _combinations(members, naive_fit)
+    if not fitted:
+        return None
+    scored = np.isfinite(actual)
+    for candidate in fitted:
+        scored &= np.isfinite(candidate.backtest)
+    windows = int(scored.any(axis=1).sum())
+    if not windows:
+        return None
+    points = actual[scored]
+    scores = [_score(candidate, actual, scored, scale) for candidate in fitted]
+    by_kind = {score.model_kind: score for score in scores}
+    ranked = sorted(scores, key=_rank_error)
+    decided = _decide(by_kind, ranked, allowed, float(np.abs(points).mean()))
+    if decided is None:
+        return None
+    chosen, why = decided
+    model = _model(chosen, fitted, by_kind, common, members, naive_fit)
+    served_backtest = next(c.backtest for c in fitted if c.kind == chosen)
+    interval = calibration.fit(actual, np.where(scored, served_backtest, np.nan))
+    if interval is not None:
+        model = {**model, calibration.FIELD: interval}
+    if shift is not None:
+        why += f"; {shift.describe()}" + (
+            f", which {', '.join(left_out)} cannot follow: left out" if left_out else ""
+        )
+    backtest = Backtest(
+        horizon=actual.shape[1],
+        windows=windows,
+        origins=origins,
+        chosen=chosen,
+        runner_up=next((s.model_kind for s in ranked if s.model_kind != chosen), None),
+        why=why,
+        level_shift_days=None if shift is None else shift.days,
+        candidates=ranked,
+    )
+    metrics = _metrics(
+        by_kind[chosen], by_kind.get(NAIVE), actual.shape[1], windows, periods_per_day
+    )
+    return Choice(chosen, model, backtest, metrics)
+
+
+def _members(
+    fitted: list[Candidate], allowed: set[str], shift: LevelShift | None
+) -> tuple[list[Candidate], set[str], list[str], LevelShift | None]:
+    """The combination's members among the ``fitted`` candidates, the kinds still
+    ``allowed``, those left out for the level ``shift`` (and the shift, None when no member
+    can follow it: then it is ignored)."""
     left_out: list[str] = []
     if shift is not None:
         models = {c.kind: c.model for c in fitted if c.kind in COMBINED and c.kind in allowed}
@@ -124,73 +177,67 @@ def choose(
         else:
             shift = None
     members = [c for c in fitted if c.kind in COMBINED and c.kind in allowed]
-    naive_fit = next((c for c in fitted if c.kind == NAIVE and c.kind in allowed), None)
-    if len(members) >= 2:
-        mean = np.mean([m.backtest for m in members], axis=0)
-        fitted.append(Candidate(COMBINATION, mean, None))
-        if naive_fit is not None:
-            weight = naive_blend.NAIVE_WEIGHT
-            blend = weight * naive_fit.backtest + (1 - weight) * mean
-            fitted.append(Candidate(NAIVE_BLEND, blend, None))
-    if not fitted:
-        return None
-    scored = np.isfinite(actual)
-    for candidate in fitted:
-        scored &= np.isfinite(candidate.backtest)
-    windows = int(scored.any(axis=1).sum())
-    if not windows:
-        return None
-    points = actual[scored]
-    scores: list[CandidateScore] = []
-    for candidate in fitted:
-        measured = _measures(points, candidate.backtest[scored], scale)
-        scores.append(
-            CandidateScore(
-                model_kind=candidate.kind,
-                window_wapes=_window_wapes(actual, candidate.backtest, scored),
-                **measured,
-            )
-        )
-    by_kind = {score.model_kind: score for score in scores}
-    ranked = sorted(scores, key=_rank_error)
+    return members, allowed, left_out, shift
+
+
+def _combinations(members: list[Candidate], naive_fit: Candidate | None) -> list[Candidate]:
+    """The combination of two ``members`` or more (their weighted mean) and its blend with
+    seasonal naive (``naive_fit``), as candidates with no model of their own."""
+    if len(members) < 2:
+        return []
+    mean = np.average(
+        [m.backtest for m in members], axis=0, weights=[COMBINED[m.kind] for m in members]
+    )
+    made = [Candidate(COMBINATION, mean, None)]
+    if naive_fit is not None:
+        weight = naive_blend.NAIVE_WEIGHT
+        made.append(Candidate(NAIVE_BLEND, weight * naive_fit.backtest + (1 - weight) * mean, None))
+    return made
+
+
+def _score(
+    candidate: Candidate, actual: FloatArray, scored: npt.NDArray[np.bool_], scale: float | None
+) -> CandidateScore:
+    return CandidateScore(
+        model_kind=candidate.kind,
+        window_wapes=_window_wapes(actual, candidate.backtest, scored),
+        **_measures(actual[scored], candidate.backtest[scored], scale),
+    )
+
+
+def _decide(
+    by_kind: dict[str, CandidateScore],
+    ranked: list[CandidateScore],
+    allowed: set[str],
+    level: float,
+) -> tuple[str, str] | None:
+    """The kind served and why: the combination unless seasonal naive beat it by more than
+    the gate's tolerance of the backtest's mean ``level``; then the least error."""
     naive = by_kind.get(NAIVE)
     choosable = [s for s in ranked if s.model_kind in allowed | {COMBINATION, NAIVE_BLEND}]
     if not choosable:
         return None
-    tolerance = EQUAL_ERROR_SHARE * float(np.abs(points).mean())
+    tolerance = EQUAL_ERROR_SHARE * level
     if COMBINATION in by_kind and (
         naive is None or by_kind[COMBINATION].mae - naive.mae <= tolerance
     ):
-        chosen = COMBINATION
-        why = "the combination, not worse than seasonal naive on the backtest"
-    else:
-        chosen = choosable[0].model_kind
-        why = "the least backtest error" + (
-            " (the combination was worse than seasonal naive)" if COMBINATION in by_kind else ""
-        )
-    runner_up = next((s.model_kind for s in ranked if s.model_kind != chosen), None)
-    model = _model(chosen, fitted, by_kind, common, members, naive_fit)
-    served_backtest = next(c.backtest for c in fitted if c.kind == chosen)
-    interval = calibration.fit(actual, np.where(scored, served_backtest, np.nan))
-    if interval is not None:
-        model = {**model, calibration.FIELD: interval}
-    horizon = actual.shape[1]
-    if shift is not None:
-        why += f"; {shift.describe()}" + (
-            f", which {', '.join(left_out)} cannot follow: left out" if left_out else ""
-        )
-    backtest = Backtest(
-        horizon=horizon,
-        windows=windows,
-        origins=origins,
-        chosen=chosen,
-        runner_up=runner_up,
-        why=why,
-        level_shift_days=None if shift is None else shift.days,
-        candidates=ranked,
+        return COMBINATION, "the combination, not worse than seasonal naive on the backtest"
+    return choosable[0].model_kind, "the least backtest error" + (
+        " (the combination was worse than seasonal naive)" if COMBINATION in by_kind else ""
     )
-    served, baseline = by_kind[chosen], naive or by_kind[chosen]
-    metrics = HoldoutMetrics(
+
+
+def _metrics(
+    served: CandidateScore,
+    naive: CandidateScore | None,
+    horizon: int,
+    windows: int,
+    periods_per_day: int,
+) -> HoldoutMetrics:
+    """The served candidate's backtest measures beside seasonal naive's (its own, when
+    naive was not scored)."""
+    baseline = naive or served
+    return HoldoutMetrics(
         holdout_days=max(1, horizon // periods_per_day),
         windows=windows,
         smape=served.smape,
@@ -204,7 +251,6 @@ def choose(
         naive_rmse=baseline.rmse,
         naive_mase=baseline.mase,
     )
-    return Choice(chosen, model, backtest, metrics)
 
 
 def _model(
@@ -221,13 +267,17 @@ def _model(
         model = next(c.model for c in fitted if c.kind == chosen)
         assert model is not None
         return model
-    written: list[dict[str, Any]] = [{"kind": c.kind, "model": c.model} for c in members]
+    weights = [COMBINED[c.kind] for c in members]
+    written: list[dict[str, Any]] = [
+        {"kind": c.kind, "model": c.model, **({"weight": w} if w != 1 else {})}
+        for c, w in zip(members, weights, strict=True)
+    ]
     if chosen == NAIVE_BLEND:
         assert naive_fit is not None
-        share = (1 - naive_blend.NAIVE_WEIGHT) / len(members)
+        share = (1 - naive_blend.NAIVE_WEIGHT) / sum(weights)
         written = [
             {"kind": NAIVE, "model": naive_fit.model, "weight": naive_blend.NAIVE_WEIGHT},
-            *({**member, "weight": share} for member in written),
+            *({**member, "weight": share * w} for member, w in zip(written, weights, strict=True)),
         ]
     sigma = by_kind[chosen].rmse
     return {

@@ -37,26 +37,44 @@ class Family:
     fit: Fit
     # May be named in ModelCandidates, scored on the backtest and served alone.
     candidate: bool = True
-    # A member of the combination, where it is a candidate and fitted.
-    combined: bool = False
+    # Its weight in the combination's weighted mean, where it is a candidate and fitted (0:
+    # not a member). Decided on make accuracy's replayed backtests (docs/model-families.md).
+    combination_weight: float = 0.0
     # Follows a level shift at the end of the history from its first day (its fit weighs
     # the latest periods most: fleetcast_training.level_shift).
     follows_level_shift: bool = False
 
+    @property
+    def combined(self) -> bool:
+        """A member of the combination."""
+        return self.combination_weight > 0
+
 
 FAMILIES: tuple[Family, ...] = (
     Family("seasonal_naive", "fleetcast_forecasters.seasonal_naive", Fit.BATCH),
-    Family("seasonal_median", "fleetcast_forecasters.seasonal_median", Fit.BATCH, combined=True),
-    Family("ets", "fleetcast_forecasters.ets", Fit.BATCH, combined=True, follows_level_shift=True),
+    Family(
+        "seasonal_median",
+        "fleetcast_forecasters.seasonal_median",
+        Fit.BATCH,
+        combination_weight=1.0,
+    ),
+    Family(
+        "ets",
+        "fleetcast_forecasters.ets",
+        Fit.BATCH,
+        combination_weight=1.0,
+        follows_level_shift=True,
+    ),
     Family(
         "theta",
         "fleetcast_forecasters.theta",
         Fit.BATCH,
-        combined=True,
+        combination_weight=1.0,
         follows_level_shift=True,
     ),
-    Family("prophet", "fleetcast_forecasters.prophet_family", Fit.EACH, combined=True),
-    Family("fleet", "fleetcast_forecasters.fleet", Fit.FLEET),
+    Family("prophet", "fleetcast_forecasters.prophet_family", Fit.EACH, combination_weight=1.0),
+    # Half a member's weight: replayed on make accuracy's sets (docs/model-families.md).
+    Family("fleet", "fleetcast_forecasters.fleet", Fit.FLEET, combination_weight=0.5),
     # The fleet's forecast of a customer too short for a model of its own (fewer fit
     # periods than training's required rows): served without a backtest.
     Family("cold_start", "fleetcast_forecasters.cold_start", Fit.FLEET, candidate=False),
@@ -77,6 +95,10 @@ BY_KIND = {family.kind: family for family in FAMILIES}
 CANDIDATE_KINDS = tuple(family.kind for family in FAMILIES if family.candidate)
 # The combination's members, where they are candidates and fitted.
 COMBINED_KINDS = tuple(family.kind for family in FAMILIES if family.combined)
+# Each member's weight in the combination's weighted mean.
+COMBINATION_WEIGHTS = {
+    family.kind: family.combination_weight for family in FAMILIES if family.combined
+}
 # The combination's members that follow a level shift from its first day.
 FOLLOWING_KINDS = tuple(family.kind for family in FAMILIES if family.follows_level_shift)
 # Every kind a customer's backtest scores: the candidates and the combinations of them (a
