@@ -63,9 +63,10 @@ def irregular(regular: pd.DataFrame, seed: int = 39) -> tuple[pd.DataFrame, pd.S
 
 
 def _processed(
-    root: Path, monkeypatch: pytest.MonkeyPatch, readings: pd.DataFrame
+    root: Path, monkeypatch: pytest.MonkeyPatch, readings: pd.DataFrame, *args: str
 ) -> dict[str, dict[str, tuple[float, str]]]:
-    """Each customer's days (total, use) as a processing job of its own writes them."""
+    """Each customer's days (total, use) as a processing job of its own writes them (its
+    periods, keyed by their ``ds``, with the job's ``args`` ``--frequency h``)."""
     monkeypatch.setenv(OPT_ML_ENV, str(root))
     job = Job(root)
     lines = [
@@ -73,12 +74,44 @@ def _processed(
         for c, t, v in readings[["customer_id", "timestamp", "consumption"]].itertuples(index=False)
     ]
     job.upload(HEADER + "".join(lines))
-    assert job.run() == 0, job.message()
+    assert job.run(*args) == 0, job.message()
     table = pq.read_table(parts_in(job.paths.train_output)).to_pandas()
     days: dict[str, dict[str, tuple[float, str]]] = defaultdict(dict)
     for customer_id, ds, y, use in table[["customer_id", "ds", "y", "use"]].itertuples(index=False):
-        days[customer_id][str(pd.Timestamp(ds).date())] = (y, use)
+        key = str(pd.Timestamp(ds).date()) if not args else str(ds)
+        days[customer_id][key] = (y, use)
     return days
+
+
+def test_an_hourly_meter_whose_timestamps_jitter_has_the_regular_meters_hours(
+    regular: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the real households' readings summed to hours, once stamped on the hour and
+    # once sent at a random minute of their hour (a meter that transmits late)
+    hourly = (
+        regular.groupby(["customer_id", regular["timestamp"].dt.floor("h")])["consumption"]
+        .sum()
+        .reset_index()
+    )
+    late = hourly.copy()
+    minutes = np.random.default_rng(42).uniform(0, 59.9, len(late))
+    late["timestamp"] += pd.to_timedelta(minutes, unit="min").round("s")
+
+    # When each is processed into hourly periods
+    on_the_hour = _processed(tmp_path / "regular", monkeypatch, hourly, "--frequency", "h")
+    jittered = _processed(tmp_path / "late", monkeypatch, late, "--frequency", "h")
+
+    # Then the late meter has the same hours, totals and uses: an hour is whole when its
+    # readings cover it, whichever reading covers which part (counted by reading, about
+    # two hours in five were incomplete)
+    assert jittered.keys() == on_the_hour.keys()
+    for customer_id, hours in on_the_hour.items():
+        late_hours = jittered[customer_id]
+        assert late_hours.keys() == hours.keys(), customer_id
+        assert [y for y, _ in late_hours.values()] == pytest.approx([y for y, _ in hours.values()])
+        uses = [use for _, use in hours.values()]
+        assert [use for _, use in late_hours.values()] == uses, customer_id
+        assert uses.count("ok") > 0.9 * len(uses), customer_id
 
 
 def test_an_irregular_meter_gets_the_regular_meters_days(

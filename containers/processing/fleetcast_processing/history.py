@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_contracts.frequency import Frequency
-from fleetcast_processing.aggregate import period_keys, period_numbers
+from fleetcast_processing.aggregate import US_PER_SECOND, period_keys, period_numbers, period_us
 from fleetcast_processing.usage import (
     UseRules,
     carrying_meters,
@@ -135,10 +135,48 @@ def training_periods(readings: Readings, frequency: Frequency, rules: UseRules) 
     periods = period_numbers(readings.instants[starts], frequency)
     values = np.add.reduceat(readings.values, starts)
     counts = np.diff(starts, append=len(keys))
-    covered = np.add.reduceat(_reading_cover(readings, intervals, frequency, rules), starts)
+    cover = _reading_cover(readings, intervals, frequency, rules)
     intervals = np.repeat(intervals, np.diff(customer_starts, append=len(ranks)))
+    covered = _period_cover(readings.instants, cover, starts, ranks, periods, intervals, frequency)
     use = period_use(ranks, periods, values, covered, frequency, rules)
     return Periods(ranks, periods, values, counts, intervals, use)
+
+
+def _period_cover(
+    instants: npt.NDArray[np.int64],
+    cover: npt.NDArray[np.float64],
+    starts: npt.NDArray[np.int64],
+    ranks: npt.NDArray[np.int64],
+    periods: npt.NDArray[np.int64],
+    intervals: npt.NDArray[np.float64],
+    frequency: Frequency,
+) -> npt.NDArray[np.float64]:
+    """The seconds of each period (a run of readings from ``starts``, of customer ``ranks``,
+    whose reading interval is ``intervals``) that its customer's readings cover.
+
+    Each reading covers the ``cover`` seconds before its instant, which may reach back
+    across the start of its period: a period is credited with the time inside it,
+    whichever reading covers it. (Counted by reading, a meter reading about as often as
+    the periods, hourly readings with jittered timestamps in hourly periods, had 40% of
+    its hours incomplete: an hour's own reading covered 20 minutes, the next one the rest.)
+    A reading covers time after its meter's previous reading only, so only a period's own
+    first reading reaches back before it, and only the next period's first reading into
+    it. A meter's last reading also covers one interval after it, within its period, as
+    its first covers one before it: whether a meter's timestamps start or end its
+    intervals, its last whole period is whole, and a history cut at 15:00 leaves that
+    day's evening uncovered."""
+    seconds = instants / US_PER_SECOND
+    begins = seconds - cover
+    length = period_us(frequency) / US_PER_SECOND
+    opens = (periods * length).astype(np.float64)
+    closes = opens + length
+    own = np.add.reduceat(cover, starts) - np.maximum(0.0, opens - begins[starts])
+    following = np.append(starts[1:], len(seconds))
+    same_customer = np.append(ranks[1:] == ranks[:-1], False)
+    next_first = np.minimum(following, len(seconds) - 1)
+    into = np.maximum(0.0, closes - np.maximum(begins[next_first], opens))
+    after_last = np.minimum(intervals, closes - seconds[following - 1])
+    return np.asarray(own + np.where(same_customer, into, after_last), dtype=np.float64)
 
 
 def _reading_cover(

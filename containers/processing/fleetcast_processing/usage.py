@@ -14,7 +14,9 @@ count it replaced (44 of 48 half-hours make a whole day). A gap beyond the limit
 were lost): its reading covers only the limit, the rest is uncovered. A meter's first
 reading covers one usual interval, so the stretch before it (a meter installed at noon)
 leaves its first day uncovered, and a history cut at 15:00 leaves that day's evening
-uncovered. A period is incomplete when less than FLEETCAST_INCOMPLETE_BELOW (90%) of it
+uncovered. A period is credited with the time inside it, whichever reading covers it
+(``fleetcast_processing.history``: a reading's cover may reach back into the period before
+its own, and a meter's last reading covers one interval after it). A period is incomplete when less than FLEETCAST_INCOMPLETE_BELOW (90%) of it
 is covered.
 
 Nothing is changed or invented here: every period stays in the training parts with its
@@ -81,7 +83,8 @@ def carrying_meters(
     usual gap. A meter carries when its readings after gaps (up to ``longest``) are, on
     average, nearer the first than the second: above the mean of what the two would give.
     A meter with no such gap carries (its gaps are all usual: a jittered meter's readings
-    cover the time between them)."""
+    cover the time between them), and so does a meter whose readings come early about as
+    often as late (timestamps that jitter by up to an interval)."""
     count = int(meters[-1]) + 1 if len(meters) else 0
     ratio = gaps / intervals
     usual = ratio <= USUAL_GAP
@@ -99,7 +102,13 @@ def carrying_meters(
     gap_value, gap_ratio = mean(after_gap, values), mean(after_gap, ratio)
     with np.errstate(invalid="ignore"):
         loses = gap_value < usual_value * (1.0 + gap_ratio) / 2.0  # False where NaN
-    return ~loses[meters]
+    # A meter whose timestamps jitter by up to an interval (an hourly meter sending at any
+    # minute of its hour) has long gaps that are no loss: each follows an early reading.
+    # Its readings come early at least half as often as late; a meter that loses readings
+    # has long gaps and no early ones.
+    early = np.bincount(meters[ratio < 1.0 / USUAL_GAP], minlength=count)
+    late = np.bincount(meters[after_gap], minlength=count)
+    return ~(loses & (2 * early < late))[meters]
 
 
 def covered_seconds(
