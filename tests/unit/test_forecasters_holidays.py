@@ -16,7 +16,12 @@ from fleetcast_contracts.holiday_calendar import HolidayCalendar, holiday_dates
 from fleetcast_contracts.model_archive import read_archive
 from fleetcast_forecasters.candidates import BacktestPlan, Histories
 from fleetcast_forecasters.families import compile_archive
-from fleetcast_forecasters.holiday_effects import GridHolidays, holiday_offsets
+from fleetcast_forecasters.holiday_effects import (
+    CHRISTMAS_WEEK,
+    GridHolidays,
+    holiday_offsets,
+    with_christmas_week,
+)
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.customer_training import CustomerTrainer
 from fleetcast_training.holiday_fits import fit_families
@@ -134,10 +139,11 @@ def test_an_effect_is_learnt_from_occurrences_before_the_origin_only() -> None:
 
 
 def test_holiday_periods_are_left_out_of_the_fits_and_put_back_in_the_backtest() -> None:
-    # Given an exactly weekly series 200 lower on US holidays
+    # Given an exactly weekly series 200 lower on US holidays (and the days between
+    # Christmas and New Year)
     ds = pd.date_range("2022-01-01", "2023-12-31", freq="D")
     base = np.where(ds.day_of_week >= 5, 425.0, 500.0)
-    holidays = {d for d, _ in holiday_dates("US", None, (2022, 2023))}
+    holidays = {d for d, _ in with_christmas_week(holiday_dates("US", None, (2022, 2023)))}
     values = np.where([s.date() in holidays for s in ds], base - 200, base)
     from fleetcast_forecasters import seasonal_naive
 
@@ -186,3 +192,41 @@ def test_a_customer_too_short_to_leave_its_holidays_out_keeps_them_and_trains(
     assert np.isfinite(forecast.yhat).all()
     _, metadata = read_archive(tmp_path / "seasonal_naive-ets-theta" / "checkpoints" / "c-7.tar.gz")
     assert metadata.backtest is not None and metadata.backtest.windows == 3
+
+
+def test_the_days_between_christmas_and_new_year_are_a_holiday_where_christmas_is() -> None:
+    # Given the US calendar of 2023 (25 December a holiday) and Japan's (not)
+    us = with_christmas_week(holiday_dates("US", None, (2023,)))
+    japan = with_christmas_week(holiday_dates("JP", None, (2023,)))
+    # Then the US has 24 and 26 to 31 December as Christmas week, Christmas Day itself
+    # keeping its own name; Japan has no Christmas week
+    week = sorted(day.day for day, name in us if name == CHRISTMAS_WEEK)
+    assert week == [24, 26, 27, 28, 29, 30, 31]
+    assert (date(2023, 12, 25), "Christmas Day") in us
+    assert not [day for day, name in japan if name == CHRISTMAS_WEEK]
+
+
+def test_a_building_closed_for_christmas_week_is_forecast_closed_the_next_year() -> None:
+    # Given two years of a weekly building that closes (down 300) between Christmas and
+    # New Year, forecast from 20 December 2023
+    from fleetcast_forecasters import seasonal_naive
+
+    ds = pd.date_range("2022-01-01", "2023-12-19", freq="D")
+    base = np.where(ds.day_of_week >= 5, 200.0, 500.0)
+    closed = [(12, 24) <= (s.month, s.day) <= (12, 31) for s in ds]
+    values = np.where(closed, base - 300, base)
+    plan = BacktestPlan.of(ds.size, 14, 2)
+    fits, _ = fit_families(
+        {"seasonal_naive": seasonal_naive.FAMILY}, grid(values, "2023-12-19"), plan, [US], DAY
+    )
+    model = fits["seasonal_naive"].models[0]
+    assert model is not None
+    # When its served model forecasts the next two weeks
+    forecast = compile_archive(model, "seasonal_naive", "D", 14).yhat
+    # Then the Christmas week's working days are forecast about 300 lower than the week
+    # before them (Christmas Day its own holiday, learnt the same way)
+    days = pd.date_range("2023-12-20", periods=14, freq="D")
+    week_before = {d.day_of_week: forecast[i] for i, d in enumerate(days) if d.day < 24}
+    for i, day in enumerate(days):
+        if day.month == 12 and day.day in (27, 28, 29) and day.day_of_week < 5:
+            assert forecast[i] == pytest.approx(week_before[day.day_of_week] - 300, abs=30)
