@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from fleetcast_contracts.model_archive import PROPHET_KIND, Backtest, CandidateScore
+from fleetcast_contracts.families import PROPHET
+from fleetcast_contracts.model_archive import Backtest, CandidateScore
 
 
-def chosen(kind: str = PROPHET_KIND) -> dict[str, Any]:
+def chosen(kind: str = PROPHET) -> dict[str, Any]:
     """``model_kind`` and ``backtest`` of a model of ``kind`` chosen on a 2-window backtest
     over seasonal naive."""
     scores = [

@@ -20,7 +20,8 @@ from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_common.registry import ModelRegistry
 from fleetcast_contracts import layout
-from fleetcast_contracts.model_archive import PROPHET_KIND, read_archive
+from fleetcast_contracts.families import PROPHET
+from fleetcast_contracts.model_archive import read_archive
 from fleetcast_contracts.stages import PROCESSING, TRAINING
 from fleetcast_contracts.training_manifest import CustomerOutcome, TrainingManifest
 from fleetcast_forecasters.families import compile_archive
@@ -175,7 +176,7 @@ def test_every_customer_gets_a_live_loadable_model(
         )
         assert metadata.customer_id == customer_id
         assert metadata.model_kind == live.model_kind
-        if metadata.model_kind == PROPHET_KIND:
+        if metadata.model_kind == PROPHET:
             model = model_from_json(model_json)
             future = model.make_future_dataframe(periods=7, include_history=False)
             assert len(model.predict(future)) == 7

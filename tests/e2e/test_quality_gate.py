@@ -24,7 +24,7 @@ from test_serving import environment, get_when_ready
 
 from fleetcast import cli
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_contracts.model_archive import PROPHET_KIND
+from fleetcast_contracts.families import PROPHET
 
 pytestmark = [
     pytest.mark.e2e,
@@ -112,7 +112,7 @@ def test_an_exactly_periodic_customers_corrected_history_goes_live(
     assert live is not None and live.run_id == runs["second"], live
     assert live.metrics.naive_smape == 0 and live.held_back is None
     # (Prophet's: no model is exactly naive's, so only the gate's tolerance lets it live)
-    assert live.model_kind == PROPHET_KIND
+    assert live.model_kind == PROPHET
     # And the API forecasts the corrected levels, 25 on weekdays and 12.5 at weekends
     status, _, body = get_when_ready(runs["env"], f"/customers/{PERIODIC}/forecast?period=14")
     assert status == 200, body

@@ -33,12 +33,8 @@ from fleetcast.embedded.api.models import UsagePlan
 from fleetcast.embedded.stack import EmbeddedStack
 from fleetcast_common.forecasting import CustomerModel
 from fleetcast_contracts import layout
-from fleetcast_contracts.model_archive import (
-    PROPHET_KIND,
-    ModelMetadata,
-    read_archive,
-    write_archive,
-)
+from fleetcast_contracts.families import PROPHET
+from fleetcast_contracts.model_archive import ModelMetadata, read_archive, write_archive
 from fleetcast_forecasters import combination
 from fleetcast_forecasters.families import compile_archive
 from fleetcast_forecasters.forecast import simulated_periods
@@ -89,7 +85,7 @@ def served_yhat(model: str | dict[str, Any], model_kind: str, period: int) -> li
     model, Prophet's own ``predict``; a combination (or naive blend), the weighted mean of its
     members' answers (each by this rule, so a Prophet member is Prophet's own); any other
     family, its archive compiled by ``compile_archive``."""
-    if model_kind == PROPHET_KIND:
+    if model_kind == PROPHET:
         prophet = model_from_json(model) if isinstance(model, str) else model_from_dict(model)
         future = prophet.make_future_dataframe(periods=period, include_history=False)
         yhat: list[float] = prophet.predict(future)["yhat"].tolist()
@@ -201,7 +197,7 @@ def served_samples(model_json: str, model_kind: str, period: int, seed: int) -> 
     ``seed``: Prophet's own ``predictive_samples`` for a Prophet model; for every other
     family its point path plus its deviation times ``seed``'s standard normals
     (docs/model-families.md)."""
-    if model_kind == PROPHET_KIND:
+    if model_kind == PROPHET:
         model = model_from_json(model_json)
         # the first `period` days of its forecast of simulated_periods (a day's draws are
         # the same whatever the period)

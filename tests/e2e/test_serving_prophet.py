@@ -18,7 +18,7 @@ from test_pipeline import finished, readings, registry, to_csv, upload
 from test_serving import get, get_when_ready, live_archive
 
 from fleetcast.embedded.stack import EmbeddedStack
-from fleetcast_contracts.model_archive import PROPHET_KIND
+from fleetcast_contracts.families import PROPHET
 from fleetcast_forecasters import calibration
 from fleetcast_forecasters.families import compile_archive
 from fleetcast_forecasters.prophet_forecaster import forecast_seed
@@ -61,7 +61,7 @@ def served(prophet_stack: EmbeddedStack) -> dict[str, Any]:
 def prophet_model(stack: EmbeddedStack, customer_id: str) -> Any:
     """The customer's live model, loaded by Prophet itself, after checking it is Prophet's."""
     model_json, metadata = live_archive(stack, customer_id)
-    assert metadata.model_kind == PROPHET_KIND, (customer_id, metadata.backtest)
+    assert metadata.model_kind == PROPHET, (customer_id, metadata.backtest)
     return model_from_json(model_json)
 
 
@@ -72,11 +72,11 @@ def test_only_prophet_and_its_yardstick_were_candidates(
     models = registry(prophet_stack)
     for customer_id in CUSTOMERS:
         live = models.live(customer_id)
-        assert live is not None and live.model_kind == PROPHET_KIND, customer_id
+        assert live is not None and live.model_kind == PROPHET, customer_id
         _, metadata = live_archive(prophet_stack, customer_id)
         assert metadata.backtest is not None
         scored = {score.model_kind for score in metadata.backtest.candidates}
-        assert scored == {PROPHET_KIND, "seasonal_naive"}, customer_id
+        assert scored == {PROPHET, "seasonal_naive"}, customer_id
 
 
 def test_every_customer_gets_prophets_forecast_through_the_api(
@@ -109,9 +109,9 @@ def test_quantiles_through_the_api_are_those_of_the_calibrated_interval(
     # width), compiled here as the container compiles it, seeded as it seeds this run
     customer_id, period = "pro-05", 14
     model_json, metadata = live_archive(prophet_stack, customer_id)
-    assert metadata.model_kind == PROPHET_KIND
+    assert metadata.model_kind == PROPHET
     assert json.loads(model_json)[calibration.FIELD] is not None
-    compiled = compile_archive(model_json, PROPHET_KIND, "D").forecast(
+    compiled = compile_archive(model_json, PROPHET, "D").forecast(
         period, forecast_seed(served["run_id"]), (0.1, 0.5, 0.9)
     )
     path = f"/customers/{customer_id}/forecast?period={period}"

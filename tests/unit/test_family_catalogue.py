@@ -1,5 +1,6 @@
-"""The family catalogue is the one list (issue 39, 43): a new family is one module and one
-catalogue line, and training, serving, the combination and the export then know it."""
+"""The family catalogue is the one list (issue 39, 43): a new family is one module and, in
+the catalogue, its kind's name and its line; training, serving, the combination and the
+export then know it."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # A family written as a user would: each weekday the mean of its last four, repeated.
 NEW_FAMILY = """
 import numpy as np
+from fleetcast_contracts.families import WEEKLY_MEAN
 from fleetcast_forecasters.repeated_season import RepeatedSeason
 from fleetcast_forecasters.seasonal_naive import seasonal_sigma
 
-KIND = "weekly_mean"
+KIND = WEEKLY_MEAN
 
 
 class _WeeklyMean(RepeatedSeason):
@@ -76,18 +78,21 @@ def test_every_list_of_families_is_the_catalogues() -> None:
     assert catalogue.BY_KIND.keys() == {f.kind for f in FAMILIES}
 
 
-def test_a_new_family_is_one_module_and_one_catalogue_line(tmp_path: Path) -> None:
-    # Given the contracts with one line added to the catalogue, and the family's module
+def test_a_new_family_is_one_module_and_its_catalogue_entry(tmp_path: Path) -> None:
+    # Given the contracts with the family's kind named and its line added to the catalogue,
+    # and the family's module
     contracts = tmp_path / "code" / "fleetcast_contracts"
     shutil.copytree(ROOT / "layers" / "common" / "fleetcast_contracts", contracts)
     listing = contracts / "families.py"
     text = listing.read_text()
-    last = '    Family("cold_start",'
-    assert last in text
+    listing_start, last = "FAMILIES: tuple[Family, ...] = (", "    Family(COLD_START,"
+    assert listing_start in text and last in text
+    text = text.replace(listing_start, f'WEEKLY_MEAN = "weekly_mean"\n\n{listing_start}')
     listing.write_text(
         text.replace(
             last,
-            '    Family("weekly_mean", "weekly_mean_family", Fit.BATCH, combination_weight=1.0),\n' + last,
+            '    Family(WEEKLY_MEAN, "weekly_mean_family", Fit.BATCH, combination_weight=1.0),\n'
+            + last,
         )
     )
     (tmp_path / "code" / "weekly_mean_family.py").write_text(NEW_FAMILY)

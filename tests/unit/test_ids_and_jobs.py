@@ -24,6 +24,7 @@ from fleetcast_contracts.ids import (
 )
 from fleetcast_contracts.processing import source_key_from_environment
 from fleetcast_contracts.stages import PROCESSING, TRAINING
+from fleetcast_processing.__main__ import argument_parser
 
 BASE_ENV = {
     "RAW_BUCKET": "raw",
@@ -207,6 +208,34 @@ def test_a_metadata_upload_is_processed_as_metadata_with_the_store() -> None:
         o["OutputName"] for o in readings["ProcessingOutputConfig"]["Outputs"]
     }
     assert "calendars" in {o["OutputName"] for o in readings["ProcessingOutputConfig"]["Outputs"]}
+
+
+@pytest.mark.parametrize(
+    ("key", "frequency", "input_kind"),
+    [("incoming/a.csv", "H", "readings"), ("incoming/metadata/customers.csv", "D", "metadata")],
+)
+def test_the_processing_container_reads_the_arguments_start_processing_writes(
+    key: str, frequency: str, input_kind: str
+) -> None:
+    # Given start-processing's settings (hourly models, three training instances)
+    settings = ProcessingSettings.from_env(
+        {
+            **BASE_ENV,
+            "PROCESSING_IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetcast-processing:test",
+            "UPLOAD_QUEUE_TABLE": "queue",
+            "MODEL_FREQUENCY": frequency,
+            "TRAINING_INSTANCE_COUNT": "3",
+        }
+    )
+    run_id = run_id_for_upload(1, UPLOAD.uploaded_at)
+    upload = UPLOAD.model_copy(update={"key": key})
+    staged = layout.staged_upload_key(run_id, key)
+    # When the container parses the job's arguments
+    request = processing_job_request(settings, run_id, upload, staged, False)
+    parsed = argument_parser().parse_args(request["AppSpecification"]["ContainerArguments"])
+    # Then it reads each as start-processing meant it
+    assert (parsed.frequency, parsed.training_instances) == (frequency, 3)
+    assert (parsed.input_kind, parsed.upload_file) == (input_kind, staged.rsplit("/", 1)[-1])
 
 
 def test_training_request_shards_by_customer_on_spot_with_checkpoints() -> None:

@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 from prophet.serialize import model_from_json, model_to_dict
 
+from fleetcast_contracts.families import PROPHET
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
 from fleetcast_contracts.model_archive import read_archive
 from fleetcast_training.calendars import CustomerCalendars
-from fleetcast_training.customer_training import PROPHET, SHARED, CustomerTrainer
+from fleetcast_training.customer_training import SHARED, CustomerTrainer
 from fleetcast_training.grid_fit import ShapeTemplate, values_json
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.prophet_model import FleetcastProphet

@@ -8,8 +8,9 @@ it has no backtest, is never mistaken for a model chosen by one.
 
 from __future__ import annotations
 
+from fleetcast_contracts.families import COLD_START
 from fleetcast_forecasters.fleet import FleetFamily
 
-KIND = "cold_start"
+KIND = COLD_START
 
 FAMILY = FleetFamily(KIND)

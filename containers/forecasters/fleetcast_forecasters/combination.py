@@ -9,7 +9,7 @@ combination's errors on the customer's backtest, the same for every step ahead. 
 combination's interval is the calibration's its model carries, which grows with the
 horizon where its backtest errors did: :mod:`fleetcast_forecasters.calibration`.)
 
-``model.json``: ``{"kind": "combination", "members": [{"kind": ..., "model": {...}}],
+``model.json``: ``{"kind": KIND, "members": [{"kind": ..., "model": {...}}],
 "sigma": s, ...}``. A member may carry a ``"weight"`` (a positive number; 1 when absent):
 the point forecast is then the members' weighted mean, which is how
 :mod:`fleetcast_forecasters.naive_blend` is written.
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from fleetcast_contracts.families import FAMILIES, Fit
+from fleetcast_contracts.families import COMBINATION, FAMILIES, Fit
 from fleetcast_forecasters.gaussian import PathForecaster, parse_model, path_forecaster
 
-KIND = "combination"
+KIND = COMBINATION
 
 
 class Combination:

@@ -8,7 +8,7 @@ serves any customer of the family without loading a shard-wide model, an archive
 few hundred bytes, and the export and the endpoint give the same numbers. Past the fitted
 horizon the path's last season repeats, its deviation the last step's.
 
-``model.json``: ``{"kind": "fleet", "path": [...], "sigma": [...], "season": s, ...}``
+``model.json``: ``{"kind": KIND, "path": [...], "sigma": [...], "season": s, ...}``
 with the common fields of :mod:`fleetcast_forecasters.gaussian`.
 """
 
@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from fleetcast_contracts.families import FLEET
 from fleetcast_forecasters.gaussian import PathForecaster, floats, parse_model, path_forecaster
 from fleetcast_forecasters.repeated_season import repeated
 
-KIND = "fleet"
+KIND = FLEET
 
 
 def extended(path: np.ndarray, season: int, horizon: int) -> np.ndarray:

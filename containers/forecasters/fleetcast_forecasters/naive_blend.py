@@ -17,9 +17,10 @@ naive and than its former fallback on the held-back month: docs/model-families.m
 
 from __future__ import annotations
 
+from fleetcast_contracts.families import NAIVE_BLEND
 from fleetcast_forecasters.combination import Combination
 
-KIND = "naive_blend"
+KIND = NAIVE_BLEND
 # Seasonal naive's share of the point forecast.
 NAIVE_WEIGHT = 0.5
 

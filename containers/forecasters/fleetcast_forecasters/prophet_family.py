@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from fleetcast_contracts.model_archive import PROPHET_KIND
+from fleetcast_contracts.families import PROPHET
 from fleetcast_forecasters.prophet_compile import compile_model
 from fleetcast_forecasters.prophet_forecaster import ProphetForecaster
 
 
 class _Prophet:
-    kind = PROPHET_KIND
+    kind = PROPHET
 
     def compile(
         self,

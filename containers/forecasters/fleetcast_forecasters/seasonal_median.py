@@ -24,10 +24,11 @@ import warnings
 
 import numpy as np
 
+from fleetcast_contracts.families import SEASONAL_MEDIAN
 from fleetcast_forecasters.candidates import FloatArray
 from fleetcast_forecasters.repeated_season import RepeatedSeason
 
-KIND = "seasonal_median"
+KIND = SEASONAL_MEDIAN
 SEASONS = 4
 _SPREAD = math.sqrt(1.0 + math.pi / (2 * SEASONS))
 

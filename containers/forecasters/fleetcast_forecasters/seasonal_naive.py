@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from fleetcast_contracts.families import SEASONAL_NAIVE
 from fleetcast_forecasters.candidates import FloatArray
 from fleetcast_forecasters.repeated_season import RepeatedSeason
 
-KIND = "seasonal_naive"
+KIND = SEASONAL_NAIVE
 SEASONS_BACK = 4
 
 

@@ -22,11 +22,14 @@ from pydantic import ValidationError
 from fleetcast_contracts.frequency import CODES, Frequency
 from fleetcast_contracts.object_keys import upload_file_name
 from fleetcast_contracts.processing import (
+    BLOCK_SIZE_ARGUMENT,
+    FREQUENCY_ARGUMENT,
     INPUT_KIND_ARGUMENT,
     INPUT_KINDS,
     MESSAGE_LIMIT,
     METADATA,
     READINGS,
+    TRAINING_INSTANCES_ARGUMENT,
     UPLOAD_FILE_ARGUMENT,
     JobLimits,
     ProcessingPaths,
@@ -52,10 +55,12 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgumentError(message)
 
 
-def _parser() -> argparse.ArgumentParser:
+def argument_parser() -> argparse.ArgumentParser:
+    """The parser of the arguments start-processing writes
+    (:func:`fleetcast_contracts.processing.container_arguments`)."""
     parser = _Parser(prog="python -m fleetcast_processing", description=__doc__)
     parser.add_argument(
-        "--frequency",
+        FREQUENCY_ARGUMENT,
         type=str.upper,
         choices=CODES,
         default=Frequency.DAILY.value,
@@ -72,14 +77,14 @@ def _parser() -> argparse.ArgumentParser:
         help="what the upload is: meter readings (default) or customer metadata",
     )
     parser.add_argument(
-        "--training-instances",
+        TRAINING_INSTANCES_ARGUMENT,
         type=int,
         default=1,
         help="instances of the run's training job: its input is written in a multiple of "
         "this many parts (default 1)",
     )
     parser.add_argument(
-        "--block-size",
+        BLOCK_SIZE_ARGUMENT,
         type=int,
         default=DEFAULT_BLOCK_SIZE,
         help="bytes of CSV read per block (memory use grows with it)",
@@ -94,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = ProcessingPaths.under()
     source_name = "the upload"
     try:
-        args = _parser().parse_args(argv)
+        args = argument_parser().parse_args(argv)
         limits = JobLimits.from_env(os.environ)
         # The file read is the run's copy of the upload, under a safe name of its own:
         # the report names the upload as it was put in S3.

@@ -26,10 +26,9 @@ import pandas as pd
 import prophet
 from prophet.models import CmdStanPyBackend
 
-from fleetcast_contracts.families import BY_KIND, Fit, kinds_fitted
+from fleetcast_contracts.families import BY_KIND, PROPHET, Fit, kinds_fitted
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
 from fleetcast_contracts.model_archive import (
-    PROPHET_KIND,
     Backtest,
     HoldoutMetrics,
     ModelMetadata,
@@ -53,12 +52,12 @@ from fleetcast_training.history import History, read_series
 from fleetcast_training.holiday_fits import fit_families
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.model_json import encode_model
-from fleetcast_training.prophet_candidate import PROPHET, SHARED, ProphetCandidate
+from fleetcast_training.prophet_candidate import SHARED, ProphetCandidate
 from fleetcast_training.selection import Candidate, choose
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PROPHET", "SHARED", "CustomerReport", "CustomerTrainer"]
+__all__ = ["SHARED", "CustomerReport", "CustomerTrainer"]
 
 # The families fitted a batch at once, as arrays (the family catalogue's Fit.BATCH).
 NUMPY_FAMILIES: dict[str, CandidateFamily] = {
@@ -324,7 +323,7 @@ class CustomerTrainer:
         candidates = [
             Candidate(kind, fit.backtest[column], fit.models[column]) for kind, fit in fits.items()
         ]
-        if PROPHET_KIND in settings.candidates:
+        if PROPHET in settings.candidates:
             candidates.append(self._prophet_candidate(customer, column, grids, plan))
         fleet = self._fleet_candidate(customer, plan)
         if fleet is not None:
@@ -417,12 +416,12 @@ class CustomerTrainer:
             )
         except Exception:
             logger.warning("no Prophet model for %s", customer.customer_id, exc_info=True)
-            return Candidate(PROPHET_KIND, backtest, None)
+            return Candidate(PROPHET, backtest, None)
         for (window, origin, count), forecast in zip(windows, fit.backtests, strict=True):
             ahead = grid_rows[-count:] - origin
             inside = ahead < plan.horizon
             backtest[window, ahead[inside]] = forecast[inside]
-        return Candidate(PROPHET_KIND, backtest, fit.model)
+        return Candidate(PROPHET, backtest, fit.model)
 
     def _archived(
         self,
@@ -498,7 +497,7 @@ class CustomerTrainer:
                 result.customer_id,
                 settings.run_id,
                 model,
-                result.metadata.model_kind if result.metadata else PROPHET_KIND,
+                result.metadata.model_kind if result.metadata else PROPHET,
                 settings.frequency,
                 settings.export_periods,
                 fitted.last_history,

@@ -36,8 +36,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from fleetcast_contracts.families import FOLLOWING_KINDS
-from fleetcast_contracts.model_archive import PROPHET_KIND
+from fleetcast_contracts.families import FOLLOWING_KINDS, PROPHET
 from fleetcast_forecasters import seasonal_median
 
 FloatArray = npt.NDArray[np.float64]
@@ -47,7 +46,6 @@ LONGEST_DAYS = 28  # the seasonal median's four weeks
 BEFORE_DAYS = 56  # the eight weeks the shift is measured against
 BEFORE_AT_LEAST = 28  # of which at least these have a usable value
 SEASONAL_MEDIAN_FOLLOWS_DAYS = 21  # three of its four weeks after the shift
-PROPHET = PROPHET_KIND
 ALWAYS_FOLLOW = FOLLOWING_KINDS
 
 

@@ -24,8 +24,8 @@ import pandas as pd
 from prophet import Prophet
 from prophet.serialize import model_to_dict
 
+from fleetcast_contracts.families import PROPHET
 from fleetcast_contracts.holiday_calendar import HolidayCalendar, calendar_years, holidays_frame
-from fleetcast_contracts.model_archive import PROPHET_KIND
 from fleetcast_training.exact_map import NotSolvedExactly
 from fleetcast_training.grid_fit import (
     SHAPES_KEPT,
@@ -43,9 +43,8 @@ from fleetcast_training.stan_backend import IN_PROCESS, FleetcastStanBackend
 logger = logging.getLogger(__name__)
 
 SEASONALITIES = ("yearly", "weekly", "daily")
-# ProphetCandidate.preprocessing's keys.
+# ProphetCandidate.preprocessing's keys: SHARED (from a shape's template) and PROPHET.
 SHARED = "shared"
-PROPHET = PROPHET_KIND
 YEAR = pd.Timedelta(days=365)
 YEARLY_FOURIER_ORDER = 10  # Prophet's default for yearly seasonality
 # Prophet's default Fourier order of each seasonality.

@@ -76,7 +76,12 @@ def processing_job_request(
         "AppSpecification": {
             "ImageUri": checked_image_uri(settings.image_uri, "ProcessingImageUri"),
             "ContainerEntrypoint": processing.ENTRYPOINT,
-            "ContainerArguments": _processing_arguments(settings, staged_key, is_metadata),
+            "ContainerArguments": processing.container_arguments(
+                settings.frequency,
+                settings.training_instance_count,
+                processing.METADATA if is_metadata else processing.READINGS,
+                posixpath.basename(staged_key),
+            ),
         },
         "ProcessingInputs": _processing_inputs(settings, staged_key, with_history, with_metadata),
         "ProcessingOutputConfig": {"Outputs": _processing_outputs(settings, run_id, is_metadata)},
@@ -92,21 +97,6 @@ def processing_job_request(
         "RoleArn": settings.sagemaker_role_arn,
         "Tags": _tags(run_id),
     }
-
-
-def _processing_arguments(
-    settings: ProcessingSettings, staged_key: str, is_metadata: bool
-) -> list[str]:
-    return [
-        "--frequency",
-        settings.frequency.value,
-        "--training-instances",
-        str(settings.training_instance_count),
-        processing.INPUT_KIND_ARGUMENT,
-        processing.METADATA if is_metadata else processing.READINGS,
-        processing.UPLOAD_FILE_ARGUMENT,
-        posixpath.basename(staged_key),
-    ]
 
 
 def _processing_inputs(

@@ -4,8 +4,9 @@ The serving registry (``fleetcast_forecasters.families``), the training job's fi
 (which family is fitted how), the combination's members, the level-shift rule's
 followers, the export's per-family columns, the hyperparameter ``candidates`` and the
 stack parameter ModelCandidates (template.yaml, held to this list by a test) all read
-this tuple. A new family is its module (a ``FAMILY`` with ``kind`` and ``compile``, and
-for a candidate its training half) and one line here.
+this tuple. Each family's kind is written here once, under a name every other module uses.
+A new family is its module (a ``FAMILY`` with ``kind`` and ``compile``, and for a
+candidate its training half) and, here, its kind's name and its line in FAMILIES.
 """
 
 from __future__ import annotations
@@ -50,43 +51,40 @@ class Family:
         return self.combination_weight > 0
 
 
+# Each family's kind: the ``model_kind`` of its archives and its name in ModelCandidates.
+SEASONAL_NAIVE = "seasonal_naive"
+SEASONAL_MEDIAN = "seasonal_median"
+ETS = "ets"
+THETA = "theta"
+PROPHET = "prophet"
+FLEET = "fleet"
+COLD_START = "cold_start"
+COMBINATION = "combination"
+NAIVE_BLEND = "naive_blend"
+
 FAMILIES: tuple[Family, ...] = (
-    Family("seasonal_naive", "fleetcast_forecasters.seasonal_naive", Fit.BATCH),
+    Family(SEASONAL_NAIVE, "fleetcast_forecasters.seasonal_naive", Fit.BATCH),
     Family(
-        "seasonal_median",
-        "fleetcast_forecasters.seasonal_median",
-        Fit.BATCH,
-        combination_weight=1.0,
+        SEASONAL_MEDIAN, "fleetcast_forecasters.seasonal_median", Fit.BATCH, combination_weight=1
     ),
     Family(
-        "ets",
-        "fleetcast_forecasters.ets",
-        Fit.BATCH,
-        combination_weight=1.0,
-        follows_level_shift=True,
+        ETS, "fleetcast_forecasters.ets", Fit.BATCH, combination_weight=1, follows_level_shift=True
     ),
     Family(
-        "theta",
+        THETA,
         "fleetcast_forecasters.theta",
         Fit.BATCH,
-        combination_weight=1.0,
+        combination_weight=1,
         follows_level_shift=True,
     ),
-    Family("prophet", "fleetcast_forecasters.prophet_family", Fit.EACH, combination_weight=1.0),
+    Family(PROPHET, "fleetcast_forecasters.prophet_family", Fit.EACH, combination_weight=1),
     # Half a member's weight: replayed on make accuracy's sets (docs/model-families.md).
-    Family("fleet", "fleetcast_forecasters.fleet", Fit.FLEET, combination_weight=0.5),
+    Family(FLEET, "fleetcast_forecasters.fleet", Fit.FLEET, combination_weight=0.5),
     # The fleet's forecast of a customer too short for a model of its own (fewer fit
     # periods than training's required rows): served without a backtest.
-    Family("cold_start", "fleetcast_forecasters.cold_start", Fit.FLEET, candidate=False),
-    Family(
-        "combination",
-        "fleetcast_forecasters.combination",
-        Fit.MADE_OF_MEMBERS,
-        candidate=False,
-    ),
-    Family(
-        "naive_blend", "fleetcast_forecasters.naive_blend", Fit.MADE_OF_MEMBERS, candidate=False
-    ),
+    Family(COLD_START, "fleetcast_forecasters.cold_start", Fit.FLEET, candidate=False),
+    Family(COMBINATION, "fleetcast_forecasters.combination", Fit.MADE_OF_MEMBERS, candidate=False),
+    Family(NAIVE_BLEND, "fleetcast_forecasters.naive_blend", Fit.MADE_OF_MEMBERS, candidate=False),
 )
 
 BY_KIND = {family.kind: family for family in FAMILIES}

@@ -16,6 +16,7 @@ from urllib.parse import quote, unquote
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.opt_ml import resolve
 
 # How SageMaker starts the image (CreateProcessingJob's ContainerEntrypoint).
@@ -45,8 +46,7 @@ INPUT_METADATA = "metadata"
 OUTPUT_METADATA = "metadata"
 OUTPUT_CALENDARS = "calendars"
 OUTPUT_FLEET = "fleet"
-# The container argument that says what the upload is (start-processing decides from its key).
-INPUT_KIND_ARGUMENT = "--input-kind"
+# What the upload is (start-processing decides from its key).
 READINGS = "readings"
 METADATA = "metadata"
 INPUT_KINDS = (READINGS, METADATA)
@@ -93,6 +93,35 @@ class ProcessingPaths:
             fleet_output=resolve(FLEET_OUTPUT, root),
             scratch=resolve(SCRATCH, root),
         )
+
+
+# --- The container's arguments (CreateProcessingJob's ContainerArguments): start-processing
+# writes them with container_arguments, the container's parser reads them by these names ---
+
+FREQUENCY_ARGUMENT = "--frequency"
+TRAINING_INSTANCES_ARGUMENT = "--training-instances"
+# What the upload is: READINGS or METADATA.
+INPUT_KIND_ARGUMENT = "--input-kind"
+# The file in the raw input to read.
+UPLOAD_FILE_ARGUMENT = "--upload-file"
+# Bytes of CSV read per block: the container's own default unless a run names it.
+BLOCK_SIZE_ARGUMENT = "--block-size"
+
+
+def container_arguments(
+    frequency: Frequency, training_instances: int, input_kind: str, upload_file: str
+) -> list[str]:
+    """The arguments start-processing gives the container for one upload."""
+    return [
+        FREQUENCY_ARGUMENT,
+        frequency.value,
+        TRAINING_INSTANCES_ARGUMENT,
+        str(training_instances),
+        INPUT_KIND_ARGUMENT,
+        input_kind,
+        UPLOAD_FILE_ARGUMENT,
+        upload_file,
+    ]
 
 
 # --- The job's settings: environment variables of the processing job (CreateProcessingJob's
@@ -173,8 +202,6 @@ class JobLimits(BaseModel):
 # is percent-encoded and cut into numbered variables.
 SOURCE_KEY_ENV = "FLEETCAST_SOURCE_KEY"
 _SOURCE_KEY_CHUNK = 256
-# The container argument naming the file in the raw input to read.
-UPLOAD_FILE_ARGUMENT = "--upload-file"
 
 
 def source_key_environment(key: str) -> dict[str, str]:

@@ -18,8 +18,8 @@ from collections import Counter
 from typing import Any
 
 from fleetcast_contracts.frequency import Frequency
+from fleetcast_contracts.processing import FREQUENCY_ARGUMENT
 
-FREQUENCY_ARGUMENT = "--frequency"
 FREQUENCY_HYPERPARAMETER = "frequency"
 
 

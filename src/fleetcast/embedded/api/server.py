@@ -75,112 +75,122 @@ class _HeadTooLongError(Exception):
 
 
 def handler_for(handle: RequestHandler) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "fleetcast-local-apigateway"
-        # A response is a header write and a body write; with Nagle on, the body waits
-        # for the client's delayed ACK (40 ms) on a kept-alive connection.
-        disable_nagle_algorithm = True
+    """A handler class whose requests, once read within API Gateway's limits, go to
+    ``handle``."""
 
-        def version_string(self) -> str:
-            return self.server_version
-
-        def parse_request(self) -> bool:
-            """The standard parse of the request line; the headers read here instead,
-            by API Gateway's byte limit rather than http.client's 100 lines."""
-            if len(self.raw_requestline) > MAX_HEAD_BYTES:
-                self.requestline, self.command, self.request_version = "", "", "HTTP/1.1"
-                self._refuse(too_long())
-                return False
-            stream, self.rfile = self.rfile, io.BytesIO(b"\r\n")
-            try:
-                parsed = super().parse_request()  # the request line, before an empty head
-            finally:
-                self.rfile = stream
-            if not parsed or self.request_version == "HTTP/0.9":  # 0.9 has no headers
-                return parsed
-            try:
-                head = _read_head(self.rfile, MAX_HEAD_BYTES - len(self.raw_requestline))
-            except _HeadTooLongError:
-                self._refuse(too_long())
-                return False
-            self.headers = email.parser.Parser(_class=self.MessageClass).parsestr(
-                head.decode("iso-8859-1")
-            )
-            connection = self.headers.get("Connection", "").lower()
-            self.close_connection = connection == "close" or (
-                self.request_version < "HTTP/1.1" and connection != "keep-alive"
-            )
-            if self.headers.get("Expect", "").lower() == "100-continue":
-                return self.handle_expect_100()
-            return True
-
-        def send_error(
-            self, code: int, message: str | None = None, explain: str | None = None
-        ) -> None:
-            """http.server's own refusals (a malformed request line, an unknown HTTP
-            version, a line over 64 KB), in JSON, as API Gateway's would be."""
-            if code == HTTPStatus.REQUEST_URI_TOO_LONG:  # a line over 64 KB
-                # API Gateway has the one answer for a request over its size limits.
-                self._refuse(too_long())
-                return
-            status = HTTPStatus(code)
-            error_type = "".join(word.capitalize() for word in status.name.split("_"))
-            self._refuse(
-                gateway_error(code, message or status.phrase, f"{error_type}Exception", "-")
-            )
-
-        def _refuse(self, answer: GatewayAnswer) -> None:
-            # What follows a refused head or body cannot be told apart from the next
-            # request: the connection ends with the answer.
-            self.close_connection = True
-            if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):
-                self.request_version = "HTTP/1.1"  # else http.server writes no status line
-            self._answer(answer, closing=True)
-
-        def _serve(self) -> None:
-            declared = self.headers.get("Content-Length") or "0"
-            if not declared.isdigit():
-                self.send_error(400, "Bad Request")
-                return
-            length = int(declared)
-            if length > MAX_BODY_BYTES:
-                self._refuse(too_long())
-                return
-            body = self.rfile.read(length) if length else b""
-            self._answer(
-                handle(
-                    self.command,
-                    self.path,
-                    list(self.headers.items()),
-                    body,
-                    self.client_address[0],
-                )
-            )
-
-        def _answer(self, answer: GatewayAnswer, closing: bool = False) -> None:
-            self.send_response(answer.status)
-            for name, value in answer.headers:
-                if name.lower() not in ("content-length", "connection", "transfer-encoding"):
-                    self.send_header(name, value)
-            if closing:
-                self.send_header("Connection", "close")
-            self.send_header("Content-Length", str(len(answer.body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(answer.body)
-
-        def __getattr__(self, name: str) -> Any:
-            # Any method token reaches the routes, which answer API Gateway's 403 when none
-            # is declared for it (http.server answers an HTML 501 for methods it lacks).
-            if name.startswith("do_"):
-                return self._serve
-            raise AttributeError(name)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug(format, *args)
+    class Handler(GatewayRequestHandler):
+        route = staticmethod(handle)
 
     return Handler
+
+
+class GatewayRequestHandler(BaseHTTPRequestHandler):
+    """Reads a request as API Gateway would and answers every refusal in its JSON; a
+    request read whole goes to :attr:`route` (set by :func:`handler_for`)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "fleetcast-local-apigateway"
+    # A response is a header write and a body write; with Nagle on, the body waits for the
+    # client's delayed ACK (40 ms) on a kept-alive connection.
+    disable_nagle_algorithm = True
+    route: RequestHandler
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def parse_request(self) -> bool:
+        """The standard parse of the request line; the headers read here instead, by API
+        Gateway's byte limit rather than http.client's 100 lines."""
+        if not self._parse_request_line():
+            return False
+        if self.request_version == "HTTP/0.9":  # 0.9 has no headers
+            return True
+        return self._parse_head()
+
+    def _parse_request_line(self) -> bool:
+        if len(self.raw_requestline) > MAX_HEAD_BYTES:
+            self.requestline, self.command, self.request_version = "", "", "HTTP/1.1"
+            self._refuse(too_long())
+            return False
+        stream, self.rfile = self.rfile, io.BytesIO(b"\r\n")
+        try:
+            return super().parse_request()  # the request line, before an empty head
+        finally:
+            self.rfile = stream
+
+    def _parse_head(self) -> bool:
+        try:
+            head = _read_head(self.rfile, MAX_HEAD_BYTES - len(self.raw_requestline))
+        except _HeadTooLongError:
+            self._refuse(too_long())
+            return False
+        self.headers = email.parser.Parser(_class=self.MessageClass).parsestr(
+            head.decode("iso-8859-1")
+        )
+        connection = self.headers.get("Connection", "").lower()
+        self.close_connection = connection == "close" or (
+            self.request_version < "HTTP/1.1" and connection != "keep-alive"
+        )
+        if self.headers.get("Expect", "").lower() == "100-continue":
+            return self.handle_expect_100()
+        return True
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, an unknown HTTP version, a
+        line over 64 KB), in JSON, as API Gateway's would be."""
+        if code == HTTPStatus.REQUEST_URI_TOO_LONG:  # a line over 64 KB
+            # API Gateway has the one answer for a request over its size limits.
+            self._refuse(too_long())
+            return
+        status = HTTPStatus(code)
+        error_type = "".join(word.capitalize() for word in status.name.split("_"))
+        self._refuse(gateway_error(code, message or status.phrase, f"{error_type}Exception", "-"))
+
+    def _refuse(self, answer: GatewayAnswer) -> None:
+        # What follows a refused head or body cannot be told apart from the next request:
+        # the connection ends with the answer.
+        self.close_connection = True
+        if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):
+            self.request_version = "HTTP/1.1"  # else http.server writes no status line
+        self._answer(answer, closing=True)
+
+    def _serve(self) -> None:
+        declared = self.headers.get("Content-Length") or "0"
+        if not declared.isdigit():
+            self.send_error(400, "Bad Request")
+            return
+        length = int(declared)
+        if length > MAX_BODY_BYTES:
+            self._refuse(too_long())
+            return
+        body = self.rfile.read(length) if length else b""
+        self._answer(
+            self.route(
+                self.command, self.path, list(self.headers.items()), body, self.client_address[0]
+            )
+        )
+
+    def _answer(self, answer: GatewayAnswer, closing: bool = False) -> None:
+        self.send_response(answer.status)
+        for name, value in answer.headers:
+            if name.lower() not in ("content-length", "connection", "transfer-encoding"):
+                self.send_header(name, value)
+        if closing:
+            self.send_header("Connection", "close")
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(answer.body)
+
+    def __getattr__(self, name: str) -> Any:
+        # Any method token reaches the routes, which answer API Gateway's 403 when none is
+        # declared for it (http.server answers an HTML 501 for methods it lacks).
+        if name.startswith("do_"):
+            return self._serve
+        raise AttributeError(name)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug(format, *args)
 
 
 def _read_head(stream: Any, limit: int) -> bytes:
