@@ -34,7 +34,6 @@ customers are not offered the family yet.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -323,7 +322,7 @@ def learn(
     calendars: Sequence[HolidayCalendar | None],
     horizon: int,
     windows: int,
-    threads: int | None = None,
+    threads: int = 1,
     teachers: int = 0,
 ) -> dict[str, FleetForecast]:
     """The fleet's forecast of every customer (``histories``: each one's periods to fit,
@@ -336,7 +335,6 @@ def learn(
         return {}
     forecast_rows = len(customer_ids)
     started = time.process_time()
-    threads = threads or os.cpu_count() or 1
     grid = _grid(histories, calendars, horizon)
     able = int((np.isfinite(grid.values).sum(axis=1) >= LEVEL_PERIODS + horizon).sum())
     if able < MIN_TEACHERS:
