@@ -405,7 +405,7 @@ def train_customers(
         progress.advance(1)
         suspects: list[CustomerFile] = []
         while queue:
-            size = batch_size(len(queue), workers)
+            size = batch_size(len(queue), workers, hyperparameters.frequency is Frequency.HOURLY)
             in_flight = pool.run(queue, workers, size, reports, progress)
             unfinished = [c for c in queue if c.customer_id not in reports]
             if in_flight is None:

@@ -40,6 +40,10 @@ from fleetcast_training.stan_backend import silence_stan_logging
 # ~12 ms a customer) to keep every worker busy at the end.
 MAX_BATCH = 32
 BATCHES_PER_WORKER = 4
+# Hourly models: the numpy families' recursions take a Python step per period whatever a
+# batch's size (two years of hours: ~0.4 s a batch, most of a small batch's CPU), so a
+# shard is spread over the workers once, in batches as large as it allows.
+HOURLY_BATCHES_PER_WORKER = 1
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,9 @@ class CustomerFile:
     size: int
 
 
-def batch_size(customers: int, workers: int) -> int:
-    return max(1, min(MAX_BATCH, math.ceil(customers / (workers * BATCHES_PER_WORKER))))
+def batch_size(customers: int, workers: int, hourly: bool = False) -> int:
+    per_worker = HOURLY_BATCHES_PER_WORKER if hourly else BATCHES_PER_WORKER
+    return max(1, min(MAX_BATCH, math.ceil(customers / (workers * per_worker))))
 
 
 class WorkerPool:
