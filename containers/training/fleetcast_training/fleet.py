@@ -73,8 +73,8 @@ MIN_SAMPLES = 100
 # Customers with a level and a horizon of history a fleet needs before the trees learn from
 # it: fewer teach them one customer's quirks, not a fleet's (the family then stays out).
 MIN_TEACHERS = 10
-TREES = 60
-LEARNING_RATE = 0.15
+TREES = 40
+LEARNING_RATE = 0.2
 LEAVES = 31
 # Normal errors: the standard deviation is the mean absolute error times sqrt(pi / 2).
 SIGMA_PER_MAE = float(np.sqrt(np.pi / 2))
