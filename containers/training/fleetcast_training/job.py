@@ -397,12 +397,10 @@ def train_customers(
     )
     try:
         queue = sorted(customers, key=lambda c: (-c.size, c.customer_id))
-        # One customer of typical size is trained here first: the workers fork after it
+        # Prophet fits one customer of typical size here first: the workers fork after it
         # and start with its model shape's template instead of each paying Prophet's
         # preprocessing for it (fleetcast_training.grid_fit).
-        first = queue.pop(len(queue) // 2)
-        reports.add(pool.warm_up(first))
-        progress.advance(1)
+        pool.warm_up(queue[len(queue) // 2])
         suspects: list[CustomerFile] = []
         while queue:
             size = batch_size(len(queue), workers, hyperparameters.frequency is Frequency.HOURLY)
