@@ -167,6 +167,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="row 2 alone, on customer files the processing job writes unmeasured",
     )
+    parser.add_argument(
+        "--hourly-only", action="store_true", help="row 2c (hourly models' training) alone"
+    )
     return parser
 
 
@@ -205,6 +208,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fleetcast-bench-") as folder:
         scratch = Path(folder)
         started = time.perf_counter()
+        if options.hourly_only:
+            with console.status("row 2c: hourly models"):
+                rows = hourly_rows(scratch / "hourly", sizes.hourly)
+            print_table(rows, machine, console)
+            for row in rows:
+                console.print(f"- {row.name}: {row.detail} Check: {row.check}")
+            return 0
         if options.training_only:
             with console.status("row 2: training"):
                 customer_files = customer_files_for_training(scratch, sizes.processing)

@@ -146,42 +146,70 @@ def _starting_states(histories: Histories) -> tuple[FloatArray, FloatArray, Floa
 
 def _run(histories: Histories, stops: tuple[int, ...]) -> dict[int, _Snapshot]:
     """The recursion over every customer and parameter set; the states after each row
-    ``stop - 1`` of ``stops``."""
+    ``stop - 1`` of ``stops``.
+
+    A Python step per row costs its numpy calls' overhead, not their arithmetic (a batch
+    is a few thousand numbers), so each row takes as few calls as it can: the errors go
+    into a block of rows whose squares are summed a block at a time, the usable-row
+    counts are one cumulative sum, and a row every customer has a value for skips the
+    weighting."""
     grid, m = GRID, histories.season
     level0, trend0, season0 = _starting_states(histories)
     level = np.repeat(level0[:, None], grid.size, axis=1)
     trend = trend0[:, None] * grid.trended[None, :]
     season = season0[:, :, None] * grid.seasonal[None, None, :]
     squares = np.zeros_like(level)
-    count = np.zeros(histories.customers)
     observed = np.isfinite(histories.values)
-    filled = np.where(observed, histories.values, 0.0)
+    filled = np.where(observed, histories.values, 0.0)[:, :, None]
     weight = observed.astype(np.float64)
+    everyone = np.asarray(observed.all(axis=1), dtype=bool)
+    counts = np.cumsum(weight, axis=0)
     alpha, beta, gamma, phi = grid.alpha, grid.beta, grid.gamma, grid.phi
     latest_start = int(histories.first.max())
+    begin = int(histories.first.min())
+    errors = np.empty((_BLOCK, *level.shape))
+    damped = np.empty_like(level)
+    # alpha, beta and gamma times a row's errors, in one call
+    gains = np.stack([alpha, beta, gamma])[:, None, :]
+    changes = np.empty((3, *level.shape))
     snapshots: dict[int, _Snapshot] = {}
-    for row in range(int(histories.first.min()), histories.periods):
+    kept = 0  # rows of ``errors`` not yet summed into ``squares``
+    for row in range(begin, histories.periods):
         slot = season[row % m]
-        damped = phi * trend
-        error = (filled[row][:, None] - level - damped - slot) * weight[row][:, None]
+        np.multiply(phi, trend, out=damped)
+        error = errors[kept]
         if row < latest_start:
             # Customers yet to start hold their starting states.
-            error *= (histories.first <= row)[:, None]
-            damped = np.where((histories.first <= row)[:, None], damped, trend)
-            next_level = level + damped + alpha * error
-            level = np.where((histories.first <= row)[:, None], next_level, level)
-            trend = np.where((histories.first <= row)[:, None], damped + beta * error, trend)
+            started = (histories.first <= row)[:, None]
+            np.subtract(filled[row], level + damped + slot, out=error)
+            error *= weight[row][:, None] * started
+            damped = np.where(started, damped, trend)
+            level = np.where(started, level + damped + alpha * error, level)
+            trend = np.where(started, damped + beta * error, trend)
+            slot += gamma * error
         else:
-            level = level + damped + alpha * error
-            trend = damped + beta * error
-        slot += gamma * error
-        squares += error * error
-        count += weight[row]
+            level += damped
+            np.subtract(filled[row], level, out=error)
+            error -= slot
+            if not everyone[row]:
+                error *= weight[row][:, None]
+            np.multiply(gains, error, out=changes)
+            level += changes[0]
+            np.add(changes[1], damped, out=trend)
+            slot += changes[2]
+        kept += 1
+        if kept == _BLOCK or row + 1 in stops:
+            squares += np.einsum("rcs,rcs->cs", errors[:kept], errors[:kept])
+            kept = 0
         if row + 1 in stops:
             snapshots[row + 1] = _Snapshot(
-                level.copy(), trend.copy(), season.copy(), squares.copy(), count.copy()
+                level.copy(), trend.copy(), season.copy(), squares.copy(), counts[row].copy()
             )
     return snapshots
+
+
+# Rows of one-step errors held before their squares are summed.
+_BLOCK = 256
 
 
 def _chosen(snapshot: _Snapshot, season: int) -> IntArray:

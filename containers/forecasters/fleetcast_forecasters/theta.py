@@ -106,40 +106,59 @@ def _adjusted(values: FloatArray, indices: FloatArray, mode: FloatArray) -> Floa
     )
 
 
-def _ses(adjusted: FloatArray, first: np.ndarray, stops: tuple[int, ...]) -> tuple[FloatArray, ...]:
+def _ses(adjusted: FloatArray, stops: tuple[int, ...]) -> tuple[FloatArray, ...]:
     """SES of each column of ``adjusted`` (rows by lanes) for every alpha: at each lane's
     stop, the level and the squared one-step errors (lanes by alphas), and the lane's
-    usable rows."""
+    usable rows.
+
+    SES starts at a lane's first usable value and a gap leaves its level as it is, so a
+    lane's SES is that of its usable rows before its stop, one after another: a linear
+    filter, ``l_k = alpha y_k + (1 - alpha) l_(k-1)``. It runs a block of :data:`_BLOCK`
+    rows at a time, every lane at once: within a block each level is the block's starting
+    level decayed plus a weighted sum of the block's values (one matrix product for all
+    blocks), and only the blocks' last levels are carried one after another (a Python
+    step per row cost 0.3 s a batch of two years of hours). Lanes are right-aligned, the
+    shorter ones led by their first value, from which their level does not move."""
     lanes = adjusted.shape[1]
-    observed = np.isfinite(adjusted)
-    filled = np.where(observed, adjusted, 0.0)
-    weight = observed.astype(np.float64)
-    level = np.zeros((lanes, ALPHAS.shape[0]))
-    squares = np.zeros_like(level)
-    count = np.zeros(lanes)
-    started = np.zeros(lanes, dtype=bool)
     stop = np.asarray(stops)
-    level_at = np.zeros_like(level)
-    squares_at = np.zeros_like(level)
-    count_at = np.zeros(lanes)
-    for row in range(int(first.min()), int(stop.max())):
-        values = filled[row][:, None]
-        starting = ~started & observed[row]
-        if starting.any():
-            level = np.where(starting[:, None], values, level)
-            started |= starting
-        error = (values - level) * weight[row][:, None]
-        squares += error * error
-        level = level + ALPHAS * error
-        count += weight[row]
-        ending = stop == row + 1
-        if ending.any():
-            level_at[ending], squares_at[ending], count_at[ending] = (
-                level[ending],
-                squares[ending],
-                count[ending],
-            )
-    return level_at, squares_at, count_at
+    usable = np.isfinite(adjusted) & (np.arange(adjusted.shape[0])[:, None] < stop[None, :])
+    count = usable.sum(axis=0)
+    level_at = np.zeros((lanes, ALPHAS.shape[0]))
+    squares_at = np.zeros_like(level_at)
+    longest = int(count.max(initial=0))
+    if longest == 0:
+        return level_at, squares_at, count.astype(np.float64)
+    blocks = -(-(longest - 1) // _BLOCK)
+    width = blocks * _BLOCK + 1  # the first value, then whole blocks
+    rows, lane = np.nonzero(usable)
+    column = (width - count)[lane] + np.cumsum(usable, axis=0)[rows, lane] - 1
+    series = np.zeros((lanes, width))
+    series[lane, column] = adjusted[rows, lane]
+    start = np.where(count > 0, series[np.arange(lanes), np.minimum(width - count, width - 1)], 0.0)
+    leading = np.arange(width)[None, :] < (width - count)[:, None]
+    series = np.where(leading, start[:, None], series)
+    values = series[:, 1:].reshape(lanes, blocks, _BLOCK)
+    ahead = np.arange(_BLOCK)
+    lag = ahead[:, None] - ahead[None, :]
+    for index, alpha in enumerate(ALPHAS):
+        decay = (1 - alpha) ** (ahead + 1.0)
+        weights = np.where(lag >= 0, alpha * (1 - alpha) ** np.maximum(lag, 0), 0.0)
+        within = values @ weights.T  # lanes, blocks, rows of the block
+        before = np.empty((lanes, blocks))
+        level = start
+        for block in range(blocks):
+            before[:, block] = level
+            level = decay[-1] * level + within[:, block, -1]
+        levels = within + decay * before[:, :, None]
+        previous = np.concatenate([start[:, None], levels.reshape(lanes, -1)[:, :-1]], axis=1)
+        error = series[:, 1:] - previous
+        squares_at[:, index] = (error * error).sum(axis=1)
+        level_at[:, index] = level
+    return level_at, squares_at, count.astype(np.float64)
+
+
+# Rows of a lane SES takes in one matrix product.
+_BLOCK = 32
 
 
 def _slopes(adjusted: FloatArray, stops: tuple[int, ...]) -> FloatArray:
@@ -165,8 +184,7 @@ class _Theta:
         # One lane per customer and stop, each adjusted with its own stop's indices.
         adjusted = np.hstack([_adjusted(values, idx, mode) for idx, mode in fitted])
         lane_stops = tuple(stop for stop in stops for _ in range(customers))
-        first = np.tile(histories.first, len(stops))
-        level, squares, count = _ses(adjusted, first, lane_stops)
+        level, squares, count = _ses(adjusted, lane_stops)
         chosen = np.argmin(squares, axis=1)
         lanes = np.arange(adjusted.shape[1])
         level, alpha = level[lanes, chosen], ALPHAS[chosen]

@@ -159,6 +159,21 @@ class CustomerTrainer:
         """How each Prophet whole-history fit was preprocessed (shared template or Prophet)."""
         return self._prophet.preprocessing
 
+    def prepare(self, customer_id: str, source: Path) -> None:
+        """Fit Prophet's whole-history model of this customer, only to make its model
+        shape's template (:mod:`fleetcast_training.grid_fit`): workers forked after it
+        start with the template. Nothing is archived or reported; the customer is trained
+        like any other. A customer Prophet cannot fit leaves no template, and no error."""
+        settings = self._hyperparameters
+        if PROPHET_KIND not in settings.candidates:
+            return
+        try:
+            history = read_series(source).for_fitting()
+            if len(history) >= settings.required_rows:
+                self._prophet.fit(history, self._calendars.of(customer_id), [])
+        except Exception:
+            logger.info("no shape template from %s", customer_id, exc_info=True)
+
     def train(self, customer_id: str, source: Path) -> CustomerReport:
         """Never raises: a customer that cannot be trained comes back FAILED with a reason."""
         return self.train_batch([(customer_id, source)])[0]

@@ -332,7 +332,6 @@ def learn_fleet(
     customers: list[CustomerFile],
     hyperparameters: Hyperparameters,
     calendars: CustomerCalendars,
-    threads: int,
     teachers: list[CustomerFile] | None = None,
 ) -> dict[str, FleetForecast]:
     """The fleet family's forecasts of the shard's customers (fleetcast_training.fleet),
@@ -345,14 +344,18 @@ def learn_fleet(
     extra = _fitting(teachers or [])
     learners = usable + extra
     try:
-        with threadpool_limits(limits=threads):
+        # (fleet.learn's trees fit on one thread: their samples are tens of thousands,
+        # and LightGBM's OpenMP threads, spinning while they wait for each other, cost
+        # more CPU than they save: a 120-customer shard's fleet took 19 to 79 ms of CPU
+        # a customer on 2 shared cores with 2 threads, 10 to 16 with one, its import
+        # included; the fit is a second or two of the job's wall time)
+        with threadpool_limits(limits=1):
             return fleet.learn(
                 [c.customer_id for c in usable],
                 (read_series(c.path).for_fitting() for c in learners),
                 [calendars.of(c.customer_id) for c in learners],
                 hyperparameters.backtest_periods,
                 hyperparameters.backtest_windows,
-                threads,
                 teachers=len(extra),
             )
     except Exception:
@@ -382,7 +385,7 @@ def train_customers(
     if not customers:
         return
     fleet_forecasts = learn_fleet(
-        customers, hyperparameters, calendars or CustomerCalendars(), workers, teachers
+        customers, hyperparameters, calendars or CustomerCalendars(), teachers
     )
     pool = WorkerPool(
         hyperparameters,
@@ -394,15 +397,13 @@ def train_customers(
     )
     try:
         queue = sorted(customers, key=lambda c: (-c.size, c.customer_id))
-        # One customer of typical size is trained here first: the workers fork after it
+        # Prophet fits one customer of typical size here first: the workers fork after it
         # and start with its model shape's template instead of each paying Prophet's
         # preprocessing for it (fleetcast_training.grid_fit).
-        first = queue.pop(len(queue) // 2)
-        reports.add(pool.warm_up(first))
-        progress.advance(1)
+        pool.warm_up(queue[len(queue) // 2])
         suspects: list[CustomerFile] = []
         while queue:
-            size = batch_size(len(queue), workers)
+            size = batch_size(len(queue), workers, hyperparameters.frequency is Frequency.HOURLY)
             in_flight = pool.run(queue, workers, size, reports, progress)
             unfinished = [c for c in queue if c.customer_id not in reports]
             if in_flight is None:
