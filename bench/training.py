@@ -43,7 +43,8 @@ from bench.measure import (
     ratio_at_least,
     timed,
 )
-from fleetcast_contracts.model_archive import PROPHET_KIND, read_archive
+from fleetcast_contracts.families import PROPHET
+from fleetcast_contracts.model_archive import read_archive
 from fleetcast_contracts.shards import TRAIN_PARTS_PER_INSTANCE, train_part_name
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_forecasters.combination import COMBINING
@@ -198,12 +199,12 @@ class ModelCheck:
 def _prophet_model(model_json: str, model_kind: str) -> str | None:
     """The Prophet fit inside a served model: the model itself, or a combination's (or naive
     blend's) Prophet member (whole-history fits both); None when the model holds none."""
-    if model_kind == PROPHET_KIND:
+    if model_kind == PROPHET:
         return model_json
     if model_kind not in COMBINING:
         return None
     members = json.loads(model_json)["members"]
-    found = [member["model"] for member in members if member["kind"] == PROPHET_KIND]
+    found = [member["model"] for member in members if member["kind"] == PROPHET]
     return json.dumps(found[0]) if found else None
 
 
@@ -297,7 +298,7 @@ def training_rows(
         _one_fit_row(customers[: sizes.overhead_samples + 1], ours),
     ]
     prophet_only = fleetcast_training(
-        customers, scratch / "fleetcast-prophet", {"candidates": PROPHET_KIND}
+        customers, scratch / "fleetcast-prophet", {"candidates": PROPHET}
     )
     return rows, [path for run in ours for path in run.archives], prophet_only.archives
 

@@ -20,7 +20,7 @@ Forecast ``h`` steps from the states: ``l + (phi + ... + phi^h) b + s``; the err
 variance is the class-1 formula ``sigma^2 (1 + sum_{j<h} (alpha + beta phi_j + gamma
 [j mod m = 0])^2)`` with ``sigma^2`` the in-sample one-step mean square.
 
-``model.json``: ``{"kind": "ets", "form": "A,Ad,A", "alpha", "beta", "gamma", "phi",
+``model.json``: ``{"kind": KIND, "form": "A,Ad,A", "alpha", "beta", "gamma", "phi",
 "level", "trend", "season": [...] (from the first period after the history), "sigma"}``.
 """
 
@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetcast_contracts.families import ETS
 from fleetcast_forecasters.candidates import (
     BacktestPlan,
     CandidateFits,
@@ -50,7 +51,7 @@ from fleetcast_forecasters.gaussian import (
     path_forecaster,
 )
 
-KIND = "ets"
+KIND = ETS
 
 _ALPHAS = (0.03, 0.08, 0.15, 0.25, 0.4, 0.6)
 _SEASONAL_GAMMAS = (0.01, 0.05, 0.15)

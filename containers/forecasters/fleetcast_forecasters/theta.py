@@ -15,7 +15,7 @@ At each origin, on the rows before it only:
 4. the forecast ``h`` steps ahead: ``l + b/2 (h - 1 + (1 - (1 - alpha)^n) / alpha)``,
    seasonal indices put back; its deviation SES's, ``sigma sqrt(1 + (h - 1) alpha^2)``.
 
-``model.json``: ``{"kind": "theta", "level", "alpha", "drift", "rows", "season": [...]
+``model.json``: ``{"kind": KIND, "level", "alpha", "drift", "rows", "season": [...]
 (indices from the first period after the history on), "mode": "multiplicative" |
 "additive" | "none", "sigma"}``.
 """
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetcast_contracts.families import THETA
 from fleetcast_forecasters.candidates import (
     BacktestPlan,
     CandidateFits,
@@ -43,7 +44,7 @@ from fleetcast_forecasters.gaussian import (
     path_forecaster,
 )
 
-KIND = "theta"
+KIND = THETA
 ALPHAS = np.array([0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9])
 INDEX_SEASONS = 8
 MULTIPLICATIVE, ADDITIVE, NONE = "multiplicative", "additive", "none"

@@ -165,7 +165,7 @@ class CustomerTrainer:
         start with the template. Nothing is archived or reported; the customer is trained
         like any other. A customer Prophet cannot fit leaves no template, and no error."""
         settings = self._hyperparameters
-        if PROPHET_KIND not in settings.candidates:
+        if PROPHET not in settings.candidates:
             return
         try:
             history = read_series(source).for_fitting()

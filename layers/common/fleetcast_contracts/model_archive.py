@@ -21,7 +21,6 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from fleetcast_contracts.families import PROPHET
 from fleetcast_contracts.files import write_whole
 from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
@@ -29,9 +28,6 @@ from fleetcast_contracts.times import UtcDatetime
 
 MODEL_MEMBER = "model.json"
 METADATA_MEMBER = "metadata.json"
-# The catalogue's name, kept here only for bench/training.py (another change in flight):
-# remove once it imports fleetcast_contracts.families.PROPHET.
-PROPHET_KIND = PROPHET
 
 
 class HoldoutMetrics(BaseModel):
