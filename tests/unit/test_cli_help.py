@@ -50,20 +50,32 @@ def test_every_command_is_walked() -> None:
     )
 
 
-@pytest.mark.parametrize("name", sorted(_commands()))
+@pytest.mark.parametrize("name", ["", *sorted(_commands())])
 def test_every_option_of_every_command_has_help(name: str) -> None:
-    # Given the command's parser
-    parser = _commands()[name]
-    # When its options are listed (hidden ones, help=SUPPRESS, are not shown at all)
+    # Given the command's parser ("": fleetcast's own, whose options every command takes)
+    parser = _commands()[name] if name else build_parser()
+    # When its options are listed (hidden ones, help=SUPPRESS, are not shown at all; the
+    # commands themselves each have a line of their own, checked as they are walked)
     unexplained = [
         action.option_strings or [action.dest]
         for action in parser._actions
-        if not isinstance(action, argparse._HelpAction)
+        if not isinstance(action, argparse._HelpAction | argparse._SubParsersAction)
         and action.help != argparse.SUPPRESS
         and not (action.help or "").strip()
     ]
     # Then every one says what it does
     assert not unexplained, f"fleetcast {name}: options without help: {unexplained}"
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_every_command_has_a_line_in_fleetcasts_help(name: str) -> None:
+    (subparsers,) = (
+        action
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    (line,) = [choice for choice in subparsers._choices_actions if choice.dest == name]
+    assert (line.help or "").strip(), f"fleetcast {name} has no line in `fleetcast --help`"
 
 
 @pytest.mark.parametrize("name", ["", *sorted(_commands())])

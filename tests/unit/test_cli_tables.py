@@ -8,14 +8,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import io
+import json
 from typing import Any
 
 import pytest
 from rich.console import Console
-from rich.table import Table
 
-from fleetcast import cli
+from fleetcast import cli, up_cli
 from fleetcast.cost_cli import print_analysis
+from fleetcast.embedded.info import StackInfo
 from fleetcast.status import RunStatus, StageJob, TrainingFailure
 from fleetcast.status_table import print_status
 from fleetcast.terminal import print_table
@@ -90,18 +91,51 @@ def test_status_table_falls_back_to_one_block_per_run_when_narrow() -> None:
     assert "source: readings-of-the-whole-fleet-2024.csv.gz" in lines
 
 
-def test_a_label_and_value_table_becomes_label_value_lines_when_narrow() -> None:
-    # Given the `up` banner's shape: no header, a label and a long path
-    table = Table(title="fleetcast local stack", show_header=False)
-    table.add_column(no_wrap=True)
-    table.add_column(no_wrap=True)
-    outbox = "/home/someone/projects/fleetcast/.fleetcast/outbox/cost-report"
-    table.add_row("cost-report outbox", outbox)
+def _stack_info(state_dir: str) -> StackInfo:
+    return StackInfo(
+        endpoint_url="http://127.0.0.1:4599",
+        stack_name="fleetcast-local",
+        raw_bucket="fleetcast-raw-123456789012-us-east-1",
+        artifacts_bucket=BUCKET,
+        registry_table="fleetcast-local-ModelRegistryTable-0123456789AB",
+        job_name_prefix="fleetcast",
+        state_dir=state_dir,
+        extra={
+            "FLEETCAST_API_URL": "http://127.0.0.1:3000/v1",
+            "FLEETCAST_OUTBOX": f"{state_dir}/outbox/cost-report",
+        },
+    )
+
+
+def test_the_up_banner_keeps_every_path_whole_at_60_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a stack whose state folder is deep (the banner cut the outbox path)
+    state_dir = "/home/someone/projects/fleetcast-checkout/.fleetcast"
+    info = _stack_info(state_dir)
     out = Console(file=io.StringIO(), width=60)
-    # When it prints at 60 columns
-    print_table(out, table)
-    # Then the path is whole
-    assert f"cost-report outbox: {outbox}" in _lines(out.file.getvalue())  # type: ignore[attr-defined]
+    monkeypatch.setattr(up_cli, "console", out)
+    # When `fleetcast up` prints where everything is, piped at 60 columns
+    up_cli._print_stack(info, as_json=False)
+    lines = _lines(out.file.getvalue())  # type: ignore[attr-defined]
+    # Then each name and path is whole on its line, after its label
+    assert f"cost-report outbox: {state_dir}/outbox/cost-report" in lines, lines
+    assert f"artifacts bucket: {BUCKET}" in lines, lines
+    assert f"function logs: {state_dir}/logs" in lines, lines
+    assert not any("…" in line for line in lines), lines
+
+
+def test_up_json_is_one_line_with_what_the_banner_shows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state_dir = "/home/someone/projects/fleetcast-checkout/.fleetcast"
+    up_cli._print_stack(_stack_info(state_dir), as_json=True)
+    (line,) = capsys.readouterr().out.splitlines()
+    where = json.loads(line)
+    assert where["outbox"] == f"{state_dir}/outbox/cost-report"
+    assert where["artifacts_bucket"] == BUCKET
+    assert where["api_url"] == "http://127.0.0.1:3000/v1"
+    assert where["job_logs"] == f"{state_dir}/jobs"
 
 
 def test_cost_report_amounts_are_never_cut() -> None:

@@ -5,12 +5,14 @@ days of one simulation, in the API and in the run's export alike."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from test_forecasters_holidays import RUN_ID, dipping, trained
 
+from fleetcast_forecasters import calibration
 from fleetcast_forecasters.families import compile_archive
 from fleetcast_forecasters.forecast import forecast_seed
 
@@ -26,8 +28,10 @@ def history():  # type: ignore[no-untyped-def]
 def test_the_same_days_bounds_at_period_7_and_period_14(
     tmp_path: Path, history, candidates: str
 ) -> None:
-    # Given a customer's model of one family, served as the endpoint compiles it
+    # Given a customer's model of one family, served as the endpoint compiles it, with the
+    # interval its backtest calibrated (served in place of the family's own)
     model_json, kind = trained(tmp_path, candidates, None, history)
+    assert calibration.FIELD in json.loads(model_json), model_json[:500]
     forecaster = compile_archive(model_json, kind, "D")
     seed = forecast_seed(RUN_ID)
     # When its forecast is asked for 7 days and for 14

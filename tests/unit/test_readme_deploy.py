@@ -81,3 +81,24 @@ def test_the_idle_costs_name_what_the_template_bills_while_idle() -> None:
     parameters = TEMPLATE["Parameters"]
     assert parameters["InferenceInstanceType"]["Default"] in prod
     assert f"`InferenceInstanceCount` {parameters['InferenceInstanceCount']['Default']}" in prod
+
+
+def test_the_runtime_note_quotes_awss_dates_for_the_runtime_the_template_deploys() -> None:
+    # Issue 41: the note quotes AWS's Lambda runtimes table for the functions' runtime and
+    # says the plan to move. Given the one runtime the functions and their layer are built for
+    runtime = TEMPLATE["Globals"]["Function"]["Runtime"]
+    resources = TEMPLATE["Resources"].values()
+    functions = [r for r in resources if r["Type"] == "AWS::Serverless::Function"]
+    layers = [r for r in resources if r["Type"] == "AWS::Serverless::LayerVersion"]
+    assert {r["Properties"].get("Runtime", runtime) for r in functions} == {runtime}
+    assert {r["Metadata"]["BuildMethod"] for r in layers} == {runtime}
+    assert {v for r in layers for v in r["Properties"]["CompatibleRuntimes"]} == {runtime}
+    # Then the README's note is about that runtime, with the three dates of AWS's table
+    (note,) = re.findall(r"^- \*\*The Lambda runtime\.\*\*.*?(?=^- |^#|\Z)", DEPLOY, re.M | re.S)
+    note = " ".join(note.split())
+    assert f"built for `{runtime}`" in note
+    for stage in ("deprecation date of", "create blocked from", "update blocked from"):
+        assert re.search(rf"{stage} \d{{4}}-\d{{2}}-\d{{2}}", note), stage
+    # And the plan names a newer runtime to move to
+    (target,) = re.findall(r"\*\*The plan:\*\* move to `python3\.(\d+)`", note)
+    assert int(target) > int(runtime.removeprefix("python3."))
