@@ -411,7 +411,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         instances=args.instances,
         days=args.days,
         state_dir=args.state_dir,
-        console=console,
+        console=err if args.json else console,
+        as_json=args.json,
     )
 
 
@@ -585,6 +586,11 @@ def _add_stack_commands(commands: Any) -> None:
     )
     demo.add_argument(
         "--days", type=int, default=730, help="days of readings each (default: %(default)s)"
+    )
+    demo.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as one line of JSON (stages, run, paths); progress to stderr",
     )
     demo.set_defaults(run=cmd_demo)
 

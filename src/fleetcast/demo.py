@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import UTC, datetime
@@ -83,8 +84,15 @@ def follow_with_progress(
 
 
 def run_demo(
-    customers: int, instances: int, days: int, state_dir: Path | None, console: Console
+    customers: int,
+    instances: int,
+    days: int,
+    state_dir: Path | None,
+    console: Console,
+    as_json: bool = False,
 ) -> int:
+    """The whole pipeline on a local stack of its own; with ``as_json``, what it printed
+    as one line of JSON on stdout (``console`` then stderr's)."""
     from fleetcast import datagen
 
     stages: list[tuple[str, float, str]] = []
@@ -148,18 +156,37 @@ def run_demo(
         for name, seconds, detail in stages:
             table.add_row(name, f"{seconds:.1f}", detail)
         print_table(console, table)
+        result: dict[str, object] = {
+            "run_id": run_id,
+            "completed": status.completed,
+            "failure": status.failure,
+            "stages": [
+                {"stage": name, "seconds": round(seconds, 3), "detail": detail}
+                for name, seconds, detail in stages
+            ],
+            "logs": str(Path(info.state_dir) / "logs"),
+            "job_logs": str(Path(info.state_dir) / "jobs"),
+        }
         if not status.completed:
             console.print(f"[red]the run did not complete:[/] {shown(status.failure)}")
+            _print_json(result, as_json)
             return 1
         console.print(
             f"logs: {Path(info.state_dir) / 'logs'} (functions), {Path(info.state_dir) / 'jobs'} (SageMaker jobs)"
         )
-        demo_forecast(info, stack.client("s3"), console)
-        cost_report_for_demo(stack, console)
+        plot = demo_forecast(info, stack.client("s3"), console)
+        email = cost_report_for_demo(stack, console)
+        result |= {"forecast_chart": plot and str(plot), "cost_report_outbox": str(email)}
+        _print_json(result, as_json)
         return 0
     finally:
         with console.status("stopping the local stack"):
             stack.stop()
+
+
+def _print_json(result: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result), flush=True)
 
 
 def _since(moment: datetime | None) -> float:

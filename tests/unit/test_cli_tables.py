@@ -184,7 +184,7 @@ def test_every_command_that_prints_a_table_has_json() -> None:
         for action in cli.build_parser()._actions
         if isinstance(action, argparse._SubParsersAction)
     )
-    for name in ("status", "rejected", "forecast", "cost-report", "up"):
+    for name in ("status", "rejected", "forecast", "cost-report", "up", "demo"):
         assert "--json" in subparsers.choices[name].format_help(), name
 
 
