@@ -45,7 +45,7 @@ from fleetcast_forecasters.candidates import (
 )
 from fleetcast_forecasters.gaussian import (
     PathForecaster,
-    common_fields,
+    fitted_model,
     floats,
     parse_model,
     path_forecaster,
@@ -270,19 +270,7 @@ class _Ets:
                 "season": final.season[slots, customer, index].tolist(),
                 "sigma": sigma,
             }
-            if count < m or not all(
-                np.isfinite(v).all() for v in fields.values() if not isinstance(v, str)
-            ):
-                models.append(None)
-                continue
-            fields.update(
-                common_fields(
-                    histories.last_history[customer],
-                    histories.uncertainty_samples,
-                    histories.interval_width,
-                )
-            )
-            models.append(fields)
+            models.append(fitted_model(histories, int(customer), fields, enough=count >= m))
         return CandidateFits(KIND, backtest, models)
 
     def compile(

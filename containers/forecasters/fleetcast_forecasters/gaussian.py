@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_forecasters import calibration
+from fleetcast_forecasters.candidates import Histories
 from fleetcast_forecasters.forecast import (
     FloatArray,
     Forecast,
@@ -105,6 +106,20 @@ def common_fields(
         "uncertainty_samples": int(uncertainty_samples),
         "interval_width": float(interval_width),
     }
+
+
+def fitted_model(
+    histories: Histories, customer: int, fields: dict[str, Any], enough: bool = True
+) -> dict[str, Any] | None:
+    """A fitted family's ``model.json`` for ``customer`` of ``histories``: its ``fields``
+    and those every model carries (:func:`common_fields`); None when the fit had not
+    ``enough`` periods or a number of its fields is not finite."""
+    numbers = [value for value in fields.values() if not isinstance(value, str)]
+    if not enough or not all(np.isfinite(value).all() for value in numbers):
+        return None
+    return fields | common_fields(
+        histories.last_history[customer], histories.uncertainty_samples, histories.interval_width
+    )
 
 
 def path_forecaster(

@@ -26,7 +26,7 @@ from fleetcast_forecasters.candidates import (
 )
 from fleetcast_forecasters.gaussian import (
     PathForecaster,
-    common_fields,
+    fitted_model,
     floats,
     parse_model,
     path_forecaster,
@@ -66,22 +66,12 @@ class RepeatedSeason:
         latest, sigma = self.profile(histories.values, histories.periods, season)
         models: list[Model | None] = []
         for customer in range(histories.customers):
-            values = latest[:, customer]
-            if np.isnan(values).any() or not np.isfinite(sigma[customer]):
-                models.append(None)
-                continue
-            models.append(
-                {
-                    "kind": self.kind,
-                    "season": values.tolist(),
-                    "sigma": float(sigma[customer]),
-                    **common_fields(
-                        histories.last_history[customer],
-                        histories.uncertainty_samples,
-                        histories.interval_width,
-                    ),
-                }
-            )
+            fields = {
+                "kind": self.kind,
+                "season": latest[:, customer].tolist(),
+                "sigma": float(sigma[customer]),
+            }
+            models.append(fitted_model(histories, customer, fields))
         return CandidateFits(self.kind, backtest, models)
 
     def compile(

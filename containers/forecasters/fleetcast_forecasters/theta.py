@@ -38,7 +38,7 @@ from fleetcast_forecasters.candidates import (
 )
 from fleetcast_forecasters.gaussian import (
     PathForecaster,
-    common_fields,
+    fitted_model,
     floats,
     parse_model,
     path_forecaster,
@@ -222,18 +222,7 @@ class _Theta:
                     "mode": _MODES[int(mode[customer])],
                     "sigma": float(sigma[lane]),
                 }
-                numbers = [v for v in fields.values() if isinstance(v, float)]
-                if count[lane] < m or not np.isfinite(numbers).all():
-                    models.append(None)
-                    continue
-                fields.update(
-                    common_fields(
-                        histories.last_history[customer],
-                        histories.uncertainty_samples,
-                        histories.interval_width,
-                    )
-                )
-                models.append(fields)
+                models.append(fitted_model(histories, customer, fields, enough=count[lane] >= m))
         return CandidateFits(KIND, backtest, models)
 
     def compile(
