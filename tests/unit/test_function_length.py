@@ -16,7 +16,6 @@ IN_FLIGHT = "owned by another change in flight; split after"
 ALLOWED = {
     "src/fleetcast/embedded/api/server.py:handler_for": IN_FLIGHT,
     "containers/training/fleetcast_training/selection.py:choose": IN_FLIGHT,
-    "bench/accuracy/report.py:readme_section": IN_FLIGHT,
 }
 
 
