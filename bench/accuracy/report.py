@@ -206,7 +206,10 @@ def _git(*arguments: str) -> str:
 
 
 def _n(value: float, digits: int = 3) -> str:
-    return "-" if not math.isfinite(value) else f"{value:.{digits}f}"
+    if not math.isfinite(value):
+        return "-"
+    # An interval that explodes (AutoETS' on some hourly series) gives a wQL of 1e60.
+    return f"{value:.{digits}f}" if abs(value) < 1e6 else f"{value:.1e}"
 
 
 def _pct(value: float) -> str:
