@@ -5,8 +5,10 @@ started by :mod:`bench.accuracy.peers` from the repository's root; it imports no
 fleetcast but :mod:`bench.accuracy.peer_rows` (pandas and numpy alone):
 
     .venv-autogluon/bin/python -m bench.accuracy.autogluon_peers SERIES OUT --horizon 30
+    .venv-autogluon/bin/python -m bench.accuracy.autogluon_peers SERIES OUT --horizon 720 \
+        --frequency h --time-limit 300
 
-SERIES is Parquet with ``unique_id, ds, y`` (daily, regular); OUT gets peer_rows' columns,
+SERIES is Parquet with ``unique_id, ds, y`` (daily or hourly, regular); OUT gets peer_rows' columns,
 one model per base model AutoGluon trained and one for its ensemble. What a user writes::
 
     TimeSeriesPredictor(prediction_length=h, freq="D", eval_metric="WQL",
@@ -89,6 +91,8 @@ def main() -> None:
     parser.add_argument("output")
     parser.add_argument("--horizon", type=int, required=True)
     parser.add_argument("--leaderboard", help="where to write the leaderboard as JSON")
+    parser.add_argument("--frequency", choices=("D", "h"), default="D")
+    parser.add_argument("--time-limit", type=int, help="the fit's seconds (AutoGluon's time_limit)")
     options = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from autogluon.timeseries import TimeSeriesDataFrame, TimeSeriesPredictor
@@ -100,14 +104,14 @@ def main() -> None:
         predictor = TimeSeriesPredictor(
             prediction_length=options.horizon,
             target="y",
-            freq="D",
+            freq=options.frequency,
             eval_metric="WQL",
             quantile_levels=QUANTILE_LEVELS,
             path=folder,
             verbosity=1,
         )
         started, wall = cpu_seconds(), time.perf_counter()
-        predictor.fit(data, presets=PRESET)
+        predictor.fit(data, presets=PRESET, time_limit=options.time_limit)
         fit_cpu, fit_wall = cpu_seconds() - started, time.perf_counter() - wall
         board = predictor.leaderboard()
         fit_times = dict(zip(board["model"], board["fit_time_marginal"].fillna(0.0), strict=True))
@@ -132,6 +136,7 @@ def main() -> None:
             json.dumps(
                 {
                     "preset": PRESET,
+                    "time_limit_seconds": options.time_limit,
                     "fit_cpu_seconds": fit_cpu,
                     "fit_wall_seconds": fit_wall,
                     "customers": customers,

@@ -20,12 +20,17 @@ says where from and how they were taken). For each customer:
 
 A customer with fewer than :data:`MIN_FIT_DAYS` days before the horizon is left out of
 every method and counted.
+
+The hourly part splits the same way with :data:`HOURLY`: the same held-back days, their
+hours the horizon (24 a day), and the series and actuals the readings summed per hour
+(``resample("h").sum()``, local time as the source wrote it: a clock change leaves an
+hour of 0 in spring and an hour of two in autumn, as a user's pandas would).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -107,15 +112,46 @@ DATA_SETS = (
 
 
 @dataclass(frozen=True)
+class Frequency:
+    """The periods a split is counted in: days (the daily models) or hours (issue 42's
+    hourly part, fleetcast run with ``ModelFrequency=H``)."""
+
+    # pandas' alias for resample and date_range.
+    alias: str
+    # template.yaml's ModelFrequency for this frequency.
+    model_frequency: str
+    per_day: int
+    # Seasonal naive's season and MASE's scale: a week of days, a day of hours.
+    season: int
+    unit: str
+
+    @property
+    def period(self) -> pd.Timedelta:
+        return pd.Timedelta(days=1) / self.per_day
+
+
+DAILY = Frequency(alias="D", model_frequency="D", per_day=1, season=7, unit="day")
+HOURLY = Frequency(alias="h", model_frequency="H", per_day=24, season=24, unit="hour")
+
+
+@dataclass(frozen=True)
 class CustomerSplit:
     customer_id: str
-    # Days of the held-back horizon, in order.
-    horizon_days: pd.DatetimeIndex
+    # The held-back horizon's periods (days, or hours for an hourly split), in order.
+    horizon_index: pd.DatetimeIndex
     actuals: np.ndarray
-    # The daily series every peer is fitted on (index: days, values: totals).
-    daily: pd.Series
+    # The series every peer is fitted on (index: periods, values: totals).
+    series: pd.Series
     # The readings before the horizon, as uploaded to fleetcast.
     fit_readings: pd.DataFrame
+    frequency: Frequency = DAILY
+
+    def first(self, periods: int) -> CustomerSplit:
+        """The same split scored on the horizon's first ``periods`` only (the day ahead of
+        a 30-day hourly horizon)."""
+        return replace(
+            self, horizon_index=self.horizon_index[:periods], actuals=self.actuals[:periods]
+        )
 
 
 WINDOWS = (0, 1)
@@ -150,16 +186,17 @@ def split(
     customers: int | None = None,
     readings: pd.DataFrame | None = None,
     window: int = 0,
+    frequency: Frequency = DAILY,
 ) -> SplitSet:
     """Every customer's split for ``window`` (the first ``customers`` of the sorted ids, if
-    given)."""
+    given), its series and horizon in periods of ``frequency``."""
     frame = load_readings(data_set.path) if readings is None else readings
     splits: list[CustomerSplit] = []
     too_short: list[str] = []
     for customer_id, rows in frame.groupby("customer_id", sort=True):
         if customers is not None and len(splits) >= customers:
             break
-        customer = split_customer(str(customer_id), rows, horizon, window)
+        customer = split_customer(str(customer_id), rows, horizon, window, frequency)
         if customer is None:
             too_short.append(str(customer_id))
         else:
@@ -168,8 +205,14 @@ def split(
 
 
 def split_customer(
-    customer_id: str, rows: pd.DataFrame, horizon: int, window: int = 0
+    customer_id: str,
+    rows: pd.DataFrame,
+    horizon: int,
+    window: int = 0,
+    frequency: Frequency = DAILY,
 ) -> CustomerSplit | None:
+    """``horizon`` held-back days, counted in periods of ``frequency`` (hours: the same
+    days, 24 periods each)."""
     days = rows["timestamp"].dt.normalize()
     per_day = days.value_counts()
     complete = per_day[per_day == per_day.mode().max()].index.max()
@@ -178,28 +221,34 @@ def split_customer(
     fit = rows[days < horizon_days[0]]
     if fit.empty:
         return None
-    daily = daily_totals(fit, end=horizon_days[0] - pd.Timedelta(days=1))
-    if len(daily) < MIN_FIT_DAYS:
+    series = period_totals(fit, horizon_days[0] - frequency.period, frequency)
+    if len(series) < MIN_FIT_DAYS * frequency.per_day:
         return None
     held = rows[(days >= horizon_days[0]) & (days <= horizon_days[-1])]
+    horizon_index = pd.date_range(
+        horizon_days[0], periods=horizon * frequency.per_day, freq=frequency.alias
+    )
     actuals = (
         held.set_index("timestamp")["consumption"]
-        .resample("D")
+        .resample(frequency.alias)
         .sum()
-        .reindex(horizon_days, fill_value=0.0)
+        .reindex(horizon_index, fill_value=0.0)
         .to_numpy(np.float64)
     )
     return CustomerSplit(
         customer_id=customer_id,
-        horizon_days=horizon_days,
+        horizon_index=horizon_index,
         actuals=actuals,
-        daily=daily,
+        series=series,
         fit_readings=fit[["customer_id", "timestamp", "consumption"]].reset_index(drop=True),
+        frequency=frequency,
     )
 
 
-def daily_totals(readings: pd.DataFrame, end: pd.Timestamp) -> pd.Series:
-    """The readings summed per calendar day, from the first reading's day to ``end``."""
-    totals = readings.set_index("timestamp")["consumption"].resample("D").sum()
-    index = pd.date_range(totals.index[0], end, freq="D")
+def period_totals(
+    readings: pd.DataFrame, end: pd.Timestamp, frequency: Frequency = DAILY
+) -> pd.Series:
+    """The readings summed per calendar day (or hour), from the first reading's to ``end``."""
+    totals = readings.set_index("timestamp")["consumption"].resample(frequency.alias).sum()
+    index = pd.date_range(totals.index[0], end, freq=frequency.alias)
     return totals.reindex(index, fill_value=0.0).astype(np.float64)

@@ -13,7 +13,8 @@ and taken through the real jobs, as a deployed stack runs them:
    each given its ``ShardedByS3Key`` share of processing's training parts and the
    calendars file, one instance after the other on this machine;
 3. each customer's forecast is read from the run's **forecast export**
-   (``exports/forecasts/``, ``ForecastExportDays`` days from the end of its history),
+   (``exports/forecasts/``, ``ForecastExportDays`` days from the end of its history: as
+   many days, or for ``ModelFrequency=H`` 24 times as many hours),
    which equals what the endpoint serves for that model: ``yhat``, and its served 80%
    interval ``yhat_lower``/``yhat_upper`` as the 0.1 and 0.9 quantiles (the export has no
    median: the point forecast stands for it in wQL).
@@ -217,8 +218,9 @@ def _lay_out_instance(
 def _horizon_forecasts(
     exports: list[Path], customers: list[CustomerSplit]
 ) -> tuple[dict[str, np.ndarray], dict[float, dict[str, np.ndarray]], list[str]]:
-    """Each customer's exported ``yhat`` on its horizon's days (NaN on a missing day), and
-    its served 80% interval (``yhat_lower``, ``yhat_upper``) as the 0.1 and 0.9 quantiles."""
+    """Each customer's exported ``yhat`` on its horizon's days or hours (NaN where one is
+    missing), and its served 80% interval (``yhat_lower``, ``yhat_upper``) as the 0.1 and
+    0.9 quantiles."""
     columns = ["customer_id", "ds", "yhat", "yhat_lower", "yhat_upper"]
     if exports:
         frame = pq.read_table(exports, columns=columns).to_pandas()
@@ -232,13 +234,14 @@ def _horizon_forecasts(
         rows = by_customer.get(customer.customer_id)
         if rows is None:
             continue
-        indexed = rows.set_index(pd.to_datetime(rows["ds"]).dt.normalize())
-        aligned = indexed["yhat"].reindex(customer.horizon_days).to_numpy(np.float64)
+        stamps = pd.to_datetime(rows["ds"]).dt.floor(customer.frequency.alias)
+        indexed = rows.set_index(stamps)
+        aligned = indexed["yhat"].reindex(customer.horizon_index).to_numpy(np.float64)
         if np.isnan(aligned).any():
             incomplete.append(customer.customer_id)
         values[customer.customer_id] = aligned
         for level, column in ((LOWER, "yhat_lower"), (UPPER, "yhat_upper")):
-            bound = indexed[column].reindex(customer.horizon_days).to_numpy(np.float64)
+            bound = indexed[column].reindex(customer.horizon_index).to_numpy(np.float64)
             if not np.isnan(bound).any():
                 quantiles[level][customer.customer_id] = bound
     return values, quantiles, incomplete

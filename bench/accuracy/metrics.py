@@ -4,7 +4,8 @@
   customer whose horizon sums to 0).
 - **MASE**: mean |actual - forecast| over the horizon divided by the in-sample MAE of
   seasonal naive (period 7) on the fit window's daily series (NaN when that is 0). Below
-  1 is better than last week repeated was in-sample.
+  1 is better than last week repeated was in-sample. The hourly part scales by seasonal
+  naive's at period 24 on the hourly series (yesterday's hour repeated).
 - **wQL** (Amazon Forecast's weighted quantile loss, AutoGluon's default metric): for each
   q in :data:`QUANTILES`, 2 * sum max(q (A - F_q), (q - 1)(A - F_q)) / sum |A| over the
   horizon, then the mean over the three q. wQL(0.5) of the point forecast is its WAPE.

@@ -4,11 +4,14 @@ Runs in ``.venv-peers`` (beside statsforecast), started by :mod:`bench.accuracy.
 the repository's root; it imports nothing of fleetcast but :mod:`bench.accuracy.peer_rows`:
 
     .venv-peers/bin/python -m bench.accuracy.mlforecast_peers SERIES OUT --horizon 30
+    .venv-peers/bin/python -m bench.accuracy.mlforecast_peers SERIES OUT --horizon 720 \
+        --frequency h
 
 One LightGBM model with its defaults over every customer of the set at once (each series
 scaled by its own mean and deviation, as mlforecast's guide does for series of different
-levels), on lags of one, two and four weeks, weekly and four-weekly rolling means, and the
-calendar; recursive over the horizon. Its 80% interval: mlforecast's conformal
+levels); daily, on lags of one, two and four weeks, weekly and four-weekly rolling means,
+and the calendar; hourly, on lags of one and two days and one and two weeks, daily and
+weekly rolling means, the hour and the day of the week; recursive over the horizon. Its 80% interval: mlforecast's conformal
 ``PredictionIntervals`` over two windows of the horizon's length (two more fits). mlforecast
 refuses them when any series is shorter than the windows need (2 h + 1 days), so such
 customers get their point forecast from a second fit on every customer, without interval,
@@ -37,7 +40,16 @@ LEVEL = 80
 WINDOWS = 2
 
 
-def forecaster() -> MLForecast:
+def forecaster(frequency: str = "D") -> MLForecast:
+    if frequency == "h":
+        return MLForecast(
+            models={MODEL: LGBMRegressor(verbosity=-1)},
+            freq="h",
+            lags=[24, 48, 168, 336],
+            lag_transforms={1: [RollingMean(window_size=24)], 24: [RollingMean(window_size=168)]},
+            date_features=["hour", "dayofweek"],
+            target_transforms=[LocalStandardScaler()],
+        )
     return MLForecast(
         models={MODEL: LGBMRegressor(verbosity=-1)},
         freq="D",
@@ -53,6 +65,7 @@ def main() -> None:
     parser.add_argument("series")
     parser.add_argument("output")
     parser.add_argument("--horizon", type=int, required=True)
+    parser.add_argument("--frequency", choices=("D", "h"), default="D")
     options = parser.parse_args()
     # Lags a short series lacks are NaN, which LightGBM takes; mlforecast warns each step.
     warnings.filterwarnings("ignore", category=UserWarning, module="mlforecast")
@@ -63,14 +76,14 @@ def main() -> None:
     long_enough = set(lengths.index[lengths >= WINDOWS * options.horizon + 1])
     parts = []
     if long_enough:
-        model = forecaster()
+        model = forecaster(options.frequency)
         model.fit(
             frame[frame["unique_id"].isin(long_enough)],
             prediction_intervals=PredictionIntervals(n_windows=WINDOWS, h=options.horizon),
         )
         parts.append(model.predict(h=options.horizon, level=[LEVEL]))
     if len(long_enough) < len(lengths):
-        model = forecaster()
+        model = forecaster(options.frequency)
         model.fit(frame)
         point = model.predict(h=options.horizon)
         parts.append(point[~point["unique_id"].isin(long_enough)])

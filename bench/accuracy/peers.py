@@ -38,7 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.accuracy.datasets import CustomerSplit
+from bench.accuracy.datasets import DAILY, CustomerSplit, Frequency
 from bench.accuracy.metrics import LOWER, MEDIAN, SEASON, UPPER
 from bench.accuracy.peer_rows import QUANTILE_COLUMNS
 from bench.measure import cpu_seconds
@@ -52,6 +52,13 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 # AutoGluon's pretrained members (Chronos-2, Toto) cannot download their weights here:
 # offline, the hub says so at once and AutoGluon skips them.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# The hourly part's statsforecast models fit each series' last 6 weeks of hours: on 12
+# weeks MSTL, AutoETS and AutoTheta took 4 s of CPU a customer together (AutoETS, season
+# 24, 2.4 s), on a whole year about four times that.
+HOURLY_STATS_HISTORY = 6 * 168
+# AutoGluon's fit time limit on each set in the hourly part (seconds), which keeps the
+# hourly part near half an hour.
+HOURLY_AUTOGLUON_TIME_LIMIT = 120
 # What a cached set of forecasts holds; a new shape is a new key.
 CACHE_VERSION = "2"
 
@@ -77,17 +84,28 @@ class Forecasts:
         found.setdefault(MEDIAN, self.values[customer_id])
         return found
 
+    def first(self, periods: int) -> Forecasts:
+        """The same forecasts cut to their first ``periods`` (the day ahead of 720 hours)."""
+        return Forecasts(
+            {c: v[:periods] for c, v in self.values.items()},
+            self.cpu_seconds,
+            {q: {c: v[:periods] for c, v in by.items()} for q, by in self.quantiles.items()},
+        )
 
-def seasonal_naive(customers: list[CustomerSplit], horizon: int) -> Forecasts:
+
+def seasonal_naive(customers: list[CustomerSplit], horizon: int, season: int = SEASON) -> Forecasts:
+    """The last ``season`` periods repeated (a week of days; a day or a week of hours)."""
     values: dict[str, FloatArray] = {}
     lower: dict[str, FloatArray] = {}
     upper: dict[str, FloatArray] = {}
     cpu: dict[str, float] = {}
     for customer in customers:
         started = cpu_seconds()
-        history = customer.daily.to_numpy(np.float64)
-        values[customer.customer_id] = naive_forecast(history, horizon)
-        lower[customer.customer_id], upper[customer.customer_id] = naive_interval(history, horizon)
+        history = customer.series.to_numpy(np.float64)
+        values[customer.customer_id] = naive_forecast(history, horizon, season)
+        lower[customer.customer_id], upper[customer.customer_id] = naive_interval(
+            history, horizon, season
+        )
         cpu[customer.customer_id] = cpu_seconds() - started
     return Forecasts(values, cpu, {LOWER: lower, UPPER: upper})
 
@@ -123,7 +141,7 @@ def stock_prophet(customers: list[CustomerSplit], horizon: int) -> Forecasts:
     upper: dict[str, FloatArray] = {}
     cpu: dict[str, float] = {}
     for customer in customers:
-        history = pd.DataFrame({"ds": customer.daily.index, "y": customer.daily.to_numpy()})
+        history = pd.DataFrame({"ds": customer.series.index, "y": customer.series.to_numpy()})
         started = cpu_seconds()
         model = Prophet()
         model.fit(history)
@@ -142,11 +160,11 @@ def series_table(customers: list[CustomerSplit]) -> pa.Table:
     (``unique_id, ds, y``; AutoGluon's ``item_id, timestamp, target`` by its own names)."""
     return pa.table(
         {
-            "unique_id": [c.customer_id for c in customers for _ in c.daily.index],
+            "unique_id": [c.customer_id for c in customers for _ in c.series.index],
             "ds": pa.array(
-                np.concatenate([c.daily.index.to_numpy("datetime64[s]") for c in customers])
+                np.concatenate([c.series.index.to_numpy("datetime64[s]") for c in customers])
             ),
-            "y": np.concatenate([c.daily.to_numpy(np.float64) for c in customers]),
+            "y": np.concatenate([c.series.to_numpy(np.float64) for c in customers]),
         }
     )
 
@@ -179,37 +197,45 @@ def run_peer_script(
     horizon: int,
     *arguments: str,
     environment: dict[str, str] | None = None,
+    processes: int = 1,
 ) -> dict[str, Forecasts]:
     """``python -m module SERIES OUT --horizon H ARGUMENTS`` from the repository's root,
-    the customers' series in, every model's forecasts out."""
+    the customers' series in, every model's forecasts out; ``processes``: so many at once,
+    each on its share of the customers (per-series models, timed per series, so their CPU
+    figures do not change)."""
     if not python.exists():
         raise FileNotFoundError(f"{python} is missing: `make accuracy` installs it")
+    shares = [customers[index::processes] for index in range(processes)]
     with tempfile.TemporaryDirectory(prefix="fleetcast-peers-") as folder:
-        series = Path(folder) / "series.parquet"
-        output = Path(folder) / "forecasts.parquet"
-        pq.write_table(series_table(customers), series)
-        subprocess.run(
-            [
-                str(python),
-                "-m",
-                module,
-                str(series),
-                str(output),
-                "--horizon",
-                str(horizon),
-                *arguments,
-            ],
-            check=True,
-            cwd=ROOT,
-            env={**os.environ, **ONE_THREAD, **(environment or {})},
-        )
-        frame = pq.read_table(output).to_pandas()
+        running = []
+        for index, share in enumerate(s for s in shares if s):
+            series = Path(folder) / f"series-{index}.parquet"
+            output = Path(folder) / f"forecasts-{index}.parquet"
+            pq.write_table(series_table(share), series)
+            command = [str(python), "-m", module, str(series), str(output)]
+            process = subprocess.Popen(
+                [*command, "--horizon", str(horizon), *arguments],
+                cwd=ROOT,
+                env={**os.environ, **ONE_THREAD, **(environment or {})},
+            )
+            running.append((process, output))
+        for process, _ in running:
+            if process.wait() != 0:
+                raise subprocess.CalledProcessError(process.returncode, process.args)
+        frame = pd.concat([pq.read_table(o).to_pandas() for _, o in running], ignore_index=True)
     return forecasts_from_rows(frame)
 
 
 def statsforecast_models(
-    customers: list[CustomerSplit], horizon: int, models: tuple[str, ...]
+    customers: list[CustomerSplit],
+    horizon: int,
+    models: tuple[str, ...],
+    frequency: Frequency = DAILY,
+    history: int | None = None,
+    processes: int = 1,
 ) -> dict[str, Forecasts]:
+    """``history``: each series' last so many periods only (the hourly peers');
+    ``processes``: so many scripts at once, each on its share of the customers."""
     return run_peer_script(
         PEERS_PYTHON,
         "bench.accuracy.statsforecast_peers",
@@ -217,11 +243,24 @@ def statsforecast_models(
         horizon,
         "--models",
         ",".join(models),
+        "--frequency",
+        frequency.alias,
+        *(["--history", str(history)] if history else []),
+        processes=processes,
     )
 
 
-def mlforecast_lightgbm(customers: list[CustomerSplit], horizon: int) -> dict[str, Forecasts]:
-    return run_peer_script(PEERS_PYTHON, "bench.accuracy.mlforecast_peers", customers, horizon)
+def mlforecast_lightgbm(
+    customers: list[CustomerSplit], horizon: int, frequency: Frequency = DAILY
+) -> dict[str, Forecasts]:
+    return run_peer_script(
+        PEERS_PYTHON,
+        "bench.accuracy.mlforecast_peers",
+        customers,
+        horizon,
+        "--frequency",
+        frequency.alias,
+    )
 
 
 def autogluon_available() -> bool:
@@ -229,16 +268,24 @@ def autogluon_available() -> bool:
 
 
 def autogluon_models(
-    customers: list[CustomerSplit], horizon: int, leaderboard: Path | None = None
+    customers: list[CustomerSplit],
+    horizon: int,
+    leaderboard: Path | None = None,
+    frequency: Frequency = DAILY,
+    time_limit: int | None = None,
 ) -> dict[str, Forecasts]:
     """AutoGluon's ensemble and base models (``.venv-autogluon``, which make accuracy
-    installs); ``leaderboard``: where its leaderboard and fit CPU go as JSON."""
+    installs); ``leaderboard``: where its leaderboard and fit CPU go as JSON;
+    ``time_limit``: the fit's seconds (AutoGluon's ``time_limit``; none by default)."""
     return run_peer_script(
         AUTOGLUON_PYTHON,
         "bench.accuracy.autogluon_peers",
         customers,
         horizon,
+        "--frequency",
+        frequency.alias,
         *(["--leaderboard", str(leaderboard)] if leaderboard else []),
+        *(["--time-limit", str(time_limit)] if time_limit else []),
         environment=OFFLINE,
     )
 
@@ -263,13 +310,13 @@ def median_of(members: list[Forecasts]) -> Forecasts:
 
 
 def inputs_digest(customers: list[CustomerSplit], horizon: int, models: tuple[str, ...]) -> str:
-    """What the peers' forecasts depend on (the daily series, the horizon, the models),
-    hashed: the key of a cached set of their forecasts."""
+    """What the peers' forecasts depend on (the series, the horizon, the models), hashed:
+    the key of a cached set of their forecasts."""
     digest = hashlib.sha256(f"{CACHE_VERSION}|{horizon}|{','.join(models)}".encode())
     for customer in customers:
         digest.update(customer.customer_id.encode())
-        digest.update(customer.daily.index.to_numpy("datetime64[s]").tobytes())
-        digest.update(customer.daily.to_numpy(np.float64).tobytes())
+        digest.update(customer.series.index.to_numpy("datetime64[s]").tobytes())
+        digest.update(customer.series.to_numpy(np.float64).tobytes())
     return digest.hexdigest()[:16]
 
 

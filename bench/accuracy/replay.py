@@ -231,7 +231,7 @@ def check(folder: Path, rule_name: str, console: Console) -> int:
             continue
         meta = json.loads(meta_path.read_text())
         split_set = split(data_set, meta["horizon"], meta["customers"])
-        days = {c.customer_id: c.horizon_days for c in split_set.customers}
+        days = {c.customer_id: c.horizon_index for c in split_set.customers}
         calls = _calls(folder, data_set.key)
         replayed = {
             cid: served(rule(*call.args, **call.kwargs), call.last_history, days[cid])

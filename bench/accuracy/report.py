@@ -1,5 +1,6 @@
 """make accuracy's outputs: the tables on the terminal, the JSON of every figure, the chart
-and the README's "Accuracy" section, with issue 39's targets marked met or not."""
+and the README's "Accuracy" section, with issue 39's targets (daily) and issue 42's
+(hourly) marked met or not."""
 
 from __future__ import annotations
 
@@ -15,17 +16,24 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.accuracy.datasets import MIN_FIT_DAYS, DataSet, window_title
+from bench.accuracy import peers
+from bench.accuracy.datasets import DAILY, HOURLY, MIN_FIT_DAYS, DataSet, window_title
 from bench.accuracy.metrics import Summary
 from bench.measure import Machine
 
 README_HEADING = "## Accuracy"
+# The hourly part's subsection, the last of the Accuracy section.
+HOURLY_HEADING = "### Hourly: day-ahead and 30 days of hours"
 FLEETCAST = "fleetcast"
 PROPHET = "stock Prophet()"
 NAIVE = "seasonal naive"
 MEDIAN = "median of the statsforecast models"
 MLFORECAST = "mlforecast LightGBM"
 AUTOGLUON_ENSEMBLE = "AutoGluon ensemble"
+# The hourly part's two seasonal naives: the last day repeated, the last week repeated.
+NAIVE_DAY = "seasonal naive 24 h"
+NAIVE_WEEK = "seasonal naive 168 h"
+NAIVES = (NAIVE, NAIVE_DAY, NAIVE_WEEK)
 # Issue 39's bars: fleetcast's median WAPE, mean WAPE and mean wQL each at least 5% below
 # the best peer's; its 80% interval covering 77-83% of held-back days; beating seasonal
 # naive (WAPE) on at least 90% of customers.
@@ -92,10 +100,32 @@ class DataSetResult:
     window: int = 0
     # AutoGluon's leaderboard and fit CPU (autogluon_peers' JSON), or why it did not run.
     autogluon: dict[str, Any] | None = None
+    # ModelFrequency of fleetcast's models and the periods of every series: D or H.
+    frequency: str = DAILY.model_frequency
+    # The hourly part's horizon, e.g. "day-ahead (the first 24 hours)"; "" for daily.
+    horizon_title: str = ""
+    # The window's days when ``horizon`` counts fewer periods than it holds (day-ahead).
+    held_back_days: int = 0
+
+    @property
+    def hourly(self) -> bool:
+        return self.frequency == HOURLY.model_frequency
+
+    @property
+    def unit(self) -> str:
+        return HOURLY.unit if self.hourly else DAILY.unit
 
     @property
     def window_title(self) -> str:
+        if self.hourly:
+            days = window_title(self.window, self.horizon_days)
+            return f"{days}, {self.horizon_title}"
         return window_title(self.window, self.horizon)
+
+    @property
+    def horizon_days(self) -> int:
+        """The held-back days (the hourly part's whole window, whichever its horizon)."""
+        return self.held_back_days or self.horizon
 
     @property
     def peers(self) -> list[MethodResult]:
@@ -111,7 +141,8 @@ class DataSetResult:
         return min(found, key=lambda p: getattr(p.summary, measure)) if found else None
 
     def targets(self) -> dict[str, bool]:
-        """Issue 39's targets on this set and window: met or not."""
+        """Issue 39's targets on a daily set and window, issue 42's on an hourly one: met
+        or not."""
         ours = self.methods[FLEETCAST].summary
         verdicts: dict[str, bool] = {}
         for measure, label in (
@@ -121,20 +152,29 @@ class DataSetResult:
         ):
             best = self.best_peer(measure)
             mine = getattr(ours, measure)
-            bar = getattr(best.summary, measure) * (1 - MARGIN) if best else math.nan
-            name = f"{best.name} {getattr(best.summary, measure):.3f}" if best else "none"
-            verdicts[f"{label} {_n(mine)} at least {MARGIN:.0%} below the best peer's ({name})"] = (
-                bool(math.isfinite(mine) and mine <= bar)
-            )
+            theirs = getattr(best.summary, measure) if best else math.nan
+            name = f"{best.name} {theirs:.3f}" if best else "none"
+            if self.hourly:
+                target = f"{label} {_n(mine)} below every peer's (the best: {name})"
+                verdicts[target] = bool(math.isfinite(mine) and mine < theirs)
+                continue
+            target = f"{label} {_n(mine)} at least {MARGIN:.0%} below the best peer's ({name})"
+            verdicts[target] = bool(math.isfinite(mine) and mine <= theirs * (1 - MARGIN))
         low, high = COVERAGE_TARGET
-        verdicts[f"80% interval covers {low:.0%}-{high:.0%} of days ({_pct(ours.coverage_80)})"] = (
-            low <= ours.coverage_80 <= high
-        )
         verdicts[
-            f"beats seasonal naive on at least {BEATS_NAIVE_TARGET:.0%} of customers "
-            f"({_pct(self.beats_naive_share)})"
-        ] = self.beats_naive_share >= BEATS_NAIVE_TARGET
+            f"80% interval covers {low:.0%}-{high:.0%} of {self.unit}s ({_pct(ours.coverage_80)})"
+        ] = low <= ours.coverage_80 <= high
+        if not self.hourly:
+            verdicts[
+                f"beats seasonal naive on at least {BEATS_NAIVE_TARGET:.0%} of customers "
+                f"({_pct(self.beats_naive_share)})"
+            ] = self.beats_naive_share >= BEATS_NAIVE_TARGET
         return verdicts
+
+    @property
+    def issue(self) -> int:
+        """The issue whose targets :meth:`targets` checks."""
+        return 42 if self.hourly else 39
 
 
 def versions() -> dict[str, str]:
@@ -166,7 +206,10 @@ def _git(*arguments: str) -> str:
 
 
 def _n(value: float, digits: int = 3) -> str:
-    return "-" if not math.isfinite(value) else f"{value:.{digits}f}"
+    if not math.isfinite(value):
+        return "-"
+    # An interval that explodes (AutoETS' on some hourly series) gives a wQL of 1e60.
+    return f"{value:.{digits}f}" if abs(value) < 1e6 else f"{value:.1e}"
 
 
 def _pct(value: float) -> str:
@@ -186,7 +229,7 @@ def _rows(result: DataSetResult) -> list[list[str]]:
         wins, total = method.beats_naive
         beats = (
             f"{wins}/{total} ({method.beats_naive_share:.0%})"
-            if total and method.name != NAIVE
+            if total and method.name not in NAIVES
             else ""
         )
         rows.append(
@@ -222,7 +265,7 @@ def print_tables(results: list[DataSetResult], machine: Machine, console: Consol
     for result in results:
         table = Table(
             title=f"{result.data_set.title}, {result.window_title}: "
-            f"{len(result.customers)} customers, {result.horizon} days held back",
+            f"{len(result.customers)} customers, {result.horizon} {result.unit}s scored",
             header_style="bold",
         )
         for index, column in enumerate(HEADERS):
@@ -231,7 +274,9 @@ def print_tables(results: list[DataSetResult], machine: Machine, console: Consol
             table.add_row(*row, style="bold" if row[0] == FLEETCAST else None)
         console.print(table)
         for target, met in result.targets().items():
-            console.print(f"  {target}: {'met' if met else '[red]NOT met[/]'}")
+            console.print(
+                f"  issue {result.issue}: {target}: {'met' if met else '[red]NOT met[/]'}"
+            )
     console.print(f"[dim]{machine.summary()}[/]")
 
 
@@ -251,70 +296,88 @@ def write_results(
     package_versions: dict[str, str],
     seconds: float,
     path: Path,
+    hourly_seconds: float = math.nan,
 ) -> None:
-    document = {
-        "machine": asdict(machine),
-        "versions": package_versions,
-        "seconds": seconds,
-        "data_sets": [
-            {
-                "key": r.data_set.key,
-                "window": r.window,
-                "window_title": r.window_title,
-                "title": r.data_set.title,
-                "description": r.data_set.description,
-                "file": f"shared/accuracy-data/{r.data_set.file}",
-                "readings": r.readings,
-                "horizon_days": r.horizon,
-                "held_back": r.horizon_dates,
-                "min_fit_days": MIN_FIT_DAYS,
-                "customers": len(r.customers),
-                "scored_customers": len(r.scored),
-                "left_out_too_short": r.too_short,
-                "fit_days": {
-                    "min": min(r.fit_days),
-                    "median": sorted(r.fit_days)[len(r.fit_days) // 2],
-                    "max": max(r.fit_days),
-                },
-                "median_members": r.median_members,
-                "targets": r.targets(),
-                "autogluon": r.autogluon,
-                "beats_naive": {
-                    "customers": r.beats_naive,
-                    "of": r.beats_naive_of,
-                    "share": r.beats_naive_share,
-                },
-                "fleetcast_run": {
-                    "training_cpu_seconds": r.fleetcast_training_cpu_seconds,
-                    "processing_cpu_seconds": r.fleetcast_processing_cpu_seconds,
-                    "trained": r.fleetcast_trained,
-                    "failed": r.fleetcast_failed,
-                    "incomplete_forecasts": r.fleetcast_incomplete,
-                    "hyperparameters": r.fleetcast_hyperparameters,
-                    "instances": r.fleetcast_instances,
-                },
-                "methods": {
-                    name: {
-                        "summary": asdict(m.summary),
-                        "cpu_ms_per_customer": m.cpu_ms_per_customer,
-                        "forecasts": m.forecasts,
-                        "beats_naive": {
-                            "customers": m.beats_naive[0],
-                            "of": m.beats_naive[1],
-                            "share": m.beats_naive_share,
-                        },
-                        "wape": m.wape,
-                        "mase": m.mase,
-                        "wql": m.wql,
-                    }
-                    for name, m in r.methods.items()
-                },
-                "seconds": r.seconds,
-            }
-            for r in results
-        ],
-    }
+    """Every figure of ``results`` as JSON (``seconds``: the daily part's time,
+    ``hourly_seconds`` the hourly part's). A run without daily (or hourly) results keeps
+    the daily (or hourly) ones ``path`` already holds, and the run that measured them: the
+    hourly part is run alone (``--hourly-only``) without losing the daily figures."""
+    run = {"machine": asdict(machine), "versions": package_versions, "seconds": seconds}
+    frequencies = {r.frequency for r in results}
+    kept: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    document: dict[str, Any] = {**run, "data_sets": []}
+    if DAILY.model_frequency not in frequencies and kept:
+        document.update({key: kept[key] for key in run if key in kept})
+    if HOURLY.model_frequency in frequencies:
+        document["hourly_run"] = {**run, "seconds": hourly_seconds}
+    elif "hourly_run" in kept:
+        document["hourly_run"] = kept["hourly_run"]
+    document["data_sets"] = [
+        entry
+        for entry in kept.get("data_sets", [])
+        if entry.get("frequency", DAILY.model_frequency) not in frequencies
+    ] + [_result_json(r) for r in results]
     path.write_text(json.dumps(_clean(document), indent=1, ensure_ascii=False) + "\n")
+
+
+def _result_json(r: DataSetResult) -> dict[str, Any]:
+    return {
+        "key": r.data_set.key,
+        "frequency": r.frequency,
+        "window": r.window,
+        "window_title": r.window_title,
+        "title": r.data_set.title,
+        "description": r.data_set.description,
+        "file": f"shared/accuracy-data/{r.data_set.file}",
+        "readings": r.readings,
+        "horizon_days": r.horizon_days,
+        "horizon_periods": r.horizon,
+        "horizon_title": r.horizon_title,
+        "held_back": r.horizon_dates,
+        "min_fit_days": MIN_FIT_DAYS,
+        "customers": len(r.customers),
+        "scored_customers": len(r.scored),
+        "left_out_too_short": r.too_short,
+        "fit_days": {
+            "min": min(r.fit_days),
+            "median": sorted(r.fit_days)[len(r.fit_days) // 2],
+            "max": max(r.fit_days),
+        },
+        "median_members": r.median_members,
+        "targets": r.targets(),
+        "autogluon": r.autogluon,
+        "beats_naive": {
+            "customers": r.beats_naive,
+            "of": r.beats_naive_of,
+            "share": r.beats_naive_share,
+        },
+        "fleetcast_run": {
+            "training_cpu_seconds": r.fleetcast_training_cpu_seconds,
+            "processing_cpu_seconds": r.fleetcast_processing_cpu_seconds,
+            "trained": r.fleetcast_trained,
+            "failed": r.fleetcast_failed,
+            "incomplete_forecasts": r.fleetcast_incomplete,
+            "hyperparameters": r.fleetcast_hyperparameters,
+            "instances": r.fleetcast_instances,
+        },
+        "methods": {
+            name: {
+                "summary": asdict(m.summary),
+                "cpu_ms_per_customer": m.cpu_ms_per_customer,
+                "forecasts": m.forecasts,
+                "beats_naive": {
+                    "customers": m.beats_naive[0],
+                    "of": m.beats_naive[1],
+                    "share": m.beats_naive_share,
+                },
+                "wape": m.wape,
+                "mase": m.mase,
+                "wql": m.wql,
+            }
+            for name, m in r.methods.items()
+        },
+        "seconds": r.seconds,
+    }
 
 
 def draw_chart(results: list[DataSetResult], machine: Machine, path: Path) -> None:
@@ -418,6 +481,86 @@ def _markdown_table(result: DataSetResult) -> str:
     return "\n".join(lines)
 
 
+def _result_paragraph(result: DataSetResult) -> str:
+    """One set and window (or hourly horizon): who was measured, its table, its targets."""
+    verdicts = "; ".join(
+        f"{target}: {'**met**' if met else '**not met**'}"
+        for target, met in result.targets().items()
+    )
+    left_out = (
+        f" ({len(result.too_short)} left out: fewer than {MIN_FIT_DAYS} days before the horizon)"
+        if result.too_short
+        else ""
+    )
+    missing = sorted(set(result.customers) - set(result.scored))
+    why = {
+        **{c: "its export ends before the horizon does" for c in result.fleetcast_incomplete},
+        **{c: f"training failed ({r})" for c, r in result.fleetcast_failed.items()},
+    }
+    failed = (
+        f" Summaries over the {len(result.scored)} customers every method forecast the "
+        "whole horizon for; left out of them, and counted as losses against naive: "
+        + "; ".join(f"{c}, {why.get(c, 'no fleetcast forecast')}" for c in missing)
+        + "."
+        if missing
+        else ""
+    )
+    shortest, longest = min(result.fit_days), max(result.fit_days)
+    history = f"{shortest}" if shortest == longest else f"{shortest}-{longest}"
+    no_interval = [
+        f"{m.name} for {m.summary.customers - m.summary.customers_with_interval}"
+        for m in result.methods.values()
+        if 0 < m.summary.customers_with_interval < m.summary.customers
+    ]
+    intervals = (
+        " No 80% interval (left out of that method's wQL and coverage): "
+        + "; ".join(no_interval)
+        + " customers."
+        if no_interval
+        else ""
+    )
+    heading = (
+        f"**{result.data_set.title}**: {result.data_set.description}"
+        if result.window == 0 and not result.hourly
+        else f"**{result.data_set.title}**"
+    )
+    return (
+        f"{heading}, **{result.window_title}**: "
+        f"{len(result.customers)} customers{left_out}, {history} days of history before "
+        "the horizon; held back: "
+        f"{result.horizon_dates}.{failed}{intervals}\n\n"
+        f"{_markdown_table(result)}\n\nIssue {result.issue}'s targets here: {verdicts}.\n"
+    )
+
+
+def _run_line(
+    machine: Machine, seconds: float, what: str, notes: str = "", partial: str = ""
+) -> str:
+    """Which run measured the figures: ``what`` (the command), how long, where, what code."""
+    code = versions()
+    engine = (
+        f"fleetcast at commit `{code['fleetcast commit'][:12]}` (branch "
+        f"`{code['fleetcast branch']}`)"
+    )
+    return f"{what} ({seconds / 60:.0f} min{notes}){partial} on {machine.summary()}; {engine}."
+
+
+def _autogluon_skipped(results: list[DataSetResult]) -> str:
+    autogluon = next((r.autogluon for r in results if r.autogluon), None)
+    if autogluon and "skipped" in autogluon:
+        return f" AutoGluon did not run ({autogluon['skipped']})."
+    return ""
+
+
+def _partial(results: list[DataSetResult], planned: int | None) -> str:
+    if planned and len(results) < planned:
+        return (
+            f" **Partial: {len(results)} of its {planned} sets and windows measured so far** "
+            "(the run writes every output after each one)"
+        )
+    return ""
+
+
 def readme_section(
     results: list[DataSetResult],
     machine: Machine,
@@ -426,87 +569,25 @@ def readme_section(
     seconds: float,
     peers_cached: bool = False,
     planned: int | None = None,
+    hourly: str = "",
 ) -> str:
-    """The README's Accuracy section; ``peers_cached``: the peers' forecasts and CPU
-    figures were read from ``--peers-cache`` (an earlier full run on the same inputs)."""
-    parts = []
-    for result in results:
-        verdicts = "; ".join(
-            f"{target}: {'**met**' if met else '**not met**'}"
-            for target, met in result.targets().items()
-        )
-        left_out = (
-            f" ({len(result.too_short)} left out: fewer than {MIN_FIT_DAYS} days before the horizon)"
-            if result.too_short
-            else ""
-        )
-        missing = sorted(set(result.customers) - set(result.scored))
-        why = {
-            **{c: "its export ends before the horizon does" for c in result.fleetcast_incomplete},
-            **{c: f"training failed ({r})" for c, r in result.fleetcast_failed.items()},
-        }
-        failed = (
-            f" Summaries over the {len(result.scored)} customers every method forecast the "
-            "whole horizon for; left out of them, and counted as losses against naive: "
-            + "; ".join(f"{c}, {why.get(c, 'no fleetcast forecast')}" for c in missing)
-            + "."
-            if missing
-            else ""
-        )
-        shortest, longest = min(result.fit_days), max(result.fit_days)
-        history = f"{shortest}" if shortest == longest else f"{shortest}-{longest}"
-        no_interval = [
-            f"{m.name} for {m.summary.customers - m.summary.customers_with_interval}"
-            for m in result.methods.values()
-            if 0 < m.summary.customers_with_interval < m.summary.customers
-        ]
-        intervals = (
-            " No 80% interval (left out of that method's wQL and coverage): "
-            + "; ".join(no_interval)
-            + " customers."
-            if no_interval
-            else ""
-        )
-        heading = (
-            f"**{result.data_set.title}**: {result.data_set.description}"
-            if result.window == 0
-            else f"**{result.data_set.title}**"
-        )
-        parts.append(
-            f"{heading}, **{result.window_title}**: "
-            f"{len(result.customers)} customers{left_out}, {history} days of history before "
-            "the horizon; held back: "
-            f"{result.horizon_dates}.{failed}{intervals}\n\n"
-            f"{_markdown_table(result)}\n\nIssue 39's targets here: {verdicts}.\n"
-        )
+    """The README's Accuracy section from the daily ``results``; ``peers_cached``: the peers'
+    forecasts and CPU figures were read from ``--peers-cache`` (an earlier full run on the
+    same inputs); ``hourly``: the hourly subsection (:func:`hourly_section`), put last."""
     members = ", ".join(results[0].median_members) if results else ""
     horizon = results[0].horizon if results else 0
-    code = versions()
-    engine = (
-        f"fleetcast at commit `{code['fleetcast commit'][:12]}` (branch "
-        f"`{code['fleetcast branch']}`)"
-    )
     cached = (
         "; the peers' forecasts and CPU figures from an earlier full run on the same inputs, "
         "read from `--peers-cache`"
         if peers_cached
         else ""
     )
-    autogluon = next((r.autogluon for r in results if r.autogluon), None)
-    skipped = (
-        f" AutoGluon did not run ({autogluon['skipped']})."
-        if autogluon and "skipped" in autogluon
-        else ""
-    )
-    partial = (
-        f" **Partial: {len(results)} of its {planned} sets and windows measured so far** "
-        "(the run writes every output after each one)"
-        if planned and len(results) < planned
-        else ""
-    )
+    skipped = _autogluon_skipped(results)
+    run = _run_line(machine, seconds, "`make accuracy`", cached, _partial(results, planned))
+    parts = "\n".join(_result_paragraph(r) for r in results)
     return f"""{README_HEADING}
 
-`make accuracy` ({seconds / 60:.0f} min{cached}){partial} on {machine.summary()}; {engine}.
+{run}
 
 Real public meter readings, never generated data: sources, commits and licences in
 [`bench/accuracy/data/README.md`](bench/accuracy/data/README.md). Two windows per set, each
@@ -548,19 +629,75 @@ AutoGluon's whole fit (every model, its validation and the ensemble) for the ens
 for a base model its share of that fit in proportion to its fit time, plus its own
 `predict` (where the local models fit each series), divided by the customers.
 
-{chr(10).join(parts)}
+{parts}
 Every figure, per customer too: [`{figures}`]({figures}); chart: [`{chart}`]({chart}).
 
 ![per-customer WAPE by method]({chart})
+{"" if not hourly else chr(10) + hourly}"""
+
+
+def hourly_section(
+    results: list[DataSetResult],
+    machine: Machine,
+    figures: str,
+    seconds: float,
+    planned: int | None = None,
+    command: str = "`make accuracy-hourly`",
+) -> str:
+    """The Accuracy section's hourly subsection (issue 42), from the hourly ``results``
+    (``command``: the run that measured them)."""
+    run = _run_line(machine, seconds, command, "", _partial(results, planned))
+    autogluon = next((r.autogluon for r in results if r.autogluon), None)
+    limit = (
+        f"`time_limit={autogluon['time_limit_seconds']}` seconds for its fit on each set"
+        if autogluon and autogluon.get("time_limit_seconds")
+        else "no time limit"
+    )
+    skipped = _autogluon_skipped(results)
+    parts = "\n".join(_result_paragraph(r) for r in results)
+    days = results[0].horizon_days if results else 0
+    return f"""{HOURLY_HEADING}
+
+{run}
+
+Issue 42's part: the same three sets, each customer's readings summed to hours (pandas'
+per-hour sums of the readings as the source wrote them, local time; an hour without
+readings 0), the last {days} days held back (one window: the daily part's
+second window is not run hourly). **fleetcast** is run as above with `ModelFrequency=H`:
+hourly models, and the forecast export's {days} days of hours ({days * 24}). Each
+method is fitted once and forecasts the {days * 24} hours; **day-ahead** scores the first 24
+of them, **{days} days** all {days * 24} (day-ahead from a rolling origin, every day's next 24 hours, is
+not measured: it needs a fit per day). The peers get the hourly totals: **{NAIVE_DAY}**
+(the last day repeated) and **{NAIVE_WEEK}** (the last week), each with its interval from
+its own in-sample errors; statsforecast's **MSTL** (seasons 24 and 168, its default
+AutoETS trend), **AutoETS** and **AutoTheta** (season 24), `level=[80]`, each on the last
+{peers.HOURLY_STATS_HISTORY} hours of a series ({peers.HOURLY_STATS_HISTORY // 168} weeks: on
+12 weeks the three took 4 s of CPU a customer, on a year of hours about four times that),
+and their hour-by-hour {MEDIAN}; **{MLFORECAST}** hourly (lags of 24, 48, 168 and 336
+hours, rolling means of a day and a week, hour and day of week; conformal interval over
+two {days * 24}-hour windows) on the whole history; **AutoGluon-TimeSeries** `medium_quality`
+hourly (`freq="h"`, offline as above) on the whole history, with {limit}.{skipped}
+MASE is scaled by seasonal naive 24's in-sample MAE on the hourly fit series; wQL and the
+80% coverage as above, over hours; "beats naive": customers whose WAPE is below both
+seasonal naives'. Issue 42's targets: fleetcast's median and mean WAPE and mean wQL below
+every peer's, its interval covering 77-83% of held-back hours.
+
+{parts}
+Every figure, per customer too: [`{figures}`]({figures}) (`"frequency": "H"`).
 """
 
 
 def update_readme(readme: Path, section: str) -> None:
     """Replace the ``## Accuracy`` section (up to the next ``## `` heading), or put it
-    before ``## Measured`` the first time."""
+    before ``## Measured`` the first time. A section without the hourly subsection keeps
+    the one the README has (a run without the hourly part)."""
     text = readme.read_text()
     pattern = re.compile(rf"^{re.escape(README_HEADING)}\n.*?(?=^## )", re.MULTILINE | re.DOTALL)
-    if pattern.search(text):
+    found = pattern.search(text)
+    if found:
+        if HOURLY_HEADING not in section and HOURLY_HEADING in found.group(0):
+            kept = found.group(0)[found.group(0).index(HOURLY_HEADING) :]
+            section = section.rstrip("\n") + "\n\n" + kept
         text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
     else:
         anchor = re.search(r"^## Measured\n", text, re.MULTILINE)
@@ -568,3 +705,19 @@ def update_readme(readme: Path, section: str) -> None:
             raise ValueError(f"{readme} has neither '{README_HEADING}' nor '## Measured'")
         text = text[: anchor.start()] + section.rstrip("\n") + "\n\n" + text[anchor.start() :]
     readme.write_text(text)
+
+
+def update_readme_hourly(readme: Path, subsection: str) -> None:
+    """Replace the Accuracy section's hourly subsection (or add it at the section's end),
+    leaving the rest of the section, the daily figures, as they are."""
+    text = readme.read_text()
+    section = re.search(
+        rf"^{re.escape(README_HEADING)}\n.*?(?=^## )", text, re.MULTILINE | re.DOTALL
+    )
+    if section is None:
+        raise ValueError(f"{readme} has no '{README_HEADING}' section to add the hourly part to")
+    body = section.group(0)
+    if HOURLY_HEADING in body:
+        body = body[: body.index(HOURLY_HEADING)]
+    body = body.rstrip("\n") + "\n\n" + subsection.rstrip("\n") + "\n\n"
+    readme.write_text(text[: section.start()] + body + text[section.end() :])

@@ -1,9 +1,10 @@
 """``make accuracy``: fleetcast's forecasts against the peers a user would pick instead, on
 real public meter data held back from every fit (``python -m bench.accuracy``).
 
-    .venv/bin/python -m bench.accuracy            # every customer of every set (~45 min)
+    .venv/bin/python -m bench.accuracy            # every customer of every set (~75 min)
     .venv/bin/python -m bench.accuracy --smoke    # a few customers, no AutoARIMA, no
                                                   # AutoGluon: checks
+    .venv/bin/python -m bench.accuracy --hourly-only   # the hourly part alone (~30 min)
 
 For each data set (:mod:`bench.accuracy.datasets`) and each of two windows: H days of each
 customer are held back (the last H, then the H before those), H being the forecast export's
@@ -15,27 +16,32 @@ the same readings (:mod:`bench.accuracy.peers`). Per customer WAPE, MASE and wQL
 over customers, CPU per customer, and how many customers it beats seasonal naive on. Every
 figure goes to ``--results``; ``--readme`` rewrites the README's "Accuracy" section,
 ``--chart`` draws the per-customer WAPE distributions.
+
+Then the hourly part (issue 42, :mod:`bench.accuracy.hourly`): the same sets' last window in
+hours, fleetcast's hourly models against the hourly peers, day-ahead and over 30 days of
+hours. ``--hourly-only`` runs it alone and replaces only its own figures (in ``--results``
+and the README's hourly subsection), ``--no-hourly`` runs the daily part alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import math
 import sys
 import tempfile
 import time
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 
-from bench.accuracy import fleetcast_run, metrics, peers
+from bench.accuracy import fleetcast_run, hourly, metrics, peers
 from bench.accuracy.datasets import (
     DATA_SETS,
+    HOURLY,
     WINDOWS,
     CustomerSplit,
     SplitSet,
@@ -43,7 +49,6 @@ from bench.accuracy.datasets import (
     split,
     window_title,
 )
-from bench.accuracy.metrics import LOWER, UPPER
 from bench.accuracy.report import (
     AUTOGLUON_ENSEMBLE,
     FLEETCAST,
@@ -52,14 +57,16 @@ from bench.accuracy.report import (
     NAIVE,
     PROPHET,
     DataSetResult,
-    MethodResult,
     draw_chart,
+    hourly_section,
     print_tables,
     readme_section,
     update_readme,
+    update_readme_hourly,
     versions,
     write_results,
 )
+from bench.accuracy.scoring import check_forecasts, common_horizon, scored_results
 from bench.measure import Machine
 from fleetcast_training.stan_backend import silence_stan_logging
 
@@ -109,8 +116,8 @@ def evaluate(
         MEDIAN: median,
         **{name: f for name, f in forecasts.items() if name not in order},
     }
-    check_forecasts(customers, forecasts, horizon)
-    scored, results = _scored(customers, forecasts)
+    check_forecasts(customers, forecasts, horizon, {NAIVE: metrics.SEASON})
+    scored, results = scored_results(customers, forecasts, (NAIVE,))
     wins, total = results[FLEETCAST].beats_naive
     return DataSetResult(
         data_set=split_set.data_set,
@@ -130,39 +137,12 @@ def evaluate(
         fleetcast_incomplete=run.incomplete,
         fleetcast_hyperparameters=run.hyperparameters,
         fleetcast_instances=run.instances,
-        fit_days=[len(c.daily) for c in customers],
-        horizon_dates=_common_horizon(customers),
+        fit_days=[len(c.series) for c in customers],
+        horizon_dates=common_horizon(customers),
         seconds=time.perf_counter() - began,
         window=split_set.window,
         autogluon=autogluon,
     )
-
-
-def _scored(
-    customers: list[CustomerSplit], forecasts: dict[str, peers.Forecasts]
-) -> tuple[list[CustomerSplit], dict[str, MethodResult]]:
-    """The customers every method forecast whole, and each method's figures on them."""
-    # Every method is summarised over the same customers: those all of them forecast every
-    # day of the horizon for. A customer fleetcast's export misses days of is listed (and
-    # counts as a loss against seasonal naive), not dropped from fleetcast's figures alone.
-    scored = [
-        c
-        for c in customers
-        if all(
-            c.customer_id in f.values and not np.isnan(f.values[c.customer_id]).any()
-            for f in forecasts.values()
-        )
-    ]
-    results = {name: score(name, customers, scored, f) for name, f in forecasts.items()}
-    naive_wapes = results[NAIVE].wapes_list(customers)
-    results = {
-        name: dataclasses.replace(
-            result,
-            beats_naive=metrics.beats_share(result.wapes_list(customers), naive_wapes),
-        )
-        for name, result in results.items()
-    }
-    return scored, results
 
 
 def _peer_forecasts(
@@ -210,110 +190,6 @@ def _peer_forecasts(
     return forecasts, autogluon, False
 
 
-def _common_horizon(customers: list[CustomerSplit]) -> str:
-    """The held-back days most customers share, and how many do."""
-    spans = Counter(
-        f"{c.horizon_days[0]:%Y-%m-%d} to {c.horizon_days[-1]:%Y-%m-%d}" for c in customers
-    )
-    span, count = spans.most_common(1)[0]
-    return f"{span} ({count} of {len(customers)} customers)"
-
-
-def score(
-    name: str,
-    customers: list[CustomerSplit],
-    scored: list[CustomerSplit],
-    forecasts: peers.Forecasts,
-) -> MethodResult:
-    """Per-customer WAPE, MASE and wQL for every customer; the summary (the 80% interval's
-    coverage pooled over their days) over ``scored``."""
-    wapes: dict[str, float] = {}
-    mases: dict[str, float] = {}
-    wqls: dict[str, float] = {}
-    inside: dict[str, int] = {}
-    for customer in customers:
-        cid = customer.customer_id
-        forecast = forecasts.values.get(cid)
-        wqls[cid] = math.nan
-        if forecast is None or np.isnan(forecast).any():
-            wapes[cid] = mases[cid] = math.nan
-            continue
-        scale = metrics.naive_scale(customer.daily.to_numpy(np.float64))
-        wapes[cid] = metrics.wape(customer.actuals, forecast)
-        mases[cid] = metrics.mase(customer.actuals, forecast, scale)
-        quantiles = forecasts.customer_quantiles(cid)
-        if quantiles and all(np.isfinite(q).all() for q in quantiles.values()):
-            wqls[cid] = metrics.wql(customer.actuals, quantiles)
-            inside[cid] = metrics.inside(customer.actuals, quantiles[LOWER], quantiles[UPPER])
-    with_interval = [c for c in scored if c.customer_id in inside]
-    cpu = list(forecasts.cpu_seconds.values())
-    return MethodResult(
-        name=name,
-        wape=wapes,
-        mase=mases,
-        summary=metrics.Summary.of(
-            [wapes[c.customer_id] for c in scored],
-            [mases[c.customer_id] for c in scored],
-            [wqls[c.customer_id] for c in scored],
-            (
-                sum(inside[c.customer_id] for c in with_interval),
-                sum(len(c.actuals) for c in with_interval),
-            ),
-        ),
-        cpu_ms_per_customer=1000 * float(np.mean(cpu)) if cpu else math.nan,
-        forecasts=len(forecasts.values),
-        wql=wqls,
-    )
-
-
-def check_forecasts(
-    customers: list[CustomerSplit], forecasts: dict[str, peers.Forecasts], horizon: int
-) -> None:
-    """What every run must hold, whatever the engine: raises AssertionError otherwise."""
-    for customer in customers:
-        if len(customer.horizon_days) != horizon or customer.actuals.shape != (horizon,):
-            raise AssertionError(f"{customer.customer_id}: horizon is not {horizon} days")
-        if customer.daily.index[-1] + np.timedelta64(1, "D") != customer.horizon_days[0]:
-            raise AssertionError(
-                f"{customer.customer_id}: the fit window does not end the day before"
-            )
-        if (customer.fit_readings["timestamp"] >= customer.horizon_days[0]).any():
-            raise AssertionError(f"{customer.customer_id}: a held-back reading is in the fit data")
-        daily_sum = float(customer.daily.sum())
-        readings_sum = float(customer.fit_readings["consumption"].sum())
-        if not math.isclose(daily_sum, readings_sum, rel_tol=1e-9, abs_tol=1e-9):
-            raise AssertionError(
-                f"{customer.customer_id}: daily totals {daily_sum} != {readings_sum}"
-            )
-        naive = forecasts[NAIVE].values[customer.customer_id]
-        last_week = customer.daily.to_numpy()[-metrics.SEASON :]
-        if not np.array_equal(naive[: metrics.SEASON], last_week) or not np.array_equal(
-            naive[metrics.SEASON : 2 * metrics.SEASON], last_week
-        ):
-            raise AssertionError(
-                f"{customer.customer_id}: seasonal naive is not last week repeated"
-            )
-    for name, result in forecasts.items():
-        for customer_id, values in result.values.items():
-            if values.shape != (horizon,):
-                raise AssertionError(f"{name} {customer_id}: {values.shape} values, not {horizon}")
-            if name != FLEETCAST and not np.isfinite(values).all():
-                raise AssertionError(f"{name} {customer_id}: forecast is not finite")
-        for level, by_customer in result.quantiles.items():
-            for customer_id, values in by_customer.items():
-                if values.shape != (horizon,):
-                    raise AssertionError(f"{name} {customer_id}: quantile {level} {values.shape}")
-        lower, upper = result.quantiles.get(LOWER, {}), result.quantiles.get(UPPER, {})
-        for customer_id in set(lower) & set(upper):
-            if (lower[customer_id] > upper[customer_id] + 1e-9).any():
-                raise AssertionError(f"{name} {customer_id}: 80% interval upside down")
-        for customer_id, cpu in result.cpu_seconds.items():
-            if not (math.isfinite(cpu) and cpu >= 0):
-                raise AssertionError(f"{name} {customer_id}: CPU {cpu}")
-    if not forecasts[FLEETCAST].values:
-        raise AssertionError("fleetcast's export has no customer")
-
-
 def check_metrics() -> None:
     """WAPE, MASE and the beats share on hand-worked cases."""
     actuals = np.array([10.0, 0.0, 5.0, 5.0])
@@ -339,12 +215,14 @@ def check_metrics() -> None:
         raise AssertionError("days inside the interval")
 
 
-def main() -> int:
+def _options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.accuracy", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "--smoke", action="store_true", help="a few customers, no AutoARIMA, no AutoGluon"
+        "--smoke",
+        action="store_true",
+        help="a few customers, no AutoARIMA, no AutoGluon; hourly: the first set only",
     )
     parser.add_argument(
         "--autogluon",
@@ -357,7 +235,18 @@ def main() -> int:
         type=int,
         action="append",
         choices=WINDOWS,
-        help="only this window (0: the last horizon, 1: the one before; default: both)",
+        help="only this window of the daily part (0: the last horizon, 1: the one before; "
+        "default: both)",
+    )
+    part = parser.add_mutually_exclusive_group()
+    part.add_argument(
+        "--hourly-only",
+        action="store_true",
+        help="only the hourly part (issue 42): its figures replace the hourly ones of "
+        "--results and --readme, the daily ones are kept",
+    )
+    part.add_argument(
+        "--no-hourly", action="store_true", help="only the daily part (the hourly figures kept)"
     )
     parser.add_argument("--results", type=Path, help="where to write every figure as JSON")
     parser.add_argument("--chart", type=Path, help="where to draw the WAPE distributions")
@@ -375,7 +264,11 @@ def main() -> int:
         help="a folder keeping the peers' forecasts (they do not depend on fleetcast's "
         "code) between runs, keyed by their inputs: while iterating on the engine",
     )
-    options = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    options = _options()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     silence_stan_logging()
     console = Console(width=None if sys.stdout.isatty() else 200)
@@ -384,22 +277,25 @@ def main() -> int:
     check_metrics()
     horizon = fleetcast_run.export_horizon()
     limit = SMOKE_CUSTOMERS if options.smoke else options.customers
-    results: list[DataSetResult] = []
     with_autogluon = not options.smoke if options.autogluon is None else options.autogluon
     if with_autogluon and not peers.autogluon_available():
         raise SystemExit(
             f"{peers.AUTOGLUON_PYTHON} is missing: `make accuracy` installs AutoGluon "
             "(requirements/autogluon.lock.txt) first; --no-autogluon runs without it"
         )
-    planned = sum(not options.data_set or d.key in options.data_set for d in DATA_SETS) * len(
-        options.window or WINDOWS
+    data_sets = [d for d in DATA_SETS if not options.data_set or d.key in options.data_set]
+    windows = [] if options.hourly_only else options.window or list(WINDOWS)
+    results: list[DataSetResult] = []
+    progress = Progress(
+        began=began,
+        daily_planned=len(data_sets) * len(windows),
+        # Each set's hourly part gives two results: day-ahead and 30 days.
+        hourly_planned=0 if options.no_hourly else 2 * len(data_sets),
     )
     with tempfile.TemporaryDirectory(prefix="fleetcast-accuracy-") as folder:
-        for data_set in DATA_SETS:
-            if options.data_set and data_set.key not in options.data_set:
-                continue
+        for data_set in data_sets:
             readings = load_readings(data_set.path)
-            for window in options.window or WINDOWS:
+            for window in windows:
                 split_set = split(data_set, horizon, limit, readings, window)
                 results.append(
                     evaluate(
@@ -413,38 +309,88 @@ def main() -> int:
                     )
                 )
                 print_tables(results[-1:], machine, console)
-                publish(options, results, machine, time.perf_counter() - began, planned)
+                publish(options, results, machine, progress)
+            # The smoke's hourly part: the first set only (about two minutes a set).
+            if options.no_hourly or (options.smoke and data_set is not DATA_SETS[0]):
+                continue
+            started = time.perf_counter()
+            split_set = split(data_set, horizon, limit, readings, 0, HOURLY)
+            found = hourly.evaluate(
+                split_set, Path(folder), console, options.smoke, with_autogluon, options.peers_cache
+            )
+            progress.hourly_seconds += time.perf_counter() - started
+            results += found
+            print_tables(found, machine, console)
+            publish(options, results, machine, progress)
     print_tables(results, machine, console)
-    console.print(f"[dim]make accuracy took {time.perf_counter() - began:.0f} s[/]")
+    console.print(
+        f"[dim]make accuracy took {time.perf_counter() - began:.0f} s, its hourly part "
+        f"{progress.hourly_seconds:.0f} s[/]"
+    )
     return 0
+
+
+@dataclass
+class Progress:
+    """How far a run is: when it began, the results it plans, its hourly part's seconds."""
+
+    began: float
+    daily_planned: int
+    hourly_planned: int
+    hourly_seconds: float = 0.0
 
 
 def publish(
     options: argparse.Namespace,
     results: list[DataSetResult],
     machine: Machine,
-    seconds: float,
-    planned: int,
+    progress: Progress,
 ) -> None:
     """Every output for the results so far (after each set and window, so a long run that
-    is stopped leaves what it measured, said to be partial)."""
+    is stopped leaves what it measured, said to be partial). The daily part's outputs are
+    left as they are by a run without daily results (--hourly-only), the hourly part's by
+    one without hourly results."""
+    # The daily part's time: the run's but for its hourly part.
+    seconds = time.perf_counter() - progress.began - progress.hourly_seconds
+    daily = [r for r in results if not r.hourly]
+    by_hour = [r for r in results if r.hourly]
     if options.results:
-        write_results(results, machine, versions(), seconds, options.results)
-    if options.chart:
-        draw_chart(results, machine, options.chart)
-    if options.readme:
-        root = options.readme.resolve().parent
-        chart = options.chart or ROOT / "bench" / "accuracy.png"
-        figures = options.results or ROOT / "bench" / "accuracy-results.json"
-        update_readme(
-            options.readme,
-            readme_section(
-                results,
-                machine,
-                str(chart.resolve().relative_to(root)),
-                str(figures.resolve().relative_to(root)),
-                seconds,
-                peers_cached=bool(PEERS_FROM_CACHE),
-                planned=planned,
-            ),
+        write_results(
+            results, machine, versions(), seconds, options.results, progress.hourly_seconds
         )
+    if options.chart and daily:
+        draw_chart(daily, machine, options.chart)
+    if not options.readme:
+        return
+    root = options.readme.resolve().parent
+    chart = options.chart or ROOT / "bench" / "accuracy.png"
+    figures_path = options.results or ROOT / "bench" / "accuracy-results.json"
+    figures = str(figures_path.resolve().relative_to(root))
+    hourly_part = (
+        hourly_section(
+            by_hour,
+            machine,
+            figures,
+            progress.hourly_seconds,
+            progress.hourly_planned,
+            "`make accuracy-hourly`" if options.hourly_only else "`make accuracy`'s hourly part",
+        )
+        if by_hour
+        else ""
+    )
+    if not daily:
+        update_readme_hourly(options.readme, hourly_part)
+        return
+    update_readme(
+        options.readme,
+        readme_section(
+            daily,
+            machine,
+            str(chart.resolve().relative_to(root)),
+            figures,
+            seconds,
+            peers_cached=bool(PEERS_FROM_CACHE),
+            planned=progress.daily_planned,
+            hourly=hourly_part,
+        ),
+    )

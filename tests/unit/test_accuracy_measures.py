@@ -102,10 +102,10 @@ def test_the_second_window_is_the_horizon_before_the_last_and_sees_nothing_after
     last, before = london_sample(2, 0), london_sample(2, 1)
     for late, early in zip(last.customers, before.customers, strict=True):
         # Then the earlier window ends the day before the last one starts
-        assert early.horizon_days[-1] + pd.Timedelta(days=1) == late.horizon_days[0]
+        assert early.horizon_index[-1] + pd.Timedelta(days=1) == late.horizon_index[0]
         # And nothing at or after its first held-back day is in its fit data
-        assert (early.fit_readings["timestamp"] < early.horizon_days[0]).all()
-        assert early.daily.index[-1] + pd.Timedelta(days=1) == early.horizon_days[0]
+        assert (early.fit_readings["timestamp"] < early.horizon_index[0]).all()
+        assert early.series.index[-1] + pd.Timedelta(days=1) == early.horizon_index[0]
         assert len(early.actuals) == HORIZON
 
 
@@ -116,8 +116,8 @@ def test_our_frame_goes_to_the_peer_libraries_as_their_long_frame():
     assert list(frame.columns) == ["unique_id", "ds", "y"]
     for customer in sample.customers:
         rows = frame[frame["unique_id"] == customer.customer_id]
-        np.testing.assert_array_equal(rows["y"].to_numpy(), customer.daily.to_numpy())
-        assert pd.Timestamp(rows["ds"].iloc[-1]) == customer.daily.index[-1]
+        np.testing.assert_array_equal(rows["y"].to_numpy(), customer.series.to_numpy())
+        assert pd.Timestamp(rows["ds"].iloc[-1]) == customer.series.index[-1]
 
 
 def autogluon_predictions(ids: list[str], start: str) -> pd.DataFrame:
@@ -184,7 +184,7 @@ def test_mlforecast_rows_keep_an_interval_only_for_customers_that_have_one():
 def test_fleetcasts_interval_is_read_from_its_forecast_export(tmp_path):
     # Given an export with the horizon's days for one customer
     customer = london_sample(1, 0).customers[0]
-    days = customer.horizon_days
+    days = customer.horizon_index
     export = tmp_path / "part-0.parquet"
     pq.write_table(
         pa.table(

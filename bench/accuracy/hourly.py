@@ -1,0 +1,190 @@
+"""make accuracy's hourly part (issue 42): hourly models against the peers a user would
+pick for hourly data, day-ahead and over 30 days of hours (``python -m bench.accuracy
+--hourly-only`` runs it alone).
+
+For each data set, the last window only (the daily part's last ``horizon`` days): every
+customer's readings before it summed to hours (:func:`bench.accuracy.datasets.split` with
+:data:`~bench.accuracy.datasets.HOURLY`); fleetcast's jobs run with ``ModelFrequency=H``
+(:mod:`bench.accuracy.fleetcast_run`), and its forecast export's 720 hours read; the peers
+(:mod:`bench.accuracy.peers`) fitted once on the hourly series, each forecasting the 720
+hours. Every method is then scored twice on that one forecast: **day-ahead**, its first 24
+hours, and **30 days**, all 720 (:mod:`bench.accuracy.scoring`).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from bench.accuracy import fleetcast_run, peers
+from bench.accuracy.datasets import HOURLY, CustomerSplit, SplitSet
+from bench.accuracy.report import (
+    AUTOGLUON_ENSEMBLE,
+    FLEETCAST,
+    MEDIAN,
+    MLFORECAST,
+    NAIVE_DAY,
+    NAIVE_WEEK,
+    DataSetResult,
+)
+from bench.accuracy.scoring import check_forecasts, common_horizon, scored_results
+
+STATSFORECAST_MODELS = ("MSTL", "AutoETS", "AutoTheta")
+# The smoke leaves AutoETS out: with a season of 24 it is the slow one.
+SMOKE_STATSFORECAST_MODELS = ("MSTL", "AutoTheta")
+NAIVE_SEASONS = {NAIVE_DAY: 24, NAIVE_WEEK: 168}
+DAY_AHEAD = 24
+
+
+def evaluate(
+    split_set: SplitSet,
+    scratch: Path,
+    console: Console,
+    smoke: bool = False,
+    with_autogluon: bool = False,
+    peers_cache: Path | None = None,
+) -> list[DataSetResult]:
+    """fleetcast and the peers on ``split_set`` (an hourly split): its day-ahead result,
+    then its 30-day one."""
+    customers = split_set.customers
+    key = split_set.data_set.key
+    horizon = len(customers[0].horizon_index)
+    label = f"{key}, hourly, last {horizon // HOURLY.per_day} days"
+    began = time.perf_counter()
+    with console.status(f"{label}: fleetcast hourly (processing + training, {len(customers)})"):
+        run = fleetcast_run.run(
+            customers,
+            scratch / f"{key}-hourly",
+            {
+                "DefaultHolidayCountry": split_set.data_set.holiday_country,
+                "ModelFrequency": HOURLY.model_frequency,
+            },
+        )
+    models = SMOKE_STATSFORECAST_MODELS if smoke else STATSFORECAST_MODELS
+    runs = (*NAIVE_SEASONS, *models, MLFORECAST, *((AUTOGLUON_ENSEMBLE,) if with_autogluon else ()))
+    cache = (
+        peers_cache / f"{key}-hourly-{peers.inputs_digest(customers, horizon, runs)}.pickle"
+        if peers_cache
+        else None
+    )
+    found, autogluon = _peer_forecasts(
+        customers, horizon, label, models, with_autogluon, cache, console
+    )
+    forecasts = {
+        FLEETCAST: run.forecasts,
+        **{name: found[name] for name in (*NAIVE_SEASONS, *models)},
+        MEDIAN: peers.median_of([found[m] for m in models]),
+        **{name: f for name, f in found.items() if name not in (*NAIVE_SEASONS, *models)},
+    }
+    check_forecasts(customers, forecasts, horizon, NAIVE_SEASONS)
+    seconds = time.perf_counter() - began
+    return [
+        _result(split_set, run, forecasts, periods, title, list(models), autogluon, seconds)
+        for periods, title in (
+            (DAY_AHEAD, f"day-ahead (the first {DAY_AHEAD} hours)"),
+            (horizon, f"30 days of hours ({horizon})"),
+        )
+    ]
+
+
+def _result(
+    split_set: SplitSet,
+    run: fleetcast_run.FleetcastRun,
+    forecasts: dict[str, peers.Forecasts],
+    periods: int,
+    title: str,
+    models: list[str],
+    autogluon: dict[str, object] | None,
+    seconds: float,
+) -> DataSetResult:
+    """Every method scored on the first ``periods`` hours of its forecast."""
+    customers = split_set.customers
+    held_back_days = len(customers[0].horizon_index) // HOURLY.per_day
+    cut = [c.first(periods) for c in customers]
+    scored, methods = scored_results(
+        cut, {name: f.first(periods) for name, f in forecasts.items()}, tuple(NAIVE_SEASONS)
+    )
+    wins, total = methods[FLEETCAST].beats_naive
+    return DataSetResult(
+        data_set=split_set.data_set,
+        customers=[c.customer_id for c in customers],
+        scored=[c.customer_id for c in scored],
+        too_short=split_set.too_short,
+        readings=split_set.readings,
+        horizon=periods,
+        methods=methods,
+        beats_naive=wins,
+        beats_naive_of=total,
+        median_members=models,
+        fleetcast_training_cpu_seconds=run.training_cpu_seconds,
+        fleetcast_processing_cpu_seconds=run.processing_cpu_seconds,
+        fleetcast_trained=run.trained,
+        fleetcast_failed=run.failed,
+        fleetcast_incomplete=run.incomplete,
+        fleetcast_hyperparameters=run.hyperparameters,
+        fleetcast_instances=run.instances,
+        fit_days=[len(c.series) // HOURLY.per_day for c in customers],
+        horizon_dates=common_horizon(customers),
+        seconds=seconds,
+        window=split_set.window,
+        autogluon=autogluon,
+        frequency=HOURLY.model_frequency,
+        horizon_title=title,
+        held_back_days=held_back_days,
+    )
+
+
+def _peer_forecasts(
+    customers: list[CustomerSplit],
+    horizon: int,
+    label: str,
+    models: tuple[str, ...],
+    with_autogluon: bool,
+    cache: Path | None,
+    console: Console,
+) -> tuple[dict[str, peers.Forecasts], dict[str, object] | None]:
+    """Every hourly peer's forecasts of ``customers`` (from ``cache`` when it holds them),
+    and AutoGluon's leaderboard (or why it did not run)."""
+    autogluon: dict[str, object] | None = (
+        None if with_autogluon else {"skipped": "not asked for: --no-autogluon or --smoke"}
+    )
+    found = peers.load_cached(cache) if cache else None
+    if found is not None:
+        board = cache.with_suffix(".json") if cache else None
+        if with_autogluon and board and board.exists():
+            autogluon = json.loads(board.read_text())
+        return found, autogluon
+    with console.status(f"{label}: seasonal naive at 24 and 168 hours"):
+        forecasts = {
+            name: peers.seasonal_naive(customers, horizon, season)
+            for name, season in NAIVE_SEASONS.items()
+        }
+    with console.status(f"{label}: statsforecast {', '.join(models)}"):
+        forecasts.update(
+            peers.statsforecast_models(
+                customers, horizon, models, HOURLY, peers.HOURLY_STATS_HISTORY, processes=2
+            )
+        )
+    with console.status(f"{label}: mlforecast (LightGBM across the customers, hourly)"):
+        forecasts.update(peers.mlforecast_lightgbm(customers, horizon, HOURLY))
+    if with_autogluon:
+        with (
+            console.status(f"{label}: AutoGluon-TimeSeries medium_quality, hourly"),
+            tempfile.TemporaryDirectory(prefix="fleetcast-autogluon-") as folder,
+        ):
+            board = Path(folder) / "leaderboard.json"
+            forecasts.update(
+                peers.autogluon_models(
+                    customers, horizon, board, HOURLY, peers.HOURLY_AUTOGLUON_TIME_LIMIT
+                )
+            )
+            autogluon = json.loads(board.read_text())
+    if cache:
+        peers.store_cached(cache, forecasts)
+        if autogluon and with_autogluon:
+            cache.with_suffix(".json").write_text(json.dumps(autogluon))
+    return forecasts, autogluon
