@@ -127,35 +127,9 @@ def run_demo(
 
         run_id = wait_for_new_run(info.job_name_prefix, sagemaker, known)
         status = follow_with_progress(stack, run_id, console, expected_customers=customers)
-        stages.append(
-            (
-                "processing",
-                status.job(PROCESSING).seconds or 0.0,
-                f"{status.rows_read or 0:,} rows, {status.rows_rejected or 0} rejected, {status.customers_processed or 0} customers",
-            )
-        )
-        stages.append(
-            (
-                "training",
-                status.job(TRAINING).seconds or 0.0,
-                f"{status.job(TRAINING).instances} instances, {status.customers_trained or 0} trained, {status.customers_failed or 0} failed",
-            )
-        )
-        stages.append(
-            (
-                "registration",
-                _since(status.job(TRAINING).ended_at),
-                f"{status.customers_registered} live",
-            )
-        )
+        stages += _run_stages(status)
         stages.append(("total", time.perf_counter() - began, ""))
-        table = Table(title="fleetcast demo", header_style="bold")
-        table.add_column("stage", no_wrap=True)
-        table.add_column("seconds", justify="right", no_wrap=True)
-        table.add_column("detail")
-        for name, seconds, detail in stages:
-            table.add_row(name, f"{seconds:.1f}", detail)
-        print_table(console, table)
+        _print_stages(stages, console)
         result: dict[str, object] = {
             "run_id": run_id,
             "completed": status.completed,
@@ -182,6 +156,37 @@ def run_demo(
     finally:
         with console.status("stopping the local stack"):
             stack.stop()
+
+
+def _run_stages(status: RunStatus) -> list[tuple[str, float, str]]:
+    """The run's stages as the demo's table shows them: each job's seconds and figures."""
+    return [
+        (
+            "processing",
+            status.job(PROCESSING).seconds or 0.0,
+            f"{status.rows_read or 0:,} rows, {status.rows_rejected or 0} rejected, {status.customers_processed or 0} customers",
+        ),
+        (
+            "training",
+            status.job(TRAINING).seconds or 0.0,
+            f"{status.job(TRAINING).instances} instances, {status.customers_trained or 0} trained, {status.customers_failed or 0} failed",
+        ),
+        (
+            "registration",
+            _since(status.job(TRAINING).ended_at),
+            f"{status.customers_registered} live",
+        ),
+    ]
+
+
+def _print_stages(stages: list[tuple[str, float, str]], console: Console) -> None:
+    table = Table(title="fleetcast demo", header_style="bold")
+    table.add_column("stage", no_wrap=True)
+    table.add_column("seconds", justify="right", no_wrap=True)
+    table.add_column("detail")
+    for name, seconds, detail in stages:
+        table.add_row(name, f"{seconds:.1f}", detail)
+    print_table(console, table)
 
 
 def _print_json(result: dict[str, object], as_json: bool) -> None:
