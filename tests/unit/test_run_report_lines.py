@@ -66,7 +66,7 @@ def test_an_hourly_runs_summary_report_and_charts_speak_of_hours(monkeypatch) ->
     # When it is summarised, then the lines say the models are hourly, naive a day of hours
     lines = summary_lines(summary)
     assert "hourly models, errors over hours" in lines[0]
-    assert "(the last 24 hours repeated)" in lines[1]
+    assert "(the last 168 hours repeated)" in lines[1]
     # And the report says so above its tables
     accuracy = pa.table(
         {
@@ -92,4 +92,4 @@ def test_an_hourly_runs_summary_report_and_charts_speak_of_hours(monkeypatch) ->
     (axes,) = drawn[-1].axes
     assert axes.get_xlabel().startswith("backtest WAPE over the held-back hours (%)")
     assert "hourly models" in axes.get_title()
-    assert "seasonal-naive (the last 24 hours repeated)" in axes.get_legend_handles_labels()[1]
+    assert "seasonal-naive (the last 168 hours repeated)" in axes.get_legend_handles_labels()[1]

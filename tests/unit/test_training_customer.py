@@ -120,16 +120,17 @@ def test_a_customer_whose_use_fell_weeks_ago_is_not_served_prophets_old_level(tm
 
 
 def test_hourly_customer_is_scored_on_whole_days(tmp_path: Path):
-    # Given ten days of hourly data and a one-day holdout
-    source = write_customer(tmp_path, series(240, freq="h"))
+    # Given four weeks of hourly data and a one-day holdout (a backtest of three windows
+    # needs them and a week of hours, the season, before them)
+    source = write_customer(tmp_path, series(672, freq="h"))
     hourly = trainer(tmp_path, frequency="H", holdout_days="1", min_rows="48")
     # When trained
     report = hourly.train("acme", source)
-    # Then the last 24 hours were held out, against yesterday's same hour
+    # Then the last 24 hours were held out, against the same hour a week before
     assert report.result.outcome is CustomerOutcome.TRAINED
     _, metadata = read_archive(tmp_path / "checkpoints" / "acme.tar.gz")
     assert metadata.frequency is Frequency.HOURLY
-    assert metadata.rows == 240
+    assert metadata.rows == 672
     assert metadata.metrics.holdout_days == 1
     assert metadata.metrics.smape < 0.1
 

@@ -59,7 +59,7 @@ def test_strings_become_typed_values():
     # Then hourly is the one frequency type (pandas 3's alias "h" on it), and the
     # seasonalities as Prophet takes them
     assert parsed.frequency is Frequency.HOURLY and parsed.frequency.pandas_alias == "h"
-    assert (parsed.holdout_rows, parsed.season_rows) == (48, 24)
+    assert (parsed.holdout_rows, parsed.season_rows) == (48, 168)
     assert (parsed.yearly_seasonality, parsed.weekly_seasonality) == (False, True)
     assert parsed.daily_seasonality == 6
     assert parsed.candidates == ("ets", "prophet")
@@ -86,7 +86,8 @@ def test_rows_required_cover_the_holdout_and_a_season_before_it():
     daily = Hyperparameters.parse({"run_id": RUN_ID})
     hourly = Hyperparameters.parse({"run_id": RUN_ID, "frequency": "H"})
     stricter = Hyperparameters.parse({"run_id": RUN_ID, "frequency": "H", "min_rows": "500"})
-    # Then daily data needs 28 rows, hourly a week held out plus a day: 168 + 24
+    # Then daily data needs 28 rows, hourly a week held out plus a season (a week of
+    # hours) before it: 168 + 168
     assert daily.required_rows == 28
-    assert hourly.required_rows == 192
+    assert hourly.required_rows == 336
     assert stricter.required_rows == 500

@@ -1,7 +1,7 @@
 """Exponential smoothing (ETS with additive errors) with a small model search.
 
 The forms searched: no, additive or damped trend, each with or without additive seasonal
-states (a week of days, a day of hours). For fixed smoothing parameters the state-space
+states (a week of days, a week of hours). For fixed smoothing parameters the state-space
 recursion is
 
     f = l + phi b + s[t - m];   e = y - f

@@ -24,9 +24,9 @@ class Frequency(StrEnum):
 
     # code, pandas alias, unit, adjective, periods a day, longest forecast (periods: a
     # year of days, 30 days of hours), the seasonal-naive season (periods: a week of days,
-    # a day of hours)
+    # a week of hours: the hourly families then see the weekly cycle)
     DAILY = ("D", "D", "day", "daily", 1, 365, 7)
-    HOURLY = ("H", "h", "hour", "hourly", 24, 720, 24)
+    HOURLY = ("H", "h", "hour", "hourly", 24, 720, 168)
 
     # (annotations, not members: the attributes each member is given in __new__)
     pandas_alias: str
