@@ -13,8 +13,6 @@ hours, and **30 days**, all 720 (:mod:`bench.accuracy.scoring`).
 
 from __future__ import annotations
 
-import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -147,44 +145,32 @@ def _peer_forecasts(
     cache: Path | None,
     console: Console,
 ) -> tuple[dict[str, peers.Forecasts], dict[str, object] | None]:
-    """Every hourly peer's forecasts of ``customers`` (from ``cache`` when it holds them),
+    """Every hourly peer's forecasts of ``customers`` (:func:`peers.cached_or_computed`),
     and AutoGluon's leaderboard (or why it did not run)."""
-    autogluon: dict[str, object] | None = (
-        None if with_autogluon else {"skipped": "not asked for: --no-autogluon or --smoke"}
-    )
-    found = peers.load_cached(cache) if cache else None
-    if found is not None:
-        board = cache.with_suffix(".json") if cache else None
-        if with_autogluon and board and board.exists():
-            autogluon = json.loads(board.read_text())
-        return found, autogluon
-    with console.status(f"{label}: seasonal naive at 24 and 168 hours"):
-        forecasts = {
-            name: peers.seasonal_naive(customers, horizon, season)
-            for name, season in NAIVE_SEASONS.items()
-        }
-    with console.status(f"{label}: statsforecast {', '.join(models)}"):
-        forecasts.update(
-            peers.statsforecast_models(
-                customers, horizon, models, HOURLY, peers.HOURLY_STATS_HISTORY, processes=2
-            )
-        )
-    with console.status(f"{label}: mlforecast (LightGBM across the customers, hourly)"):
-        forecasts.update(peers.mlforecast_lightgbm(customers, horizon, HOURLY))
-    if with_autogluon:
-        with (
-            console.status(f"{label}: AutoGluon-TimeSeries medium_quality, hourly"),
-            tempfile.TemporaryDirectory(prefix="fleetcast-autogluon-") as folder,
-        ):
-            board = Path(folder) / "leaderboard.json"
+
+    def compute() -> dict[str, peers.Forecasts]:
+        with console.status(f"{label}: seasonal naive at 24 and 168 hours"):
+            forecasts = {
+                name: peers.seasonal_naive(customers, horizon, season)
+                for name, season in NAIVE_SEASONS.items()
+            }
+        with console.status(f"{label}: statsforecast {', '.join(models)}"):
             forecasts.update(
-                peers.autogluon_models(
-                    customers, horizon, board, HOURLY, peers.HOURLY_AUTOGLUON_TIME_LIMIT
+                peers.statsforecast_models(
+                    customers, horizon, models, HOURLY, peers.HOURLY_STATS_HISTORY, processes=2
                 )
             )
-            autogluon = json.loads(board.read_text())
-    if cache:
-        peers.store_cached(cache, forecasts)
-        if autogluon and with_autogluon:
-            cache.with_suffix(".json").write_text(json.dumps(autogluon))
+        with console.status(f"{label}: mlforecast (LightGBM across the customers, hourly)"):
+            forecasts.update(peers.mlforecast_lightgbm(customers, horizon, HOURLY))
+        return forecasts
+
+    def run_autogluon(leaderboard: Path) -> dict[str, peers.Forecasts]:
+        with console.status(f"{label}: AutoGluon-TimeSeries medium_quality, hourly"):
+            return peers.autogluon_models(
+                customers, horizon, leaderboard, HOURLY, peers.HOURLY_AUTOGLUON_TIME_LIMIT
+            )
+
+    forecasts, autogluon, _ = peers.cached_or_computed(
+        cache, with_autogluon, compute, run_autogluon
+    )
     return forecasts, autogluon

@@ -23,12 +23,14 @@ fitted across the fleet, their CPU divided by the customers).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
 import pickle
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -332,3 +334,35 @@ def store_cached(path: Path, forecasts: dict[str, Forecasts]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as file:
         pickle.dump(forecasts, file)
+
+
+def cached_or_computed(
+    cache: Path | None,
+    with_autogluon: bool,
+    compute: Callable[[], dict[str, Forecasts]],
+    run_autogluon: Callable[[Path], dict[str, Forecasts]],
+) -> tuple[dict[str, Forecasts], dict[str, object] | None, bool]:
+    """The peers' forecasts: from ``cache`` when it holds them, else ``compute``'s and, when
+    ``with_autogluon``, ``run_autogluon``'s (given where to write its leaderboard), then
+    stored in ``cache``; AutoGluon's leaderboard (or why it did not run); and whether they
+    came from the cache. The daily and the hourly parts of make accuracy both run so."""
+    autogluon: dict[str, object] | None = (
+        None if with_autogluon else {"skipped": "not asked for: --no-autogluon or --smoke"}
+    )
+    found = load_cached(cache) if cache else None
+    if found is not None:
+        leaderboard = cache.with_suffix(".json") if cache else None
+        if with_autogluon and leaderboard and leaderboard.exists():
+            autogluon = json.loads(leaderboard.read_text())
+        return found, autogluon, True
+    forecasts = compute()
+    if with_autogluon:
+        with tempfile.TemporaryDirectory(prefix="fleetcast-autogluon-") as folder:
+            leaderboard = Path(folder) / "leaderboard.json"
+            forecasts.update(run_autogluon(leaderboard))
+            autogluon = json.loads(leaderboard.read_text())
+    if cache:
+        store_cached(cache, forecasts)
+        if autogluon and with_autogluon:
+            cache.with_suffix(".json").write_text(json.dumps(autogluon))
+    return forecasts, autogluon, False

@@ -26,7 +26,6 @@ and the README's hourly subsection), ``--no-hourly`` runs the daily part alone.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import sys
@@ -154,40 +153,25 @@ def _peer_forecasts(
     cache: Path | None,
     console: Console,
 ) -> tuple[dict[str, peers.Forecasts], dict[str, object] | None, bool]:
-    """Every peer's forecasts of ``customers`` (from ``cache`` when it holds them, stored
-    there when computed), AutoGluon's leaderboard (or why it did not run), and whether
-    they came from the cache."""
-    autogluon: dict[str, object] | None = (
-        None if with_autogluon else {"skipped": "not asked for: --no-autogluon or --smoke"}
-    )
-    found = peers.load_cached(cache) if cache else None
-    if found is not None:
-        leaderboard = cache.with_suffix(".json") if cache else None
-        if with_autogluon and leaderboard and leaderboard.exists():
-            autogluon = json.loads(leaderboard.read_text())
-        return found, autogluon, True
-    with console.status(f"{label}: seasonal naive and stock Prophet"):
-        forecasts = {
-            NAIVE: peers.seasonal_naive(customers, horizon),
-            PROPHET: peers.stock_prophet(customers, horizon),
-        }
-    with console.status(f"{label}: statsforecast {', '.join(models)}"):
-        forecasts.update(peers.statsforecast_models(customers, horizon, models))
-    with console.status(f"{label}: mlforecast (LightGBM across the customers)"):
-        forecasts.update(peers.mlforecast_lightgbm(customers, horizon))
-    if with_autogluon:
-        with (
-            console.status(f"{label}: AutoGluon-TimeSeries medium_quality"),
-            tempfile.TemporaryDirectory(prefix="fleetcast-autogluon-") as folder,
-        ):
-            leaderboard = Path(folder) / "leaderboard.json"
-            forecasts.update(peers.autogluon_models(customers, horizon, leaderboard))
-            autogluon = json.loads(leaderboard.read_text())
-    if cache:
-        peers.store_cached(cache, forecasts)
-        if autogluon and with_autogluon:
-            cache.with_suffix(".json").write_text(json.dumps(autogluon))
-    return forecasts, autogluon, False
+    """Every peer's forecasts of ``customers`` (:func:`peers.cached_or_computed`)."""
+
+    def compute() -> dict[str, peers.Forecasts]:
+        with console.status(f"{label}: seasonal naive and stock Prophet"):
+            forecasts = {
+                NAIVE: peers.seasonal_naive(customers, horizon),
+                PROPHET: peers.stock_prophet(customers, horizon),
+            }
+        with console.status(f"{label}: statsforecast {', '.join(models)}"):
+            forecasts.update(peers.statsforecast_models(customers, horizon, models))
+        with console.status(f"{label}: mlforecast (LightGBM across the customers)"):
+            forecasts.update(peers.mlforecast_lightgbm(customers, horizon))
+        return forecasts
+
+    def run_autogluon(leaderboard: Path) -> dict[str, peers.Forecasts]:
+        with console.status(f"{label}: AutoGluon-TimeSeries medium_quality"):
+            return peers.autogluon_models(customers, horizon, leaderboard)
+
+    return peers.cached_or_computed(cache, with_autogluon, compute, run_autogluon)
 
 
 def check_metrics() -> None:
