@@ -35,6 +35,7 @@ carries none of its own: its members' forecasts already include theirs.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,13 +64,23 @@ def _calendar_days(
     ``(date, name)`` pair's day number, and its name."""
     first = _EPOCH + dt.timedelta(days=first_day)
     last = _EPOCH + dt.timedelta(days=last_day)
-    pairs = with_christmas_week(
-        holiday_dates(country, subdivision, range(first.year, last.year + 1))
-    )
+    pairs = _calendar(country, subdivision, first.year, last.year)
     days = np.array([(day - _EPOCH).days for day, _ in pairs], dtype=np.int64)
     inside = (days >= first_day) & (days <= last_day)
     names = tuple(name for (_, name), keep in zip(pairs, inside, strict=True) if keep)
     return days[inside], names
+
+
+@functools.lru_cache(maxsize=256)
+def _calendar(
+    country: str, subdivision: str | None, first_year: int, last_year: int
+) -> tuple[tuple[dt.date, str], ...]:
+    """The calendar's ``(date, name)`` pairs of these years, Christmas week included:
+    cached like :func:`holiday_dates`, since every customer's fit and every compiled
+    forecast asks for the few calendars of a fleet again."""
+    return with_christmas_week(
+        holiday_dates(country, subdivision, range(first_year, last_year + 1))
+    )
 
 
 def with_christmas_week(

@@ -91,9 +91,8 @@ BY_KIND = {family.kind: family for family in FAMILIES}
 # The families training may score and serve (hyperparameter ``candidates``, the stack
 # parameter ModelCandidates), in the order they fit.
 CANDIDATE_KINDS = tuple(family.kind for family in FAMILIES if family.candidate)
-# The combination's members, where they are candidates and fitted.
-COMBINED_KINDS = tuple(family.kind for family in FAMILIES if family.combined)
-# Each member's weight in the combination's weighted mean.
+# The combination's members (where they are candidates and fitted), each with its weight in
+# the combination's weighted mean.
 COMBINATION_WEIGHTS = {
     family.kind: family.combination_weight for family in FAMILIES if family.combined
 }
