@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -20,6 +20,9 @@ from bench.accuracy import peers
 from bench.accuracy.datasets import DAILY, HOURLY, MIN_FIT_DAYS, DataSet, window_title
 from bench.accuracy.metrics import Summary
 from bench.measure import Machine
+
+if TYPE_CHECKING:
+    from bench.accuracy.fleetcast_run import FleetcastRun
 
 README_HEADING = "## Accuracy"
 # The hourly part's subsection, the last of the Accuracy section.
@@ -85,13 +88,8 @@ class DataSetResult:
     beats_naive: int
     beats_naive_of: int
     median_members: list[str]
-    fleetcast_training_cpu_seconds: float
-    fleetcast_processing_cpu_seconds: float
-    fleetcast_trained: int
-    fleetcast_failed: dict[str, str]
-    fleetcast_incomplete: list[str]
-    fleetcast_hyperparameters: dict[str, str]
-    fleetcast_instances: int
+    # fleetcast's jobs: their CPU, the customers trained, failed and incomplete, settings.
+    fleetcast_run: FleetcastRun
     fit_days: list[int]
     # The held-back days most customers share, e.g. "2013-12-02 to 2013-12-31 (95 of 97 customers)".
     horizon_dates: str
@@ -352,13 +350,13 @@ def _result_json(r: DataSetResult) -> dict[str, Any]:
             "share": r.beats_naive_share,
         },
         "fleetcast_run": {
-            "training_cpu_seconds": r.fleetcast_training_cpu_seconds,
-            "processing_cpu_seconds": r.fleetcast_processing_cpu_seconds,
-            "trained": r.fleetcast_trained,
-            "failed": r.fleetcast_failed,
-            "incomplete_forecasts": r.fleetcast_incomplete,
-            "hyperparameters": r.fleetcast_hyperparameters,
-            "instances": r.fleetcast_instances,
+            "training_cpu_seconds": r.fleetcast_run.training_cpu_seconds,
+            "processing_cpu_seconds": r.fleetcast_run.processing_cpu_seconds,
+            "trained": r.fleetcast_run.trained,
+            "failed": r.fleetcast_run.failed,
+            "incomplete_forecasts": r.fleetcast_run.incomplete,
+            "hyperparameters": r.fleetcast_run.hyperparameters,
+            "instances": r.fleetcast_run.instances,
         },
         "methods": {
             name: {
@@ -494,8 +492,8 @@ def _result_paragraph(result: DataSetResult) -> str:
     )
     missing = sorted(set(result.customers) - set(result.scored))
     why = {
-        **{c: "its export ends before the horizon does" for c in result.fleetcast_incomplete},
-        **{c: f"training failed ({r})" for c, r in result.fleetcast_failed.items()},
+        **{c: "its export ends before the horizon does" for c in result.fleetcast_run.incomplete},
+        **{c: f"training failed ({r})" for c, r in result.fleetcast_run.failed.items()},
     }
     failed = (
         f" Summaries over the {len(result.scored)} customers every method forecast the "

@@ -213,9 +213,10 @@ def method(name: str, wape: float, wql: float, coverage: float, beats=(0, 0)) ->
 def result_of(*methods: MethodResult, beats: int) -> DataSetResult:
     from bench.accuracy.datasets import DATA_SETS
 
+    run = fleetcast_run.FleetcastRun(peers.Forecasts({}, {}), 0.0, 0.0, 0, {}, {}, 1, [])
     return DataSetResult(
         DATA_SETS[0], [], [], [], 0, HORIZON, {m.name: m for m in methods}, beats, 100,
-        [], 0.0, 0.0, 0, {}, [], {}, 1, [1], "", 0.0,
+        [], run, [1], "", 0.0,
     )  # fmt: skip
 
 
