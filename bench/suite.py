@@ -8,7 +8,8 @@ Rows, each against the public sample's way of doing it (bench/baselines.py):
 1. processing (bench/processing.py): rows/s for the daily file and a file with ten times
    the rows, and how memory grows between them;
 2. training (bench/training.py): models/s on one instance doing the same work, CPU time,
-   the per-model time distribution and the share of a fit that is overhead;
+   the per-model time distribution and the share of a fit that is overhead, and (from
+   make accuracy's results, bench/autogluon_cpu.py) CPU per customer against AutoGluon;
 3. serving in the container (bench/serving.py): warm p50/p99, computed answers, cold
    load, memory for 1000 models;
 4. and 5. the local stack (bench/pipeline.py): ``make demo``'s stage times, then the API's
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from bench.autogluon_cpu import autogluon_cpu_rows
 from bench.export import ExportSizes, export_rows
 from bench.hourly import HourlySizes, hourly_rows
 from bench.measure import Machine, Row
@@ -52,6 +54,7 @@ from bench.training import TrainingSizes, training_rows
 from fleetcast_training.stan_backend import silence_stan_logging
 
 BENCH_DIR = Path(__file__).resolve().parent
+ACCURACY_RESULTS = BENCH_DIR / "accuracy-results.json"
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,7 @@ def main() -> int:
                 rows += export_rows(customer_files, scratch / "export", sizes.export)
             with console.status("row 2c: hourly models"):
                 rows += hourly_rows(scratch / "hourly", sizes.hourly)
+            rows += autogluon_cpu_rows(ACCURACY_RESULTS)
             print_table(rows, machine, console)
             for row in rows:
                 console.print(
@@ -242,6 +246,7 @@ def main() -> int:
             rows += export_rows(customer_files, scratch / "export", sizes.export)
         with console.status("row 2c: hourly models"):
             rows += hourly_rows(scratch / "hourly", sizes.hourly)
+        rows += autogluon_cpu_rows(ACCURACY_RESULTS)
         durations["training"] = time.perf_counter() - started - sum(durations.values())
         with console.status("row 3: serving in the container"):
             rows += serving_rows(archives, scratch / "serving", sizes.serving)

@@ -43,6 +43,9 @@ NAIVES = (NAIVE, NAIVE_DAY, NAIVE_WEEK)
 MARGIN = 0.05
 COVERAGE_TARGET = (0.77, 0.83)
 BEATS_NAIVE_TARGET = 0.90
+# Issue 39: fleetcast's CPU per customer at least this many times less than AutoGluon's
+# medium_quality (its ensemble's row: the whole fit, every base model, and its predict).
+AUTOGLUON_CPU_RATIO_TARGET = 20.0
 PACKAGES = ("prophet", "statsforecast", "numpy", "pandas", "cmdstanpy")
 # The peers' own environments: their pins are these requirements files'.
 PEER_PINS = {
@@ -167,7 +170,29 @@ class DataSetResult:
                 f"beats seasonal naive on at least {BEATS_NAIVE_TARGET:.0%} of customers "
                 f"({_pct(self.beats_naive_share)})"
             ] = self.beats_naive_share >= BEATS_NAIVE_TARGET
+            verdicts.update(self._cpu_target())
         return verdicts
+
+    def autogluon_cpu_ratio(self) -> float:
+        """AutoGluon medium_quality's CPU per customer over fleetcast's, on these customers
+        (NaN without AutoGluon's run)."""
+        theirs = self.methods.get(AUTOGLUON_ENSEMBLE)
+        ours = self.methods[FLEETCAST].cpu_ms_per_customer
+        if theirs is None or not ours > 0:
+            return math.nan
+        return theirs.cpu_ms_per_customer / ours
+
+    def _cpu_target(self) -> dict[str, bool]:
+        ratio = self.autogluon_cpu_ratio()
+        if not math.isfinite(ratio):
+            return {}
+        ours = self.methods[FLEETCAST].cpu_ms_per_customer
+        theirs = self.methods[AUTOGLUON_ENSEMBLE].cpu_ms_per_customer
+        target = (
+            f"CPU per customer at least {AUTOGLUON_CPU_RATIO_TARGET:.0f}x less than AutoGluon "
+            f"medium_quality's ({ours:,.0f} ms against {theirs:,.0f} ms: {ratio:.1f}x)"
+        )
+        return {target: ratio >= AUTOGLUON_CPU_RATIO_TARGET}
 
     @property
     def issue(self) -> int:

@@ -4,6 +4,7 @@ passed to and read back from the peer scripts (AutoGluon's and mlforecast's incl
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -205,9 +206,11 @@ def test_fleetcasts_interval_is_read_from_its_forecast_export(tmp_path):
     assert incomplete == []
 
 
-def method(name: str, wape: float, wql: float, coverage: float, beats=(0, 0)) -> MethodResult:
+def method(
+    name: str, wape: float, wql: float, coverage: float, beats=(0, 0), cpu_ms: float = 1.0
+) -> MethodResult:
     summary = Summary(wape, wape, 1.0, 1.0, 10, 0, wql, wql, coverage, 10)
-    return MethodResult(name, {}, {}, summary, 1.0, 10, beats)
+    return MethodResult(name, {}, {}, summary, cpu_ms, 10, beats)
 
 
 def result_of(*methods: MethodResult, beats: int) -> DataSetResult:
@@ -225,16 +228,69 @@ def test_issue_39s_targets_need_a_5_percent_margin_over_the_best_peer():
     result = result_of(
         method(FLEETCAST, 0.19, 0.196, 0.80),
         method(NAIVE, 0.40, 0.5, 0.6),
-        method("AutoGluon ensemble", 0.20, 0.20, 0.79),
+        method("AutoGluon ensemble", 0.20, 0.20, 0.79, cpu_ms=25.0),
         method("no interval", 0.30, math.nan, math.nan),
         beats=90,
     )
     verdicts = list(result.targets().values())
-    # Then WAPE's targets are met, wQL's not; coverage 80% and 90 of 100 beaten are met
-    assert verdicts == [True, True, False, True, True]
+    # Then WAPE's targets are met, wQL's not; coverage 80%, 90 of 100 beaten and 25x less
+    # CPU than AutoGluon are met
+    assert verdicts == [True, True, False, True, True, True]
     assert "AutoGluon ensemble 0.200" in list(result.targets())[2]
     # And a coverage outside 77-83% is not met
     under = result_of(
         method(FLEETCAST, 0.1, 0.1, 0.70), method("AutoGluon ensemble", 0.2, 0.2, 0.8), beats=89
     )
-    assert list(under.targets().values())[3:] == [False, False]
+    assert list(under.targets().values())[3:] == [False, False, False]
+
+
+def test_the_cpu_target_is_20x_less_than_autogluons_on_the_same_customers():
+    # Given fleetcast at 40 ms a customer and AutoGluon's medium_quality at 700 ms
+    result = result_of(
+        method(FLEETCAST, 0.1, 0.1, 0.8, cpu_ms=40.0),
+        method("AutoGluon ensemble", 0.2, 0.2, 0.8, cpu_ms=700.0),
+        beats=95,
+    )
+    # Then the target is not met (17.5x) and says both figures
+    ((target, met),) = [(t, m) for t, m in result.targets().items() if t.startswith("CPU")]
+    assert not met and "40 ms against 700 ms: 17.5x" in target
+    assert result.autogluon_cpu_ratio() == pytest.approx(17.5)
+    # And without AutoGluon's run there is no such target
+    alone = result_of(method(FLEETCAST, 0.1, 0.1, 0.8), method(NAIVE, 0.2, 0.2, 0.8), beats=95)
+    assert not any(t.startswith("CPU") for t in alone.targets())
+
+
+def test_make_bench_reports_the_smallest_lead_over_autogluon_from_make_accuracy(tmp_path):
+    from bench.autogluon_cpu import autogluon_cpu_rows
+    from bench.suite import check_rows
+
+    def data_set(key, window, frequency, ours, theirs):
+        methods = {FLEETCAST: {"cpu_ms_per_customer": ours}}
+        if theirs is not None:
+            methods["AutoGluon ensemble"] = {"cpu_ms_per_customer": theirs}
+        return {"key": key, "window": window, "frequency": frequency, "methods": methods}
+
+    # Given make accuracy's results: two daily sets with AutoGluon, one without, one hourly
+    results = tmp_path / "accuracy-results.json"
+    results.write_text(
+        json.dumps(
+            {
+                "versions": {"fleetcast commit": "abc"},
+                "data_sets": [
+                    data_set("a", 0, "D", 20.0, 1000.0),
+                    data_set("b", 1, "D", 40.0, 600.0),
+                    data_set("c", 0, "D", 10.0, None),
+                    data_set("a", 0, "H", 100.0, 200.0),
+                ],
+            }
+        )
+    )
+    # When make bench reads them
+    rows = autogluon_cpu_rows(results)
+    # Then its row is the daily set where fleetcast's lead is smallest: 15x, not met
+    check_rows(rows)
+    (row,) = rows
+    assert (row.fleetcast, row.baseline, row.ratio, row.met) == (40.0, 600.0, 15.0, False)
+    assert "b window 1" in row.detail and "a window 0: 20 vs 1000 ms (50.0x)" in row.detail
+    # And without make accuracy's results there is no row
+    assert autogluon_cpu_rows(tmp_path / "missing.json") == []
