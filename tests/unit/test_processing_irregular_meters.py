@@ -203,3 +203,44 @@ def test_a_day_is_whole_when_its_readings_cover_it(
     uses = dict(zip(table["ds"].astype(str).str[:10], table["use"], strict=True))
     assert uses["2024-03-02"] == expected
     assert [uses[f"2024-03-{d:02d}"] for d in range(3, 6)] == ["ok"] * 3
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_a_meter_with_no_long_gap_is_covered_as_the_general_rule_covers_it(early):
+    """The shortcut for meters with no gap longer than their interval (regular meters)
+    gives each reading the cover the general rule (carrying or not) would give it."""
+    import numpy as np
+
+    from fleetcast_contracts.frequency import Frequency
+    from fleetcast_processing import history, usage
+
+    # Given three half-hourly meters, one with a single reading, the others with
+    # readings every interval or, with ``early``, some sooner than that
+    rng = np.random.default_rng(7)
+    step_us = 1_800 * 1_000_000
+    instants, ranks = [], []
+    for rank, count in enumerate((200, 1, 150)):
+        gaps = np.full(count, step_us)
+        if early:
+            gaps = gaps - rng.integers(0, step_us // 2, count) * (rng.random(count) < 0.3)
+        instants.append(1_700_000_000_000_000 + np.cumsum(gaps))
+        ranks.append(np.full(count, rank))
+    ranks_all, instants_all = np.concatenate(ranks), np.concatenate(instants)
+    readings = history.Readings(
+        ranks_all * 10**15 + instants_all, ranks_all, instants_all, rng.random(len(ranks_all))
+    )
+    intervals = history.reading_intervals(readings.ranks, readings.instants)
+    rules = usage.UseRules()
+    # When the cover is computed with the shortcut
+    cover = history._reading_cover(readings, intervals, Frequency.DAILY, rules)
+    # Then it is the general rule's
+    first = np.concatenate([[True], ranks_all[1:] != ranks_all[:-1]])
+    gaps = np.concatenate([[np.nan], np.diff(instants_all // 1_000) / 1_000])  # to the ms
+    gaps[first] = np.nan
+    meters = np.cumsum(first) - 1
+    per_reading = intervals[meters]
+    longest = usage.longest_cover(per_reading, Frequency.DAILY, rules)
+    carries = usage.carrying_meters(meters, gaps, per_reading, readings.values, longest)
+    expected = usage.covered_seconds(gaps, per_reading, carries, longest)
+    np.testing.assert_array_equal(cover, expected)
+    assert np.isnan(cover[200]) and (cover[:200] > 0).all()

@@ -191,6 +191,11 @@ def _reading_cover(
     gaps[first] = np.nan
     meters = np.cumsum(first) - 1
     per_reading = intervals[meters]
+    if not (gaps > per_reading).any():
+        # No gap is longer than its meter's interval (a regular meter, the usual case): a
+        # reading covers its gap whether or not its meter carries, and a first reading one
+        # interval (covered_seconds' result, without telling carrying meters apart).
+        return np.where(first, per_reading, gaps)
     longest = longest_cover(per_reading, frequency, rules)
     carries = carrying_meters(meters, gaps, per_reading, readings.values, longest)
     return covered_seconds(gaps, per_reading, carries, longest)

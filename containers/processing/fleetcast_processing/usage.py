@@ -89,25 +89,19 @@ def carrying_meters(
     ratio = gaps / intervals
     usual = ratio <= USUAL_GAP
     after_gap = (ratio > USUAL_GAP) & (gaps <= longest)
-
-    def mean(
-        where: npt.NDArray[np.bool_], weights: npt.NDArray[np.float64]
-    ) -> npt.NDArray[np.float64]:
-        total = np.bincount(meters[where], weights[where], minlength=count)
-        seen = np.bincount(meters[where], minlength=count)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return total / seen
-
-    usual_value = mean(usual, values)
-    gap_value, gap_ratio = mean(after_gap, values), mean(after_gap, ratio)
-    with np.errstate(invalid="ignore"):
+    usual_meters, gap_meters = meters[usual], meters[after_gap]
+    usual_seen = np.bincount(usual_meters, minlength=count)
+    late = np.bincount(gap_meters, minlength=count)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        usual_value = np.bincount(usual_meters, values[usual], minlength=count) / usual_seen
+        gap_value = np.bincount(gap_meters, values[after_gap], minlength=count) / late
+        gap_ratio = np.bincount(gap_meters, ratio[after_gap], minlength=count) / late
         loses = gap_value < usual_value * (1.0 + gap_ratio) / 2.0  # False where NaN
     # A meter whose timestamps jitter by up to an interval (an hourly meter sending at any
     # minute of its hour) has long gaps that are no loss: each follows an early reading.
     # Its readings come early at least half as often as late; a meter that loses readings
     # has long gaps and no early ones.
     early = np.bincount(meters[ratio < 1.0 / USUAL_GAP], minlength=count)
-    late = np.bincount(meters[after_gap], minlength=count)
     return ~(loses & (2 * early < late))[meters]
 
 
