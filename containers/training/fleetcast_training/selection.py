@@ -138,7 +138,11 @@ def choose(
     chosen, why = decided
     model = _model(chosen, fitted, by_kind, common, members, naive_fit)
     served_backtest = next(c.backtest for c in fitted if c.kind == chosen)
-    interval = calibration.fit(actual, np.where(scored, served_backtest, np.nan))
+    interval = calibration.fit(
+        actual,
+        np.where(scored, served_backtest, np.nan),
+        float(common.get("interval_width", calibration.INTERVAL_WIDTH)),
+    )
     if interval is not None:
         model = {**model, calibration.FIELD: interval}
     if shift is not None:
