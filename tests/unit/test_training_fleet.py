@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from test_training_job import Instance, run_container, weekly_series
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.model_archive import read_archive
 from fleetcast_contracts.training_manifest import CustomerOutcome
 from fleetcast_forecasters.families import compile_archive
@@ -163,3 +164,118 @@ def test_a_run_of_a_few_customers_learns_from_the_stored_teachers(
     # ...and the fleet family is scored for them only when it had the teachers to learn from
     _, metadata = read_archive(instance.archive("run-1"))
     assert (metadata.backtest.score("fleet") is not None) is with_teachers
+
+
+HOURLY_HORIZON = 48
+
+
+def hourly_histories(customers: int, hours: int, seed: int = 0) -> list[History]:
+    """Hourly series with a level, a daily shape peaking at each customer's own hour, a
+    quieter weekend and noise, all ending at the same hour."""
+    rng = np.random.default_rng(seed)
+    times = np.datetime64("2024-01-01T00", "us") + np.arange(hours) * np.timedelta64(1, "h")
+    hour = np.arange(hours) % 24
+    weekend = ((np.arange(hours) // 24 + 0) % 7) >= 5  # 2024-01-01 was a Monday
+    found = []
+    for _ in range(customers):
+        peak = rng.integers(0, 24)
+        shape = 1 + 0.6 * np.cos(2 * np.pi * (hour - peak) / 24) - 0.3 * weekend
+        values = rng.uniform(1, 10) * shape * rng.normal(1, 0.05, hours)
+        found.append(History(times, values))
+    return found
+
+
+def hourly_learnt(series: list[History]) -> dict[str, fleet.FleetForecast]:
+    ids = [f"h{i:03d}" for i in range(len(series))]
+    return fleet.learn(
+        ids,
+        series,
+        [None] * len(series),
+        HOURLY_HORIZON,
+        WINDOWS,
+        threads=1,
+        frequency=Frequency.HOURLY,
+    )
+
+
+@pytest.mark.parametrize("window", range(WINDOWS))
+def test_an_hourly_windows_forecast_uses_no_hour_at_or_after_its_origin(window: int) -> None:
+    # Given an hourly fleet's histories (ten weeks), and the same with every hour from a
+    # backtest window's origin on tripled
+    hours = 10 * 168
+    series = hourly_histories(30, hours)
+    origin = hours - (WINDOWS - window) * HOURLY_HORIZON
+    changed = [
+        History(h.times, np.where(np.arange(hours) >= origin, h.values * 3, h.values))
+        for h in series
+    ]
+
+    # When the fleet learns from each
+    before, after = hourly_learnt(series), hourly_learnt(changed)
+
+    # Then that window's forecasts and the earlier windows' are the same
+    assert before.keys() == after.keys() and len(before) == 30
+    for customer_id, forecast in before.items():
+        kept = forecast.backtest[: window + 1]
+        assert np.isfinite(kept[-1]).all(), customer_id
+        np.testing.assert_array_equal(kept, after[customer_id].backtest[: window + 1])
+    assert any(not np.array_equal(before[c].path, after[c].path) for c in before)
+
+
+def test_the_hourly_fleet_forecasts_each_customers_own_hours() -> None:
+    # Given an hourly fleet whose customers peak at different hours of the day
+    series = hourly_histories(40, 10 * 168, seed=3)
+
+    # When the fleet learns
+    found = hourly_learnt(series)
+
+    # Then each customer's forecast follows its own day (not the fleet's average day): its
+    # forecast hours correlate with the same hours of its last week
+    assert len(found) == 40
+    for index, history in enumerate(series):
+        forecast = found[f"h{index:03d}"]
+        # (the path is a season long, a week of hours, though the horizon is 48 hours)
+        assert forecast.season == 168 and forecast.path.shape == (168,)
+        assert forecast.sigma.shape == (168,)
+        assert forecast.last_history == history.times[-1]
+        last_week = history.values[-168:]
+        assert np.corrcoef(forecast.path, last_week)[0, 1] > 0.8, index
+        assert forecast.path.mean() == pytest.approx(last_week.mean(), rel=0.25)
+    # And its archive says the weekly season, so the served path repeats weeks past it
+    model = found["h000"].model(100)
+    assert model["season"] == 168
+
+
+def test_an_hourly_shard_scores_the_fleet_and_serves_a_newcomer_a_cold_start(tmp_path) -> None:
+    # Given an hourly shard of 24 customers with six weeks of hours and one with two days
+    instance = Instance.create(
+        tmp_path,
+        candidates="seasonal_naive,fleet",
+        frequency="H",
+        holdout_days="1",
+        forecast_export_days="2",
+    )
+    hours = 6 * 168
+    stamps = pd.date_range("2025-01-06", periods=hours, freq="h")
+    series = hourly_histories(25, hours, seed=5)
+    customers = {
+        f"h{i:02d}": pd.DataFrame({"ds": stamps, "y": h.values.round(4)})
+        for i, h in enumerate(series[:24])
+    }
+    customers["newcomer"] = pd.DataFrame({"ds": stamps[-48:], "y": series[24].values[-48:]})
+    instance.add_part("part-00000.parquet", customers)
+
+    # When the instance trains
+    run = run_container(instance)
+
+    # Then the fleet is scored for the customers with weeks of hours, an hourly model
+    assert run.exit_code == 0, instance.failure()
+    _, regular = read_archive(instance.archive("h00"))
+    assert regular.backtest.score("fleet") is not None
+    # And the newcomer has an hourly cold start at its own level
+    model_json, metadata = read_archive(instance.archive("newcomer"))
+    assert metadata.model_kind == "cold_start"
+    assert "48 periods to fit" in metadata.backtest.why
+    forecast = compile_archive(model_json, "cold_start", "H", 48).forecast(48, seed=1)
+    level = customers["newcomer"]["y"].mean()
+    assert forecast.yhat.mean() == pytest.approx(level, rel=0.5)

@@ -27,8 +27,12 @@ other customers' periods after its origin).
 
 **Served like every family**: what the trees say for a customer (the path of the fitted
 horizon and its errors' deviation by step) goes into its archive
-(:mod:`fleetcast_forecasters.fleet`); the trees stay in the job. Daily models only: hourly
-customers are not offered the family yet.
+(:mod:`fleetcast_forecasters.fleet`); the trees stay in the job.
+
+**Daily and hourly** (:class:`Unit`): a season is a week in either (7 days, 168 hours), the
+level four weeks, a year 52 weeks; an hourly model's "weekday" is the hour of the week, and
+it has the hour of the day and its last day's mean besides. Its served path is at least a
+week of hours, whatever the export's horizon.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.holiday_calendar import HolidayCalendar, holiday_dates
 from fleetcast_contracts.training import FLEET_TEACHERS
 from fleetcast_forecasters.fleet import KIND
@@ -55,11 +60,11 @@ logger = logging.getLogger(__name__)
 FloatArray = npt.NDArray[np.float64]
 
 SEASON = 7  # daily models: one week
-LEVEL_PERIODS = 28  # a customer's level: the mean of its four weeks before the origin
+LEVEL_WEEKS = 4  # a customer's level: the mean of its four weeks before the origin
 SAME_WEEKDAYS = 4  # lags: the target's weekday in each of the four weeks before the origin
-YEAR = 364  # 52 weeks: the same weekday a year earlier
-# The grid's length: two years of daily history, the backtest windows and the lags' reach.
-GRID_PERIODS = 2 * 365 + 120
+YEAR_WEEKS = 52  # the same weekday (and hour) a year earlier
+# The grid's length: two years of history, the backtest windows and the lags' reach.
+GRID_DAYS = 2 * 365 + 120
 # Customers the trees learn from, at most (a stable sample of the shard's and the stored
 # teachers'): enough for the shapes a fleet has, few enough that a fit takes seconds
 # however large the shard; processing adds stored customers up to it (contracts.training).
@@ -67,8 +72,13 @@ SAMPLE_CUSTOMERS = FLEET_TEACHERS
 # Customer-origins per fit, spread over a year's weekly origins.
 ORIGIN_BUDGET = 8_000
 MAX_ORIGINS = 52
-MIN_LEVEL_PERIODS = 7  # a sample's level needs a week of usable values
-STEPS_PER_SAMPLE = 5  # of a customer-origin's steps, about this many are samples
+# Of a customer-origin's steps, about this many are samples (daily: five of a 30-day
+# horizon; hourly: twelve of 720 hours, drawn from 48 the origin's customers share, so the
+# trees' samples stay as many as a daily model's few tens of thousands and their features
+# are built for 48 steps, not 720: a fit is then a fraction of a second for a shard).
+SAMPLES_PER_CUSTOMER = 5
+HOURLY_SAMPLES_PER_CUSTOMER = 12
+HOURLY_STEPS_PER_ORIGIN = 48
 MIN_SAMPLES = 100
 # Customers with a level and a horizon of history a fleet needs before the trees learn from
 # it: fewer teach them one customer's quirks, not a fleet's (the family then stays out).
@@ -93,6 +103,55 @@ FEATURES = (
     "step",
     "log_level",
 )
+# An hourly model's: the same, "weekday" being the hour of the week (0: Monday 00:00 UTC),
+# with the hour of the day and the last day's mean (over the level) after them.
+HOURLY_FEATURES = (*FEATURES, "hour", "last_day")
+_EPOCH_MONDAY = 3  # 1970-01-01 was a Thursday: day 0 is weekday 3 (Monday 0)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The fleet's trees in a frequency's periods: a season is a week (7 days or 168
+    hours), a customer's level its four weeks before the origin, a year 52 weeks."""
+
+    frequency: Frequency
+    features: tuple[str, ...]
+    samples_per_customer: int
+    # The steps of an origin whose features are built (all of a daily horizon's).
+    steps_per_origin: int
+
+    @property
+    def season(self) -> int:
+        return self.frequency.season_periods
+
+    @property
+    def level_periods(self) -> int:
+        return LEVEL_WEEKS * self.season
+
+    @property
+    def year(self) -> int:
+        return YEAR_WEEKS * self.season
+
+    @property
+    def grid_periods(self) -> int:
+        return GRID_DAYS * self.frequency.periods_per_day
+
+    @property
+    def period_us(self) -> int:
+        return self.frequency.period_seconds * 1_000_000
+
+    @property
+    def hourly(self) -> bool:
+        return self.frequency.periods_per_day > 1
+
+
+def unit_of(frequency: Frequency) -> Unit:
+    if frequency.periods_per_day == 1:
+        return Unit(frequency, FEATURES, SAMPLES_PER_CUSTOMER, frequency.max_period)
+    return Unit(frequency, HOURLY_FEATURES, HOURLY_SAMPLES_PER_CUSTOMER, HOURLY_STEPS_PER_ORIGIN)
+
+
+DAILY = unit_of(Frequency.DAILY)
 
 
 @dataclass(frozen=True)
@@ -105,6 +164,7 @@ class FleetForecast:
     path: FloatArray
     sigma: FloatArray
     last_history: np.datetime64
+    season: int = SEASON
 
     def model(self, uncertainty_samples: int, kind: str = KIND) -> dict[str, Any]:
         """The archive's ``model.json`` (:mod:`fleetcast_forecasters.fleet`), as a model
@@ -113,7 +173,7 @@ class FleetForecast:
             "kind": kind,
             "path": np.round(self.path, 6).tolist(),
             "sigma": np.round(self.sigma, 6).tolist(),
-            "season": SEASON,
+            "season": self.season,
             **common_fields(self.last_history, uncertainty_samples, INTERVAL_WIDTH),
         }
 
@@ -121,19 +181,21 @@ class FleetForecast:
 @dataclass(frozen=True)
 class _Grid:
     """The shard's histories right-aligned: ``values[customer, column]``, the last column
-    every customer's last fitted period (``end``, days since 1970)."""
+    every customer's last fitted period (``end``, periods since 1970)."""
 
     values: npt.NDArray[np.float32]
     end: npt.NDArray[np.int64]
     holidays: npt.NDArray[np.bool_]  # [calendar group, day - first_day]
     group: npt.NDArray[np.intp]  # each customer's calendar group
     first_day: int
+    unit: Unit = DAILY
 
     @property
     def columns(self) -> int:
         return int(self.values.shape[1])
 
-    def day(self, column: int) -> npt.NDArray[np.int64]:
+    def period(self, column: int) -> npt.NDArray[np.int64]:
+        """Each customer's period (since 1970) at ``column``."""
         return self.end - (self.columns - 1 - column)
 
     def window(self, start: int, stop: int, rows: npt.NDArray[np.intp]) -> FloatArray:
@@ -155,39 +217,47 @@ def _nanmean(values: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
 
 
 def _features(
-    grid: _Grid, rows: npt.NDArray[np.intp], origin: int, steps: int
+    grid: _Grid, rows: npt.NDArray[np.intp], origin: int, steps: npt.NDArray[np.int64]
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """For customers ``rows`` at column ``origin``: the features of each step (customers x
-    steps x features), each customer's level and the number of usable values it rests on."""
-    recent = grid.window(origin - LEVEL_PERIODS, origin, rows)
+    """For customers ``rows`` at column ``origin``: the features of each of ``steps``
+    (periods ahead, 0 the origin's: customers x steps x features), each customer's level
+    and the number of usable values it rests on."""
+    unit = grid.unit
+    season, level_periods, year = unit.season, unit.level_periods, unit.year
+    recent = grid.window(origin - level_periods, origin, rows)
     level, counted = _nanmean(recent)
     with np.errstate(invalid="ignore", divide="ignore"):
         scaled = recent / level[:, None]
         spread = np.sqrt(_nanmean((scaled - 1.0) ** 2)[0])
-        last_week = _nanmean(scaled[:, -SEASON:])[0]
-        year_level = _nanmean(grid.window(origin - YEAR - LEVEL_PERIODS, origin - YEAR, rows))[0]
-    out = np.full((len(rows), steps, len(FEATURES)), np.nan)
-    step = np.arange(steps)
+        last_week = _nanmean(scaled[:, -season:])[0]
+        year_level = _nanmean(grid.window(origin - year - level_periods, origin - year, rows))[0]
+    out = np.full((len(rows), len(steps), len(unit.features)), np.nan)
+    step = steps
+    reach = int(steps[-1]) + 1
     for k in range(1, SAME_WEEKDAYS + 1):
         # The target's weekday k weeks before the origin's week (columns of ``recent``).
-        out[:, :, k - 1] = scaled[:, LEVEL_PERIODS - k * SEASON + step % SEASON]
+        out[:, :, k - 1] = scaled[:, level_periods - k * season + step % season]
+    _newcomers_lags(out, scaled, step, unit)
     out[:, :, SAME_WEEKDAYS] = scaled[:, -1:]
     out[:, :, SAME_WEEKDAYS + 1] = last_week[:, None]
     out[:, :, SAME_WEEKDAYS + 2] = spread[:, None]
     # The target's week a year earlier, over the origin's four weeks a year earlier.
-    year_week = grid.window(origin - YEAR - SEASON // 2, origin - YEAR + steps + SEASON // 2, rows)
+    year_week = grid.window(origin - year - season // 2, origin - year + reach + season // 2, rows)
     finite = np.isfinite(year_week)
     sums = np.concatenate(
         [np.zeros((len(rows), 1)), np.cumsum(np.where(finite, year_week, 0), 1)], 1
     )
     counts = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(finite, 1)], 1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        week_mean = (sums[:, SEASON:] - sums[:, :-SEASON]) / (
-            counts[:, SEASON:] - counts[:, :-SEASON]
+        week_mean = (sums[:, season:] - sums[:, :-season]) / (
+            counts[:, season:] - counts[:, :-season]
         )
-        out[:, :, SAME_WEEKDAYS + 3] = week_mean[:, :steps] / year_level[:, None]
-    days = grid.day(origin)[rows][:, None] + step[None, :]  # each step's day since 1970
-    out[:, :, SAME_WEEKDAYS + 4] = (days + 3) % 7  # Monday 0
+        out[:, :, SAME_WEEKDAYS + 3] = week_mean[:, step] / year_level[:, None]
+    periods = grid.period(origin)[rows][:, None] + step[None, :]  # each step's, since 1970
+    per_day = unit.frequency.periods_per_day
+    days = periods // per_day
+    # The period of the week, Monday first: a daily model's weekday, an hourly one's hour.
+    out[:, :, SAME_WEEKDAYS + 4] = (periods + _EPOCH_MONDAY * per_day) % season
     dates = days.astype("datetime64[D]")
     out[:, :, SAME_WEEKDAYS + 5] = (dates - dates.astype("datetime64[Y]")).astype(np.int64)
     at = np.clip(days - grid.first_day, 0, grid.holidays.shape[1] - 1)
@@ -195,24 +265,52 @@ def _features(
     out[:, :, SAME_WEEKDAYS + 7] = step[None, :]
     with np.errstate(invalid="ignore", divide="ignore"):
         out[:, :, SAME_WEEKDAYS + 8] = np.log(level)[:, None]
+        if unit.hourly:
+            out[:, :, SAME_WEEKDAYS + 9] = periods % per_day
+            out[:, :, SAME_WEEKDAYS + 10] = _nanmean(scaled[:, -per_day:])[0][:, None]
     return out, level, counted.astype(np.float64)
 
 
+def _newcomers_lags(
+    out: FloatArray, scaled: FloatArray, step: npt.NDArray[np.int64], unit: Unit
+) -> None:
+    """A customer with less than a week of history (a cold start) has none of the weekly
+    lags, which the trees never saw missing all at once (their samples have a week at
+    least): in their place, what it has nearest them, the same period of its latest day
+    that has one (a daily model's latest day). Customers with any weekly lag are left as
+    they are."""
+    missing = np.isnan(out[:, :, :SAME_WEEKDAYS]).all(axis=2)
+    if not missing.any():
+        return
+    per_day, level_periods = unit.frequency.periods_per_day, unit.level_periods
+    nearest = np.full(missing.shape, np.nan)
+    for days_back in range(unit.season // per_day, 0, -1):  # the latest day wins
+        value = scaled[:, level_periods - days_back * per_day + step % per_day]
+        nearest = np.where(np.isfinite(value), value, nearest)
+    for k in range(SAME_WEEKDAYS):
+        out[:, :, k] = np.where(missing, nearest, out[:, :, k])
+
+
 def _grid(
-    histories: Iterable[History], calendars: Sequence[HolidayCalendar | None], horizon: int
+    histories: Iterable[History],
+    calendars: Sequence[HolidayCalendar | None],
+    horizon: int,
+    unit: Unit = DAILY,
 ) -> _Grid:
     """The grid of ``histories`` (one per calendar, read one at a time: a shard's whole
     histories are never held at once)."""
     ends = np.zeros(len(calendars), dtype=np.int64)
-    values = np.full((len(calendars), GRID_PERIODS), np.nan, dtype=np.float32)
+    columns_count = unit.grid_periods
+    values = np.full((len(calendars), columns_count), np.nan, dtype=np.float32)
     for row, history in enumerate(histories):
-        days = history.times.astype("datetime64[D]").astype(np.int64)
-        ends[row] = days[-1]
-        columns = GRID_PERIODS - 1 - (ends[row] - days)
+        periods = history.times.astype("datetime64[us]").astype(np.int64) // unit.period_us
+        ends[row] = periods[-1]
+        columns = columns_count - 1 - (ends[row] - periods)
         inside = columns >= 0
         values[row, columns[inside]] = history.values[inside]
-    first_day = int(ends.min()) - GRID_PERIODS - YEAR - SEASON
-    last_day = int(ends.max()) + horizon + SEASON
+    per_day = unit.frequency.periods_per_day
+    first_day = (int(ends.min()) - columns_count - unit.year - unit.season) // per_day
+    last_day = (int(ends.max()) + horizon + unit.season) // per_day + 1
     keys: dict[tuple[str, str | None] | None, int] = {}
     group = np.empty(len(calendars), dtype=np.intp)
     for row, calendar in enumerate(calendars):
@@ -228,7 +326,7 @@ def _grid(
             at = int(np.datetime64(day, "D").astype(np.int64)) - first_day
             if 0 <= at < table.shape[1]:
                 table[index, at] = True
-    return _Grid(values, ends, table, group, first_day)
+    return _Grid(values, ends, table, group, first_day, unit)
 
 
 def _training_set(
@@ -241,30 +339,36 @@ def _training_set(
     rng = np.random.default_rng(cutoff)
     features, targets = [], []
     for i in range(MAX_ORIGINS):
-        origin = cutoff - horizon - i * SEASON
-        if origin < MIN_LEVEL_PERIODS:
+        origin = cutoff - horizon - i * grid.unit.season
+        if origin < grid.unit.season:
             break
         rows = (
             sample
             if len(sample) <= per_origin
             else np.sort(rng.choice(sample, per_origin, replace=False))
         )
-        found, level, counted = _features(grid, rows, origin, horizon)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            actual = grid.window(origin, origin + horizon, rows) / level[:, None]
-        usable = (counted >= MIN_LEVEL_PERIODS) & (level > 0)
         # A few steps of each customer-origin: the step is a feature, and neighbouring
-        # steps of one origin teach the trees little more than one of them.
-        chosen = rng.random(actual.shape) < STEPS_PER_SAMPLE / horizon
+        # steps of one origin teach the trees little more than one of them. An hourly
+        # origin's customers draw theirs from the same few dozen of its 720 steps, the
+        # only ones whose features are built.
+        steps = np.arange(horizon)
+        if grid.unit.steps_per_origin < horizon:
+            steps = np.sort(rng.choice(horizon, grid.unit.steps_per_origin, replace=False))
+        found, level, counted = _features(grid, rows, origin, steps)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            actual = grid.window(origin, origin + horizon, rows)[:, steps] / level[:, None]
+        # (a sample's level needs a week of usable values)
+        usable = (counted >= grid.unit.season) & (level > 0)
+        chosen = rng.random(actual.shape) < grid.unit.samples_per_customer / len(steps)
         keep = usable[:, None] & np.isfinite(actual) & chosen
         features.append(found[keep])
         targets.append(actual[keep])
     if not features:
-        return np.zeros((0, len(FEATURES))), np.zeros(0)
+        return np.zeros((0, len(grid.unit.features))), np.zeros(0)
     return np.concatenate(features), np.concatenate(targets)
 
 
-def _dataset(features: FloatArray, targets: FloatArray, bins: Any = None) -> Any:
+def _dataset(features: FloatArray, targets: FloatArray, unit: Unit, bins: Any = None) -> Any:
     """The samples as LightGBM's dataset; ``bins``, an earlier fit's dataset, lends its
     features' bin boundaries (finding them is a fifth of a fit's CPU, and the backtest's
     and the served fit's samples come from the same fleet)."""
@@ -273,7 +377,7 @@ def _dataset(features: FloatArray, targets: FloatArray, bins: Any = None) -> Any
     return lightgbm.Dataset(
         features.astype(np.float32),
         targets.astype(np.float32),
-        feature_name=list(FEATURES),
+        feature_name=list(unit.features),
         categorical_feature=["weekday"],
         free_raw_data=True,
         params={"verbose": -1},
@@ -308,8 +412,8 @@ def _predict(
 ) -> tuple[FloatArray, FloatArray]:
     """Each of ``rows``' forecast from column ``origin`` (customers x steps; NaN where a
     customer has no usable level) and its level."""
-    found, level, counted = _features(grid, rows, origin, horizon)
-    flat = found.reshape(-1, len(FEATURES)).astype(np.float32)
+    found, level, counted = _features(grid, rows, origin, np.arange(horizon))
+    flat = found.reshape(-1, len(grid.unit.features)).astype(np.float32)
     scaled = booster.predict(flat, num_threads=threads).reshape(len(rows), horizon)
     usable = (counted >= 1) & (level > 0)
     forecast = np.where(usable[:, None], np.maximum(scaled, 0.0) * level[:, None], np.nan)
@@ -324,9 +428,10 @@ def learn(
     windows: int,
     threads: int = 1,
     teachers: int = 0,
+    frequency: Frequency = Frequency.DAILY,
 ) -> dict[str, FleetForecast]:
     """The fleet's forecast of every customer (``histories``: each one's periods to fit,
-    daily, at least one, in the order of ``customer_ids``), with backtests on ``windows``
+    of ``frequency``, at least one, in the order of ``customer_ids``), with backtests on ``windows``
     windows of ``horizon`` periods ending at its last period. Customers with no usable
     period in their last four weeks get none. ``histories`` and ``calendars`` may go on
     with ``teachers`` more customers' (stored customers the run does not train): the
@@ -335,13 +440,15 @@ def learn(
         return {}
     forecast_rows = len(customer_ids)
     started = time.process_time()
-    grid = _grid(histories, calendars, horizon)
-    able = int((np.isfinite(grid.values).sum(axis=1) >= LEVEL_PERIODS + horizon).sum())
+    unit = unit_of(frequency)
+    grid = _grid(histories, calendars, horizon, unit)
+    needed = unit.level_periods + horizon
+    able = int((np.isfinite(grid.values).sum(axis=1) >= needed).sum())
     if able < MIN_TEACHERS:
         logger.info(
             "the fleet family is left out: %d customers with %d periods, it learns from %d",
             able,
-            LEVEL_PERIODS + horizon,
+            needed,
             MIN_TEACHERS,
         )
         return {}
@@ -351,30 +458,23 @@ def learn(
     sample = np.sort(rng.permutation(learners)[:SAMPLE_CUSTOMERS])
     fleet_end = int(grid.end[:forecast_rows].max())
     current = grid.end[:forecast_rows] == fleet_end
-    backtest = np.full((len(customer_ids), windows, horizon), np.nan)
-    # One model for every window, fitted before the first window's origin: each window's
-    # forecast then uses nothing at or after its own origin, at half the fits of a model per
-    # window (its later windows' forecasts are staler than the served one: the backtest
-    # errs, if at all, against the fleet family).
-    features, targets = _training_set(grid, sample, grid.columns - windows * horizon, horizon)
-    bins = None
-    if len(targets) >= MIN_SAMPLES:
-        bins = _dataset(features, targets)
-        booster = _fit(bins, threads)
-        for window in range(windows):
-            origin = grid.columns - (windows - window) * horizon
-            forecast, _ = _predict(booster, grid, everyone, origin, horizon, threads)
-            backtest[:, window, :] = np.where(current[:, None], forecast, np.nan)
-    features, targets = _training_set(grid, sample, grid.columns, horizon)
+    # The served path is at least a season long: past its end its last season repeats
+    # (an export of two days still serves an hourly customer's week of hours).
+    served = max(horizon, unit.season)
+    backtest, bins = _backtests(grid, sample, current, windows, horizon, served, threads)
+    features, targets = _training_set(grid, sample, grid.columns, served)
     if len(targets) < MIN_SAMPLES:
         logger.info("the fleet family has too little data to learn from (%d samples)", len(targets))
         return {}
-    booster = _fit(_dataset(features, targets, bins), threads)
-    path, level = _predict(booster, grid, everyone, grid.columns, horizon, threads)
+    booster = _fit(_dataset(features, targets, unit, bins), threads)
+    path, level = _predict(booster, grid, everyone, grid.columns, served, threads)
     sigma = _deviations(grid, backtest, level, horizon)
-    last_history = (grid.end[:forecast_rows] * 86_400_000_000).astype("datetime64[us]")
+    sigma = np.concatenate([sigma, np.repeat(sigma[:, -1:], served - horizon, axis=1)], axis=1)
+    last_history = (grid.end[:forecast_rows] * unit.period_us).astype("datetime64[us]")
     forecasts = {
-        customer_id: FleetForecast(backtest[row], path[row], sigma[row], last_history[row])
+        customer_id: FleetForecast(
+            backtest[row], path[row], sigma[row], last_history[row], unit.season
+        )
         for row, customer_id in enumerate(customer_ids)
         if np.isfinite(path[row]).all() and np.isfinite(sigma[row]).all()
     }
@@ -388,6 +488,37 @@ def learn(
         time.process_time() - started,
     )
     return forecasts
+
+
+def _backtests(
+    grid: _Grid,
+    sample: npt.NDArray[np.intp],
+    current: npt.NDArray[np.bool_],
+    windows: int,
+    horizon: int,
+    served: int,
+    threads: int,
+) -> tuple[FloatArray, Any]:
+    """Each customer's forecasts of the ``windows`` backtest windows (NaN where not
+    ``current``: its history ends before the fleet's) and the fit's dataset, whose bins
+    the served fit borrows (None when too few samples came before the first window).
+
+    One model for every window, fitted before the first window's origin: each window's
+    forecast then uses nothing at or after its own origin, at half the fits of a model per
+    window (its later windows' forecasts are staler than the served one: the backtest
+    errs, if at all, against the fleet family)."""
+    everyone = np.arange(len(current), dtype=np.intp)
+    backtest = np.full((len(current), windows, horizon), np.nan)
+    features, targets = _training_set(grid, sample, grid.columns - windows * horizon, served)
+    if len(targets) < MIN_SAMPLES:
+        return backtest, None
+    bins = _dataset(features, targets, grid.unit)
+    booster = _fit(bins, threads)
+    for window in range(windows):
+        origin = grid.columns - (windows - window) * horizon
+        forecast, _ = _predict(booster, grid, everyone, origin, horizon, threads)
+        backtest[:, window, :] = np.where(current[:, None], forecast, np.nan)
+    return backtest, bins
 
 
 def _deviations(grid: _Grid, backtest: FloatArray, level: FloatArray, horizon: int) -> FloatArray:

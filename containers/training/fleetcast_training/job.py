@@ -324,8 +324,8 @@ def _fitting(customers: list[CustomerFile]) -> list[CustomerFile]:
 
 
 def fleet_learns(hyperparameters: Hyperparameters) -> bool:
-    """The fleet family is a candidate of this (daily) model."""
-    return fleet.KIND in hyperparameters.candidates and hyperparameters.frequency is Frequency.DAILY
+    """The fleet family is a candidate of this model."""
+    return fleet.KIND in hyperparameters.candidates
 
 
 def learn_fleet(
@@ -357,6 +357,7 @@ def learn_fleet(
                 hyperparameters.backtest_periods,
                 hyperparameters.backtest_windows,
                 teachers=len(extra),
+                frequency=hyperparameters.frequency,
             )
     except Exception:
         logger.warning("the fleet family could not learn: it is left out", exc_info=True)
