@@ -237,7 +237,7 @@ def _features(
     for k in range(1, SAME_WEEKDAYS + 1):
         # The target's weekday k weeks before the origin's week (columns of ``recent``).
         out[:, :, k - 1] = scaled[:, level_periods - k * season + step % season]
-    _newcomers_lags(out, scaled, step, unit)
+    _newcomers_lags(out, scaled, step, unit, counted)
     out[:, :, SAME_WEEKDAYS] = scaled[:, -1:]
     out[:, :, SAME_WEEKDAYS + 1] = last_week[:, None]
     out[:, :, SAME_WEEKDAYS + 2] = spread[:, None]
@@ -272,14 +272,19 @@ def _features(
 
 
 def _newcomers_lags(
-    out: FloatArray, scaled: FloatArray, step: npt.NDArray[np.int64], unit: Unit
+    out: FloatArray,
+    scaled: FloatArray,
+    step: npt.NDArray[np.int64],
+    unit: Unit,
+    counted: npt.NDArray[np.int64],
 ) -> None:
-    """A customer with less than a week of history (a cold start) has none of the weekly
-    lags, which the trees never saw missing all at once (their samples have a week at
-    least): in their place, what it has nearest them, the same period of its latest day
-    that has one (a daily model's latest day). Customers with any weekly lag are left as
-    they are."""
-    missing = np.isnan(out[:, :, :SAME_WEEKDAYS]).all(axis=2)
+    """A customer with less than a week of usable periods in its four weeks (a cold
+    start; ``counted`` of them) has none or few of the weekly lags, which the trees never
+    saw missing all at once (their samples have a week at least): where all are missing,
+    what it has nearest them, the same period of its latest day that has one (a daily
+    model's latest day). Every other customer's features are left as they are."""
+    newcomer = (counted < unit.season)[:, None]
+    missing = newcomer & np.isnan(out[:, :, :SAME_WEEKDAYS]).all(axis=2)
     if not missing.any():
         return
     per_day, level_periods = unit.frequency.periods_per_day, unit.level_periods
