@@ -3,10 +3,14 @@ replace: the same numbers, at a fraction of the CPU on hourly histories."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from fleetcast_forecasters import theta
+from fleetcast_contracts.frequency import Frequency
+from fleetcast_forecasters import ets, theta
+from fleetcast_forecasters.candidates import BacktestPlan, Histories
 
 
 def _lagged_products_by_loop(centred: np.ndarray, lags: int) -> np.ndarray:
@@ -69,3 +73,60 @@ def test_thetas_exponential_smoothing_is_the_recursion_row_by_row(rows: int):
     np.testing.assert_array_equal(counts, want_counts)
     np.testing.assert_allclose(levels, want_levels, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(squares, want_squares, rtol=1e-9, atol=1e-12)
+
+
+def _hourly(weeks: int, customers: int = 3) -> Histories:
+    rng = np.random.default_rng(weeks)
+    hours = np.arange(weeks * WEEK_HOURS)
+    shape = 1 + 0.4 * np.cos(2 * np.pi * hours / 24) - 0.1 * ((hours // 24) % 7 >= 5)
+    values = shape[:, None] * rng.uniform(0.5, 2, customers) + rng.normal(0, 0.05, (hours.size, 1))
+    values[rng.random(values.shape) < 0.02] = np.nan
+    return Histories(
+        values=values,
+        first=np.zeros(customers, dtype=np.intp),
+        last_history=np.array([np.datetime64("2025-03-01T23")] * customers),
+        season=WEEK_HOURS,
+        uncertainty_samples=0,
+        interval_width=0.8,
+    )
+
+
+WEEK_HOURS = Frequency.HOURLY.season_periods
+
+
+def test_hourly_ets_sees_only_its_recent_weeks():
+    # Given a year of hours, and the same year with everything before the recursion's
+    # span and its starting profile's weeks erased
+    grids = _hourly(52)
+    plan = BacktestPlan.of(grids.periods, 720, 3)
+    seasons = ets.RECURSION_SEASONS[WEEK_HOURS]
+    assert seasons is not None
+    reach = plan.origins[0] - (seasons + ets.START_SEASONS - 2) * WEEK_HOURS
+    erased = grids.values.copy()
+    erased[:reach] = np.nan
+    cut = dataclasses.replace(grids, values=erased, first=np.full(3, reach, dtype=np.intp))
+    # When ETS fits both
+    whole, recent = ets.FAMILY.fit(grids, plan), ets.FAMILY.fit(cut, plan)
+    # Then the backtests and the models are the same: the older hours cost nothing
+    np.testing.assert_array_equal(whole.backtest, recent.backtest)
+    assert whole.models == recent.models
+    # ... and the recursion starts that many weeks before the first origin
+    start = ets.recursion_start(grids, plan)
+    assert (start == plan.origins[0] - seasons * WEEK_HOURS).all()
+
+
+def test_daily_ets_runs_over_the_whole_history():
+    # Given daily histories starting on different rows
+    values = np.tile(np.array([10.0, 11, 12, 13, 14, 20, 22]), 40)[:, None] * np.ones(2)
+    values[:30, 1] = np.nan
+    grids = Histories(
+        values=values,
+        first=np.array([0, 30], dtype=np.intp),
+        last_history=np.array([np.datetime64("2025-03-01")] * 2),
+        season=7,
+        uncertainty_samples=0,
+        interval_width=0.8,
+    )
+    # Then the recursion starts from each one's first row
+    start = ets.recursion_start(grids, BacktestPlan.of(grids.periods, 30, 3))
+    np.testing.assert_array_equal(start, grids.first)

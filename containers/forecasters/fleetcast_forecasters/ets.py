@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from fleetcast_contracts.families import ETS
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_forecasters.candidates import (
     BacktestPlan,
     CandidateFits,
@@ -111,6 +112,21 @@ def _grid() -> _Grid:
 
 GRID = _grid()
 
+# Seasons of history before the backtest's first origin the recursion runs over, by the
+# season's length (None: all of it). Hourly models: 16 weeks. The recursion takes a Python
+# step per period (its arrays are the batch's customers times GRID), so two years of
+# hours cost 0.6 s a batch of 20, four fifths of it before that span; the states it would
+# carry in from further back are mostly forgotten by then (a level's alpha of 0.03 or
+# more forgets 16 weeks to 1e-49, the seasonal states learn from the span's 16 weeks),
+# and the seasonal states start from START_SEASONS weeks of profile, not two.
+RECURSION_SEASONS: dict[int, int | None] = {
+    Frequency.DAILY.season_periods: None,
+    Frequency.HOURLY.season_periods: 16,
+}
+# Seasons the starting seasonal states average: the two the level and trend start from,
+# and those before them (a recursion from a customer's first row has none before it).
+START_SEASONS = 8
+
 
 @dataclass
 class _Snapshot:
@@ -121,33 +137,51 @@ class _Snapshot:
     count: FloatArray  # (customers,)
 
 
-def _starting_states(histories: Histories) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Level, trend and seasonal states (by row position) from each customer's first two
-    seasons of rows: their means, the change between them, the average deviation of each
-    position from its season's mean."""
+def recursion_start(histories: Histories, plan: BacktestPlan) -> IntArray:
+    """Each customer's row the recursion starts from: its first, or for a frequency with
+    a :data:`RECURSION_SEASONS` the row that many seasons before the first origin if
+    later."""
+    seasons = RECURSION_SEASONS.get(histories.season)
+    if seasons is None:
+        return histories.first
+    return np.maximum(histories.first, plan.origins[0] - seasons * histories.season)
+
+
+def _starting_states(
+    histories: Histories, begin: IntArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Level, trend and seasonal states (by row position) for a recursion from row
+    ``begin`` of each customer: the means of its two seasons from there, the change
+    between them, and each position's average deviation from its season's mean over those
+    two seasons and up to :data:`START_SEASONS` - 2 usable ones before them (a recursion
+    from its first row has none)."""
     m, values = histories.season, histories.values
-    rows = histories.first[None, :] + np.arange(2 * m)[:, None]
-    rows = np.minimum(rows, histories.periods - 1)
-    start = np.take_along_axis(values, rows, axis=0).reshape(2, m, -1)
+    before = START_SEASONS - 2
+    rows = begin[None, :] + np.arange(-before * m, 2 * m)[:, None]
+    inside = (rows >= histories.first[None, :]) & (rows < histories.periods)
+    found = np.take_along_axis(values, np.clip(rows, 0, histories.periods - 1), axis=0)
+    start = np.where(inside, found, np.nan).reshape(START_SEASONS, m, -1)
     usable = np.isfinite(start)
     counts = usable.sum(axis=1)
     sums = np.where(usable, start, 0.0).sum(axis=1)
     means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    level = np.where(np.isfinite(means[0]), means[0], means[1])
+    level = np.where(np.isfinite(means[before]), means[before], means[before + 1])
     level = np.where(np.isfinite(level), level, 0.0)
-    trend = np.where(np.isfinite(means).all(axis=0), (means[1] - means[0]) / m, 0.0)
+    trend = np.where(
+        np.isfinite(means[before:]).all(axis=0), (means[before + 1] - means[before]) / m, 0.0
+    )
     deviation = np.where(usable, start - np.where(np.isfinite(means), means, 0.0)[:, None, :], 0.0)
     per_position = deviation.sum(axis=0) / np.maximum(usable.sum(axis=0), 1)
     per_position -= per_position.mean(axis=0)
     season = np.zeros((m, histories.customers))
-    slots = (histories.first[None, :] + np.arange(m)[:, None]) % m
+    slots = (begin[None, :] + np.arange(m)[:, None]) % m
     np.put_along_axis(season, slots, per_position, axis=0)
     return level, trend, season
 
 
-def _run(histories: Histories, stops: tuple[int, ...]) -> dict[int, _Snapshot]:
-    """The recursion over every customer and parameter set; the states after each row
-    ``stop - 1`` of ``stops``.
+def _run(histories: Histories, stops: tuple[int, ...], start: IntArray) -> dict[int, _Snapshot]:
+    """The recursion over every customer and parameter set, each customer's from its row
+    ``start``; the states after each row ``stop - 1`` of ``stops``.
 
     A Python step per row costs its numpy calls' overhead, not their arithmetic (a batch
     is a few thousand numbers), so each row takes as few calls as it can: the errors go
@@ -155,19 +189,21 @@ def _run(histories: Histories, stops: tuple[int, ...]) -> dict[int, _Snapshot]:
     counts are one cumulative sum, and a row every customer has a value for skips the
     weighting."""
     grid, m = GRID, histories.season
-    level0, trend0, season0 = _starting_states(histories)
+    level0, trend0, season0 = _starting_states(histories, start)
     level = np.repeat(level0[:, None], grid.size, axis=1)
     trend = trend0[:, None] * grid.trended[None, :]
     season = season0[:, :, None] * grid.seasonal[None, None, :]
     squares = np.zeros_like(level)
-    observed = np.isfinite(histories.values)
+    observed = np.isfinite(histories.values) & (
+        np.arange(histories.periods)[:, None] >= start[None, :]
+    )
     filled = np.where(observed, histories.values, 0.0)[:, :, None]
     weight = observed.astype(np.float64)
     everyone = np.asarray(observed.all(axis=1), dtype=bool)
     counts = np.cumsum(weight, axis=0)
     alpha, beta, gamma, phi = grid.alpha, grid.beta, grid.gamma, grid.phi
-    latest_start = int(histories.first.max())
-    begin = int(histories.first.min())
+    latest_start = int(start.max())
+    begin = int(start.min())
     errors = np.empty((_BLOCK, *level.shape))
     damped = np.empty_like(level)
     # alpha, beta and gamma times a row's errors, in one call
@@ -181,7 +217,7 @@ def _run(histories: Histories, stops: tuple[int, ...]) -> dict[int, _Snapshot]:
         error = errors[kept]
         if row < latest_start:
             # Customers yet to start hold their starting states.
-            started = (histories.first <= row)[:, None]
+            started = (start <= row)[:, None]
             np.subtract(filled[row], level + damped + slot, out=error)
             error *= weight[row][:, None] * started
             damped = np.where(started, damped, trend)
@@ -243,7 +279,7 @@ class _Ets:
 
     def fit(self, histories: Histories, plan: BacktestPlan) -> CandidateFits:
         m, end = histories.season, histories.periods
-        snapshots = _run(histories, (*plan.origins, end))
+        snapshots = _run(histories, (*plan.origins, end), recursion_start(histories, plan))
         backtest = empty_backtest(histories, plan)
         for window, origin in enumerate(plan.origins):
             snapshot = snapshots[origin]
