@@ -10,7 +10,7 @@ import pytest
 
 from fleetcast_contracts.frequency import Frequency
 from fleetcast_forecasters import ets, theta
-from fleetcast_forecasters.candidates import BacktestPlan, Histories
+from fleetcast_forecasters.candidates import FIT_SEASONS, BacktestPlan, Histories, fit_start
 
 
 def _lagged_products_by_loop(centred: np.ndarray, lags: int) -> np.ndarray:
@@ -36,13 +36,15 @@ def test_thetas_autocorrelation_sums_are_the_loops_over_the_lags(rows: int, lags
     np.testing.assert_allclose(found, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
 
 
-def _ses_by_loop(adjusted: np.ndarray, stops: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+def _ses_by_loop(
+    adjusted: np.ndarray, stops: tuple[int, ...], starts: tuple[int, ...] | None = None
+) -> tuple[np.ndarray, ...]:
     lanes = adjusted.shape[1]
     levels = np.zeros((lanes, theta.ALPHAS.shape[0]))
     squares = np.zeros_like(levels)
     counts = np.zeros(lanes)
     for lane in range(lanes):
-        values = adjusted[: stops[lane], lane]
+        values = adjusted[(starts[lane] if starts else 0) : stops[lane], lane]
         values = values[np.isfinite(values)]
         counts[lane] = values.shape[0]
         if not values.shape[0]:
@@ -57,8 +59,10 @@ def _ses_by_loop(adjusted: np.ndarray, stops: tuple[int, ...]) -> tuple[np.ndarr
     return levels, squares, counts
 
 
-@pytest.mark.parametrize("rows", [3, 250, 1500])
-def test_thetas_exponential_smoothing_is_the_recursion_row_by_row(rows: int):
+@pytest.mark.parametrize(
+    ("rows", "from_start"), [(3, False), (250, False), (1500, False), (1500, True)]
+)
+def test_thetas_exponential_smoothing_is_the_recursion_row_by_row(rows: int, from_start: bool):
     # Given lanes of very different levels, with gaps, a late start and their own stops
     rng = np.random.default_rng(rows)
     adjusted = rng.normal(5, 2, size=(rows, 5)) * np.array([0.01, 1, 30, 1000, 5e4])
@@ -66,10 +70,14 @@ def test_thetas_exponential_smoothing_is_the_recursion_row_by_row(rows: int):
     adjusted[: rows // 3, 1] = np.nan
     adjusted[:, 4] = np.nan
     stops = (rows, rows - 1, rows, max(1, rows // 2), rows)
+    # (and, for some, their own rows to start from)
+    starts = (0, rows // 2, rows - 400, 7, 0) if from_start else None
     # When smoothed a block at a time
-    levels, squares, counts = theta._ses(adjusted, stops)
+    levels, squares, counts = theta._ses(
+        adjusted, stops, None if starts is None else np.array(starts, dtype=np.intp)
+    )
     # Then each lane's level, squared one-step errors and usable rows are the recursion's
-    want_levels, want_squares, want_counts = _ses_by_loop(adjusted, stops)
+    want_levels, want_squares, want_counts = _ses_by_loop(adjusted, stops, starts)
     np.testing.assert_array_equal(counts, want_counts)
     np.testing.assert_allclose(levels, want_levels, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(squares, want_squares, rtol=1e-9, atol=1e-12)
@@ -99,7 +107,7 @@ def test_hourly_ets_sees_only_its_recent_weeks():
     # span and its starting profile's weeks erased
     grids = _hourly(52)
     plan = BacktestPlan.of(grids.periods, 720, 3)
-    seasons = ets.RECURSION_SEASONS[WEEK_HOURS]
+    seasons = FIT_SEASONS[Frequency.HOURLY]
     assert seasons is not None
     reach = plan.origins[0] - (seasons + ets.START_SEASONS - 2) * WEEK_HOURS
     erased = grids.values.copy()
@@ -111,7 +119,7 @@ def test_hourly_ets_sees_only_its_recent_weeks():
     np.testing.assert_array_equal(whole.backtest, recent.backtest)
     assert whole.models == recent.models
     # ... and the recursion starts that many weeks before the first origin
-    start = ets.recursion_start(grids, plan)
+    start = fit_start(grids, plan)
     assert (start == plan.origins[0] - seasons * WEEK_HOURS).all()
 
 
@@ -128,5 +136,5 @@ def test_daily_ets_runs_over_the_whole_history():
         interval_width=0.8,
     )
     # Then the recursion starts from each one's first row
-    start = ets.recursion_start(grids, BacktestPlan.of(grids.periods, 30, 3))
+    start = fit_start(grids, BacktestPlan.of(grids.periods, 30, 3))
     np.testing.assert_array_equal(start, grids.first)

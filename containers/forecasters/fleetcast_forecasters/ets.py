@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from fleetcast_contracts.families import ETS
-from fleetcast_contracts.frequency import Frequency
 from fleetcast_forecasters.candidates import (
     BacktestPlan,
     CandidateFits,
@@ -42,6 +41,7 @@ from fleetcast_forecasters.candidates import (
     IntArray,
     Model,
     empty_backtest,
+    fit_start,
     seasonal_slots,
 )
 from fleetcast_forecasters.gaussian import (
@@ -112,17 +112,6 @@ def _grid() -> _Grid:
 
 GRID = _grid()
 
-# Seasons of history before the backtest's first origin the recursion runs over, by the
-# season's length (None: all of it). Hourly models: 16 weeks. The recursion takes a Python
-# step per period (its arrays are the batch's customers times GRID), so two years of
-# hours cost 0.6 s a batch of 20, four fifths of it before that span; the states it would
-# carry in from further back are mostly forgotten by then (a level's alpha of 0.03 or
-# more forgets 16 weeks to 1e-49, the seasonal states learn from the span's 16 weeks),
-# and the seasonal states start from START_SEASONS weeks of profile, not two.
-RECURSION_SEASONS: dict[int, int | None] = {
-    Frequency.DAILY.season_periods: None,
-    Frequency.HOURLY.season_periods: 16,
-}
 # Seasons the starting seasonal states average: the two the level and trend start from,
 # and those before them (a recursion from a customer's first row has none before it).
 START_SEASONS = 8
@@ -135,16 +124,6 @@ class _Snapshot:
     season: FloatArray  # (season, customers, sets), by row position
     squares: FloatArray
     count: FloatArray  # (customers,)
-
-
-def recursion_start(histories: Histories, plan: BacktestPlan) -> IntArray:
-    """Each customer's row the recursion starts from: its first, or for a frequency with
-    a :data:`RECURSION_SEASONS` the row that many seasons before the first origin if
-    later."""
-    seasons = RECURSION_SEASONS.get(histories.season)
-    if seasons is None:
-        return histories.first
-    return np.maximum(histories.first, plan.origins[0] - seasons * histories.season)
 
 
 def _starting_states(
@@ -279,7 +258,7 @@ class _Ets:
 
     def fit(self, histories: Histories, plan: BacktestPlan) -> CandidateFits:
         m, end = histories.season, histories.periods
-        snapshots = _run(histories, (*plan.origins, end), recursion_start(histories, plan))
+        snapshots = _run(histories, (*plan.origins, end), fit_start(histories, plan))
         backtest = empty_backtest(histories, plan)
         for window, origin in enumerate(plan.origins):
             snapshot = snapshots[origin]

@@ -32,8 +32,10 @@ from fleetcast_forecasters.candidates import (
     CandidateFits,
     FloatArray,
     Histories,
+    IntArray,
     Model,
     empty_backtest,
+    fit_start,
     seasonal_slots,
 )
 from fleetcast_forecasters.gaussian import (
@@ -119,10 +121,12 @@ def _adjusted(values: FloatArray, indices: FloatArray, mode: FloatArray) -> Floa
     )
 
 
-def _ses(adjusted: FloatArray, stops: tuple[int, ...]) -> tuple[FloatArray, ...]:
-    """SES of each column of ``adjusted`` (rows by lanes) for every alpha: at each lane's
-    stop, the level and the squared one-step errors (lanes by alphas), and the lane's
-    usable rows.
+def _ses(
+    adjusted: FloatArray, stops: tuple[int, ...], starts: IntArray | None = None
+) -> tuple[FloatArray, ...]:
+    """SES of each column of ``adjusted`` (rows by lanes) for every alpha, from the lane's
+    row of ``starts`` on (default: all): at each lane's stop, the level and the squared
+    one-step errors (lanes by alphas), and the lane's usable rows.
 
     SES starts at a lane's first usable value and a gap leaves its level as it is, so a
     lane's SES is that of its usable rows before its stop, one after another: a linear
@@ -136,7 +140,10 @@ def _ses(adjusted: FloatArray, stops: tuple[int, ...]) -> tuple[FloatArray, ...]
     which their level does not move."""
     lanes = adjusted.shape[1]
     stop = np.asarray(stops)
-    usable = np.isfinite(adjusted) & (np.arange(adjusted.shape[0])[:, None] < stop[None, :])
+    row = np.arange(adjusted.shape[0])[:, None]
+    usable = np.isfinite(adjusted) & (row < stop[None, :])
+    if starts is not None:
+        usable &= row >= starts[None, :]
     count = usable.sum(axis=0)
     level_at = np.zeros((lanes, ALPHAS.shape[0]))
     squares_at = np.zeros_like(level_at)
@@ -203,7 +210,9 @@ class _Theta:
         # One lane per customer and stop, each adjusted with its own stop's indices.
         adjusted = np.hstack([_adjusted(values, idx, mode) for idx, mode in fitted])
         lane_stops = tuple(stop for stop in stops for _ in range(customers))
-        level, squares, count = _ses(adjusted, lane_stops)
+        level, squares, count = _ses(
+            adjusted, lane_stops, np.tile(fit_start(histories, plan), len(stops))
+        )
         chosen = np.argmin(squares, axis=1)
         lanes = np.arange(adjusted.shape[1])
         level, alpha = level[lanes, chosen], ALPHAS[chosen]
