@@ -169,8 +169,11 @@ def _run(histories: Histories, stops: tuple[int, ...], start: IntArray) -> dict[
     weighting."""
     grid, m = GRID, histories.season
     level0, trend0, season0 = _starting_states(histories, start)
-    level = np.repeat(level0[:, None], grid.size, axis=1)
-    trend = trend0[:, None] * grid.trended[None, :]
+    # level and trend, one array: a row adds its errors' changes to both in one call
+    states = np.empty((2, histories.customers, grid.size))
+    level, trend = states
+    level[...] = level0[:, None]
+    trend[...] = trend0[:, None] * grid.trended[None, :]
     season = season0[:, :, None] * grid.seasonal[None, None, :]
     squares = np.zeros_like(level)
     observed = np.isfinite(histories.values) & (
@@ -192,32 +195,33 @@ def _run(histories: Histories, stops: tuple[int, ...], start: IntArray) -> dict[
     kept = 0  # rows of ``errors`` not yet summed into ``squares``
     for row in range(begin, histories.periods):
         slot = season[row % m]
-        np.multiply(phi, trend, out=damped)
         error = errors[kept]
         if row < latest_start:
             # Customers yet to start hold their starting states.
+            np.multiply(phi, trend, out=damped)
             started = (start <= row)[:, None]
             np.subtract(filled[row], level + damped + slot, out=error)
             error *= weight[row][:, None] * started
-            damped = np.where(started, damped, trend)
-            level = np.where(started, level + damped + alpha * error, level)
-            trend = np.where(started, damped + beta * error, trend)
+            held = np.where(started, damped, trend)
+            level[...] = np.where(started, level + held + alpha * error, level)
+            trend[...] = np.where(started, held + beta * error, trend)
             slot += gamma * error
         else:
-            level += damped
+            trend *= phi  # the damped trend, to which the trend's change is added below
+            level += trend
             np.subtract(filled[row], level, out=error)
             error -= slot
             if not everyone[row]:
                 error *= weight[row][:, None]
             np.multiply(gains, error, out=changes)
-            level += changes[0]
-            np.add(changes[1], damped, out=trend)
+            states += changes[:2]
             slot += changes[2]
         kept += 1
-        if kept == _BLOCK or row + 1 in stops:
+        at_stop = row + 1 in stops
+        if kept == _BLOCK or at_stop:
             squares += np.einsum("rcs,rcs->cs", errors[:kept], errors[:kept])
             kept = 0
-        if row + 1 in stops:
+        if at_stop:
             snapshots[row + 1] = _Snapshot(
                 level.copy(), trend.copy(), season.copy(), squares.copy(), counts[row].copy()
             )
