@@ -14,7 +14,10 @@ the states and the sum of squared one-step errors are snapshot at each backtest 
 At each origin a customer's model is then its parameter set of least AIC on the rows
 before that origin (the forms differ in how many parameters and states they fit), so the
 backtest re-estimates the model at every origin, as a rolling-origin backtest must, for
-the price of one pass. The starting states come from the customer's first two seasons.
+the price of one pass. The recursion starts at the customer's first row, or for hourly
+models :data:`~fleetcast_forecasters.candidates.FIT_SEASONS` before the first origin if
+later; the starting level and trend come from the two seasons there, the seasonal states
+from up to :data:`START_SEASONS` seasons of profile around them.
 
 Forecast ``h`` steps from the states: ``l + (phi + ... + phi^h) b + s``; the error's
 variance is the class-1 formula ``sigma^2 (1 + sum_{j<h} (alpha + beta phi_j + gamma

@@ -11,7 +11,9 @@ At each origin, on the rows before it only:
    additive;
 2. ``b``, the least-squares slope of the adjusted series on time;
 3. SES on the adjusted series: its level ``l`` and ``alpha`` (the one of least squared
-   one-step error among :data:`ALPHAS`, every customer and alpha and origin one array);
+   one-step error among :data:`ALPHAS`, every customer and alpha and origin one array),
+   from the first row or, for hourly models, from
+   :data:`~fleetcast_forecasters.candidates.FIT_SEASONS` before the first origin;
 4. the forecast ``h`` steps ahead: ``l + b/2 (h - 1 + (1 - (1 - alpha)^n) / alpha)``,
    seasonal indices put back; its deviation SES's, ``sigma sqrt(1 + (h - 1) alpha^2)``.
 
