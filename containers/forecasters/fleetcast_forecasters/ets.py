@@ -14,7 +14,10 @@ the states and the sum of squared one-step errors are snapshot at each backtest 
 At each origin a customer's model is then its parameter set of least AIC on the rows
 before that origin (the forms differ in how many parameters and states they fit), so the
 backtest re-estimates the model at every origin, as a rolling-origin backtest must, for
-the price of one pass. The starting states come from the customer's first two seasons.
+the price of one pass. The recursion starts at the customer's first row, or for hourly
+models :data:`~fleetcast_forecasters.candidates.FIT_SEASONS` before the first origin if
+later; the starting level and trend come from the two seasons there, the seasonal states
+from up to :data:`START_SEASONS` seasons of profile around them.
 
 Forecast ``h`` steps from the states: ``l + (phi + ... + phi^h) b + s``; the error's
 variance is the class-1 formula ``sigma^2 (1 + sum_{j<h} (alpha + beta phi_j + gamma
@@ -41,6 +44,7 @@ from fleetcast_forecasters.candidates import (
     IntArray,
     Model,
     empty_backtest,
+    fit_start,
     seasonal_slots,
 )
 from fleetcast_forecasters.gaussian import (
@@ -111,6 +115,10 @@ def _grid() -> _Grid:
 
 GRID = _grid()
 
+# Seasons the starting seasonal states average: the two the level and trend start from,
+# and those before them (a recursion from a customer's first row has none before it).
+START_SEASONS = 8
+
 
 @dataclass
 class _Snapshot:
@@ -121,33 +129,41 @@ class _Snapshot:
     count: FloatArray  # (customers,)
 
 
-def _starting_states(histories: Histories) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Level, trend and seasonal states (by row position) from each customer's first two
-    seasons of rows: their means, the change between them, the average deviation of each
-    position from its season's mean."""
+def _starting_states(
+    histories: Histories, begin: IntArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Level, trend and seasonal states (by row position) for a recursion from row
+    ``begin`` of each customer: the means of its two seasons from there, the change
+    between them, and each position's average deviation from its season's mean over those
+    two seasons and up to :data:`START_SEASONS` - 2 usable ones before them (a recursion
+    from its first row has none)."""
     m, values = histories.season, histories.values
-    rows = histories.first[None, :] + np.arange(2 * m)[:, None]
-    rows = np.minimum(rows, histories.periods - 1)
-    start = np.take_along_axis(values, rows, axis=0).reshape(2, m, -1)
+    before = START_SEASONS - 2
+    rows = begin[None, :] + np.arange(-before * m, 2 * m)[:, None]
+    inside = (rows >= histories.first[None, :]) & (rows < histories.periods)
+    found = np.take_along_axis(values, np.clip(rows, 0, histories.periods - 1), axis=0)
+    start = np.where(inside, found, np.nan).reshape(START_SEASONS, m, -1)
     usable = np.isfinite(start)
     counts = usable.sum(axis=1)
     sums = np.where(usable, start, 0.0).sum(axis=1)
     means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    level = np.where(np.isfinite(means[0]), means[0], means[1])
+    level = np.where(np.isfinite(means[before]), means[before], means[before + 1])
     level = np.where(np.isfinite(level), level, 0.0)
-    trend = np.where(np.isfinite(means).all(axis=0), (means[1] - means[0]) / m, 0.0)
+    trend = np.where(
+        np.isfinite(means[before:]).all(axis=0), (means[before + 1] - means[before]) / m, 0.0
+    )
     deviation = np.where(usable, start - np.where(np.isfinite(means), means, 0.0)[:, None, :], 0.0)
     per_position = deviation.sum(axis=0) / np.maximum(usable.sum(axis=0), 1)
     per_position -= per_position.mean(axis=0)
     season = np.zeros((m, histories.customers))
-    slots = (histories.first[None, :] + np.arange(m)[:, None]) % m
+    slots = (begin[None, :] + np.arange(m)[:, None]) % m
     np.put_along_axis(season, slots, per_position, axis=0)
     return level, trend, season
 
 
-def _run(histories: Histories, stops: tuple[int, ...]) -> dict[int, _Snapshot]:
-    """The recursion over every customer and parameter set; the states after each row
-    ``stop - 1`` of ``stops``.
+def _run(histories: Histories, stops: tuple[int, ...], start: IntArray) -> dict[int, _Snapshot]:
+    """The recursion over every customer and parameter set, each customer's from its row
+    ``start``; the states after each row ``stop - 1`` of ``stops``.
 
     A Python step per row costs its numpy calls' overhead, not their arithmetic (a batch
     is a few thousand numbers), so each row takes as few calls as it can: the errors go
@@ -155,19 +171,24 @@ def _run(histories: Histories, stops: tuple[int, ...]) -> dict[int, _Snapshot]:
     counts are one cumulative sum, and a row every customer has a value for skips the
     weighting."""
     grid, m = GRID, histories.season
-    level0, trend0, season0 = _starting_states(histories)
-    level = np.repeat(level0[:, None], grid.size, axis=1)
-    trend = trend0[:, None] * grid.trended[None, :]
+    level0, trend0, season0 = _starting_states(histories, start)
+    # level and trend, one array: a row adds its errors' changes to both in one call
+    states = np.empty((2, histories.customers, grid.size))
+    level, trend = states
+    level[...] = level0[:, None]
+    trend[...] = trend0[:, None] * grid.trended[None, :]
     season = season0[:, :, None] * grid.seasonal[None, None, :]
     squares = np.zeros_like(level)
-    observed = np.isfinite(histories.values)
+    observed = np.isfinite(histories.values) & (
+        np.arange(histories.periods)[:, None] >= start[None, :]
+    )
     filled = np.where(observed, histories.values, 0.0)[:, :, None]
     weight = observed.astype(np.float64)
     everyone = np.asarray(observed.all(axis=1), dtype=bool)
     counts = np.cumsum(weight, axis=0)
     alpha, beta, gamma, phi = grid.alpha, grid.beta, grid.gamma, grid.phi
-    latest_start = int(histories.first.max())
-    begin = int(histories.first.min())
+    latest_start = int(start.max())
+    begin = int(start.min())
     errors = np.empty((_BLOCK, *level.shape))
     damped = np.empty_like(level)
     # alpha, beta and gamma times a row's errors, in one call
@@ -177,32 +198,33 @@ def _run(histories: Histories, stops: tuple[int, ...]) -> dict[int, _Snapshot]:
     kept = 0  # rows of ``errors`` not yet summed into ``squares``
     for row in range(begin, histories.periods):
         slot = season[row % m]
-        np.multiply(phi, trend, out=damped)
         error = errors[kept]
         if row < latest_start:
             # Customers yet to start hold their starting states.
-            started = (histories.first <= row)[:, None]
+            np.multiply(phi, trend, out=damped)
+            started = (start <= row)[:, None]
             np.subtract(filled[row], level + damped + slot, out=error)
             error *= weight[row][:, None] * started
-            damped = np.where(started, damped, trend)
-            level = np.where(started, level + damped + alpha * error, level)
-            trend = np.where(started, damped + beta * error, trend)
+            held = np.where(started, damped, trend)
+            level[...] = np.where(started, level + held + alpha * error, level)
+            trend[...] = np.where(started, held + beta * error, trend)
             slot += gamma * error
         else:
-            level += damped
+            trend *= phi  # the damped trend, to which the trend's change is added below
+            level += trend
             np.subtract(filled[row], level, out=error)
             error -= slot
             if not everyone[row]:
                 error *= weight[row][:, None]
             np.multiply(gains, error, out=changes)
-            level += changes[0]
-            np.add(changes[1], damped, out=trend)
+            states += changes[:2]
             slot += changes[2]
         kept += 1
-        if kept == _BLOCK or row + 1 in stops:
+        at_stop = row + 1 in stops
+        if kept == _BLOCK or at_stop:
             squares += np.einsum("rcs,rcs->cs", errors[:kept], errors[:kept])
             kept = 0
-        if row + 1 in stops:
+        if at_stop:
             snapshots[row + 1] = _Snapshot(
                 level.copy(), trend.copy(), season.copy(), squares.copy(), counts[row].copy()
             )
@@ -243,7 +265,7 @@ class _Ets:
 
     def fit(self, histories: Histories, plan: BacktestPlan) -> CandidateFits:
         m, end = histories.season, histories.periods
-        snapshots = _run(histories, (*plan.origins, end))
+        snapshots = _run(histories, (*plan.origins, end), fit_start(histories, plan))
         backtest = empty_backtest(histories, plan)
         for window, origin in enumerate(plan.origins):
             snapshot = snapshots[origin]
