@@ -237,44 +237,9 @@ def solve(data: dict[str, Any], start_variance: float = 1.0) -> MapSolution:
     if not np.isfinite(d.prior_precision).all():
         raise NotSolvedExactly(FallbackReason.NUMERICAL, "a zero prior scale in sigmas")
     zty = d.z.T @ y
-    yty = float(y @ y)
     penalized = np.zeros(d.gram.shape[0], dtype=bool)
     penalized[d.penalized] = True
-
-    # Alternating the two exact steps is a fixed-point iteration on sigma^2,
-    # s <- best_variance(w(s)); it converges linearly, sometimes slowly (a level shift
-    # the trend has to absorb). Secant steps on best_variance(w(s)) - s find the same
-    # fixed point in a few steps; the plain step stands in when a secant step is unusable.
-    variance = start_variance if np.isfinite(start_variance) and start_variance > 0 else 1.0
-    w = np.zeros(d.gram.shape[0])
-    active = np.zeros_like(penalized)
-    previous: tuple[float, float] | None = None
-    steps = 0
-    converged = False
-    while True:
-        steps += 1
-        hessian = d.gram + variance * d.prior_matrix
-        w, active = _l1_least_squares(hessian, zty, variance / tau, penalized, w, active)
-        updated = _best_variance(_rss(d, y, yty, zty, w), y.size)
-        gap = updated - variance
-        stalled = previous is not None and abs(gap) >= abs(previous[1])
-        converged = abs(gap) <= _VARIANCE_TOLERANCE * variance
-        if (
-            converged
-            or (stalled and abs(gap) <= _STALLED_TOLERANCE * variance)
-            or steps >= _MAX_OUTER_STEPS
-        ):
-            variance = updated
-            break
-        proposal = updated
-        if previous is not None and previous[1] != gap:
-            secant = variance - gap * (variance - previous[0]) / (gap - previous[1])
-            if np.isfinite(secant) and 0.5 * min(variance, updated) < secant < 2 * max(
-                variance, updated
-            ):
-                proposal = secant
-        previous = (variance, gap)
-        variance = proposal
+    w, active, variance, converged, steps = _sigma_search(d, y, zty, tau, penalized, start_variance)
     # Final w for the final sigma, then the check. Converged, w is exact for a sigma^2
     # within the tolerance of the final one, and sigma is taken as the best one for w
     # (from its residuals): solving the L1 problem again would move the answer by about
@@ -309,6 +274,54 @@ def solve(data: dict[str, Any], start_variance: float = 1.0) -> MapSolution:
         violation=violation,
         outer_steps=steps,
     )
+
+
+def _sigma_search(
+    d: Design,
+    y: Vector,
+    zty: Vector,
+    tau: float,
+    penalized: npt.NDArray[np.bool_],
+    start_variance: float,
+) -> tuple[Vector, npt.NDArray[np.bool_], float, bool, int]:
+    """w, its active set, sigma^2, whether the search converged, and its steps.
+
+    Alternating the two exact steps is a fixed-point iteration on sigma^2,
+    s <- best_variance(w(s)); it converges linearly, sometimes slowly (a level shift the
+    trend has to absorb). Secant steps on best_variance(w(s)) - s find the same fixed
+    point in a few steps; the plain step stands in when a secant step is unusable."""
+    yty = float(y @ y)
+    variance = start_variance if np.isfinite(start_variance) and start_variance > 0 else 1.0
+    w = np.zeros(d.gram.shape[0])
+    active = np.zeros_like(penalized)
+    previous: tuple[float, float] | None = None
+    steps = 0
+    converged = False
+    while True:
+        steps += 1
+        hessian = d.gram + variance * d.prior_matrix
+        w, active = _l1_least_squares(hessian, zty, variance / tau, penalized, w, active)
+        updated = _best_variance(_rss(d, y, yty, zty, w), y.size)
+        gap = updated - variance
+        stalled = previous is not None and abs(gap) >= abs(previous[1])
+        converged = abs(gap) <= _VARIANCE_TOLERANCE * variance
+        if (
+            converged
+            or (stalled and abs(gap) <= _STALLED_TOLERANCE * variance)
+            or steps >= _MAX_OUTER_STEPS
+        ):
+            variance = updated
+            break
+        proposal = updated
+        if previous is not None and previous[1] != gap:
+            secant = variance - gap * (variance - previous[0]) / (gap - previous[1])
+            if np.isfinite(secant) and 0.5 * min(variance, updated) < secant < 2 * max(
+                variance, updated
+            ):
+                proposal = secant
+        previous = (variance, gap)
+        variance = proposal
+    return w, active, variance, converged, steps
 
 
 def _rss(d: Design, y: Vector, yty: float, zty: Vector, w: Vector) -> float:
