@@ -45,8 +45,12 @@ $(UV):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
 
+# --compile-bytecode: every installed module's bytecode written at install. uv writes none
+# by default, and where PYTHONDONTWRITEBYTECODE is set (as on the bench's machines) no
+# import writes it either, so every process compiled what it imported: lightgbm's import
+# (the fleet family, each training job) cost 0.9 s of CPU instead of 0.2 s.
 $(STAMP): $(UV) pyproject.toml requirements/lock.txt
-	$(UV) pip install --quiet -p $(BIN)/python -c requirements/lock.txt -e '.[dev]'
+	$(UV) pip install --quiet --compile-bytecode -p $(BIN)/python -c requirements/lock.txt -e '.[dev]'
 	touch $@
 
 # SAM's translator alone, at the SAM CLI's pins: the local stack translates template.yaml

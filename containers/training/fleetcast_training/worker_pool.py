@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import math
 import multiprocessing
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fleetcast_forecasters import families
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.customer_training import CustomerReport, CustomerTrainer
 from fleetcast_training.fleet import FleetForecast
@@ -82,6 +84,7 @@ class WorkerPool:
         self._checkpoint_dir = checkpoint_dir
         self._root = Path(tempfile.mkdtemp(prefix="fleetcast-training-", dir=parent))
         self._shapes = ShapeTemplates()
+        _import_before_fork()
 
     def warm_up(self, customer: CustomerFile) -> None:
         """Fit ``customer``'s Prophet model in this process, for the shape template the
@@ -154,6 +157,17 @@ class WorkerPool:
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _import_before_fork() -> None:
+    """What each worker's first batch would otherwise import for itself, once per job
+    and worker: every serving family (the export compiles each model it archives; the
+    serving side imports them on first use) and ISA-L (the archives' gzip). Imported here
+    the workers inherit them: 10-15 ms of CPU per worker and job without compiled
+    bytecode, a quarter of a millisecond a customer at 120 customers on 2 workers."""
+    for kind in families.known_kinds():
+        families.family(kind)
+    importlib.import_module("isal.igzip")
 
 
 @contextlib.contextmanager
