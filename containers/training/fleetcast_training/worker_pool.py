@@ -43,8 +43,9 @@ from fleetcast_training.stan_backend import silence_stan_logging
 MAX_BATCH = 32
 BATCHES_PER_WORKER = 4
 # Hourly models: the numpy families' recursions take a Python step per period whatever a
-# batch's size (two years of hours: ~0.4 s a batch, most of a small batch's CPU), so a
-# shard is spread over the workers once, in batches as large as it allows.
+# batch's size (over their span, candidates.FIT_SEASONS: 16 weeks of hours and the
+# backtest's, most of a small batch's CPU), so a shard is spread over the workers once, in
+# batches as large as it allows.
 HOURLY_BATCHES_PER_WORKER = 1
 
 
