@@ -599,12 +599,7 @@ def readme_section(
     same inputs); ``hourly``: the hourly subsection (:func:`hourly_section`), put last."""
     members = ", ".join(results[0].median_members) if results else ""
     horizon = results[0].horizon if results else 0
-    cached = (
-        "; the peers' forecasts and CPU figures from an earlier full run on the same inputs, "
-        "read from `--peers-cache`"
-        if peers_cached
-        else ""
-    )
+    cached = _cached(peers_cached)
     skipped = _autogluon_skipped(results)
     run = _run_line(machine, seconds, "`make accuracy`", cached, _partial(results, planned))
     parts = "\n".join(_result_paragraph(r) for r in results)
@@ -659,6 +654,16 @@ Every figure, per customer too: [`{figures}`]({figures}); chart: [`{chart}`]({ch
 {"" if not hourly else chr(10) + hourly}"""
 
 
+def _cached(peers_cached: bool) -> str:
+    """What the run line says of the peers' figures read from ``--peers-cache``."""
+    if not peers_cached:
+        return ""
+    return (
+        "; the peers' forecasts and CPU figures from an earlier full run on the same inputs, "
+        "read from `--peers-cache`"
+    )
+
+
 def hourly_section(
     results: list[DataSetResult],
     machine: Machine,
@@ -666,10 +671,11 @@ def hourly_section(
     seconds: float,
     planned: int | None = None,
     command: str = "`make accuracy-hourly`",
+    peers_cached: bool = False,
 ) -> str:
     """The Accuracy section's hourly subsection (issue 42), from the hourly ``results``
     (``command``: the run that measured them)."""
-    run = _run_line(machine, seconds, command, "", _partial(results, planned))
+    run = _run_line(machine, seconds, command, _cached(peers_cached), _partial(results, planned))
     autogluon = next((r.autogluon for r in results if r.autogluon), None)
     limit = (
         f"`time_limit={autogluon['time_limit_seconds']}` seconds for its fit on each set"

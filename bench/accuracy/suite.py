@@ -352,6 +352,7 @@ def publish(
             progress.hourly_seconds,
             progress.hourly_planned,
             "`make accuracy-hourly`" if options.hourly_only else "`make accuracy`'s hourly part",
+            peers_cached=bool(PEERS_FROM_CACHE),
         )
         if by_hour
         else ""
