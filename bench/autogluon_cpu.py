@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.accuracy.datasets import DAILY
 from bench.accuracy.report import AUTOGLUON_CPU_RATIO_TARGET, AUTOGLUON_ENSEMBLE, FLEETCAST
 from bench.measure import Row, ratio_at_least
 
 NAME = "training: CPU per customer vs AutoGluon medium_quality (make accuracy)"
-DAILY = "D"
 
 
 def _pairs(results: dict[str, Any]) -> list[tuple[str, float, float]]:
@@ -26,7 +26,7 @@ def _pairs(results: dict[str, Any]) -> list[tuple[str, float, float]]:
     found = []
     for data_set in results.get("data_sets", []):
         methods = data_set.get("methods", {})
-        if data_set.get("frequency") != DAILY or AUTOGLUON_ENSEMBLE not in methods:
+        if data_set.get("frequency") != DAILY.model_frequency or AUTOGLUON_ENSEMBLE not in methods:
             continue
         ours = float(methods[FLEETCAST]["cpu_ms_per_customer"])
         theirs = float(methods[AUTOGLUON_ENSEMBLE]["cpu_ms_per_customer"])

@@ -59,7 +59,6 @@ logger = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
 
-SEASON = 7  # daily models: one week
 LEVEL_WEEKS = 4  # a customer's level: the mean of its four weeks before the origin
 SAME_WEEKDAYS = 4  # lags: the target's weekday in each of the four weeks before the origin
 YEAR_WEEKS = 52  # the same weekday (and hour) a year earlier
@@ -151,9 +150,6 @@ def unit_of(frequency: Frequency) -> Unit:
     return Unit(frequency, HOURLY_FEATURES, HOURLY_SAMPLES_PER_CUSTOMER, HOURLY_STEPS_PER_ORIGIN)
 
 
-DAILY = unit_of(Frequency.DAILY)
-
-
 @dataclass(frozen=True)
 class FleetForecast:
     """What the fleet's trees say for one customer: its backtest (windows by steps, NaN
@@ -164,7 +160,7 @@ class FleetForecast:
     path: FloatArray
     sigma: FloatArray
     last_history: np.datetime64
-    season: int = SEASON
+    season: int  # the frequency's week (Unit.season): what repeats past the path's end
 
     def model(self, uncertainty_samples: int, kind: str = KIND) -> dict[str, Any]:
         """The archive's ``model.json`` (:mod:`fleetcast_forecasters.fleet`), as a model
@@ -188,7 +184,7 @@ class _Grid:
     holidays: npt.NDArray[np.bool_]  # [calendar group, day - first_day]
     group: npt.NDArray[np.intp]  # each customer's calendar group
     first_day: int
-    unit: Unit = DAILY
+    unit: Unit
 
     @property
     def columns(self) -> int:
@@ -217,11 +213,11 @@ def _nanmean(values: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
 
 
 def _features(
-    grid: _Grid, rows: npt.NDArray[np.intp], origin: int, steps: npt.NDArray[np.int64]
+    grid: _Grid, rows: npt.NDArray[np.intp], origin: int, step: npt.NDArray[np.int64]
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """For customers ``rows`` at column ``origin``: the features of each of ``steps``
-    (periods ahead, 0 the origin's: customers x steps x features), each customer's level
-    and the number of usable values it rests on."""
+    """For customers ``rows`` at column ``origin``: the features of each ``step`` (periods
+    ahead, 0 the origin's: customers x steps x features), each customer's level and the
+    number of usable values it rests on."""
     unit = grid.unit
     season, level_periods, year = unit.season, unit.level_periods, unit.year
     recent = grid.window(origin - level_periods, origin, rows)
@@ -231,9 +227,8 @@ def _features(
         spread = np.sqrt(_nanmean((scaled - 1.0) ** 2)[0])
         last_week = _nanmean(scaled[:, -season:])[0]
         year_level = _nanmean(grid.window(origin - year - level_periods, origin - year, rows))[0]
-    out = np.full((len(rows), len(steps), len(unit.features)), np.nan)
-    step = steps
-    reach = int(steps[-1]) + 1
+    out = np.full((len(rows), len(step), len(unit.features)), np.nan)
+    reach = int(step[-1]) + 1
     for k in range(1, SAME_WEEKDAYS + 1):
         # The target's weekday k weeks before the origin's week (columns of ``recent``).
         out[:, :, k - 1] = scaled[:, level_periods - k * season + step % season]
@@ -283,8 +278,10 @@ def _newcomers_lags(
     saw missing all at once (their samples have a week at least): where all are missing,
     what it has nearest them, the same period of its latest day that has one (a daily
     model's latest day). Every other customer's features are left as they are."""
-    newcomer = (counted < unit.season)[:, None]
-    missing = newcomer & np.isnan(out[:, :, :SAME_WEEKDAYS]).all(axis=2)
+    newcomer = counted < unit.season
+    if not newcomer.any():  # (every sample the trees learn from has a week)
+        return
+    missing = newcomer[:, None] & np.isnan(out[:, :, :SAME_WEEKDAYS]).all(axis=2)
     if not missing.any():
         return
     per_day, level_periods = unit.frequency.periods_per_day, unit.level_periods
@@ -300,7 +297,7 @@ def _grid(
     histories: Iterable[History],
     calendars: Sequence[HolidayCalendar | None],
     horizon: int,
-    unit: Unit = DAILY,
+    unit: Unit,
 ) -> _Grid:
     """The grid of ``histories`` (one per calendar, read one at a time: a shard's whole
     histories are never held at once)."""
