@@ -75,7 +75,9 @@ FLOOR_SHARE = 0.1
 MIN_INTERCEPT_SHARE = 0.25
 # Fewer errors than this on the backtest say too little: the family's own interval.
 MIN_POINTS = 14
-# The served interval's width when the model does not say (Prophet's default).
+# The served interval's width when the model does not say: Prophet's default, which every
+# family keeps (gaussian and training's grid read it from here, the lowest module that
+# serving and training share; gaussian imports this one).
 INTERVAL_WIDTH = 0.8
 # How much wider than the backtest's own quantile the interval is served: what the
 # fleet's backtests needed to cover 80% of a window they were not calibrated on (module

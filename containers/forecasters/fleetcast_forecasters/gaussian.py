@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_forecasters import calibration
+from fleetcast_forecasters.calibration import INTERVAL_WIDTH
 from fleetcast_forecasters.candidates import Histories
 from fleetcast_forecasters.forecast import (
     FloatArray,
@@ -40,9 +41,9 @@ from fleetcast_forecasters.forecast import (
 )
 from fleetcast_forecasters.holiday_effects import holiday_offsets
 
-# Prophet's defaults, which fleetcast keeps for every family.
+# Prophet's defaults, which fleetcast keeps for every family (its interval width:
+# calibration.INTERVAL_WIDTH).
 UNCERTAINTY_SAMPLES = 1000
-INTERVAL_WIDTH = 0.8
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_contracts.frequency import Frequency
+from fleetcast_forecasters.calibration import INTERVAL_WIDTH
 from fleetcast_forecasters.candidates import Histories
 from fleetcast_training.history import History
 from fleetcast_training.hyperparameters import Hyperparameters
@@ -47,7 +48,3 @@ def on_grids(histories: list[History], settings: Hyperparameters) -> Histories:
         uncertainty_samples=settings.uncertainty_samples,
         interval_width=INTERVAL_WIDTH,
     )
-
-
-# Prophet's default, which every family keeps.
-INTERVAL_WIDTH = 0.8
