@@ -53,7 +53,8 @@ def hourly_customer_files(folder: Path, customers: int, seed: int = 7) -> list[P
     return files
 
 
-def hourly_rows(scratch: Path, sizes: HourlySizes) -> list[Row]:
+def hourly_rows(scratch: Path, sizes: HourlySizes) -> tuple[list[Row], list[Path]]:
+    """Row 2c, and the archives of its last run (row 3c serves them)."""
     files = hourly_customer_files(scratch / "customers", sizes.customers)
     runs = [
         fleetcast_training(files, scratch / f"run-{repetition}", {"frequency": "H"})
@@ -80,4 +81,4 @@ def hourly_rows(scratch: Path, sizes: HourlySizes) -> list[Row]:
             check=f"every customer trained, each served model hourly ({len(files)} archives a run)",
             figures={"daily_budget_ms": CPU_BUDGET_MS, "hours": float(HOURS)},
         )
-    ]
+    ], runs[-1].archives

@@ -102,10 +102,9 @@ class Client:
         body = json.dumps({"model_name": name, "url": model_url(name)}).encode()
         return timed(lambda: self.post("/models", body)) * 1000
 
-    def invoke(self, name: str) -> float:
-        return (
-            timed(lambda: self.post(f"/models/{name}/invoke", sample_request_body(PERIOD))) * 1000
-        )
+    def invoke(self, name: str, period: int = PERIOD) -> float:
+        body = sample_request_body(period)
+        return timed(lambda: self.post(f"/models/{name}/invoke", body)) * 1000
 
     def close(self) -> None:
         self.connection.close()
@@ -390,3 +389,51 @@ def family_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> lis
             )
         )
     return rows
+
+
+# issue 42: an hourly customer is forecast up to 30 days of hours ahead.
+HOURLY_PERIOD = 720
+
+
+def hourly_serving_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> list[Row]:
+    """Row 3c: 720-hour forecasts of the hourly models row 2c trained (every family it
+    served), through the container's HTTP server: the first answer per model, computed,
+    then warm answers from the endpoint's cache."""
+    opt_ml = scratch / "hourly-serving"
+    names = write_fleet(opt_ml, archives, len(archives))
+    kinds = sorted({read_archive(path)[1].model_kind for path in archives})
+    picker = random.Random(13)
+    settings = InferenceSettings("127.0.0.1", 0, opt_ml, 2**31, True)
+    with serving(InferenceApp(settings)) as ours:
+        for name in names:
+            ours.load(name)
+        first = [ours.invoke(name, HOURLY_PERIOD) for name in names]
+        answer = json.loads(
+            ours.post(f"/models/{names[0]}/invoke", sample_request_body(HOURLY_PERIOD))
+        )
+        rounds = [
+            [ours.invoke(picker.choice(names), HOURLY_PERIOD) for _ in range(sizes.warm_requests)]
+            for _ in range(sizes.rounds)
+        ]
+    if len(answer["forecast"]) != HOURLY_PERIOD:
+        raise AssertionError(f"a {HOURLY_PERIOD}-hour forecast had {len(answer['forecast'])} rows")
+    over = f"{len(names)} hourly models ({', '.join(kinds)})"
+    return [
+        single(
+            f"serving: warm forecast, hourly, period {HOURLY_PERIOD} (p50)",
+            "ms",
+            [percentiles_per_round(samples, 1, 0.5)[0] for samples in rounds],
+            higher_is_better=False,
+            target=at_most(1, "ms"),
+            detail=f"{sizes.rounds} rounds of {sizes.warm_requests} requests over the {over} "
+            f"row 2c trained, {HOURLY_PERIOD} hours each, HTTP keep-alive on 127.0.0.1",
+            check=f"a {HOURLY_PERIOD}-row forecast",
+        ),
+        single(
+            f"serving: computed forecast, hourly, period {HOURLY_PERIOD} (p50)",
+            "ms",
+            percentiles_per_round(first, sizes.rounds, 0.5),
+            higher_is_better=False,
+            detail=f"each of the {over}' first answer (not cached), {HOURLY_PERIOD} hours",
+        ),
+    ]

@@ -49,7 +49,7 @@ from bench.report import (
     update_readme,
     write_results,
 )
-from bench.serving import ServingSizes, family_rows, serving_rows
+from bench.serving import ServingSizes, family_rows, hourly_serving_rows, serving_rows
 from bench.training import TrainingSizes, training_rows
 from fleetcast_training.stan_backend import silence_stan_logging
 
@@ -212,8 +212,9 @@ def main() -> int:
         scratch = Path(folder)
         started = time.perf_counter()
         if options.hourly_only:
-            with console.status("row 2c: hourly models"):
-                rows = hourly_rows(scratch / "hourly", sizes.hourly)
+            with console.status("rows 2c and 3c: hourly models"):
+                rows, hourly = hourly_rows(scratch / "hourly", sizes.hourly)
+                rows += hourly_serving_rows(hourly, scratch / "hourly", sizes.serving)
             print_table(rows, machine, console)
             for row in rows:
                 console.print(f"- {row.name}: {row.detail} Check: {row.check}")
@@ -225,7 +226,7 @@ def main() -> int:
             with console.status("row 2b: the forecast export's share of training"):
                 rows += export_rows(customer_files, scratch / "export", sizes.export)
             with console.status("row 2c: hourly models"):
-                rows += hourly_rows(scratch / "hourly", sizes.hourly)
+                rows += hourly_rows(scratch / "hourly", sizes.hourly)[0]
             rows += autogluon_cpu_rows(ACCURACY_RESULTS)
             print_table(rows, machine, console)
             for row in rows:
@@ -245,12 +246,14 @@ def main() -> int:
         with console.status("row 2b: the forecast export's share of training"):
             rows += export_rows(customer_files, scratch / "export", sizes.export)
         with console.status("row 2c: hourly models"):
-            rows += hourly_rows(scratch / "hourly", sizes.hourly)
+            hourly_training, hourly = hourly_rows(scratch / "hourly", sizes.hourly)
+        rows += hourly_training
         rows += autogluon_cpu_rows(ACCURACY_RESULTS)
         durations["training"] = time.perf_counter() - started - sum(durations.values())
         with console.status("row 3: serving in the container"):
             rows += serving_rows(archives, scratch / "serving", sizes.serving)
             rows += family_rows(served, scratch / "families", sizes.serving)
+            rows += hourly_serving_rows(hourly, scratch / "hourly-serving", sizes.serving)
         durations["serving"] = time.perf_counter() - started - sum(durations.values())
         if not options.skip_stack:
             with console.status("rows 4 and 5: the pipeline and its API on the local stack"):
