@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fleetcast_contracts import families as catalogue
 from fleetcast_contracts.families import FAMILIES, Fit
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.training import CANDIDATE_KINDS
 from fleetcast_forecasters import combination
 from fleetcast_forecasters.families import known_kinds
@@ -66,7 +67,8 @@ print(json.dumps({{
 def test_every_list_of_families_is_the_catalogues() -> None:
     assert set(CANDIDATE_KINDS) == {f.kind for f in FAMILIES if f.candidate}
     assert set(NUMPY_FAMILIES) == {f.kind for f in FAMILIES if f.fit is Fit.BATCH}
-    assert set(selection.COMBINED) == {f.kind for f in FAMILIES if f.combined}
+    for frequency in Frequency:
+        assert set(selection.COMBINED[frequency]) == {f.kind for f in FAMILIES if f.combined}
     assert set(level_shift.ALWAYS_FOLLOW) == {f.kind for f in FAMILIES if f.follows_level_shift}
     assert set(combination.COMBINING) == {f.kind for f in FAMILIES if f.fit is Fit.MADE_OF_MEMBERS}
     scored = (f.kind for f in FAMILIES if f.candidate or f.fit is Fit.MADE_OF_MEMBERS)

@@ -9,6 +9,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.quality_gate import passes_quality_gate
 from fleetcast_forecasters import ets, naive_blend, seasonal_median, seasonal_naive, theta
 from fleetcast_forecasters.candidates import BacktestPlan, Histories
@@ -149,7 +150,8 @@ def test_a_member_of_weight_two_counts_twice_in_the_combination_and_its_blend(mo
     # Given ETS of weight 2 beside Theta and the seasonal median of weight 1
     from fleetcast_training import selection
 
-    monkeypatch.setattr(selection, "COMBINED", {"ets": 2.0, "theta": 1.0, "seasonal_median": 1.0})
+    weights = {"ets": 2.0, "theta": 1.0, "seasonal_median": 1.0}
+    monkeypatch.setattr(selection, "COMBINED", {Frequency.DAILY: weights})
     models = fitted_models()
     # (and seasonal naive 5% under: the combination fails the gate)
     bt = backtests(95.0, ets=110.0, theta=106.0, seasonal_median=106.0)
@@ -171,3 +173,32 @@ def test_a_member_of_weight_two_counts_twice_in_the_combination_and_its_blend(mo
     paths = {kind: compile_archive(models[kind], kind, "D", 14).yhat for kind in weights}
     expected = sum(weights[kind] * paths[kind] for kind in weights)
     np.testing.assert_allclose(served, np.maximum(expected, 0), rtol=1e-12)
+
+
+def test_a_model_is_combined_with_its_own_frequencys_weights(monkeypatch):
+    # Given ETS weighing 3 in an hourly model's combination and 1 in a daily one's
+    from fleetcast_training import selection
+
+    monkeypatch.setattr(
+        selection,
+        "COMBINED",
+        {
+            Frequency.DAILY: {"ets": 1.0, "theta": 1.0, "seasonal_median": 1.0},
+            Frequency.HOURLY: {"ets": 3.0, "theta": 1.0, "seasonal_median": 1.0},
+        },
+    )
+    models = fitted_models()
+    bt = backtests(150.0, ets=110.0, theta=95.0, seasonal_median=95.0)
+    candidates = [Candidate(kind, bt[kind], models[kind]) for kind in bt]
+    common = common_fields(LAST, 0, 0.8)
+    # When the same candidates are chosen among for a daily and for an hourly model
+    daily = choose(candidates, ACTUAL, ORIGINS, None, common, 1)
+    hourly = choose(candidates, ACTUAL, ORIGINS, None, common, 24)
+    # Then each combination is its frequency's weighted mean: (110 + 95 + 95) / 3 = 100
+    # daily, (3 x 110 + 95 + 95) / 5 = 104 hourly, and its model says so
+    assert daily is not None and hourly is not None
+    assert daily.kind == hourly.kind == COMBINATION
+    assert daily.backtest.score(COMBINATION).mae == pytest.approx(0.0)
+    assert hourly.backtest.score(COMBINATION).mae == pytest.approx(4.0)
+    weights = {m["kind"]: m.get("weight", 1) for m in hourly.model["members"]}
+    assert weights == {"ets": 3.0, "theta": 1, "seasonal_median": 1}

@@ -103,8 +103,9 @@ FEATURES = (
     "log_level",
 )
 # An hourly model's: the same, "weekday" being the hour of the week (0: Monday 00:00 UTC),
-# with the hour of the day and the last day's mean (over the level) after them.
-HOURLY_FEATURES = (*FEATURES, "hour", "last_day")
+# with the hour of the day, the last day's mean (over the level), the target's hour of the
+# last day and its hour's mean over the four weeks after them.
+HOURLY_FEATURES = (*FEATURES, "hour", "last_day", "same_hour_last_day", "hour_profile")
 _EPOCH_MONDAY = 3  # 1970-01-01 was a Thursday: day 0 is weekday 3 (Monday 0)
 
 
@@ -263,7 +264,21 @@ def _features(
         if unit.hourly:
             out[:, :, SAME_WEEKDAYS + 9] = periods % per_day
             out[:, :, SAME_WEEKDAYS + 10] = _nanmean(scaled[:, -per_day:])[0][:, None]
+            # The target's hour of the day on the latest day (``recent`` ends at the
+            # origin and holds whole days, so its columns' hours repeat every day), and
+            # that hour's mean over the four weeks.
+            phase = step % per_day
+            out[:, :, SAME_WEEKDAYS + 11] = scaled[:, level_periods - per_day + phase]
+            by_hour = scaled.reshape(len(rows), level_periods // per_day, per_day)
+            out[:, :, SAME_WEEKDAYS + 12] = _nanmean_axis1(by_hour)[:, phase]
     return out, level, counted.astype(np.float64)
+
+
+def _nanmean_axis1(values: FloatArray) -> FloatArray:
+    """The mean over axis 1 of the finite values (NaN where there are none)."""
+    finite = np.isfinite(values)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(finite, values, 0.0).sum(axis=1) / finite.sum(axis=1)
 
 
 def _newcomers_lags(

@@ -2,8 +2,9 @@
 
 The rule, decided on ``make accuracy``'s real meter data (docs/model-families.md): the
 customer is served the **combination** (the weighted mean of ETS, Theta, Prophet, the
-seasonal median and, at half their weight, the fleet, where each fitted: each family's
-``combination_weight`` in :mod:`fleetcast_contracts.families`) unless its backtest error
+seasonal median and the fleet, where each fitted: each family's weight for the model's
+frequency in :mod:`fleetcast_contracts.families`; an hourly model's fleet weighs as much
+as the four others together) unless its backtest error
 is worse than seasonal naive's by more than the quality gate's tolerance
 (:data:`~fleetcast_contracts.quality_gate.EQUAL_ERROR_SHARE` of the backtest's mean level,
 the rule registration applies); then the candidate of least backtest error, which may be
@@ -32,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetcast_contracts.families import COMBINATION_WEIGHTS
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.model_archive import Backtest, CandidateScore, HoldoutMetrics
 from fleetcast_contracts.quality_gate import EQUAL_ERROR_SHARE
 from fleetcast_forecasters import calibration, combination, naive_blend, seasonal_naive
@@ -42,7 +44,7 @@ NAIVE = seasonal_naive.KIND
 COMBINATION = combination.KIND
 NAIVE_BLEND = naive_blend.KIND
 # The members of the combination (where they are candidates and fitted), each with its
-# weight in the combination's weighted mean.
+# weight in the combination's weighted mean, by frequency.
 COMBINED = COMBINATION_WEIGHTS
 
 
@@ -117,9 +119,10 @@ def choose(
     (:mod:`fleetcast_training.level_shift`), unless no member can."""
     fitted = [c for c in candidates if c.model is not None]
     allowed = servable if servable is not None else {c.kind for c in fitted} | {COMBINATION}
-    members, allowed, left_out, shift = _members(fitted, allowed, shift)
+    weights = COMBINED[Frequency.of_periods_per_day(periods_per_day)]
+    members, allowed, left_out, shift = _members(fitted, allowed, shift, weights)
     naive_fit = next((c for c in fitted if c.kind == NAIVE and c.kind in allowed), None)
-    fitted += _combinations(members, naive_fit)
+    fitted += _combinations(members, naive_fit, weights)
     if not fitted:
         return None
     scored = np.isfinite(actual)
@@ -136,7 +139,7 @@ def choose(
     if decided is None:
         return None
     chosen, why = decided
-    model = _model(chosen, fitted, by_kind, common, members, naive_fit)
+    model = _model(chosen, fitted, by_kind, common, members, naive_fit, weights)
     served_backtest = next(c.backtest for c in fitted if c.kind == chosen)
     interval = calibration.fit(
         actual,
@@ -166,31 +169,37 @@ def choose(
 
 
 def _members(
-    fitted: list[Candidate], allowed: set[str], shift: LevelShift | None
+    fitted: list[Candidate],
+    allowed: set[str],
+    shift: LevelShift | None,
+    weights: dict[str, float],
 ) -> tuple[list[Candidate], set[str], list[str], LevelShift | None]:
-    """The combination's members among the ``fitted`` candidates, the kinds still
-    ``allowed``, those left out for the level ``shift`` (and the shift, None when no member
-    can follow it: then it is ignored)."""
+    """The combination's members (the kinds ``weights`` weighs) among the ``fitted``
+    candidates, the kinds still ``allowed``, those left out for the level ``shift`` (and
+    the shift, None when no member can follow it: then it is ignored)."""
     left_out: list[str] = []
     if shift is not None:
-        models = {c.kind: c.model for c in fitted if c.kind in COMBINED and c.kind in allowed}
+        models = {c.kind: c.model for c in fitted if c.kind in weights and c.kind in allowed}
         follow = shift.followers(models)
         if follow:
             left_out = sorted(set(models) - follow)
             allowed = set(allowed) - set(left_out)
         else:
             shift = None
-    members = [c for c in fitted if c.kind in COMBINED and c.kind in allowed]
+    members = [c for c in fitted if c.kind in weights and c.kind in allowed]
     return members, allowed, left_out, shift
 
 
-def _combinations(members: list[Candidate], naive_fit: Candidate | None) -> list[Candidate]:
-    """The combination of two ``members`` or more (their weighted mean) and its blend with
-    seasonal naive (``naive_fit``), as candidates with no model of their own."""
+def _combinations(
+    members: list[Candidate], naive_fit: Candidate | None, weights: dict[str, float]
+) -> list[Candidate]:
+    """The combination of two ``members`` or more (their mean, weighted by ``weights``)
+    and its blend with seasonal naive (``naive_fit``), as candidates with no model of
+    their own."""
     if len(members) < 2:
         return []
     mean = np.average(
-        [m.backtest for m in members], axis=0, weights=[COMBINED[m.kind] for m in members]
+        [m.backtest for m in members], axis=0, weights=[weights[m.kind] for m in members]
     )
     made = [Candidate(COMBINATION, mean, None)]
     if naive_fit is not None:
@@ -264,6 +273,7 @@ def _model(
     common: dict[str, Any],
     members: list[Candidate],
     naive_fit: Candidate | None,
+    member_weights: dict[str, float],
 ) -> dict[str, Any]:
     """The chosen candidate's model: a fitted family's own, or a combination (or naive
     blend) of ``members`` (and ``naive_fit``) as :func:`choose` scored it."""
@@ -271,7 +281,7 @@ def _model(
         model = next(c.model for c in fitted if c.kind == chosen)
         assert model is not None
         return model
-    weights = [COMBINED[c.kind] for c in members]
+    weights = [member_weights[c.kind] for c in members]
     written: list[dict[str, Any]] = [
         {"kind": c.kind, "model": c.model, **({"weight": w} if w != 1 else {})}
         for c, w in zip(members, weights, strict=True)

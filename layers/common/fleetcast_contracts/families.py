@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from fleetcast_contracts.frequency import Frequency
+
 
 class Fit(StrEnum):
     """How the training job fits a candidate family."""
@@ -41,6 +43,8 @@ class Family:
     # Its weight in the combination's weighted mean, where it is a candidate and fitted (0:
     # not a member). Decided on make accuracy's replayed backtests (docs/model-families.md).
     combination_weight: float = 0.0
+    # Its weight in an hourly model's combination, where that differs (None: the same).
+    hourly_combination_weight: float | None = None
     # Follows a level shift at the end of the history from its first day (its fit weighs
     # the latest periods most: fleetcast_training.level_shift).
     follows_level_shift: bool = False
@@ -49,6 +53,12 @@ class Family:
     def combined(self) -> bool:
         """A member of the combination."""
         return self.combination_weight > 0
+
+    def weight(self, frequency: Frequency) -> float:
+        """Its weight in the combination of a model of ``frequency``."""
+        if frequency is Frequency.HOURLY and self.hourly_combination_weight is not None:
+            return self.hourly_combination_weight
+        return self.combination_weight
 
 
 # Each family's kind: the ``model_kind`` of its archives and its name in ModelCandidates.
@@ -78,8 +88,15 @@ FAMILIES: tuple[Family, ...] = (
         follows_level_shift=True,
     ),
     Family(PROPHET, "fleetcast_forecasters.prophet_family", Fit.EACH, combination_weight=1),
-    # Half a member's weight: replayed on make accuracy's sets (docs/model-families.md).
-    Family(FLEET, "fleetcast_forecasters.fleet", Fit.FLEET, combination_weight=0.5),
+    # A member like the others in a daily combination, and as heavy as the four others
+    # together in an hourly one: measured on make accuracy's sets (docs/model-families.md).
+    Family(
+        FLEET,
+        "fleetcast_forecasters.fleet",
+        Fit.FLEET,
+        combination_weight=1,
+        hourly_combination_weight=4,
+    ),
     # The fleet's forecast of a customer too short for a model of its own (fewer fit
     # periods than training's required rows): served without a backtest.
     Family(COLD_START, "fleetcast_forecasters.cold_start", Fit.FLEET, candidate=False),
@@ -92,9 +109,10 @@ BY_KIND = {family.kind: family for family in FAMILIES}
 # parameter ModelCandidates), in the order they fit.
 CANDIDATE_KINDS = tuple(family.kind for family in FAMILIES if family.candidate)
 # The combination's members (where they are candidates and fitted), each with its weight in
-# the combination's weighted mean.
+# the combination's weighted mean, for a model of each frequency.
 COMBINATION_WEIGHTS = {
-    family.kind: family.combination_weight for family in FAMILIES if family.combined
+    frequency: {family.kind: family.weight(frequency) for family in FAMILIES if family.combined}
+    for frequency in Frequency
 }
 # The combination's members that follow a level shift from its first day.
 FOLLOWING_KINDS = tuple(family.kind for family in FAMILIES if family.follows_level_shift)

@@ -74,6 +74,14 @@ class Frequency(StrEnum):
         return periods / self.periods_per_day
 
     @classmethod
+    def of_periods_per_day(cls, periods_per_day: int) -> Frequency:
+        """The frequency with ``periods_per_day`` periods a day."""
+        for member in cls:
+            if member.periods_per_day == periods_per_day:
+                return member
+        raise ValueError(f"no frequency has {periods_per_day} periods a day")
+
+    @classmethod
     def parse(cls, value: object) -> Frequency:
         """A frequency from its code in either case (``h`` is pandas' and older archives'
         spelling of hourly), or from a member."""
