@@ -370,19 +370,30 @@ def _training_set(
         # only ones whose features are built.
         steps = np.arange(horizon)
         if grid.unit.steps_per_origin < horizon:
-            steps = np.sort(rng.choice(horizon, grid.unit.steps_per_origin, replace=False))
+            steps = _shared_steps(rng, horizon, grid.unit)
         found, level, counted = _features(grid, rows, origin, steps)
         with np.errstate(invalid="ignore", divide="ignore"):
             actual = grid.window(origin, origin + horizon, rows)[:, steps] / level[:, None]
         # (a sample's level needs a week of usable values)
         usable = (counted >= grid.unit.season) & (level > 0)
-        chosen = rng.random(actual.shape) < grid.unit.samples_per_customer / len(steps)
+        chosen = rng.random(actual.shape) < grid.unit.samples_per_customer / min(
+            len(steps), grid.unit.steps_per_origin
+        )
         keep = usable[:, None] & np.isfinite(actual) & chosen
         features.append(found[keep])
         targets.append(actual[keep])
     if not features:
         return np.zeros((0, len(grid.unit.features))), np.zeros(0)
     return np.concatenate(features), np.concatenate(targets)
+
+
+def _shared_steps(rng: np.random.Generator, horizon: int, unit: Unit) -> npt.NDArray[np.int64]:
+    """An hourly origin's shared steps: :attr:`Unit.steps_per_origin` of its horizon, and
+    half as many again in its first two days, where each hour's forecast rests most on the
+    hours just before the origin."""
+    spread = rng.choice(horizon, unit.steps_per_origin, replace=False)
+    near = rng.choice(min(2 * unit.frequency.periods_per_day, horizon), unit.steps_per_origin // 2)
+    return np.unique(np.concatenate([spread, near])).astype(np.int64)
 
 
 def _dataset(features: FloatArray, targets: FloatArray, unit: Unit, bins: Any = None) -> Any:
