@@ -243,3 +243,29 @@ def test_a_condition_is_parsed_once_and_decides_each_write_on_its_own_item(
         with pytest.raises(ValueError, match="Bad function expression"):
             _parser_parsed_once("attribute_not_exists(#run", {"#run": "run"}, {})
     assert len(parses) == 2
+
+
+def test_a_long_text_value_is_held_once_by_the_items_written_with_it() -> None:
+    # Given a customer's LIVE and MODEL records, each parsed from its own request, with
+    # the same backtest text, and another customer's record with another backtest
+    backtest = json.dumps({"chosen": "ets", "candidates": [{"wape": 0.1 * n} for n in range(8)]})
+    requests = [
+        {"pk": {"S": "c1"}, "backtest": {"S": backtest}, "kind": {"S": "ets"}},
+        {"pk": {"S": "c1"}, "backtest": {"S": backtest}, "kind": {"S": "ets"}},
+        {"pk": {"S": "c2"}, "backtest": {"S": backtest.replace("ets", "theta")}},
+    ]
+    parsed = [json.loads(json.dumps(request)) for request in requests]
+    assert parsed[0]["backtest"]["S"] is not parsed[1]["backtest"]["S"]
+    # When the stack's moto makes them items
+    items = []
+    for attributes in parsed:
+        item = Item.__new__(Item)
+        _item_sized_once(item, DynamoType(attributes["pk"]), None, attributes)  # type: ignore[arg-type]
+        items.append(item)
+    live, model, other = (item.attrs["backtest"].value for item in items)  # type: ignore[attr-defined]
+    # Then the two records of one customer hold one string, each reads as written, and
+    # the other customer's own text is its own
+    assert live is model
+    assert (live, other) == (backtest, backtest.replace("ets", "theta"))
+    # And short values are left as they are (not worth a look-up)
+    assert items[0].attrs["kind"].value is parsed[0]["kind"]["S"]  # type: ignore[attr-defined]
