@@ -7,10 +7,10 @@ own process; each such change is here, one module per service, so that an upgrad
 moto is one audit of this package:
 
 - :mod:`.dynamodb`: a Query reads its one partition; a transaction backs up only the
-  partitions it writes; a new item's size is summed once, not once per attribute, and its
-  attribute names are shared with every other item's; a condition expression is parsed
-  once for its names and values, not on every write; writes
-  run one at a time (atomic, as DynamoDB's are), and the
+  partitions it writes; a new item's size is summed once, not once per attribute, its
+  attribute names are shared with every other item's and its long texts with a recent
+  item's equal ones; a condition expression is parsed once for its names and values,
+  not on every write; writes run one at a time (atomic, as DynamoDB's are), and the
   stack's own observers are told of each UpdateItem (the run counter's record).
 - :mod:`.core`: moto keeps no list of every S3 key and DynamoDB item it ever made.
 - :mod:`.s3`: objects' bytes live in files, not in the stack's memory.
