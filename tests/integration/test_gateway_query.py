@@ -1,7 +1,8 @@
 """The local stack's moto answers a table Query from the named partition alone, and backs
 up only the partitions a transaction writes, with what DynamoDB would answer
 (fleetcast.embedded.moto_patches.dynamodb: query_partitions_only,
-transactions_back_up_partitions), and sizes a new item once."""
+transactions_back_up_partitions), sizes a new item once, and parses a condition
+expression once for its names and values."""
 
 from __future__ import annotations
 
@@ -17,12 +18,16 @@ import pytest
 from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models import table as moto_dynamodb_table
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
 
 from fleetcast.embedded.gateway import Gateway
+from fleetcast.embedded.moto_patches import dynamodb as dynamodb_patches
 from fleetcast.embedded.moto_patches.dynamodb import (
+    _condition_parsed_once,
     _item_sized_once,
+    _parser_parsed_once,
     _query_one_partition,
     _transact_backing_up_partitions,
 )
@@ -180,3 +185,87 @@ def test_items_share_their_attribute_names() -> None:
     shared = [next(k for k in item.attrs if k == name) for item in items]
     assert shared[0] is shared[1]
     assert [item.attrs[name].value for item in items] == ["ets", "ets"]
+
+
+def test_a_condition_is_parsed_once_and_decides_each_write_on_its_own_item(
+    table: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the stack's moto, counting its parses of condition expressions
+    assert moto_dynamodb_table.get_filter_expression is _condition_parsed_once
+    parses: list[str] = []
+    moto_parser = dynamodb_patches._moto_parser
+
+    def counted(expression: Any, names: Any, values: Any) -> Any:
+        parses.append(expression)
+        return moto_parser(expression, names, values)
+
+    monkeypatch.setattr(dynamodb_patches, "_moto_parser", counted)
+    dynamodb_patches._parsed_condition.cache_clear()
+    client = table.meta.client
+
+    def put_live(pk: str, run: str) -> bool:
+        """Registration's conditional Put of a LIVE record, in a transaction: True if
+        written."""
+        try:
+            client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": table.name,
+                            "Item": {"pk": pk, "sk": "LIVE", "run": run},
+                            "ConditionExpression": "attribute_not_exists(#run) OR #run < :run",
+                            "ExpressionAttributeNames": {"#run": "run"},
+                            "ExpressionAttributeValues": {":run": run},
+                        }
+                    }
+                ]
+            )
+        except ClientError as error:
+            assert error.response["Error"]["Code"] == "TransactionCanceledException"
+            return False
+        return True
+
+    # When three customers' LIVE records are written by one run, then again by it, by a
+    # newer run, and by an older one
+    written = [put_live(f"c{n}", "run-2") for n in range(3)]
+    repeated = put_live("c0", "run-2")
+    newer = put_live("c1", "run-3")
+    older = put_live("c2", "run-1")
+    # Then each write is decided on its own item, as an unpatched moto decides it
+    assert (written, repeated, newer, older) == ([True] * 3, False, True, False)
+    assert table.get_item(Key={"pk": "c1", "sk": "LIVE"})["Item"]["run"] == "run-3"
+    assert table.get_item(Key={"pk": "c2", "sk": "LIVE"})["Item"]["run"] == "run-2"
+    # And the expression was parsed once for each run's value, not twice per write
+    assert parses.count("attribute_not_exists(#run) OR #run < :run") == 3
+    # And an expression moto cannot parse fails on every write, as moto's own parse fails
+    parses.clear()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="Bad function expression"):
+            _parser_parsed_once("attribute_not_exists(#run", {"#run": "run"}, {})
+    assert len(parses) == 2
+
+
+def test_a_long_text_value_is_held_once_by_the_items_written_with_it() -> None:
+    # Given a customer's LIVE and MODEL records, each parsed from its own request, with
+    # the same backtest text, and another customer's record with another backtest
+    backtest = json.dumps({"chosen": "ets", "candidates": [{"wape": 0.1 * n} for n in range(8)]})
+    requests = [
+        {"pk": {"S": "c1"}, "backtest": {"S": backtest}, "kind": {"S": "ets"}},
+        {"pk": {"S": "c1"}, "backtest": {"S": backtest}, "kind": {"S": "ets"}},
+        {"pk": {"S": "c2"}, "backtest": {"S": backtest.replace("ets", "theta")}},
+    ]
+    parsed = [json.loads(json.dumps(request)) for request in requests]
+    assert parsed[0]["backtest"]["S"] is not parsed[1]["backtest"]["S"]
+    # When the stack's moto makes them items
+    items = []
+    for attributes in parsed:
+        item = Item.__new__(Item)
+        _item_sized_once(item, DynamoType(attributes["pk"]), None, attributes)  # type: ignore[arg-type]
+        items.append(item)
+    live, model, other = (item.attrs["backtest"].value for item in items)  # type: ignore[attr-defined]
+    # Then the two records of one customer hold one string, each reads as written, and
+    # the other customer's own text is its own
+    assert live is model
+    assert (live, other) == (backtest, backtest.replace("ets", "theta"))
+    # And short values are left as they are (not worth a look-up)
+    assert items[0].attrs["kind"].value is parsed[0]["kind"]["S"]  # type: ignore[attr-defined]

@@ -32,9 +32,11 @@ from fleetcast.embedded.lambdas import LocalFunction
 pytestmark = pytest.mark.integration
 
 HANDLER = """
-import json, os, time
+import gc, json, os, time
 
 def lambda_handler(event, context):
+    if event.get("frozen"):
+        return {"frozen": gc.get_freeze_count(), "pid": os.getpid()}
     with open(os.environ["CALLS"], "a") as calls:
         calls.write(json.dumps({"pid": os.getpid(), "event": event.get("detail", event)}) + "\\n")
     if event.get("detail", event).get("sleep"):
@@ -183,3 +185,15 @@ def test_a_timed_out_event_is_retried_then_dead_lettered(
     finally:
         delivery.stop()
     assert os.environ["AWS_ENDPOINT_URL"] == aws_env
+
+
+def test_a_worker_leaves_what_it_inherits_to_the_collector_alone(
+    function: tuple[LocalFunction, Path],
+) -> None:
+    # Given a function's worker, forked from the forkserver with its preloaded imports
+    local, _ = function
+    # When it is asked how many objects the cyclic collector leaves alone
+    answer = local.invoke({"frozen": True})
+    # Then the inherited ones are frozen (kept shared with the forkserver's other
+    # children: a collection would write to each of them)
+    assert answer["frozen"] > 10_000

@@ -15,6 +15,14 @@ from botocore.config import Config
 
 # Adaptive mode adds client-side rate limiting on top of exponential back-off with jitter.
 RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 8}, max_pool_connections=32)
+# The tables' requests are built by their adapters (fleetcast_common.registry,
+# upload_queue) from typed records, and DynamoDB validates each request itself: botocore's
+# own check of every attribute of every item before sending (its documented
+# parameter_validation, "disable for performance reasons") was a third of register-chunk's
+# CPU, 0.80 ms a customer of it against 0.55 without (a registry's writes of 2,000
+# customers, the local stack's moto). A malformed request is then refused by DynamoDB
+# (ValidationException) instead of by botocore (ParamValidationError).
+TABLE_CONFIG = RETRY_CONFIG.merge(Config(parameter_validation=False))
 
 
 @functools.cache
@@ -24,4 +32,4 @@ def client(service: str) -> Any:
 
 @functools.cache
 def dynamodb_table(name: str) -> Any:
-    return boto3.session.Session().resource("dynamodb", config=RETRY_CONFIG).Table(name)
+    return boto3.session.Session().resource("dynamodb", config=TABLE_CONFIG).Table(name)

@@ -9,6 +9,7 @@ function, as CloudWatch Logs keeps a log group per function.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import multiprocessing
 import os
@@ -121,6 +122,13 @@ def _start_worker(
     timeout: float,
 ) -> None:
     global _handler, _function_name, _memory, _timeout
+    # What the worker inherits from the forkserver (its preloaded imports) is shared with
+    # every other worker until written to, and the cyclic collector writes to each object
+    # it examines (its header's reference count): after a few collections a worker held
+    # its own copy of most of it. Frozen, those objects are never examined. At make
+    # scale's start the seven workers and the forkserver held 420 MiB (PSS) without it,
+    # 286 with it.
+    gc.freeze()
     os.environ.update(env)
     log = Path(log_path).open("a", buffering=1)  # noqa: SIM115 - lives as long as the worker
     sys.stdout = log

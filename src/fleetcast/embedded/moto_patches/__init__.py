@@ -7,9 +7,10 @@ own process; each such change is here, one module per service, so that an upgrad
 moto is one audit of this package:
 
 - :mod:`.dynamodb`: a Query reads its one partition; a transaction backs up only the
-  partitions it writes; a new item's size is summed once, not once per attribute, and its
-  attribute names are shared with every other item's; writes
-  run one at a time (atomic, as DynamoDB's are), and the
+  partitions it writes; a new item's size is summed once, not once per attribute, its
+  attribute names are shared with every other item's and its long texts with a recent
+  item's equal ones; a condition expression is parsed once for its names and values,
+  not on every write; writes run one at a time (atomic, as DynamoDB's are), and the
   stack's own observers are told of each UpdateItem (the run counter's record).
 - :mod:`.core`: moto keeps no list of every S3 key and DynamoDB item it ever made.
 - :mod:`.s3`: objects' bytes live in files, not in the stack's memory.
@@ -61,6 +62,7 @@ def install() -> None:
     dynamodb.query_partitions_only()
     dynamodb.transactions_back_up_partitions()
     dynamodb.items_sized_once()
+    dynamodb.conditions_parsed_once()
     dynamodb.dynamodb_writes_one_at_a_time()
     s3.keep_objects_in_files()
     s3.delete_markers_copied_alone()

@@ -1,7 +1,7 @@
 """moto's DynamoDB, as DynamoDB behaves at a fleet's size: a Query reads its one
 partition, a transaction backs up only the partitions it writes, a new item's size is
-checked once, and each write runs alone (UpdateItems told to the stack's observers as
-they are applied). Written for moto 5.2.5 (see :mod:`fleetcast.embedded.moto_patches`).
+checked once, a condition expression is parsed once, and each write runs alone
+(UpdateItems told to the stack's observers as they are applied). Written for moto 5.2.5 (see :mod:`fleetcast.embedded.moto_patches`).
 """
 
 from __future__ import annotations
@@ -9,12 +9,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
 import sys
 import threading
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import moto.dynamodb.models as moto_dynamodb_models
+import moto.dynamodb.models.table as moto_dynamodb_table
+import moto.dynamodb.responses as moto_dynamodb_responses
+from moto.dynamodb import comparisons
 from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
@@ -58,13 +64,36 @@ def query_partitions_only() -> None:
 
 # moto 5.2.5's limit on an item's size (DynamoDB's 400 KB, as moto measured it).
 ITEM_SIZE_LIMIT = 405_000
+# A string value this long or longer is shared with an equal value of a recent item
+# (:func:`_shared_text`), among the last SHARED_TEXTS such values written.
+SHARED_TEXT_LENGTH = 64
+SHARED_TEXTS = 4096
+_recent_texts: OrderedDict[str, str] = OrderedDict()
+_recent_texts_lock = threading.Lock()
+
+
+def _shared_text(text: str) -> str:
+    """``text``, or an equal string a recent item already holds (which is then kept
+    longest). Registration writes each customer's LIVE record and its MODEL record of
+    the same run seconds apart (a chunk's Puts, then its batch of MODEL records), and
+    their backtest, metrics and archive's URI are the same text: shared, the two records
+    hold one copy. Bounded: the last SHARED_TEXTS long values, a few MiB."""
+    with _recent_texts_lock:
+        found = _recent_texts.get(text)
+        if found is None:
+            _recent_texts[text] = text
+            if len(_recent_texts) > SHARED_TEXTS:
+                _recent_texts.popitem(last=False)
+            return text
+        _recent_texts.move_to_end(found)
+        return found
 
 
 def _item_sized_once(
     item: Item, hash_key: DynamoType, range_key: DynamoType | None, attrs: dict[str, Any]
 ) -> None:
-    """moto's ``Item.__init__``, with the item's size summed once and its attribute
-    names shared.
+    """moto's ``Item.__init__``, with the item's size summed once, its attribute names
+    shared, and its long string values shared with recent items' equal ones.
 
     moto 5.2.5 stores an item's attributes in a ``LimitedSizeDict`` whose every
     assignment sums the sizes of every attribute already there, nested maps walked value
@@ -79,6 +108,10 @@ def _item_sized_once(
     records at 100,000 customers held 200,000 copies of each of their twenty names. They
     are interned here (one string a name, in this process), which took a registry record
     from about 9.0 to 7.4 KB of the stack's memory.
+
+    A customer's LIVE record and its MODEL record of the same run hold the same backtest
+    and metrics (their JSON text, 2.7 KB of a 3.3 KB record since the fleet family and
+    its eighth candidate): :func:`_shared_text` keeps one copy for both.
     """
     item.hash_key = hash_key
     item.range_key = range_key
@@ -87,6 +120,8 @@ def _item_sized_once(
     for key, value in attrs.items():
         typed = DynamoType(value)
         size += bytesize(key) + typed.size()
+        if typed.type == "S" and len(typed.value) >= SHARED_TEXT_LENGTH:
+            typed.value = _shared_text(typed.value)
         dict.__setitem__(item.attrs, sys.intern(key), typed)
     if size > ITEM_SIZE_LIMIT:
         raise ItemSizeTooLarge
@@ -95,6 +130,91 @@ def _item_sized_once(
 def items_sized_once() -> None:
     """Install :func:`_item_sized_once` in moto (idempotent)."""
     Item.__init__ = _item_sized_once  # type: ignore[method-assign,assignment]
+
+
+_moto_parser = comparisons.create_condition_expression_parser
+# Distinct (expression, names, values) parses kept: registration's conditional writes use
+# a handful (a run's id, a customer's version), the rest of the stack a few more.
+PARSED_CONDITIONS = 1024
+
+
+@dataclass(frozen=True)
+class _ParsedCondition:
+    """What moto reads of a ``ConditionExpressionParser`` once it has parsed: the tree,
+    and the names and values the expression used (which moto checks against those the
+    request gave)."""
+
+    tree: Any
+    names_found: tuple[str, ...]
+    values_found: tuple[str, ...]
+
+
+class _Parsed:
+    """A parser whose parse is done (one per call: moto may read its lists)."""
+
+    def __init__(self, parsed: _ParsedCondition) -> None:
+        self._tree = parsed.tree
+        self.expr_attr_names_found = list(parsed.names_found)
+        self.expr_attr_values_found = list(parsed.values_found)
+
+    def parse(self) -> Any:
+        return self._tree
+
+
+@functools.lru_cache(maxsize=PARSED_CONDITIONS)
+def _parsed_condition(expression: str, names: str, values: str) -> _ParsedCondition:
+    parser = _moto_parser(expression, json.loads(names), json.loads(values))
+    tree = parser.parse()
+    return _ParsedCondition(
+        tree, tuple(parser.expr_attr_names_found), tuple(parser.expr_attr_values_found)
+    )
+
+
+def _parser_parsed_once(
+    expression: str | None,
+    names: dict[str, str] | None,
+    values: dict[str, dict[str, Any]] | None,
+) -> Any:
+    """moto's ``create_condition_expression_parser``, each distinct expression with its
+    names and values parsed once.
+
+    moto 5.2.5 lexes and parses a write's ConditionExpression twice on every write (its
+    request handler validates it, then its model parses it again to decide), about a
+    millisecond of the gateway's time each: at 10,000 customers, registration's
+    conditional Puts of the LIVE records (one a customer, with the same expression and
+    the run's id) spent 12 of the gateway's 18 s of DynamoDB work in the second parse
+    alone. The tree moto builds is only read when a condition is evaluated (each node's
+    ``expr(item)``), so one tree serves every write with the same expression, names and
+    values. A parse that fails is not kept: it fails again, as moto's own does.
+    Expressions with nothing to parse (None) go to moto unchanged.
+    """
+    if expression is None:
+        return _moto_parser(expression, names, values)
+    try:
+        key = json.dumps(names, sort_keys=True), json.dumps(values, sort_keys=True)
+    except TypeError:  # values that are not DynamoDB JSON: moto says what is wrong
+        return _moto_parser(expression, names, values)
+    return _Parsed(_parsed_condition(expression, *key))
+
+
+def _condition_parsed_once(
+    expression: str | None,
+    names: dict[str, str] | None,
+    values: dict[str, dict[str, Any]] | None,
+) -> Any:
+    """moto's ``get_filter_expression`` (the model's parse) through
+    :func:`_parser_parsed_once`."""
+    return _parser_parsed_once(expression, names, values).parse()
+
+
+def conditions_parsed_once() -> None:
+    """Install :func:`_parser_parsed_once` and :func:`_condition_parsed_once` where
+    moto's DynamoDB calls them (idempotent): its modules import them by name."""
+    comparisons.create_condition_expression_parser = _parser_parsed_once  # type: ignore[assignment]
+    moto_dynamodb_responses.create_condition_expression_parser = _parser_parsed_once  # type: ignore[assignment]
+    comparisons.get_filter_expression = _condition_parsed_once  # type: ignore[assignment]
+    moto_dynamodb_models.get_filter_expression = _condition_parsed_once  # type: ignore[assignment]
+    moto_dynamodb_table.get_filter_expression = _condition_parsed_once  # type: ignore[assignment]
 
 
 _moto_transact_write_items = DynamoDBBackend.transact_write_items
