@@ -129,6 +129,15 @@ class _TimeTable:
         """Each time's row, or None when one is not in the table."""
         return _rows_of(self.times, times)
 
+    def features_at(self, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
+        """The feature rows of ``rows`` (ascending): for a run of consecutive rows (a
+        customer without gaps) a view of the table, which customers of the same times
+        then share, so the solver's design cache knows them without comparing values
+        (:func:`fleetcast_training.exact_map.design`); else a copy."""
+        if rows.size and int(rows[-1]) - int(rows[0]) == rows.size - 1:
+            return self.features[int(rows[0]) : int(rows[-1]) + 1]
+        return self.features[rows]
+
     def row_text(
         self, start: np.datetime64, span: np.timedelta64
     ) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.object_]]:
@@ -212,7 +221,7 @@ class ShapeTemplate:
         features = np.asarray(stan_data["X"], dtype=np.float64)
         table = _TimeTable(
             times=stamps.view(np.int64).copy(),
-            features=features.copy(),
+            features=np.array(features, order="C"),
             dates=np.array(_dates_json(stamps), dtype=object),
             unit=unit,
         )
@@ -285,7 +294,7 @@ class ShapeTemplate:
             "t": t,
             "cap": np.zeros(count),
             "t_change": t_change,
-            "X": self.table.features[rows],
+            "X": self.table.features_at(rows),
             "sigmas": self.stan_data["sigmas"],
             "s_a": self.stan_data["s_a"],
             "s_m": self.stan_data["s_m"],
@@ -384,7 +393,7 @@ def _grown_to_years(
         return table
     return _TimeTable(
         times=grid.view(np.int64).copy(),
-        features=grown,
+        features=np.ascontiguousarray(grown),
         dates=np.array(_dates_json(grid), dtype=object),
         unit=table.unit,
     )
