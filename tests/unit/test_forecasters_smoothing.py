@@ -138,3 +138,22 @@ def test_daily_ets_runs_over_the_whole_history():
     # Then the recursion starts from each one's first row
     start = fit_start(grids, BacktestPlan.of(grids.periods, 30, 3))
     np.testing.assert_array_equal(start, grids.first)
+
+
+def test_a_customer_fits_before_an_origin_with_three_seasons_of_usable_values():
+    # Given daily customers with gaps, one starting late and one with no usable value
+    rng = np.random.default_rng(4)
+    values = rng.normal(10, 1, (120, 4))
+    values[rng.random(values.shape) < 0.3] = np.nan
+    values[:60, 1] = np.nan
+    values[:, 3] = np.nan
+    first = np.array([0, 60, 0, 120], dtype=np.intp)
+    first[0] = np.flatnonzero(np.isfinite(values[:, 0]))[0]
+    first[2] = np.flatnonzero(np.isfinite(values[:, 2]))[0]
+    grids = Histories(values, first, np.array([np.datetime64("2025-03-01")] * 4), 7, 0, 0.8)
+    # Then at every origin it is those with 21 usable values before it, counted directly
+    for origin in range(grids.periods + 1):
+        counted = np.isfinite(values[:origin]).sum(axis=0)
+        expected = (counted >= 21) & (first < origin)
+        np.testing.assert_array_equal(grids.fits_before(origin), expected, err_msg=str(origin))
+    assert grids.fits_before(grids.periods).tolist() == [True, True, True, False]

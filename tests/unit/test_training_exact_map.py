@@ -441,3 +441,38 @@ def stan_params(solution: exact_map.MapSolution) -> dict[str, Any]:
         "beta": solution.beta,
         "sigma_obs": solution.sigma_obs,
     }
+
+
+def _stan_data(features: np.ndarray) -> dict[str, Any]:
+    rows = features.shape[0]
+    t = np.linspace(0, 1, rows)
+    return {
+        "T": rows,
+        "S": 3,
+        "K": features.shape[1],
+        "tau": 0.05,
+        "trend_indicator": 0,
+        "y": np.sin(8 * t) + t,
+        "t": t,
+        "cap": np.zeros(rows),
+        "t_change": np.array([0.2, 0.4, 0.6]),
+        "X": features,
+        "sigmas": np.full(features.shape[1], 10.0),
+        "s_a": np.ones(features.shape[1]),
+        "s_m": np.zeros(features.shape[1]),
+    }
+
+
+def test_a_design_is_shared_by_the_same_rows_of_a_table_and_by_equal_values_alone():
+    # Given a shape's feature table and two customers' rows of it: the same run of rows
+    # (views of the same memory), a copy of them, and other values for the same times
+    rng = np.random.default_rng(8)
+    table = np.ascontiguousarray(rng.normal(size=(400, 6)))
+    first = exact_map.design(_stan_data(table[50:350]))
+    # Then the same rows of the table, and a copy of them, get the cached design
+    assert exact_map.design(_stan_data(table[50:350])) is first
+    assert exact_map.design(_stan_data(table[50:350].copy())) is first
+    # But other values, or other rows of the table, get a design of their own
+    other = exact_map.design(_stan_data(table[51:351]))
+    assert other is not first
+    np.testing.assert_array_equal(other.features, table[51:351])

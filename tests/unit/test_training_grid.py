@@ -11,8 +11,11 @@ import pytest
 from prophet.serialize import model_from_json, model_to_dict
 
 from fleetcast_contracts.families import PROPHET
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
 from fleetcast_contracts.model_archive import read_archive
+from fleetcast_forecasters.prophet_compile import compile_model
+from fleetcast_training import prophet_candidate
 from fleetcast_training.calendars import CustomerCalendars
 from fleetcast_training.customer_training import SHARED, CustomerTrainer
 from fleetcast_training.grid_fit import ShapeTemplate, values_json
@@ -184,3 +187,78 @@ def test_a_shape_covers_its_years_so_other_customers_gaps_need_no_prophet_fit(tm
     # its own, and both models are Prophet's text
     assert shared.preprocessing == {PROPHET: 1, SHARED: 1}
     assert shared_models == alone_models
+
+
+def train_hourly(
+    folder: Path, customers: dict[str, pd.DataFrame], kept: int
+) -> tuple[CustomerTrainer, dict[str, str]]:
+    """``train_fleet`` for hourly models (ModelFrequency=H)."""
+    silence_stan_logging()
+    settings = Hyperparameters.parse(
+        {"run_id": RUN_ID, "forecast_export_days": "0", "candidates": "prophet", "frequency": "H"}
+    )
+    for name in ("checkpoints", "scratch", "input"):
+        (folder / name).mkdir(parents=True)
+    trainer = CustomerTrainer(
+        settings, folder / "checkpoints", folder / "scratch", shapes_kept=kept
+    )
+    models = {}
+    for customer_id, frame in customers.items():
+        source = folder / "input" / f"{customer_id}.csv"
+        frame.to_csv(source, index=False)
+        report = trainer.train(customer_id, source)
+        assert report.failure_kind is None, report.result.reason
+        models[customer_id], _ = read_archive(folder / "checkpoints" / f"{customer_id}.tar.gz")
+    return trainer, models
+
+
+def test_an_hourly_models_json_keeps_four_weeks_of_history_and_forecasts_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Given hourly customers of ten weeks, the second with gaps
+    hours = pd.date_range("2024-03-04", periods=10 * 168, freq="h")
+    customers = {
+        "first": meter(hours, 11),
+        "second": with_gaps(meter(hours, 12), 12, 0.05),
+        "third": meter(hours, 13),
+    }
+    # When they are trained with shared preprocessing, with Prophet's, and keeping the
+    # whole history in the JSON
+    shared, shared_models = train_hourly(tmp_path / "shared", customers, kept=16)
+    _, alone_models = train_hourly(tmp_path / "alone", customers, kept=0)
+    monkeypatch.setitem(prophet_candidate.KEPT_HISTORY_DAYS, Frequency.HOURLY, None)
+    _, whole_models = train_hourly(tmp_path / "whole", customers, kept=16)
+    # Then the shared path's models are Prophet's text, cut the same way
+    assert shared.preprocessing[SHARED] >= 1
+    assert shared_models == alone_models
+    for customer_id, frame in customers.items():
+        model, whole = (
+            model_from_json(shared_models[customer_id]),
+            model_from_json(whole_models[customer_id]),
+        )
+        # And each keeps its last four weeks of rows: dates, values, fitted trend
+        assert model.history is not None and whole.history is not None
+        assert model.history_dates is not None
+        assert len(whole.history) == len(frame)
+        assert len(model.history) == len(model.history_dates) == 28 * 24
+        assert model.params["trend"].shape == (1, 28 * 24)
+        np.testing.assert_array_equal(model.history_dates, frame["ds"].iloc[-28 * 24 :])
+        np.testing.assert_array_equal(model.params["trend"], whole.params["trend"][:, -28 * 24 :])
+        # And Prophet forecasts the next 30 days exactly as from the whole history
+        future = pd.DataFrame(
+            {"ds": pd.date_range(frame["ds"].iloc[-1], periods=721, freq="h")[1:]}
+        )
+        model.uncertainty_samples = whole.uncertainty_samples = 0
+        np.testing.assert_array_equal(model.predict(future)["yhat"], whole.predict(future)["yhat"])
+        # And so does the endpoint's compiled model, interval included, for any period
+        for period in (720, 24, 1):
+            ours = compile_model(shared_models[customer_id], "H", 720).forecast(period, 3)
+            theirs = compile_model(whole_models[customer_id], "H", 720).forecast(period, 3)
+            np.testing.assert_array_equal(ours.yhat, theirs.yhat)
+            # (a one-period interval reads the history's mean step: the same up to
+            # rounding where the rows are regular, a little off where hours are missing)
+            tolerance = 1e-9 if period > 1 or customer_id != "second" else 1e-3
+            for name in ("yhat_lower", "yhat_upper"):
+                np.testing.assert_allclose(
+                    getattr(ours, name), getattr(theirs, name), rtol=tolerance
+                )

@@ -11,6 +11,7 @@ once, as arrays, which is what makes ten candidates cheaper than one Prophet fit
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -58,8 +59,17 @@ class Histories:
 
     def fits_before(self, origin: int) -> npt.NDArray[np.bool_]:
         """Which customers have enough history before ``origin`` to be fitted on it."""
-        usable = np.isfinite(self.values[:origin]).sum(axis=0)
+        usable = self._usable_before[origin]
         return (usable >= MIN_FIT_SEASONS * self.season) & (self.first < origin)
+
+    @functools.cached_property
+    def _usable_before(self) -> npt.NDArray[np.intp]:
+        """``[row, customer]``: the customer's usable values before ``row``, counted once
+        (every family and every customer's Prophet backtest asks at each origin: 75 scans
+        of a batch's two years of hours, 2 ms a customer)."""
+        counts = np.zeros((self.periods + 1, self.customers), dtype=np.intp)
+        np.cumsum(np.isfinite(self.values), axis=0, out=counts[1:])
+        return counts
 
 
 @dataclass(frozen=True)

