@@ -133,7 +133,7 @@ def test_a_customer_too_short_for_a_model_of_its_own_gets_a_cold_start(tmp_path)
 def test_a_fleet_larger_than_one_origins_share_learns() -> None:
     # Given a fleet of more customers than one origin's share of the samples (each origin
     # then takes a subset of them)
-    series = histories(fleet.ORIGIN_BUDGET // fleet.MAX_ORIGINS + 50, 120)
+    series = histories(fleet.ORIGIN_BUDGET // fleet.unit_of(Frequency.DAILY).origins + 50, 120)
 
     # When it learns; then every customer is forecast
     assert len(learnt(series)) == len(series)
@@ -279,3 +279,60 @@ def test_an_hourly_shard_scores_the_fleet_and_serves_a_newcomer_a_cold_start(tmp
     forecast = compile_archive(model_json, "cold_start", "H", 48).forecast(48, seed=1)
     level = customers["newcomer"]["y"].mean()
     assert forecast.yhat.mean() == pytest.approx(level, rel=0.5)
+
+
+def test_an_hourly_fleet_learns_from_origins_on_every_weekday() -> None:
+    # Given an hourly fleet of ten weeks
+    unit = fleet.unit_of(Frequency.HOURLY)
+    series = hourly_histories(20, 10 * 168)
+    grid = fleet._grid(series, [None] * len(series), HOURLY_HORIZON, unit)
+
+    # When its samples are drawn
+    features, _ = fleet._training_set(grid, np.arange(20), grid.columns, HOURLY_HORIZON)
+
+    # Then their origins (the target's hour of the week less its step) fall on all seven
+    # days at the series' hour of the day: the step does not say the hour of the week
+    column = {name: i for i, name in enumerate(unit.features)}
+    origin_hour = (features[:, column["weekday"]] - features[:, column["step"]]) % 168
+    assert sorted(np.unique(origin_hour)) == [24 * day for day in range(7)]
+    # (a daily model keeps its weekly origins)
+    assert fleet.unit_of(Frequency.DAILY).origin_spacing == 7
+
+
+def test_an_hourly_customers_hour_median_is_not_moved_by_one_spike() -> None:
+    # Given an hourly customer of six weeks using 1 every hour, but 100 at 18:00 on one day
+    # of its last four weeks, among twelve like it without the spike
+    unit = fleet.unit_of(Frequency.HOURLY)
+    hours = 6 * 168
+    times = np.datetime64("2024-01-01T00", "us") + np.arange(hours) * np.timedelta64(1, "h")
+    spiked = np.ones(hours)
+    spiked[hours - 3 * 24 + 18] = 100.0
+    series = [History(times, spiked)] + [History(times, np.ones(hours)) for _ in range(12)]
+    grid = fleet._grid(series, [None] * len(series), HOURLY_HORIZON, unit)
+
+    # When the features of the next day's 18:00 are built
+    found, level, _ = fleet._features(grid, np.arange(2), grid.columns, np.array([18]))
+
+    # Then the hour's mean carries the spike and its medians do not (over the level)
+    column = {name: i for i, name in enumerate(unit.features)}
+    spike = found[0, 0]
+    assert spike[column["hour_profile"]] * level[0] == pytest.approx((27 + 100) / 28)
+    assert spike[column["hour_median"]] * level[0] == pytest.approx(1.0)
+    assert spike[column["hour_median_week"]] * level[0] == pytest.approx(1.0)
+    # And the hours just before the origin are the last hours' (1 each, over the level)
+    assert spike[column["last_hours"]] == pytest.approx(1 / level[0])
+    assert spike[column["hour_before_last"]] == pytest.approx(1 / level[0])
+
+
+def test_the_hour_median_skips_missing_values() -> None:
+    # Given hours with missing values, and an hour with none
+    rng = np.random.default_rng(5)
+    values = rng.uniform(0, 1, (6, 28, 24))
+    values[rng.random(values.shape) < 0.3] = np.nan
+    values[0, :, 3] = np.nan
+
+    # When their medians over the days are taken; then they are numpy's nanmedian's
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        expected = np.nanmedian(values, axis=1)
+    np.testing.assert_array_equal(fleet._nanmedian_axis1(values), expected)
+    assert np.isnan(fleet._nanmedian_axis1(values)[0, 3])

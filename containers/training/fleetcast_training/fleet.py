@@ -68,15 +68,17 @@ GRID_DAYS = 2 * 365 + 120
 # teachers'): enough for the shapes a fleet has, few enough that a fit takes seconds
 # however large the shard; processing adds stored customers up to it (contracts.training).
 SAMPLE_CUSTOMERS = FLEET_TEACHERS
-# Customer-origins per fit, spread over a year's weekly origins.
+# Customer-origins per fit, spread over a year's origins (a daily model's 52 weekly ones, an
+# hourly model's 364 daily ones: Unit.origin_spacing). An hourly customer-origin's features
+# cost more (48 steps and more features) and it gives more samples: half as many.
 ORIGIN_BUDGET = 8_000
-MAX_ORIGINS = 52
+HOURLY_ORIGIN_BUDGET = 4_000
 # Of a customer-origin's steps, about this many are samples (daily: five of a 30-day
-# horizon; hourly: twelve of 720 hours, drawn from 48 the origin's customers share, so the
-# trees' samples stay as many as a daily model's few tens of thousands and their features
-# are built for 48 steps, not 720: a fit is then a fraction of a second for a shard).
+# horizon; hourly: sixteen of 720 hours, drawn from 48 the origin's customers share, so the
+# trees' samples stay a few tens of thousands and their features are built for 48 steps,
+# not 720: a fit is then a second or two for a shard).
 SAMPLES_PER_CUSTOMER = 5
-HOURLY_SAMPLES_PER_CUSTOMER = 12
+HOURLY_SAMPLES_PER_CUSTOMER = 16
 HOURLY_STEPS_PER_ORIGIN = 48
 MIN_SAMPLES = 100
 # Customers with a level and a horizon of history a fleet needs before the trees learn from
@@ -104,8 +106,23 @@ FEATURES = (
 )
 # An hourly model's: the same, "weekday" being the hour of the week (0: Monday 00:00 UTC),
 # with the hour of the day, the last day's mean (over the level), the target's hour of the
-# last day and its hour's mean over the four weeks after them.
-HOURLY_FEATURES = (*FEATURES, "hour", "last_day", "same_hour_last_day", "hour_profile")
+# last day, its hour's mean and median over the four weeks and its median over the last
+# week (a household's hour is skewed: the trees fit the median, and a mean carries its
+# spikes), the last six hours' mean and each of the last three hours (the hour just before
+# the origin is ``last_period``): what the first hours ahead rest on most.
+HOURLY_FEATURES = (
+    *FEATURES,
+    "hour",
+    "last_day",
+    "same_hour_last_day",
+    "hour_profile",
+    "hour_median",
+    "hour_median_week",
+    "last_hours",
+    "hour_before_last",
+    "two_hours_before_last",
+)
+LAST_HOURS = 6  # the hours before the origin whose mean is `last_hours`
 _EPOCH_MONDAY = 3  # 1970-01-01 was a Thursday: day 0 is weekday 3 (Monday 0)
 
 
@@ -119,6 +136,12 @@ class Unit:
     samples_per_customer: int
     # The steps of an origin whose features are built (all of a daily horizon's).
     steps_per_origin: int
+    # Periods between two of a fit's origins: a week in a daily model; a day in an hourly
+    # one, whose origins then start on every weekday (a week apart, every origin of a year
+    # started at the same hour of the week, and the trees' step and hour of the week told
+    # one thing: they learnt from 52 origins' four weeks, not 364).
+    origin_spacing: int
+    origin_budget: int  # customer-origins per fit
 
     @property
     def season(self) -> int:
@@ -141,14 +164,33 @@ class Unit:
         return self.frequency.period_seconds * 1_000_000
 
     @property
+    def origins(self) -> int:
+        """A fit's origins: a year's."""
+        return self.year // self.origin_spacing
+
+    @property
     def hourly(self) -> bool:
         return self.frequency.periods_per_day > 1
 
 
 def unit_of(frequency: Frequency) -> Unit:
     if frequency.periods_per_day == 1:
-        return Unit(frequency, FEATURES, SAMPLES_PER_CUSTOMER, frequency.max_period)
-    return Unit(frequency, HOURLY_FEATURES, HOURLY_SAMPLES_PER_CUSTOMER, HOURLY_STEPS_PER_ORIGIN)
+        return Unit(
+            frequency,
+            FEATURES,
+            SAMPLES_PER_CUSTOMER,
+            frequency.max_period,
+            frequency.season_periods,
+            ORIGIN_BUDGET,
+        )
+    return Unit(
+        frequency,
+        HOURLY_FEATURES,
+        HOURLY_SAMPLES_PER_CUSTOMER,
+        HOURLY_STEPS_PER_ORIGIN,
+        frequency.periods_per_day,
+        HOURLY_ORIGIN_BUDGET,
+    )
 
 
 @dataclass(frozen=True)
@@ -271,6 +313,12 @@ def _features(
             out[:, :, SAME_WEEKDAYS + 11] = scaled[:, level_periods - per_day + phase]
             by_hour = scaled.reshape(len(rows), level_periods // per_day, per_day)
             out[:, :, SAME_WEEKDAYS + 12] = _nanmean_axis1(by_hour)[:, phase]
+            out[:, :, SAME_WEEKDAYS + 13] = _nanmedian_axis1(by_hour)[:, phase]
+            week_days = season // per_day
+            out[:, :, SAME_WEEKDAYS + 14] = _nanmedian_axis1(by_hour[:, -week_days:])[:, phase]
+            out[:, :, SAME_WEEKDAYS + 15] = _nanmean(scaled[:, -LAST_HOURS:])[0][:, None]
+            out[:, :, SAME_WEEKDAYS + 16] = scaled[:, -2:-1]
+            out[:, :, SAME_WEEKDAYS + 17] = scaled[:, -3:-2]
     return out, level, counted.astype(np.float64)
 
 
@@ -279,6 +327,17 @@ def _nanmean_axis1(values: FloatArray) -> FloatArray:
     finite = np.isfinite(values)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(finite, values, 0.0).sum(axis=1) / finite.sum(axis=1)
+
+
+def _nanmedian_axis1(values: FloatArray) -> FloatArray:
+    """The median over axis 1 of the finite values (NaN where there are none): numpy's
+    nanmedian is a masked array's, ten times slower on these small axes."""
+    ordered = np.sort(values, axis=1)  # (NaN last)
+    count = np.isfinite(ordered).sum(axis=1, keepdims=True)
+    low = np.take_along_axis(ordered, np.maximum(count - 1, 0) // 2, axis=1)
+    high = np.take_along_axis(ordered, count // 2 - (count == 0), axis=1)
+    with np.errstate(invalid="ignore"):
+        return np.where(count > 0, (low + high) / 2, np.nan)[:, 0]
 
 
 def _newcomers_lags(
@@ -349,14 +408,16 @@ def _grid(
 def _training_set(
     grid: _Grid, sample: npt.NDArray[np.intp], cutoff: int, horizon: int
 ) -> tuple[FloatArray, FloatArray]:
-    """Samples whose targets are all before column ``cutoff``: weekly origins over the
-    year before it (so the trees see every season and holiday), each with its share of
-    :data:`ORIGIN_BUDGET` customers of ``sample`` (all of a small fleet's)."""
-    per_origin = max(1, ORIGIN_BUDGET // MAX_ORIGINS)
+    """Samples whose targets are all before column ``cutoff``: origins over the year
+    before it (so the trees see every season and holiday; weekly in a daily model, daily
+    in an hourly one: :attr:`Unit.origin_spacing`), each with its share of
+    :attr:`Unit.origin_budget` customers of ``sample`` (all of a small fleet's)."""
+    unit = grid.unit
+    per_origin = max(1, unit.origin_budget // unit.origins)
     rng = np.random.default_rng(cutoff)
     features, targets = [], []
-    for i in range(MAX_ORIGINS):
-        origin = cutoff - horizon - i * grid.unit.season
+    for i in range(unit.origins):
+        origin = cutoff - horizon - i * unit.origin_spacing
         if origin < grid.unit.season:
             break
         rows = (

@@ -88,14 +88,15 @@ FAMILIES: tuple[Family, ...] = (
         follows_level_shift=True,
     ),
     Family(PROPHET, "fleetcast_forecasters.prophet_family", Fit.EACH, combination_weight=1),
-    # A member like the others in a daily combination, and as heavy as the four others
-    # together in an hourly one: measured on make accuracy's sets (docs/model-families.md).
+    # A member like the others in a daily combination, and four times as heavy as the four
+    # others together in an hourly one (the hourly trees are the best single member on every
+    # set; 4, 8, 16, 32 measured on make accuracy's sets: docs/model-families.md).
     Family(
         FLEET,
         "fleetcast_forecasters.fleet",
         Fit.FLEET,
         combination_weight=1,
-        hourly_combination_weight=4,
+        hourly_combination_weight=16,
     ),
     # The fleet's forecast of a customer too short for a model of its own (fewer fit
     # periods than training's required rows): served without a backtest.
