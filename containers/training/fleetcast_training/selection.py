@@ -3,8 +3,8 @@
 The rule, decided on ``make accuracy``'s real meter data (docs/model-families.md): the
 customer is served the **combination** (the weighted mean of ETS, Theta, Prophet, the
 seasonal median and the fleet, where each fitted: each family's weight for the model's
-frequency in :mod:`fleetcast_contracts.families`; an hourly model's fleet weighs as much
-as the four others together) unless its backtest error
+frequency in :mod:`fleetcast_contracts.families`; an hourly model's fleet weighs four
+times the four others together) unless its backtest error
 is worse than seasonal naive's by more than the quality gate's tolerance
 (:data:`~fleetcast_contracts.quality_gate.EQUAL_ERROR_SHARE` of the backtest's mean level,
 the rule registration applies); then the candidate of least backtest error, which may be
