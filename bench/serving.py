@@ -372,15 +372,12 @@ def family_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> lis
             for name in names:
                 ours.load(name)
                 ours.invoke(name)  # computed once, then answered from the cache
-            rounds = [
-                [ours.invoke(picker.choice(names)) for _ in range(sizes.warm_requests)]
-                for _ in range(sizes.rounds)
-            ]
+            rounds = _warm_rounds(ours, names, sizes, picker, PERIOD)
         rows.append(
             single(
                 f"serving: warm forecast, period 7, {kind} (p50)",
                 "ms",
-                [percentiles_per_round(samples, 1, 0.5)[0] for samples in rounds],
+                _medians(rounds),
                 higher_is_better=False,
                 target=at_most(0.5, "ms"),
                 detail=f"{sizes.rounds} rounds of {sizes.warm_requests} requests over the "
@@ -389,6 +386,22 @@ def family_rows(archives: list[Path], scratch: Path, sizes: ServingSizes) -> lis
             )
         )
     return rows
+
+
+def _warm_rounds(
+    client: Client, names: list[str], sizes: ServingSizes, picker: random.Random, period: int
+) -> list[list[float]]:
+    """``sizes.rounds`` rounds of ``sizes.warm_requests`` forecasts of ``period`` from
+    models of ``names`` drawn at random (milliseconds each)."""
+    return [
+        [client.invoke(picker.choice(names), period) for _ in range(sizes.warm_requests)]
+        for _ in range(sizes.rounds)
+    ]
+
+
+def _medians(rounds: list[list[float]]) -> list[float]:
+    """Each round's median."""
+    return [percentiles_per_round(samples, 1, 0.5)[0] for samples in rounds]
 
 
 # issue 42: an hourly customer is forecast up to 30 days of hours ahead.
@@ -411,10 +424,7 @@ def hourly_serving_rows(archives: list[Path], scratch: Path, sizes: ServingSizes
         answer = json.loads(
             ours.post(f"/models/{names[0]}/invoke", sample_request_body(HOURLY_PERIOD))
         )
-        rounds = [
-            [ours.invoke(picker.choice(names), HOURLY_PERIOD) for _ in range(sizes.warm_requests)]
-            for _ in range(sizes.rounds)
-        ]
+        rounds = _warm_rounds(ours, names, sizes, picker, HOURLY_PERIOD)
     if len(answer["forecast"]) != HOURLY_PERIOD:
         raise AssertionError(f"a {HOURLY_PERIOD}-hour forecast had {len(answer['forecast'])} rows")
     over = f"{len(names)} hourly models ({', '.join(kinds)})"
@@ -422,7 +432,7 @@ def hourly_serving_rows(archives: list[Path], scratch: Path, sizes: ServingSizes
         single(
             f"serving: warm forecast, hourly, period {HOURLY_PERIOD} (p50)",
             "ms",
-            [percentiles_per_round(samples, 1, 0.5)[0] for samples in rounds],
+            _medians(rounds),
             higher_is_better=False,
             target=at_most(1, "ms"),
             detail=f"{sizes.rounds} rounds of {sizes.warm_requests} requests over the {over} "

@@ -86,11 +86,20 @@ def fleet() -> dict[str, pd.DataFrame]:
 
 
 def train_fleet(
-    folder: Path, customers: dict[str, pd.DataFrame], calendars: CustomerCalendars, kept: int
+    folder: Path,
+    customers: dict[str, pd.DataFrame],
+    calendars: CustomerCalendars | None,
+    kept: int,
+    frequency: str = "D",
 ) -> tuple[CustomerTrainer, dict[str, str]]:
     silence_stan_logging()
     settings = Hyperparameters.parse(
-        {"run_id": RUN_ID, "forecast_export_days": "0", "candidates": "prophet"}
+        {
+            "run_id": RUN_ID,
+            "forecast_export_days": "0",
+            "candidates": "prophet",
+            "frequency": frequency,
+        }
     )
     for name in ("checkpoints", "scratch", "input"):
         (folder / name).mkdir(parents=True)
@@ -193,23 +202,7 @@ def train_hourly(
     folder: Path, customers: dict[str, pd.DataFrame], kept: int
 ) -> tuple[CustomerTrainer, dict[str, str]]:
     """``train_fleet`` for hourly models (ModelFrequency=H)."""
-    silence_stan_logging()
-    settings = Hyperparameters.parse(
-        {"run_id": RUN_ID, "forecast_export_days": "0", "candidates": "prophet", "frequency": "H"}
-    )
-    for name in ("checkpoints", "scratch", "input"):
-        (folder / name).mkdir(parents=True)
-    trainer = CustomerTrainer(
-        settings, folder / "checkpoints", folder / "scratch", shapes_kept=kept
-    )
-    models = {}
-    for customer_id, frame in customers.items():
-        source = folder / "input" / f"{customer_id}.csv"
-        frame.to_csv(source, index=False)
-        report = trainer.train(customer_id, source)
-        assert report.failure_kind is None, report.result.reason
-        models[customer_id], _ = read_archive(folder / "checkpoints" / f"{customer_id}.tar.gz")
-    return trainer, models
+    return train_fleet(folder, customers, None, kept, frequency="H")
 
 
 def test_an_hourly_models_json_keeps_four_weeks_of_history_and_forecasts_the_same(
