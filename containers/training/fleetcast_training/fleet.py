@@ -312,7 +312,7 @@ def _features(
             phase = step % per_day
             out[:, :, SAME_WEEKDAYS + 11] = scaled[:, level_periods - per_day + phase]
             by_hour = scaled.reshape(len(rows), level_periods // per_day, per_day)
-            out[:, :, SAME_WEEKDAYS + 12] = _nanmean_axis1(by_hour)[:, phase]
+            out[:, :, SAME_WEEKDAYS + 12] = _nanmean(by_hour)[0][:, phase]
             out[:, :, SAME_WEEKDAYS + 13] = _nanmedian_axis1(by_hour)[:, phase]
             week_days = season // per_day
             out[:, :, SAME_WEEKDAYS + 14] = _nanmedian_axis1(by_hour[:, -week_days:])[:, phase]
@@ -320,13 +320,6 @@ def _features(
             out[:, :, SAME_WEEKDAYS + 16] = scaled[:, -2:-1]
             out[:, :, SAME_WEEKDAYS + 17] = scaled[:, -3:-2]
     return out, level, counted.astype(np.float64)
-
-
-def _nanmean_axis1(values: FloatArray) -> FloatArray:
-    """The mean over axis 1 of the finite values (NaN where there are none)."""
-    finite = np.isfinite(values)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(finite, values, 0.0).sum(axis=1) / finite.sum(axis=1)
 
 
 def _nanmedian_axis1(values: FloatArray) -> FloatArray:
@@ -418,7 +411,7 @@ def _training_set(
     features, targets = [], []
     for i in range(unit.origins):
         origin = cutoff - horizon - i * unit.origin_spacing
-        if origin < grid.unit.season:
+        if origin < unit.season:
             break
         rows = (
             sample
@@ -430,21 +423,21 @@ def _training_set(
         # origin's customers draw theirs from the same few dozen of its 720 steps, the
         # only ones whose features are built.
         steps = np.arange(horizon)
-        if grid.unit.steps_per_origin < horizon:
-            steps = _shared_steps(rng, horizon, grid.unit)
+        if unit.steps_per_origin < horizon:
+            steps = _shared_steps(rng, horizon, unit)
         found, level, counted = _features(grid, rows, origin, steps)
         with np.errstate(invalid="ignore", divide="ignore"):
             actual = grid.window(origin, origin + horizon, rows)[:, steps] / level[:, None]
         # (a sample's level needs a week of usable values)
-        usable = (counted >= grid.unit.season) & (level > 0)
-        chosen = rng.random(actual.shape) < grid.unit.samples_per_customer / min(
-            len(steps), grid.unit.steps_per_origin
+        usable = (counted >= unit.season) & (level > 0)
+        chosen = rng.random(actual.shape) < unit.samples_per_customer / min(
+            len(steps), unit.steps_per_origin
         )
         keep = usable[:, None] & np.isfinite(actual) & chosen
         features.append(found[keep])
         targets.append(actual[keep])
     if not features:
-        return np.zeros((0, len(grid.unit.features))), np.zeros(0)
+        return np.zeros((0, len(unit.features))), np.zeros(0)
     return np.concatenate(features), np.concatenate(targets)
 
 
