@@ -15,6 +15,7 @@ import functools
 import hashlib
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -118,11 +119,7 @@ def row_quantiles(rows: FloatArray, shares: list[float]) -> FloatArray:
     (``np.partition`` at the upper of two neighbours, the lower then the maximum of what
     lies below it), many by sorting: either way the same values, so the same quantiles.
     """
-    last = rows.shape[1] - 1
-    position = np.asarray(shares, dtype=np.float64) * last
-    below = np.floor(position).astype(np.intp)
-    above = np.minimum(below + 1, last)
-    weight = position - below
+    below, above, weight = quantile_positions(rows.shape[1], shares)
     needed = sorted({*below.tolist(), *above.tolist()})
     if len(needed) > _SELECTED_AT_MOST:
         rows.sort(axis=1)
@@ -140,8 +137,25 @@ def row_quantiles(rows: FloatArray, shares: list[float]) -> FloatArray:
                 # their place: they are not looked at again).
                 rows[:, index] = rows[:, start:top].max(axis=1)
             start, i = top + 1, i + (2 if pair else 1)
-    low, high = rows[:, below], rows[:, above]
-    # numpy's interpolation, from the nearer end (monotonic in the share).
+    return interpolated(rows[:, below], rows[:, above], weight)
+
+
+def quantile_positions(
+    samples: int, shares: Sequence[float]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], FloatArray]:
+    """For ``np.quantile``'s linear rule over ``samples`` sorted values: each share's
+    order statistics below and above its position, and its weight between them."""
+    last = samples - 1
+    position = np.asarray(shares, dtype=np.float64) * last
+    below = np.floor(position).astype(np.intp)
+    above = np.minimum(below + 1, last)
+    return below, above, position - below
+
+
+def interpolated(low: FloatArray, high: FloatArray, weight: FloatArray) -> FloatArray:
+    """The quantiles between each row's order statistics ``low`` and ``high`` (rows by
+    shares) at the shares' ``weight``: numpy's interpolation, from the nearer end
+    (monotonic in the share), one row per share."""
     found = np.where(weight >= 0.5, high - (high - low) * (1 - weight), low + (high - low) * weight)
     return np.ascontiguousarray(found.T)
 

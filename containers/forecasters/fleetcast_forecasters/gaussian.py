@@ -37,6 +37,8 @@ from fleetcast_forecasters.forecast import (
     all_finite,
     check_request,
     future_periods,
+    interpolated,
+    quantile_positions,
 )
 from fleetcast_forecasters.holiday_effects import holiday_offsets
 
@@ -77,10 +79,7 @@ class PathForecaster:
         low += yhat[:, None]
         high = high * sigma
         high += yhat[:, None]
-        found = np.where(
-            weight >= 0.5, high - (high - low) * (1 - weight), low + (high - low) * weight
-        )
-        found = np.ascontiguousarray(found.T)
+        found = interpolated(low, high, weight)
         values = np.asarray(found[2:], dtype=np.float64) if quantiles else None
         return Forecast(dates, yhat, found[0], found[1], quantiles, values)
 
@@ -105,13 +104,9 @@ def normals_around(
     of :func:`~fleetcast_forecasters.forecast.row_quantiles`), read-only: what every
     forecast with this seed, period and shares interpolates between (a run's export
     sorts the normals once per worker, not once per customer)."""
-    last = samples - 1
-    position = np.asarray(shares, dtype=np.float64) * last
-    below = np.floor(position).astype(np.intp)
-    above = np.minimum(below + 1, last)
+    below, above, weight = quantile_positions(samples, shares)
     ordered = np.sort(standard_normals(seed, period, samples), axis=1)
     low, high = ordered[:, below], ordered[:, above]
-    weight = position - below
     for array in (low, high, weight):
         array.setflags(write=False)
     return low, high, weight
