@@ -336,3 +336,34 @@ def test_the_hour_median_skips_missing_values() -> None:
         expected = np.nanmedian(values, axis=1)
     np.testing.assert_array_equal(fleet._nanmedian_axis1(values), expected)
     assert np.isnan(fleet._nanmedian_axis1(values)[0, 3])
+
+
+@pytest.mark.parametrize("frequency", [Frequency.DAILY, Frequency.HOURLY])
+def test_a_customers_features_are_its_own_whatever_origins_are_built_with_it(
+    frequency: Frequency,
+) -> None:
+    # Given a fleet of ten weeks
+    unit = fleet.unit_of(frequency)
+    periods = 10 * unit.season
+    if frequency is Frequency.HOURLY:
+        series = hourly_histories(6, periods)
+    else:
+        times = np.datetime64("2024-01-01", "us") + np.arange(periods) * np.timedelta64(1, "D")
+        rng = np.random.default_rng(3)
+        series = [History(times, rng.uniform(1, 2, periods)) for _ in range(6)]
+    grid = fleet._grid(series, [None] * len(series), HOURLY_HORIZON, unit)
+
+    # When three customers' features are built at once, each at its own origin and steps
+    rows = np.array([0, 3, 5])
+    # (the last reaches outside the grid: its first columns, and the year before them)
+    origins = np.array([grid.columns - 1, grid.columns - unit.season - 3, 3 * unit.season])
+    steps = np.array([[0, 1, 5], [2, 3, 9], [0, 7, 8]])
+    together, level, counted = fleet._features(grid, rows, origins, steps)
+
+    # Then each is what it is built alone
+    for i in range(len(rows)):
+        alone, own_level, own_counted = fleet._features(
+            grid, rows[i : i + 1], int(origins[i]), steps[i]
+        )
+        np.testing.assert_array_equal(together[i], alone[0])
+        np.testing.assert_array_equal([level[i], counted[i]], [own_level[0], own_counted[0]])

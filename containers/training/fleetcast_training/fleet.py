@@ -246,6 +246,19 @@ class _Grid:
             out[:, lo - start : hi - start] = self.values[rows, lo:hi]
         return out
 
+    def windows(
+        self, starts: npt.NDArray[np.int64], width: int, rows: npt.NDArray[np.intp]
+    ) -> FloatArray:
+        """Each of ``rows``' ``width`` columns from its own of ``starts`` (NaN outside the
+        grid): :meth:`window` of many origins at once, each a block copy of its row."""
+        inside = np.clip(starts, 0, self.columns - width)
+        blocks = np.lib.stride_tricks.sliding_window_view(self.values, width, axis=1)
+        out = blocks[rows, inside].astype(np.float64)
+        for index in np.flatnonzero(inside != starts):  # (the few that reach outside it)
+            start = int(starts[index])
+            out[index] = self.window(start, start + width, rows[index : index + 1])[0]
+        return out
+
 
 def _nanmean(values: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
     finite = np.isfinite(values)
@@ -256,31 +269,41 @@ def _nanmean(values: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
 
 
 def _features(
-    grid: _Grid, rows: npt.NDArray[np.intp], origin: int, step: npt.NDArray[np.int64]
+    grid: _Grid,
+    rows: npt.NDArray[np.intp],
+    origin: int | npt.NDArray[np.int64],
+    step: npt.NDArray[np.int64],
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """For customers ``rows`` at column ``origin``: the features of each ``step`` (periods
-    ahead, 0 the origin's: customers x steps x features), each customer's level and the
-    number of usable values it rests on."""
+    """For customers ``rows`` at column ``origin`` (one for all, or each row's own): the
+    features of each ``step`` (periods ahead, 0 the origin's; one list for all, or each
+    row's own: rows x steps) as customers x steps x features, each customer's level and
+    the number of usable values it rests on. Every row's features are its own: the same
+    whether it is built alone or with others (a fit's samples are built many origins at
+    a time, a few hundred numpy calls a fit instead of a few hundred per origin)."""
     unit = grid.unit
     season, level_periods, year = unit.season, unit.level_periods, unit.year
-    recent = grid.window(origin - level_periods, origin, rows)
+    origins = np.broadcast_to(np.asarray(origin, dtype=np.int64), rows.shape)
+    steps = np.broadcast_to(step, (len(rows), step.shape[-1]))
+    recent = grid.windows(origins - level_periods, level_periods, rows)
     level, counted = _nanmean(recent)
     with np.errstate(invalid="ignore", divide="ignore"):
         scaled = recent / level[:, None]
         spread = np.sqrt(_nanmean((scaled - 1.0) ** 2)[0])
         last_week = _nanmean(scaled[:, -season:])[0]
-        year_level = _nanmean(grid.window(origin - year - level_periods, origin - year, rows))[0]
-    out = np.full((len(rows), len(step), len(unit.features)), np.nan)
-    reach = int(step[-1]) + 1
+        year_level = _nanmean(grid.windows(origins - year - level_periods, level_periods, rows))[0]
+    out = np.full((len(rows), steps.shape[1], len(unit.features)), np.nan)
+    reach = int(steps.max()) + 1
     for k in range(1, SAME_WEEKDAYS + 1):
         # The target's weekday k weeks before the origin's week (columns of ``recent``).
-        out[:, :, k - 1] = scaled[:, level_periods - k * season + step % season]
-    _newcomers_lags(out, scaled, step, unit, counted)
+        out[:, :, k - 1] = np.take_along_axis(
+            scaled, level_periods - k * season + steps % season, 1
+        )
+    _newcomers_lags(out, scaled, steps, unit, counted)
     out[:, :, SAME_WEEKDAYS] = scaled[:, -1:]
     out[:, :, SAME_WEEKDAYS + 1] = last_week[:, None]
     out[:, :, SAME_WEEKDAYS + 2] = spread[:, None]
     # The target's week a year earlier, over the origin's four weeks a year earlier.
-    year_week = grid.window(origin - year - season // 2, origin - year + reach + season // 2, rows)
+    year_week = grid.windows(origins - year - season // 2, reach + season, rows)
     finite = np.isfinite(year_week)
     sums = np.concatenate(
         [np.zeros((len(rows), 1)), np.cumsum(np.where(finite, year_week, 0), 1)], 1
@@ -290,8 +313,9 @@ def _features(
         week_mean = (sums[:, season:] - sums[:, :-season]) / (
             counts[:, season:] - counts[:, :-season]
         )
-        out[:, :, SAME_WEEKDAYS + 3] = week_mean[:, step] / year_level[:, None]
-    periods = grid.period(origin)[rows][:, None] + step[None, :]  # each step's, since 1970
+        out[:, :, SAME_WEEKDAYS + 3] = np.take_along_axis(week_mean, steps, 1) / year_level[:, None]
+    # each step's period, since 1970
+    periods = (grid.end[rows] - (grid.columns - 1 - origins))[:, None] + steps
     per_day = unit.frequency.periods_per_day
     days = periods // per_day
     # The period of the week, Monday first: a daily model's weekday, an hourly one's hour.
@@ -300,7 +324,7 @@ def _features(
     out[:, :, SAME_WEEKDAYS + 5] = (dates - dates.astype("datetime64[Y]")).astype(np.int64)
     at = np.clip(days - grid.first_day, 0, grid.holidays.shape[1] - 1)
     out[:, :, SAME_WEEKDAYS + 6] = grid.holidays[grid.group[rows][:, None], at]
-    out[:, :, SAME_WEEKDAYS + 7] = step[None, :]
+    out[:, :, SAME_WEEKDAYS + 7] = steps
     with np.errstate(invalid="ignore", divide="ignore"):
         out[:, :, SAME_WEEKDAYS + 8] = np.log(level)[:, None]
         if unit.hourly:
@@ -309,13 +333,17 @@ def _features(
             # The target's hour of the day on the latest day (``recent`` ends at the
             # origin and holds whole days, so its columns' hours repeat every day), and
             # that hour's mean over the four weeks.
-            phase = step % per_day
-            out[:, :, SAME_WEEKDAYS + 11] = scaled[:, level_periods - per_day + phase]
+            phase = steps % per_day
+            out[:, :, SAME_WEEKDAYS + 11] = np.take_along_axis(
+                scaled, level_periods - per_day + phase, 1
+            )
             by_hour = scaled.reshape(len(rows), level_periods // per_day, per_day)
-            out[:, :, SAME_WEEKDAYS + 12] = _nanmean(by_hour)[0][:, phase]
-            out[:, :, SAME_WEEKDAYS + 13] = _nanmedian_axis1(by_hour)[:, phase]
+            out[:, :, SAME_WEEKDAYS + 12] = np.take_along_axis(_nanmean(by_hour)[0], phase, 1)
+            out[:, :, SAME_WEEKDAYS + 13] = np.take_along_axis(_nanmedian_axis1(by_hour), phase, 1)
             week_days = season // per_day
-            out[:, :, SAME_WEEKDAYS + 14] = _nanmedian_axis1(by_hour[:, -week_days:])[:, phase]
+            out[:, :, SAME_WEEKDAYS + 14] = np.take_along_axis(
+                _nanmedian_axis1(by_hour[:, -week_days:]), phase, 1
+            )
             out[:, :, SAME_WEEKDAYS + 15] = _nanmean(scaled[:, -LAST_HOURS:])[0][:, None]
             out[:, :, SAME_WEEKDAYS + 16] = scaled[:, -2:-1]
             out[:, :, SAME_WEEKDAYS + 17] = scaled[:, -3:-2]
@@ -354,7 +382,7 @@ def _newcomers_lags(
     per_day, level_periods = unit.frequency.periods_per_day, unit.level_periods
     nearest = np.full(missing.shape, np.nan)
     for days_back in range(unit.season // per_day, 0, -1):  # the latest day wins
-        value = scaled[:, level_periods - days_back * per_day + step % per_day]
+        value = np.take_along_axis(scaled, level_periods - days_back * per_day + step % per_day, 1)
         nearest = np.where(np.isfinite(value), value, nearest)
     for k in range(SAME_WEEKDAYS):
         out[:, :, k] = np.where(missing, nearest, out[:, :, k])
@@ -404,11 +432,14 @@ def _training_set(
     """Samples whose targets are all before column ``cutoff``: origins over the year
     before it (so the trees see every season and holiday; weekly in a daily model, daily
     in an hourly one: :attr:`Unit.origin_spacing`), each with its share of
-    :attr:`Unit.origin_budget` customers of ``sample`` (all of a small fleet's)."""
+    :attr:`Unit.origin_budget` customers of ``sample`` (all of a small fleet's).
+
+    Drawn origin by origin (which customers, which steps, which of them are samples),
+    then built :data:`_BUILT_AT_ONCE` customer-steps at a time, many origins each."""
     unit = grid.unit
     per_origin = max(1, unit.origin_budget // unit.origins)
     rng = np.random.default_rng(cutoff)
-    features, targets = [], []
+    drawn: list[tuple[int, npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.bool_]]] = []
     for i in range(unit.origins):
         origin = cutoff - horizon - i * unit.origin_spacing
         if origin < unit.season:
@@ -425,20 +456,55 @@ def _training_set(
         steps = np.arange(horizon)
         if unit.steps_per_origin < horizon:
             steps = _shared_steps(rng, horizon, unit)
-        found, level, counted = _features(grid, rows, origin, steps)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            actual = grid.window(origin, origin + horizon, rows)[:, steps] / level[:, None]
-        # (a sample's level needs a week of usable values)
-        usable = (counted >= unit.season) & (level > 0)
-        chosen = rng.random(actual.shape) < unit.samples_per_customer / min(
+        chosen = rng.random((len(rows), len(steps))) < unit.samples_per_customer / min(
             len(steps), unit.steps_per_origin
         )
-        keep = usable[:, None] & np.isfinite(actual) & chosen
-        features.append(found[keep])
-        targets.append(actual[keep])
-    if not features:
+        drawn.append((origin, rows, steps, chosen))
+    if not drawn:
         return np.zeros((0, len(unit.features))), np.zeros(0)
+    features, targets = [], []
+    width = max(len(steps) for _, _, steps, _ in drawn)
+    per_batch = max(1, _BUILT_AT_ONCE // (width * max(len(rows) for _, rows, _, _ in drawn)))
+    for first in range(0, len(drawn), per_batch):
+        found, actual = _samples(grid, drawn[first : first + per_batch], width)
+        features.append(found)
+        targets.append(actual)
     return np.concatenate(features), np.concatenate(targets)
+
+
+# Customer-steps whose features are built at once (a few tens of MB of features): enough
+# origins together that numpy's per-call cost is small beside its work.
+_BUILT_AT_ONCE = 100_000
+
+
+def _samples(
+    grid: _Grid,
+    drawn: list[tuple[int, npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.bool_]]],
+    width: int,
+) -> tuple[FloatArray, FloatArray]:
+    """The chosen samples of ``drawn`` origins (each its origin, customers, steps and which
+    of them are samples), in their order: every origin's steps padded to ``width`` with
+    its first (never chosen)."""
+    unit = grid.unit
+    rows = np.concatenate([rows for _, rows, _, _ in drawn])
+    origins = np.concatenate([np.full(len(rows), origin) for origin, rows, _, _ in drawn])
+    steps = np.concatenate(
+        [
+            np.broadcast_to(np.pad(steps, (0, width - len(steps)), mode="edge"), (len(rows), width))
+            for _, rows, steps, _ in drawn
+        ]
+    )
+    chosen = np.concatenate(
+        [np.pad(chosen, ((0, 0), (0, width - chosen.shape[1]))) for _, _, _, chosen in drawn]
+    )
+    found, level, counted = _features(grid, rows, origins, steps)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        reach = int(steps.max()) + 1
+        actual = np.take_along_axis(grid.windows(origins, reach, rows), steps, 1) / level[:, None]
+    # (a sample's level needs a week of usable values)
+    usable = (counted >= unit.season) & (level > 0)
+    keep = usable[:, None] & np.isfinite(actual) & chosen
+    return found[keep], actual[keep]
 
 
 def _shared_steps(rng: np.random.Generator, horizon: int, unit: Unit) -> npt.NDArray[np.int64]:
