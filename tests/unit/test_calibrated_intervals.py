@@ -160,7 +160,13 @@ def test_too_few_backtest_points_leave_the_family_its_own_interval() -> None:
 
 @pytest.mark.parametrize(
     "broken",
-    [{"steps": 30}, {"steps": 0, "profile": [1, 0], "floor": 1}, {"profile": "x"}],
+    [
+        {"steps": 30},
+        {"steps": 0, "profile": [1, 0], "floor": 1},
+        {"profile": "x"},
+        {"steps": 30, "profile": [1, 0], "floor": 1, "by_phase": [1.0, 0.0]},
+        {"steps": 30, "profile": [1, 0], "floor": 1, "by_phase": "wide"},
+    ],
 )
 def test_a_broken_calibration_is_refused_with_a_clear_error(broken: dict) -> None:
     with pytest.raises(ValueError, match="calibration is not one"):
@@ -186,6 +192,103 @@ def test_the_calibration_is_of_the_interval_width_the_model_serves() -> None:
     assert choice is not None
     assert choice.model[calibration.FIELD] == calibration.fit(actual, forecast, 0.9)
     assert choice.model[calibration.FIELD] != calibration.fit(actual, forecast, 0.8)
+
+
+HOURS, DAYS = 24, 30
+# The hours of the day whose errors are wider in hourly_backtest (a household's evening).
+WIDE_HOURS = np.arange(16, 22)
+
+
+def hourly_backtest(seed: int, steps: int = DAYS * HOURS) -> tuple[np.ndarray, np.ndarray]:
+    """An hourly backtest's three windows of ``steps`` hours, back to back and ending at
+    the history's last hour (which ends a day), whose relative errors are four times as
+    wide in :data:`WIDE_HOURS` as in the others."""
+    rng = np.random.default_rng(seed)
+    forecast = np.full((WINDOWS, steps), 20.0)
+    # window w's first hour is (WINDOWS - w) * steps hours before the served path's
+    hour = (np.arange(steps)[None, :] - (WINDOWS - np.arange(WINDOWS))[:, None] * steps) % HOURS
+    deviation = np.where(np.isin(hour, WIDE_HOURS), 0.2, 0.05)
+    return forecast * (1 + deviation * rng.standard_normal((WINDOWS, steps))), forecast
+
+
+def test_a_daily_calibration_has_no_phases_and_serves_its_profile_alone() -> None:
+    actual, forecast = backtest_errors(seed=11, growth=0.05)
+    found = calibration.fit(actual, forecast)
+    assert found is not None
+    assert set(found) == {"steps", "profile", "floor"}
+    assert calibration.fit(actual, forecast, periods_per_day=1) == found
+    intercept, slope = found["profile"]
+    yhat = np.linspace(0.0, 40.0, STEPS)
+    expected = (intercept + slope * np.arange(STEPS)) * np.maximum(yhat, found["floor"])
+    np.testing.assert_array_equal(calibration.deviations(found, yhat), expected)
+
+
+def test_an_hourly_archive_without_phases_is_served_as_its_profile_alone() -> None:
+    """A model trained before the phases were fitted: the same deviation at every hour."""
+    archived = {"steps": 720, "profile": [0.3, 0.0001], "floor": 0.5}
+    yhat = np.full(800, 2.0)
+    steps = np.arange(800.0)
+    expected = (0.3 + 0.0001 * np.minimum(steps, 719)) * 2.0
+    expected[720:] *= np.sqrt((steps[720:] + 1) / 720)
+    np.testing.assert_array_equal(calibration.deviations(archived, yhat), expected)
+
+
+def test_the_hours_whose_errors_were_wider_get_a_wider_interval() -> None:
+    actual, forecast = hourly_backtest(seed=12)
+    found = calibration.fit(actual, forecast, periods_per_day=HOURS)
+    assert found is not None
+    assert len(found["by_phase"]) == HOURS
+    pooled = calibration.fit(actual, forecast)
+    assert pooled is not None
+    deviation, flat = (calibration.deviations(c, np.full(2 * HOURS, 20.0)) for c in (found, pooled))
+    hour = np.arange(2 * HOURS) % HOURS
+    wide = np.isin(hour, WIDE_HOURS)
+    # (an hour's share covered is counted with its neighbours': 15:00 and 22:00 between)
+    calm = ~np.isin(hour, np.arange(WIDE_HOURS[0] - 1, WIDE_HOURS[-1] + 2))
+    assert deviation[wide].min() > 1.4 * deviation[calm].max()
+    assert (deviation[calm] < flat[calm]).all() and (deviation[wide] > flat[wide]).all()
+
+
+def test_a_horizon_of_no_whole_days_still_finds_each_hour_of_the_day() -> None:
+    """Back-to-back windows of 30 hours start at different hours of the day; each point's
+    hour is counted from the served path's first hour, not from its window's."""
+    actual, forecast = hourly_backtest(seed=13, steps=30)
+    found = calibration.fit(actual, forecast, periods_per_day=HOURS)
+    assert found is not None
+    factors = np.array(found["by_phase"])
+    wide = np.isin(np.arange(HOURS), WIDE_HOURS)
+    calm = ~np.isin(np.arange(HOURS), np.arange(WIDE_HOURS[0] - 1, WIDE_HOURS[-1] + 2))
+    assert factors[wide].min() > factors[calm].max()
+
+
+def test_the_hourly_calibration_covers_each_hour_of_new_errors_more_evenly() -> None:
+    inside = {"phases": np.zeros(HOURS), "pooled": np.zeros(HOURS)}
+    for seed in range(10):
+        actual, forecast = hourly_backtest(seed=300 + seed)
+        future, path = hourly_backtest(seed=3000 + seed)
+        for name, ppd in (("phases", HOURS), ("pooled", 1)):
+            found = calibration.fit(actual, forecast, periods_per_day=ppd)
+            assert found is not None
+            half = Z_90 * calibration.deviations(found, path[-1])
+            hits = np.abs(future[-1] - path[-1]) <= half
+            inside[name] += hits.reshape(DAYS, HOURS).mean(axis=0) / 10
+    wide = np.isin(np.arange(HOURS), WIDE_HOURS)
+    assert inside["phases"][wide].mean() > inside["pooled"][wide].mean() + 0.1
+    spread = {name: v[~wide].mean() - v[wide].mean() for name, v in inside.items()}
+    # (halfway: the calm hours' errors a quarter as wide are still covered more)
+    assert 0 < spread["phases"] < 0.75 * spread["pooled"]
+
+
+def test_an_hourly_model_is_chosen_with_its_hours_calibration() -> None:
+    actual, forecast = hourly_backtest(seed=14)
+    naive = Candidate("seasonal_naive", forecast, flat_model(20.0, 1.0))
+    origins = [datetime(2024, 1, 1), datetime(2024, 1, 31), datetime(2024, 3, 1)]
+    choice = choose([naive], actual, origins, None, common_fields(LAST, 1000, 0.8), HOURS)
+    assert choice is not None
+    assert choice.model[calibration.FIELD] == calibration.fit(
+        actual, forecast, periods_per_day=HOURS
+    )
+    assert "by_phase" in choice.model[calibration.FIELD]
 
 
 NEW_YEAR = {"country": "US", "subdivision": None, "effects": {"New Year's Day": -8.0}}

@@ -145,6 +145,7 @@ def choose(
         actual,
         np.where(scored, served_backtest, np.nan),
         float(common.get("interval_width", calibration.INTERVAL_WIDTH)),
+        periods_per_day,
     )
     if interval is not None:
         model = {**model, calibration.FIELD: interval}
