@@ -471,8 +471,21 @@ def test_a_design_is_shared_by_the_same_rows_of_a_table_and_by_equal_values_alon
     first = exact_map.design(_stan_data(table[50:350]))
     # Then the same rows of the table, and a copy of them, get the cached design
     assert exact_map.design(_stan_data(table[50:350])) is first
-    assert exact_map.design(_stan_data(table[50:350].copy())) is first
+    copy = table[50:350].copy()
+    assert exact_map.design(_stan_data(copy)) is first
+    # And it keeps the latest equal features, whose memory the next customer's likely shares
+    assert first.features is copy
     # But other values, or other rows of the table, get a design of their own
     other = exact_map.design(_stan_data(table[51:351]))
     assert other is not first
     np.testing.assert_array_equal(other.features, table[51:351])
+
+
+def test_a_fit_without_its_trend_is_the_same_fit():
+    # Given a fit with its trend along the rows and one without
+    data = _stan_data(np.random.default_rng(3).normal(size=(300, 4)))
+    whole, bare = exact_map.solve(data), exact_map.solve(data, trend=False)
+    # Then they are the same parameters, and only the first has a trend
+    for name in ("k", "m", "delta", "beta", "sigma_obs", "log_posterior"):
+        np.testing.assert_array_equal(getattr(bare, name), getattr(whole, name))
+    assert whole.trend.shape == (300,) and bare.trend.size == 0

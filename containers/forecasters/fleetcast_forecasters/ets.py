@@ -191,12 +191,20 @@ def _run(histories: Histories, stops: tuple[int, ...], start: IntArray) -> dict[
     begin = int(start.min())
     errors = np.empty((_BLOCK, *level.shape))
     damped = np.empty_like(level)
-    # alpha, beta and gamma times a row's errors, in one call
-    gains = np.stack([alpha, beta, gamma])[:, None, :]
+    # alpha, beta and gamma times a row's errors, in one call. The parameters are laid
+    # out for every customer, as the states are: numpy runs over arrays of one shape in
+    # one loop, over a broadcast one in a short loop per customer, about twice the time.
+    gains = np.ascontiguousarray(
+        np.broadcast_to(np.stack([alpha, beta, gamma])[:, None, :], (3, *level.shape))
+    )
+    damping = np.ascontiguousarray(np.broadcast_to(phi, level.shape))
     changes = np.empty((3, *level.shape))
     snapshots: dict[int, _Snapshot] = {}
     kept = 0  # rows of ``errors`` not yet summed into ``squares``
     for row in range(begin, histories.periods):
+        if (row - begin) % _BLOCK == 0:
+            # The next rows' values laid out as the states are (see gains), a block at once.
+            targets = np.repeat(filled[row : row + _BLOCK], grid.size, axis=2)
         slot = season[row % m]
         error = errors[kept]
         if row < latest_start:
@@ -210,9 +218,9 @@ def _run(histories: Histories, stops: tuple[int, ...], start: IntArray) -> dict[
             trend[...] = np.where(started, held + beta * error, trend)
             slot += gamma * error
         else:
-            trend *= phi  # the damped trend, to which the trend's change is added below
+            trend *= damping  # the damped trend, to which the trend's change is added below
             level += trend
-            np.subtract(filled[row], level, out=error)
+            np.subtract(targets[(row - begin) % _BLOCK], level, out=error)
             error -= slot
             if not everyone[row]:
                 error *= weight[row][:, None]
@@ -256,7 +264,8 @@ def _paths(snapshot: _Snapshot, chosen: IntArray, origin: int, steps: int, m: in
     trend = snapshot.trend[customers, chosen]
     sums = _damped_sums(GRID.phi[chosen], steps)  # steps by customers
     slots = seasonal_slots(origin, steps, m)
-    season = snapshot.season[slots][:, customers, chosen]  # steps by customers
+    # (one index per axis: indexing by slots first copied every set's states of them)
+    season = snapshot.season[slots[:, None], customers, chosen]  # steps by customers
     return np.asarray((level[None, :] + sums * trend[None, :] + season).T, dtype=np.float64)
 
 

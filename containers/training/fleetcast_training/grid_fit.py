@@ -425,6 +425,16 @@ class ShapeTemplates:
 def shape_key(stamps: npt.NDArray[np.datetime64], *model_inputs: Any) -> ShapeKey:
     """What makes two customers' preprocessing the same but for their own dates and values:
     the dates' unit and calendar years (holiday features are built per year) and every
-    other input of the model (seasonality orders, calendar)."""
-    years = np.unique(stamps.astype("datetime64[Y]")).astype(np.int64) + 1970
-    return (str(stamps.dtype), tuple(years.tolist()), *model_inputs)
+    other input of the model (seasonality orders, calendar). ``stamps`` are sorted."""
+    return (str(stamps.dtype), _years(stamps), *model_inputs)
+
+
+def _years(stamps: npt.NDArray[np.datetime64]) -> tuple[int, ...]:
+    """The calendar years of the sorted ``stamps``, from where each year's first time would
+    be: converting every time to its year cost a thirtieth of an hourly customer's fits."""
+    if not stamps.size:
+        return ()
+    years = np.arange(stamps[0].astype("datetime64[Y]"), stamps[-1].astype("datetime64[Y]") + 1)
+    bounds = np.searchsorted(stamps, np.append(years, years[-1] + 1).astype(stamps.dtype))
+    held = years[np.diff(bounds) > 0]
+    return tuple((held.astype(np.int64) + 1970).tolist())

@@ -76,7 +76,7 @@ def holdout_forecast(
         "s_a": s_a,
         "s_m": full["s_m"],
     }
-    fit = solve(data, start_variance=(noise / scale) ** 2 if noise else 1.0)
+    fit = solve(data, start_variance=(noise / scale) ** 2 if noise else 1.0, trend=False)
     ahead = t[rows:]
     reached = (t_change[None, :] <= ahead[:, None]) * fit.delta
     trend = (fit.k + reached.sum(axis=1)) * ahead + (fit.m + (reached * -t_change).sum(axis=1))
