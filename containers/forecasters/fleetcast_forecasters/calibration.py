@@ -30,17 +30,17 @@ history) and writes into the model what they say:
   backtest point's period of the day (its phase) is counted from the served path's first
   period (the windows end where the history does); a phase's factor is the Gaussian's
   width covering ``width`` over the one covering the share of its standardised errors
-  (with its neighbours' either side, :data:`PHASE_NEIGHBOURS`) inside the pooled
-  quantile, that share drawn halfway toward ``width`` (:data:`PHASE_SHARE_WEIGHT`); the
-  quantile is then taken again of the errors standardised by profile and factor, so the
-  backtest is covered as before, overall. A share, not the phase's own quantile: a
-  building shut before its first backtest window (that window's days forecast at its
-  night level, 0.6 kWh against 10) had daytime quantiles 15 times the pooled one. make accuracy's six hourly figures (coverage,
-  mean wQL; before / after): London day-ahead 82.6% 0.3527 / 82.9% 0.3523, 30 days 82.9%
-  0.3861 / 82.7% 0.3847; NSW 79.8% 0.4821 / 80.1% 0.4795, 81.4% 0.5152 / 81.4% 0.5142;
-  Cambridge 86.7% 0.0707 / 86.2% 0.0698, 77.8% 0.1791 / 77.2% 0.1788 (every wQL lower,
-  by 0.1-1.3%: near the right width a quantile loss changes little). Cambridge's
-  day-ahead stays wide: its buildings' first day, not their hours;
+  (with its neighbours' either side, :data:`PHASE_NEIGHBOURS`) inside the pooled quantile,
+  that share drawn halfway toward ``width`` (:data:`PHASE_SHARE_WEIGHT`); the quantile is
+  then taken again of the errors standardised by profile and factor, so the backtest is
+  covered as before, overall. A share, not the phase's own quantile: a building shut
+  before its first backtest window (that window's days forecast at its night level, 0.6
+  kWh against 10) had daytime quantiles 15 times the pooled one. make accuracy's six
+  hourly figures (coverage, mean wQL; before / after): London day-ahead 82.6% 0.3527 /
+  82.9% 0.3523, 30 days 82.9% 0.3861 / 82.7% 0.3847; NSW 79.8% 0.4821 / 80.1% 0.4795,
+  81.4% 0.5152 / 81.4% 0.5142; Cambridge 86.7% 0.0707 / 86.2% 0.0698, 77.8% 0.1791 / 77.2%
+  0.1788 (every wQL lower, by 0.1-1.3%: near the right width a quantile loss changes
+  little). Cambridge's day-ahead stays wide: its buildings' first day, not their hours;
 - **times the backtest's own held-out shortfall** (:data:`HELD_OUT_FACTOR`): a
   calibration read off the errors it is then judged on covers less of the errors it has
   not seen (the backtest's windows are few, the profile and the quantile are fitted to
