@@ -233,9 +233,11 @@ class _Grid:
     def columns(self) -> int:
         return int(self.values.shape[1])
 
-    def period(self, column: int) -> npt.NDArray[np.int64]:
-        """Each customer's period (since 1970) at ``column``."""
-        return self.end - (self.columns - 1 - column)
+    def period(
+        self, rows: npt.NDArray[np.intp], columns: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """Each of ``rows``' period (since 1970) at its own of ``columns``."""
+        return self.end[rows] - (self.columns - 1 - columns)
 
     def window(self, start: int, stop: int, rows: npt.NDArray[np.intp]) -> FloatArray:
         """Columns ``start:stop`` (clipped to the grid; NaN outside it) of ``rows``."""
@@ -314,8 +316,7 @@ def _features(
             counts[:, season:] - counts[:, :-season]
         )
         out[:, :, SAME_WEEKDAYS + 3] = np.take_along_axis(week_mean, steps, 1) / year_level[:, None]
-    # each step's period, since 1970
-    periods = (grid.end[rows] - (grid.columns - 1 - origins))[:, None] + steps
+    periods = grid.period(rows, origins)[:, None] + steps  # each step's, since 1970
     per_day = unit.frequency.periods_per_day
     days = periods // per_day
     # The period of the week, Monday first: a daily model's weekday, an hourly one's hour.
@@ -426,6 +427,11 @@ def _grid(
     return _Grid(values, ends, table, group, first_day, unit)
 
 
+# An origin of a fit's samples as drawn: its column, its customers (rows), its steps and
+# which of each customer's steps are samples (rows x steps).
+_Drawn = tuple[int, npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
+
+
 def _training_set(
     grid: _Grid, sample: npt.NDArray[np.intp], cutoff: int, horizon: int
 ) -> tuple[FloatArray, FloatArray]:
@@ -439,7 +445,7 @@ def _training_set(
     unit = grid.unit
     per_origin = max(1, unit.origin_budget // unit.origins)
     rng = np.random.default_rng(cutoff)
-    drawn: list[tuple[int, npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.bool_]]] = []
+    drawn: list[_Drawn] = []
     for i in range(unit.origins):
         origin = cutoff - horizon - i * unit.origin_spacing
         if origin < unit.season:
@@ -479,12 +485,12 @@ _BUILT_AT_ONCE = 100_000
 
 def _samples(
     grid: _Grid,
-    drawn: list[tuple[int, npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.bool_]]],
+    drawn: list[_Drawn],
     width: int,
 ) -> tuple[FloatArray, FloatArray]:
     """The chosen samples of ``drawn`` origins (each its origin, customers, steps and which
     of them are samples), in their order: every origin's steps padded to ``width`` with
-    its first (never chosen)."""
+    its last (never chosen)."""
     unit = grid.unit
     rows = np.concatenate([rows for _, rows, _, _ in drawn])
     origins = np.concatenate([np.full(len(rows), origin) for origin, rows, _, _ in drawn])
