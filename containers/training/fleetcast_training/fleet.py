@@ -270,6 +270,17 @@ def _nanmean(values: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
         return total / count, count
 
 
+def _recent(
+    grid: _Grid, rows: npt.NDArray[np.intp], origins: npt.NDArray[np.int64]
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int64]]:
+    """Each of ``rows``' four weeks before its origin over its level (customers x
+    periods), its level and the number of usable values the level rests on."""
+    recent = grid.windows(origins - grid.unit.level_periods, grid.unit.level_periods, rows)
+    level, counted = _nanmean(recent)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return recent / level[:, None], level, counted
+
+
 def _features(
     grid: _Grid,
     rows: npt.NDArray[np.intp],
@@ -282,29 +293,46 @@ def _features(
     the number of usable values it rests on. Every row's features are its own: the same
     whether it is built alone or with others (a fit's samples are built many origins at
     a time, a few hundred numpy calls a fit instead of a few hundred per origin)."""
-    unit = grid.unit
-    season, level_periods, year = unit.season, unit.level_periods, unit.year
     origins = np.broadcast_to(np.asarray(origin, dtype=np.int64), rows.shape)
     steps = np.broadcast_to(step, (len(rows), step.shape[-1]))
-    recent = grid.windows(origins - level_periods, level_periods, rows)
-    level, counted = _nanmean(recent)
+    recent = _recent(grid, rows, origins)
+    found = _chosen_features(grid, rows, origins, steps, np.ones(steps.shape, bool), recent)
+    _, level, counted = recent
+    return found.reshape(*steps.shape, -1), level, counted.astype(np.float64)
+
+
+def _chosen_features(
+    grid: _Grid,
+    rows: npt.NDArray[np.intp],
+    origins: npt.NDArray[np.int64],
+    steps: npt.NDArray[np.int64],
+    chosen: npt.NDArray[np.bool_],
+    recent: tuple[FloatArray, FloatArray, npt.NDArray[np.int64]],
+) -> FloatArray:
+    """The features (samples x features) of the ``chosen`` of ``rows`` x ``steps`` (each
+    row at its own of ``origins``), in row-major order; ``recent``: :func:`_recent` of
+    them. What a customer has once (its level, its hours' profile) is computed a row,
+    what a step has only for the chosen: a fit keeps a few of each origin's steps."""
+    unit = grid.unit
+    season, level_periods, year = unit.season, unit.level_periods, unit.year
+    per_day = unit.frequency.periods_per_day
+    scaled, level, counted = recent
+    at_row, at_step = np.nonzero(chosen)
+    step = steps[at_row, at_step]
     with np.errstate(invalid="ignore", divide="ignore"):
-        scaled = recent / level[:, None]
         spread = np.sqrt(_nanmean((scaled - 1.0) ** 2)[0])
         last_week = _nanmean(scaled[:, -season:])[0]
         year_level = _nanmean(grid.windows(origins - year - level_periods, level_periods, rows))[0]
-    out = np.full((len(rows), steps.shape[1], len(unit.features)), np.nan)
-    reach = int(steps.max()) + 1
+    out = np.full((len(step), len(unit.features)), np.nan)
     for k in range(1, SAME_WEEKDAYS + 1):
         # The target's weekday k weeks before the origin's week (columns of ``recent``).
-        out[:, :, k - 1] = np.take_along_axis(
-            scaled, level_periods - k * season + steps % season, 1
-        )
-    _newcomers_lags(out, scaled, steps, unit, counted)
-    out[:, :, SAME_WEEKDAYS] = scaled[:, -1:]
-    out[:, :, SAME_WEEKDAYS + 1] = last_week[:, None]
-    out[:, :, SAME_WEEKDAYS + 2] = spread[:, None]
+        out[:, k - 1] = scaled[at_row, level_periods - k * season + step % season]
+    _newcomers_lags(out, scaled, at_row, step, unit, counted)
+    out[:, SAME_WEEKDAYS] = scaled[at_row, -1]
+    out[:, SAME_WEEKDAYS + 1] = last_week[at_row]
+    out[:, SAME_WEEKDAYS + 2] = spread[at_row]
     # The target's week a year earlier, over the origin's four weeks a year earlier.
+    reach = int(steps.max()) + 1
     year_week = grid.windows(origins - year - season // 2, reach + season, rows)
     finite = np.isfinite(year_week)
     sums = np.concatenate(
@@ -312,43 +340,38 @@ def _features(
     )
     counts = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(finite, 1)], 1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        week_mean = (sums[:, season:] - sums[:, :-season]) / (
-            counts[:, season:] - counts[:, :-season]
+        week_mean = (sums[at_row, step + season] - sums[at_row, step]) / (
+            counts[at_row, step + season] - counts[at_row, step]
         )
-        out[:, :, SAME_WEEKDAYS + 3] = np.take_along_axis(week_mean, steps, 1) / year_level[:, None]
-    periods = grid.period(rows, origins)[:, None] + steps  # each step's, since 1970
-    per_day = unit.frequency.periods_per_day
+        out[:, SAME_WEEKDAYS + 3] = week_mean / year_level[at_row]
+    periods = grid.period(rows, origins)[at_row] + step  # each step's, since 1970
     days = periods // per_day
     # The period of the week, Monday first: a daily model's weekday, an hourly one's hour.
-    out[:, :, SAME_WEEKDAYS + 4] = (periods + _EPOCH_MONDAY * per_day) % season
+    out[:, SAME_WEEKDAYS + 4] = (periods + _EPOCH_MONDAY * per_day) % season
     dates = days.astype("datetime64[D]")
-    out[:, :, SAME_WEEKDAYS + 5] = (dates - dates.astype("datetime64[Y]")).astype(np.int64)
+    out[:, SAME_WEEKDAYS + 5] = (dates - dates.astype("datetime64[Y]")).astype(np.int64)
     at = np.clip(days - grid.first_day, 0, grid.holidays.shape[1] - 1)
-    out[:, :, SAME_WEEKDAYS + 6] = grid.holidays[grid.group[rows][:, None], at]
-    out[:, :, SAME_WEEKDAYS + 7] = steps
+    out[:, SAME_WEEKDAYS + 6] = grid.holidays[grid.group[rows][at_row], at]
+    out[:, SAME_WEEKDAYS + 7] = step
     with np.errstate(invalid="ignore", divide="ignore"):
-        out[:, :, SAME_WEEKDAYS + 8] = np.log(level)[:, None]
+        out[:, SAME_WEEKDAYS + 8] = np.log(level)[at_row]
         if unit.hourly:
-            out[:, :, SAME_WEEKDAYS + 9] = periods % per_day
-            out[:, :, SAME_WEEKDAYS + 10] = _nanmean(scaled[:, -per_day:])[0][:, None]
+            out[:, SAME_WEEKDAYS + 9] = periods % per_day
+            out[:, SAME_WEEKDAYS + 10] = _nanmean(scaled[:, -per_day:])[0][at_row]
             # The target's hour of the day on the latest day (``recent`` ends at the
             # origin and holds whole days, so its columns' hours repeat every day), and
             # that hour's mean over the four weeks.
-            phase = steps % per_day
-            out[:, :, SAME_WEEKDAYS + 11] = np.take_along_axis(
-                scaled, level_periods - per_day + phase, 1
-            )
+            phase = step % per_day
+            out[:, SAME_WEEKDAYS + 11] = scaled[at_row, level_periods - per_day + phase]
             by_hour = scaled.reshape(len(rows), level_periods // per_day, per_day)
-            out[:, :, SAME_WEEKDAYS + 12] = np.take_along_axis(_nanmean(by_hour)[0], phase, 1)
-            out[:, :, SAME_WEEKDAYS + 13] = np.take_along_axis(_nanmedian_axis1(by_hour), phase, 1)
+            out[:, SAME_WEEKDAYS + 12] = _nanmean(by_hour)[0][at_row, phase]
+            out[:, SAME_WEEKDAYS + 13] = _nanmedian_axis1(by_hour)[at_row, phase]
             week_days = season // per_day
-            out[:, :, SAME_WEEKDAYS + 14] = np.take_along_axis(
-                _nanmedian_axis1(by_hour[:, -week_days:]), phase, 1
-            )
-            out[:, :, SAME_WEEKDAYS + 15] = _nanmean(scaled[:, -LAST_HOURS:])[0][:, None]
-            out[:, :, SAME_WEEKDAYS + 16] = scaled[:, -2:-1]
-            out[:, :, SAME_WEEKDAYS + 17] = scaled[:, -3:-2]
-    return out, level, counted.astype(np.float64)
+            out[:, SAME_WEEKDAYS + 14] = _nanmedian_axis1(by_hour[:, -week_days:])[at_row, phase]
+            out[:, SAME_WEEKDAYS + 15] = _nanmean(scaled[:, -LAST_HOURS:])[0][at_row]
+            out[:, SAME_WEEKDAYS + 16] = scaled[at_row, -2]
+            out[:, SAME_WEEKDAYS + 17] = scaled[at_row, -3]
+    return out
 
 
 def _nanmedian_axis1(values: FloatArray) -> FloatArray:
@@ -365,6 +388,7 @@ def _nanmedian_axis1(values: FloatArray) -> FloatArray:
 def _newcomers_lags(
     out: FloatArray,
     scaled: FloatArray,
+    at_row: npt.NDArray[np.intp],
     step: npt.NDArray[np.int64],
     unit: Unit,
     counted: npt.NDArray[np.int64],
@@ -373,20 +397,21 @@ def _newcomers_lags(
     start; ``counted`` of them) has none or few of the weekly lags, which the trees never
     saw missing all at once (their samples have a week at least): where all are missing,
     what it has nearest them, the same period of its latest day that has one (a daily
-    model's latest day). Every other customer's features are left as they are."""
+    model's latest day). Every other customer's features are left as they are. ``out``:
+    samples x features, each sample ``scaled``'s row ``at_row`` at ``step``."""
     newcomer = counted < unit.season
     if not newcomer.any():  # (every sample the trees learn from has a week)
         return
-    missing = newcomer[:, None] & np.isnan(out[:, :, :SAME_WEEKDAYS]).all(axis=2)
+    missing = newcomer[at_row] & np.isnan(out[:, :SAME_WEEKDAYS]).all(axis=1)
     if not missing.any():
         return
     per_day, level_periods = unit.frequency.periods_per_day, unit.level_periods
     nearest = np.full(missing.shape, np.nan)
     for days_back in range(unit.season // per_day, 0, -1):  # the latest day wins
-        value = np.take_along_axis(scaled, level_periods - days_back * per_day + step % per_day, 1)
+        value = scaled[at_row, level_periods - days_back * per_day + step % per_day]
         nearest = np.where(np.isfinite(value), value, nearest)
     for k in range(SAME_WEEKDAYS):
-        out[:, :, k] = np.where(missing, nearest, out[:, :, k])
+        out[:, k] = np.where(missing, nearest, out[:, k])
 
 
 def _grid(
@@ -503,14 +528,15 @@ def _samples(
     chosen = np.concatenate(
         [np.pad(chosen, ((0, 0), (0, width - chosen.shape[1]))) for _, _, _, chosen in drawn]
     )
-    found, level, counted = _features(grid, rows, origins, steps)
+    recent = _recent(grid, rows, origins)
+    _, level, counted = recent
     with np.errstate(invalid="ignore", divide="ignore"):
         reach = int(steps.max()) + 1
         actual = np.take_along_axis(grid.windows(origins, reach, rows), steps, 1) / level[:, None]
     # (a sample's level needs a week of usable values)
     usable = (counted >= unit.season) & (level > 0)
     keep = usable[:, None] & np.isfinite(actual) & chosen
-    return found[keep], actual[keep]
+    return _chosen_features(grid, rows, origins, steps, keep, recent), actual[keep]
 
 
 def _shared_steps(rng: np.random.Generator, horizon: int, unit: Unit) -> npt.NDArray[np.int64]:
