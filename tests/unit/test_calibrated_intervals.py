@@ -279,16 +279,50 @@ def test_the_hourly_calibration_covers_each_hour_of_new_errors_more_evenly() -> 
     assert 0 < spread["phases"] < 0.75 * spread["pooled"]
 
 
-def test_an_hourly_model_is_chosen_with_its_hours_calibration() -> None:
+def test_an_hourly_model_is_chosen_with_its_weeks_calibration() -> None:
     actual, forecast = hourly_backtest(seed=14)
     naive = Candidate("seasonal_naive", forecast, flat_model(20.0, 1.0))
     origins = [datetime(2024, 1, 1), datetime(2024, 1, 31), datetime(2024, 3, 1)]
-    choice = choose([naive], actual, origins, None, common_fields(LAST, 1000, 0.8), HOURS)
+    last_hour = np.datetime64("2024-03-31T22:00")  # a Sunday
+    choice = choose([naive], actual, origins, None, common_fields(last_hour, 1000, 0.8), HOURS)
     assert choice is not None
+    # (the served path's first hour, Sunday 23:00, is the week's 6 * 24 + 23rd)
     assert choice.model[calibration.FIELD] == calibration.fit(
-        actual, forecast, periods_per_day=HOURS
+        actual, forecast, periods_per_day=HOURS, first_of_week=6 * HOURS + 23
     )
-    assert "by_phase" in choice.model[calibration.FIELD]
+    assert len(choice.model[calibration.FIELD]["by_phase"]) == 7 * HOURS
+
+
+def weekend_backtest(seed: int, first_of_week: int) -> tuple[np.ndarray, np.ndarray]:
+    """An hourly backtest (three windows of 30 days, back to back, ending where the served
+    path starts at hour ``first_of_week`` of the week) whose relative errors are a quarter
+    as wide on Saturdays and Sundays (a building shut at the weekend)."""
+    rng = np.random.default_rng(seed)
+    steps = DAYS * HOURS
+    forecast = np.full((WINDOWS, steps), 20.0)
+    ahead = np.arange(steps)[None, :] - (WINDOWS - np.arange(WINDOWS))[:, None] * steps
+    weekend = (first_of_week + ahead) % (7 * HOURS) >= 5 * HOURS
+    deviation = np.where(weekend, 0.05, 0.2)
+    return forecast * (1 + deviation * rng.standard_normal((WINDOWS, steps))), forecast
+
+
+@pytest.mark.parametrize("first_of_week", [0, 100])
+def test_weekend_hours_whose_errors_were_narrower_get_a_narrower_interval(
+    first_of_week: int,
+) -> None:
+    actual, forecast = weekend_backtest(seed=15, first_of_week=first_of_week)
+    found = calibration.fit(actual, forecast, periods_per_day=HOURS, first_of_week=first_of_week)
+    assert found is not None
+    factors = np.array(found["by_phase"])
+    # Laid out from the served path's first hour: its weekend hours are the narrow ones
+    # (as narrow as a share covered drawn halfway toward 80% allows)
+    weekend = (first_of_week + np.arange(7 * HOURS)) % (7 * HOURS) >= 5 * HOURS
+    assert factors[weekend].max() < 0.8 < 1.0 < factors[~weekend].min()
+    # (and served so: a Saturday's deviation below a Tuesday's)
+    deviation = calibration.deviations(found, np.full(7 * HOURS, 20.0))
+    assert deviation[weekend].max() < deviation[~weekend].min()
+    # Without the week, one factor for each hour of the day, whatever the day
+    assert len(calibration.fit(actual, forecast, periods_per_day=HOURS)["by_phase"]) == HOURS
 
 
 NEW_YEAR = {"country": "US", "subdivision": None, "effects": {"New Year's Day": -8.0}}

@@ -146,6 +146,7 @@ def choose(
         np.where(scored, served_backtest, np.nan),
         float(common.get("interval_width", calibration.INTERVAL_WIDTH)),
         periods_per_day,
+        _first_of_week(common, periods_per_day),
     )
     if interval is not None:
         model = {**model, calibration.FIELD: interval}
@@ -301,3 +302,14 @@ def _model(
         "sigma": sigma if np.isfinite(sigma) else 0.0,
         **common,
     }
+
+
+def _first_of_week(common: dict[str, Any], periods_per_day: int) -> int | None:
+    """Which period of the week (Monday 00:00 its 0) the served path's first is, the
+    period after ``common``'s last history (None for a daily model: it has no phases)."""
+    if periods_per_day <= 1 or "last_history" not in common:
+        return None
+    period = 86_400 // periods_per_day
+    first = np.datetime64(common["last_history"], "s").astype(np.int64) // period + 1
+    # (1970-01-01 was a Thursday: the epoch's day is day 3 of its week)
+    return int((first + 3 * periods_per_day) % (7 * periods_per_day))
