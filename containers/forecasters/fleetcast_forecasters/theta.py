@@ -142,7 +142,11 @@ def _ses(
     which their level does not move."""
     lanes = adjusted.shape[1]
     stop = np.asarray(stops)
-    row = np.arange(adjusted.shape[0])[:, None]
+    # No lane uses a row before the earliest start, so those rows are not scanned (an
+    # hourly batch's lanes start 16 weeks before its first origin: a quarter of two years).
+    skipped = max(int(starts.min(initial=adjusted.shape[0])), 0) if starts is not None else 0
+    adjusted = adjusted[skipped:]
+    row = np.arange(skipped, skipped + adjusted.shape[0])[:, None]
     usable = np.isfinite(adjusted) & (row < stop[None, :])
     if starts is not None:
         usable &= row >= starts[None, :]
