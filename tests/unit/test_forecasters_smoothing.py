@@ -29,11 +29,35 @@ def test_thetas_autocorrelation_sums_are_the_loops_over_the_lags(rows: int, lags
     rng = np.random.default_rng(rows)
     centred = rng.normal(size=(rows, 3))
     centred[rng.random(centred.shape) < 0.1] = 0.0
-    # When the lagged products are summed through the FFT
-    found = theta._lagged_products(centred, lags)
-    # Then they are the direct sums, lag by lag
     expected = _lagged_products_by_loop(centred, lags)
-    np.testing.assert_allclose(found, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+    for size in (theta._fast_length(rows + lags), 1 << (rows + lags).bit_length()):
+        # When the lagged products are summed through an FFT of a fast length or a power of 2
+        found = theta._lagged_products(centred, lags, size)
+        # Then they are the direct sums, lag by lag
+        np.testing.assert_allclose(found, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize(("at_least", "length"), [(1, 1), (7, 8), (17688, 18000), (16248, 16384)])
+def test_thetas_fft_length_is_the_least_of_factors_2_3_5(at_least: int, length: int):
+    assert theta._fast_length(at_least) == length
+
+
+def test_thetas_seasonality_near_its_limit_is_decided_by_the_power_of_two_fft(monkeypatch):
+    # Given series of every strength of a daily season, some of them near the 90% limit
+    rng = np.random.default_rng(7)
+    rows, season = 1500, 24
+    strength = np.linspace(0.0, 0.3, 40)
+    values = (
+        rng.normal(size=(rows, 40))
+        + strength * np.sin(np.arange(rows) * 2 * np.pi / season)[:, None]
+    )
+    values[rng.random(values.shape) < 0.05] = np.nan
+    # When every customer counts as unsure (each tested with the power-of-two FFT)
+    found = theta._seasonal(values, rows, season)
+    monkeypatch.setattr(theta, "_UNSURE", np.inf)
+    # Then the decisions are the same as the fast FFT's, and some customers are seasonal
+    assert np.array_equal(theta._seasonal(values, rows, season), found)
+    assert 0 < found.sum() < found.size
 
 
 def _ses_by_loop(

@@ -63,35 +63,52 @@ class Choice:
     metrics: HoldoutMetrics
 
 
-def _measures(actual: FloatArray, forecast: FloatArray, scale: float | None) -> dict[str, Any]:
-    error = np.abs(forecast - actual)
-    volume = float(np.abs(actual).sum())
-    total = np.abs(actual) + np.abs(forecast)
-    ratio = np.divide(2 * error, total, out=np.zeros_like(total), where=total > 0)
-    mae = float(error.mean())
-    return {
-        "wape": float(error.sum()) / volume if volume > 0 else None,
-        "mae": mae,
-        "smape": float(ratio.mean()),
-        "rmse": float(np.sqrt((error**2).mean())),
-        "mase": mae / scale if scale else None,
-    }
+@dataclass(frozen=True)
+class _ScoredPoints:
+    """The backtest's actual values at its scored points, pooled window after window (as
+    ``actual[scored]`` orders them), and what every candidate's measures divide by: the
+    same for all candidates, so taken once, not once per candidate."""
 
+    scored: npt.NDArray[np.bool_]
+    actual: FloatArray
+    absolute: FloatArray  # |actual|
+    volume: float
+    # Each window's points in the pooled arrays, and their volume (None: no points, or
+    # their volume is 0: the window has no WAPE).
+    windows: list[slice]
+    window_volumes: list[float | None]
 
-def _window_wapes(
-    actual: FloatArray, forecast: FloatArray, scored: npt.NDArray[np.bool_]
-) -> list[float | None]:
-    wapes: list[float | None] = []
-    for window in range(actual.shape[0]):
-        points = scored[window]
-        volume = float(np.abs(actual[window][points]).sum())
-        if not points.any() or volume == 0:
-            wapes.append(None)
-            continue
-        wapes.append(
-            float(np.abs(forecast[window][points] - actual[window][points]).sum()) / volume
-        )
-    return wapes
+    @classmethod
+    def of(cls, actual: FloatArray, scored: npt.NDArray[np.bool_]) -> _ScoredPoints:
+        pooled = actual[scored]
+        absolute = np.abs(pooled)
+        ends = np.cumsum(scored.sum(axis=1)).tolist()
+        windows = [slice(start, end) for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+        volumes: list[float | None] = []
+        for window in windows:
+            volume = float(absolute[window].sum())
+            volumes.append(volume if window.stop > window.start and volume != 0 else None)
+        return cls(scored, pooled, absolute, float(absolute.sum()), windows, volumes)
+
+    def measures(self, backtest: FloatArray, scale: float | None) -> dict[str, Any]:
+        """The pooled measures of a candidate's ``backtest`` (windows by steps) and its
+        WAPE on each window."""
+        forecast = backtest[self.scored]
+        error = np.abs(forecast - self.actual)
+        total = self.absolute + np.abs(forecast)
+        ratio = np.divide(2 * error, total, out=np.zeros_like(total), where=total > 0)
+        mae = float(error.mean())
+        return {
+            "wape": float(error.sum()) / self.volume if self.volume > 0 else None,
+            "mae": mae,
+            "smape": float(ratio.mean()),
+            "rmse": float(np.sqrt((error**2).mean())),
+            "mase": mae / scale if scale else None,
+            "window_wapes": [
+                None if volume is None else float(error[window].sum()) / volume
+                for window, volume in zip(self.windows, self.window_volumes, strict=True)
+            ],
+        }
 
 
 def _rank_error(score: CandidateScore) -> float:
@@ -131,11 +148,13 @@ def choose(
     windows = int(scored.any(axis=1).sum())
     if not windows:
         return None
-    points = actual[scored]
-    scores = [_score(candidate, actual, scored, scale) for candidate in fitted]
+    points = _ScoredPoints.of(actual, scored)
+    scores = [
+        CandidateScore(model_kind=c.kind, **points.measures(c.backtest, scale)) for c in fitted
+    ]
     by_kind = {score.model_kind: score for score in scores}
     ranked = sorted(scores, key=_rank_error)
-    decided = _decide(by_kind, ranked, allowed, float(np.abs(points).mean()))
+    decided = _decide(by_kind, ranked, allowed, float(points.absolute.mean()))
     if decided is None:
         return None
     chosen, why = decided
@@ -208,16 +227,6 @@ def _combinations(
         weight = naive_blend.NAIVE_WEIGHT
         made.append(Candidate(NAIVE_BLEND, weight * naive_fit.backtest + (1 - weight) * mean, None))
     return made
-
-
-def _score(
-    candidate: Candidate, actual: FloatArray, scored: npt.NDArray[np.bool_], scale: float | None
-) -> CandidateScore:
-    return CandidateScore(
-        model_kind=candidate.kind,
-        window_wapes=_window_wapes(actual, candidate.backtest, scored),
-        **_measures(actual[scored], candidate.backtest[scored], scale),
-    )
 
 
 def _decide(
