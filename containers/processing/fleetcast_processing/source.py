@@ -174,12 +174,17 @@ def _record_chunks(
             continue
         chunk, carry = data[:cut], data[cut:]
         _check_text(chunk, line)
-        lines = chunk.count(b"\n")
+        lines = _count_newlines(chunk)
         yield chunk, line, lines
         line += lines
     if carry:  # the rest: lines that could not be cut apart, the last one without a newline
         _check_text(carry, line)
-        yield carry, line, carry.count(b"\n") + (not carry.endswith(b"\n"))
+        yield carry, line, _count_newlines(carry) + (not carry.endswith(b"\n"))
+
+
+def _count_newlines(data: bytes) -> int:
+    # numpy compares a block's bytes several times faster than bytes.count finds them.
+    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n")))
 
 
 def _record_boundary(data: bytes) -> int:
