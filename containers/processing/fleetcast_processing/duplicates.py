@@ -60,6 +60,9 @@ def deduplicate(
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     first = np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]])
+    if first.all():  # none repeated, only out of order (customers come in file order)
+        empty = np.zeros(0, dtype=np.int64)
+        return Deduplicated(order, sorted_keys, empty, empty)
     group = np.cumsum(first) - 1
     kept = order[first]
     return Deduplicated(kept, sorted_keys[first], order[~first], lines[kept][group[~first]])

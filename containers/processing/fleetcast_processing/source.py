@@ -262,13 +262,14 @@ def _parse_chunk(
             valid_spans,
             first_line + lines_in_chunk,
         )
-    blank = pc.and_(
-        pc.and_(
-            pc.equal(pc.binary_length(customer_id), 0), pc.equal(pc.binary_length(timestamp), 0)
-        ),
-        pc.equal(pc.binary_length(consumption), 0),
-    )
-    blank_count = pc.sum(blank).as_py() or 0
+    blank_count = 0
+    no_id = pc.equal(pc.binary_length(customer_id), 0)
+    if pc.any(no_id).as_py():  # else no row is blank, the usual block: no more to look at
+        blank = pc.and_(
+            pc.and_(no_id, pc.equal(pc.binary_length(timestamp), 0)),
+            pc.equal(pc.binary_length(consumption), 0),
+        )
+        blank_count = pc.sum(blank).as_py() or 0
     if blank_count:
         keep = pc.invert(blank)
         customer_id, timestamp, consumption = (
