@@ -226,9 +226,15 @@ def _parse_chunk(
     records = table.num_rows + len(invalid)
     record_lines = _record_lines(chunk, header.delimiter, first_line, lines_in_chunk, records)
     invalid_index = np.array([number - 1 for number, _, _ in invalid], dtype=np.int64)
-    lines = np.delete(record_lines, invalid_index)
-    # Lines each record spans: more than one only after a line break inside quotes.
-    spans = np.diff(record_lines, append=first_line + lines_in_chunk)
+    lines = np.delete(record_lines, invalid_index) if invalid else record_lines
+    # Lines each record spans: more than one only after a line break inside quotes, so
+    # one each where the chunk has as many records as lines (the usual chunk).
+    one_line_each = records == lines_in_chunk
+    spans = (
+        np.ones(records, dtype=np.int64)
+        if one_line_each
+        else np.diff(record_lines, append=first_line + lines_in_chunk)
+    )
 
     malformed: list[MalformedRow] = []
     blank_rows = 0
@@ -253,7 +259,7 @@ def _parse_chunk(
     customer_id, timestamp, consumption = (
         table.column(name).combine_chunks() for name in REQUIRED_COLUMNS
     )
-    valid_spans = np.delete(spans, invalid_index)
+    valid_spans = spans if one_line_each else np.delete(spans, invalid_index)
     if (valid_spans > 1).any():
         _check_line_breaks(
             (customer_id, timestamp, consumption),
