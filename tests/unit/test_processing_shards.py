@@ -185,6 +185,36 @@ def test_the_spill_gives_back_the_text_of_the_rows_asked_for_in_their_order(
     assert spill.text(np.array([], dtype=np.int64))[0].to_pylist() == []
 
 
+@pytest.mark.parametrize("sorted_by_customer", [True, False], ids=["runs", "shuffled"])
+def test_the_spill_keeps_each_shards_rows_in_file_order(
+    tmp_path: Path, sorted_by_customer: bool
+) -> None:
+    # Given a block of 100 customers' rows, in runs by customer or shuffled (more runs
+    # than the spill writes as they are)
+    ids = [f"c{number}" for number in range(100)]
+    codes = np.repeat(np.arange(100, dtype=np.int64), 12)
+    if not sorted_by_customer:
+        codes = np.random.default_rng(1).permutation(codes)
+    rows = np.arange(len(codes), dtype=np.int64)
+    text = (pa.array([""] * len(codes)), pa.array([""] * len(codes)))
+    spill = ShardSpill(tmp_path)
+
+    # When it is set aside
+    spill.add(ids, codes, rows * 10, rows * 0.5, rows + 2, text, rows)
+    spill.close()
+
+    # Then each shard holds exactly its customers' rows, in file order
+    for shard in range(HISTORY_SHARDS):
+        mine = rows[[history_shard_of(ids[code]) == shard for code in codes]]
+        read = spill.read(shard) if shard in spill.shards else None
+        got = read.column("row").to_numpy() if read is not None else np.zeros(0, np.int64)
+        assert got.tolist() == mine.tolist()
+        if read is not None:
+            assert read.column("code").to_numpy().tolist() == codes[mine].tolist()
+            assert read.column("line").to_numpy().tolist() == (mine + 2).tolist()
+    assert spill.codes.tolist() == list(range(100))
+
+
 def test_the_spill_is_compressed_only_where_the_volume_needs_it() -> None:
     gb = 10**9
     # A plain upload whose readings fit half the free space uncompressed: not compressed

@@ -35,8 +35,10 @@ def is_strictly_increasing(values: npt.NDArray[np.int64]) -> bool:
 class Deduplicated:
     """Of one shard's accepted rows: those kept and those repeating an earlier reading."""
 
-    # Positions of the rows kept, in (customer code, instant) order.
+    # Positions of the rows kept, in (customer code, instant) order, and their keys
+    # (:func:`reading_keys`).
     kept: npt.NDArray[np.int64]
+    keys: npt.NDArray[np.int64]
     # Positions of the repeats, and for each the line of the reading that was kept.
     repeated: npt.NDArray[np.int64]
     original_line: npt.NDArray[np.int64]
@@ -54,10 +56,13 @@ def deduplicate(
     keys = reading_keys(codes, instants_us)
     if is_strictly_increasing(keys):  # the usual sorted upload: nothing repeats
         empty = np.zeros(0, dtype=np.int64)
-        return Deduplicated(np.arange(len(keys), dtype=np.int64), empty, empty)
+        return Deduplicated(np.arange(len(keys), dtype=np.int64), keys, empty, empty)
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     first = np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]])
+    if first.all():  # none repeated, only out of order (customers come in file order)
+        empty = np.zeros(0, dtype=np.int64)
+        return Deduplicated(order, sorted_keys, empty, empty)
     group = np.cumsum(first) - 1
     kept = order[first]
-    return Deduplicated(kept, order[~first], lines[kept][group[~first]])
+    return Deduplicated(kept, sorted_keys[first], order[~first], lines[kept][group[~first]])

@@ -129,13 +129,14 @@ def training_periods(readings: Readings, frequency: Frequency, rules: UseRules) 
     keys = period_keys(readings.ranks, readings.instants, frequency)
     starts = _run_starts(keys)
     ranks = readings.ranks[starts]
-    intervals = reading_intervals(readings.ranks, readings.instants)
+    steps = _Steps.of(readings.ranks, readings.instants)
+    intervals = _intervals(readings.ranks, steps)
     # Periods are sorted by rank: each rank's interval is repeated over its periods.
     customer_starts = _run_starts(ranks)
     periods = period_numbers(readings.instants[starts], frequency)
     values = np.add.reduceat(readings.values, starts)
     counts = np.diff(starts, append=len(keys))
-    cover = _reading_cover(readings, intervals, frequency, rules)
+    cover = _cover(readings, steps, intervals, frequency, rules)
     intervals = np.repeat(intervals, np.diff(customer_starts, append=len(ranks)))
     covered = _period_cover(readings.instants, cover, starts, ranks, periods, intervals, frequency)
     use = period_use(ranks, periods, values, covered, frequency, rules)
@@ -179,15 +180,40 @@ def _period_cover(
     return np.asarray(own + np.where(same_customer, into, after_last), dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """Of readings sorted by rank, then instant: from each to the next, the milliseconds
+    (the instants cut to the millisecond first), and whether it is the same customer's.
+    The intervals and the cover both need them."""
+
+    milliseconds: npt.NDArray[np.int64]
+    same_customer: npt.NDArray[np.bool_]
+
+    @classmethod
+    def of(cls, ranks: npt.NDArray[np.int64], instants: npt.NDArray[np.int64]) -> _Steps:
+        return cls(np.diff(instants // _US_PER_MS), ranks[1:] == ranks[:-1])
+
+
 def _reading_cover(
     readings: Readings, intervals: npt.NDArray[np.float64], frequency: Frequency, rules: UseRules
 ) -> npt.NDArray[np.float64]:
     """The seconds each reading covers (fleetcast_processing.usage), ``intervals`` being
     each customer's (distinct rank, in order)."""
-    first = np.concatenate([[True], readings.ranks[1:] != readings.ranks[:-1]])
+    steps = _Steps.of(readings.ranks, readings.instants)
+    return _cover(readings, steps, intervals, frequency, rules)
+
+
+def _cover(
+    readings: Readings,
+    steps: _Steps,
+    intervals: npt.NDArray[np.float64],
+    frequency: Frequency,
+    rules: UseRules,
+) -> npt.NDArray[np.float64]:
+    first = np.concatenate([[True], ~steps.same_customer])
     gaps = np.empty(len(readings))
     gaps[0] = np.nan
-    gaps[1:] = np.diff(readings.instants // _US_PER_MS) / _MS_PER_SECOND
+    gaps[1:] = steps.milliseconds / _MS_PER_SECOND
     gaps[first] = np.nan
     meters = np.cumsum(first) - 1
     per_reading = intervals[meters]
@@ -212,6 +238,10 @@ def reading_intervals(
     when the shortest gap is more than half of a customer's gaps it is their median, which
     costs no sort. The other customers' gaps are sorted in one go, keyed by customer.
     """
+    return _intervals(ranks, _Steps.of(ranks, instants))
+
+
+def _intervals(ranks: npt.NDArray[np.int64], steps: _Steps) -> npt.NDArray[np.float64]:
     starts = _run_starts(ranks)
     medians = np.full(len(starts), np.nan)
     counts = np.diff(starts, append=len(ranks)) - 1  # gaps per customer
@@ -219,7 +249,7 @@ def reading_intervals(
     if len(with_gaps) == 0:
         return medians
     counts = counts[with_gaps]
-    gaps = np.diff(instants // _US_PER_MS)[ranks[1:] == ranks[:-1]]
+    gaps = steps.milliseconds[steps.same_customer]
     group = np.repeat(np.arange(len(with_gaps)), counts)
     first = np.concatenate([[0], np.cumsum(counts)[:-1]])
     shortest = np.minimum.reduceat(gaps, first)

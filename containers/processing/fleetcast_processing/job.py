@@ -221,14 +221,16 @@ def _set_aside(
     checked = _check_block(block, customers, settings.now, decimal_comma)
     rejected.add(block, checked.reasons)
     ok = np.flatnonzero(checked.reasons == ACCEPTED)
+    codes, instants, values, lines = (
+        checked.codes,
+        checked.instants,
+        checked.consumption,
+        block.lines,
+    )
+    if len(ok) < len(block):  # else every row is accepted (the usual block): no copies
+        codes, instants, values, lines = codes[ok], instants[ok], values[ok], lines[ok]
     spill.add(
-        customers.ids,
-        checked.codes[ok],
-        checked.instants[ok],
-        checked.consumption[ok],
-        block.lines[ok],
-        (block.timestamp, block.consumption),
-        ok,
+        customers.ids, codes, instants, values, lines, (block.timestamp, block.consumption), ok
     )
     return len(ok)
 

@@ -120,7 +120,8 @@ def _merge_shard(
     stored = read_shard(settings.history_input / name)
 
     # Ranks: every customer of the shard, stored or uploaded, by id; keys sort by them.
-    upload_codes = np.unique(codes)
+    # Codes are small non-negative integers: counting them is much cheaper than np.unique.
+    upload_codes = np.flatnonzero(np.bincount(codes))
     upload_ids = [customer_ids[code] for code in upload_codes.tolist()]
     names = sorted(set(stored.names).union(upload_ids))
     rank_of_name = {customer_id: rank for rank, customer_id in enumerate(names)}
@@ -156,7 +157,9 @@ def _merge_shard(
 
     in_upload = np.zeros(len(names), dtype=np.bool_)
     in_upload[uploaded.ranks] = True
-    theirs = merged.readings.take(in_upload[merged.readings.ranks])
+    ours = in_upload[merged.readings.ranks]
+    # A shard whose customers are all the upload's (a new fleet's) needs no copy of them.
+    theirs = merged.readings if ours.all() else merged.readings.take(ours)
     periods = training_periods(theirs, settings.frequency, settings.rules)
     training.parts.append(
         train_table(periods, ids, settings.frequency),
@@ -200,18 +203,19 @@ def _usable_readings(
             lambda picked: text(rows[picked]),
             found.original_line,
         )
-    kept = found.kept
+    kept, keys = found.kept, found.keys
     ranks, instants, lines = ranks[kept], instants[kept], lines[kept]
     values = upload.column("value").to_numpy()[kept]
     plausible = _plausible(ranks, instants, values, ids, settings, rejected)
     if plausible is not None:
-        ranks, instants, values, lines = (
+        keys, ranks, instants, values, lines = (
+            keys[plausible],
             ranks[plausible],
             instants[plausible],
             values[plausible],
             lines[plausible],
         )
-    return Readings(reading_keys(ranks, instants), ranks, instants, values), lines
+    return Readings(keys, ranks, instants, values), lines
 
 
 def _plausible(

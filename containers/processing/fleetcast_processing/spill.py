@@ -45,6 +45,9 @@ TEXT_FILE = "text.arrow"
 # generate`'s files, 5-10 for most CSV), taken high too.
 SPILL_BYTES_PER_CSV_BYTE = 2.5
 GZIP_RATIO = 10
+# A block with more runs of one customer's rows than this (an upload not sorted by
+# customer) is sorted by shard first, so that each shard gets one batch of it.
+_MOST_RUNS = 2 * HISTORY_SHARDS
 _LZ4 = pa.ipc.IpcWriteOptions(compression="lz4")
 _PLAIN = pa.ipc.IpcWriteOptions()
 
@@ -89,20 +92,37 @@ class ShardSpill:
         if len(codes) == 0:
             return
         self._know_shards(customer_ids)
-        self._seen[codes] = True
         self._text_writer.write_batch(pa.record_batch(list(text), schema=TEXT_SCHEMA))
         rows = rows + self._text_starts[-1]
         self._text_starts.append(self._text_starts[-1] + len(text[0]))
+        columns = (codes, instants, values, lines, rows)
+        runs = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+        if len(runs) <= _MOST_RUNS:
+            # An upload sorted by customer: each customer's run of rows goes to its shard
+            # as it is, in file order, with no copy.
+            first_codes = codes[runs]
+            self._seen[first_codes] = True
+            batch = pa.record_batch(list(columns), schema=SCHEMA)
+            sizes = np.diff(runs, append=len(codes))
+            for shard, start, size in zip(
+                self._shard_of_code[first_codes].tolist(),
+                runs.tolist(),
+                sizes.tolist(),
+                strict=True,
+            ):
+                self._writer(shard).write_batch(batch.slice(start, size))
+            return
+        self._seen[codes] = True
         shards = self._shard_of_code[codes]
         # A stable sort keeps each shard's rows in file order: the first of two readings of
         # one instant is the one kept.
         order = np.argsort(shards, kind="stable")
-        bounds = np.searchsorted(shards[order], np.arange(HISTORY_SHARDS + 1))
-        columns = [column[order] for column in (codes, instants, values, lines, rows)]
-        for shard in np.flatnonzero(np.diff(bounds)).tolist():
-            start, stop = bounds[shard], bounds[shard + 1]
-            batch = pa.record_batch([column[start:stop] for column in columns], schema=SCHEMA)
-            self._writer(shard).write_batch(batch)
+        sizes = np.bincount(shards, minlength=HISTORY_SHARDS)
+        starts = np.cumsum(sizes) - sizes
+        # One batch, sliced per shard: each slice is a view, written as its own batch.
+        batch = pa.record_batch([column[order] for column in columns], schema=SCHEMA)
+        for shard in np.flatnonzero(sizes).tolist():
+            self._writer(shard).write_batch(batch.slice(starts[shard], sizes[shard]))
 
     def _know_shards(self, customer_ids: list[str]) -> None:
         known = len(self._shard_of_code)

@@ -85,23 +85,30 @@ def carrying_meters(
     A meter with no such gap carries (its gaps are all usual: a jittered meter's readings
     cover the time between them), and so does a meter whose readings come early about as
     often as late (timestamps that jitter by up to an interval)."""
-    count = int(meters[-1]) + 1 if len(meters) else 0
+    if len(meters) == 0:
+        return np.zeros(0, dtype=np.bool_)
+    count = int(meters[-1]) + 1
+    # Each meter's readings are one run: counts of them are sums over its run.
+    starts = np.flatnonzero(np.diff(meters, prepend=-1))
     ratio = gaps / intervals
     usual = ratio <= USUAL_GAP
     after_gap = (ratio > USUAL_GAP) & (gaps <= longest)
-    usual_meters, gap_meters = meters[usual], meters[after_gap]
-    usual_seen = np.bincount(usual_meters, minlength=count)
-    late = np.bincount(gap_meters, minlength=count)
+    usual_seen = np.add.reduceat(usual, starts, dtype=np.int64)
+    late = np.add.reduceat(after_gap, starts, dtype=np.int64)
+    # Sums with the other readings as 0.0 are, to the bit, those of the readings picked
+    # (bincount adds in order, and adding 0.0 changes no sum), without picking them out.
     with np.errstate(invalid="ignore", divide="ignore"):
-        usual_value = np.bincount(usual_meters, values[usual], minlength=count) / usual_seen
-        gap_value = np.bincount(gap_meters, values[after_gap], minlength=count) / late
-        gap_ratio = np.bincount(gap_meters, ratio[after_gap], minlength=count) / late
+        usual_value = (
+            np.bincount(meters, np.where(usual, values, 0.0), minlength=count) / usual_seen
+        )
+        gap_value = np.bincount(meters, np.where(after_gap, values, 0.0), minlength=count) / late
+        gap_ratio = np.bincount(meters, np.where(after_gap, ratio, 0.0), minlength=count) / late
         loses = gap_value < usual_value * (1.0 + gap_ratio) / 2.0  # False where NaN
     # A meter whose timestamps jitter by up to an interval (an hourly meter sending at any
     # minute of its hour) has long gaps that are no loss: each follows an early reading.
     # Its readings come early at least half as often as late; a meter that loses readings
     # has long gaps and no early ones.
-    early = np.bincount(meters[ratio < 1.0 / USUAL_GAP], minlength=count)
+    early = np.add.reduceat(ratio < 1.0 / USUAL_GAP, starts, dtype=np.int64)
     return ~(loses & (2 * early < late))[meters]
 
 
