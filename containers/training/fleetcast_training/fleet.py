@@ -123,7 +123,6 @@ HOURLY_FEATURES = (
     "two_hours_before_last",
 )
 LAST_HOURS = 6  # the hours before the origin whose mean is `last_hours`
-_EPOCH_MONDAY = 3  # 1970-01-01 was a Thursday: day 0 is weekday 3 (Monday 0)
 
 
 @dataclass(frozen=True)
@@ -347,7 +346,7 @@ def _chosen_features(
     periods = grid.period(rows, origins)[at_row] + step  # each step's, since 1970
     days = periods // per_day
     # The period of the week, Monday first: a daily model's weekday, an hourly one's hour.
-    out[:, SAME_WEEKDAYS + 4] = (periods + _EPOCH_MONDAY * per_day) % season
+    out[:, SAME_WEEKDAYS + 4] = unit.frequency.period_of_week(periods)
     dates = days.astype("datetime64[D]")
     out[:, SAME_WEEKDAYS + 5] = (dates - dates.astype("datetime64[Y]")).astype(np.int64)
     at = np.clip(days - grid.first_day, 0, grid.holidays.shape[1] - 1)

@@ -318,7 +318,6 @@ def _first_of_week(common: dict[str, Any], periods_per_day: int) -> int | None:
     period after ``common``'s last history (None for a daily model: it has no phases)."""
     if periods_per_day <= 1 or "last_history" not in common:
         return None
-    period = 86_400 // periods_per_day
-    first = np.datetime64(common["last_history"], "s").astype(np.int64) // period + 1
-    # (1970-01-01 was a Thursday: the epoch's day is day 3 of its week)
-    return int((first + 3 * periods_per_day) % (7 * periods_per_day))
+    frequency = Frequency.of_periods_per_day(periods_per_day)
+    last = np.datetime64(common["last_history"], "s").astype(np.int64)
+    return frequency.period_of_week(int(last) // frequency.period_seconds + 1)

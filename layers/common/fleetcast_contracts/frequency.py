@@ -15,8 +15,17 @@ alias); :meth:`Frequency.parse` reads either spelling.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 SECONDS_PER_DAY = 24 * 60 * 60
+# 1970-01-01, where periods are counted from, was a Thursday: day 3 of a week Monday-first.
+EPOCH_WEEKDAY = 3
+# A count of periods since 1970: one, or an array of them.
+Periods = TypeVar("Periods", int, "npt.NDArray[np.int64]")
 
 
 class Frequency(StrEnum):
@@ -68,6 +77,11 @@ class Frequency(StrEnum):
     def periods(self, count: int) -> str:
         """``count`` periods in words: "1 hour", "48 hours"."""
         return f"{count} {self.unit if count == 1 else self.units}"
+
+    def period_of_week(self, periods: Periods) -> Periods:
+        """Of ``periods`` counted from 1970 (UTC), each one's period of the week, Monday
+        00:00 its 0: a daily model's weekday, an hourly one's hour of the week."""
+        return (periods + EPOCH_WEEKDAY * self.periods_per_day) % (7 * self.periods_per_day)
 
     def days(self, periods: int) -> float:
         """How many days ``periods`` periods cover."""
