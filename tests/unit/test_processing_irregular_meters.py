@@ -232,7 +232,8 @@ def test_a_meter_with_no_long_gap_is_covered_as_the_general_rule_covers_it(early
     intervals = history.reading_intervals(readings.ranks, readings.instants)
     rules = usage.UseRules()
     # When the cover is computed with the shortcut
-    cover = history._reading_cover(readings, intervals, Frequency.DAILY, rules)
+    steps = history._Steps.of(readings.ranks, readings.instants)
+    cover = history._reading_cover(readings, steps, intervals, Frequency.DAILY, rules)
     # Then it is the general rule's
     first = np.concatenate([[True], ranks_all[1:] != ranks_all[:-1]])
     gaps = np.concatenate([[np.nan], np.diff(instants_all // 1_000) / 1_000])  # to the ms

@@ -136,7 +136,7 @@ def training_periods(readings: Readings, frequency: Frequency, rules: UseRules) 
     periods = period_numbers(readings.instants[starts], frequency)
     values = np.add.reduceat(readings.values, starts)
     counts = np.diff(starts, append=len(keys))
-    cover = _cover(readings, steps, intervals, frequency, rules)
+    cover = _reading_cover(readings, steps, intervals, frequency, rules)
     intervals = np.repeat(intervals, np.diff(customer_starts, append=len(ranks)))
     covered = _period_cover(readings.instants, cover, starts, ranks, periods, intervals, frequency)
     use = period_use(ranks, periods, values, covered, frequency, rules)
@@ -195,21 +195,15 @@ class _Steps:
 
 
 def _reading_cover(
-    readings: Readings, intervals: npt.NDArray[np.float64], frequency: Frequency, rules: UseRules
-) -> npt.NDArray[np.float64]:
-    """The seconds each reading covers (fleetcast_processing.usage), ``intervals`` being
-    each customer's (distinct rank, in order)."""
-    steps = _Steps.of(readings.ranks, readings.instants)
-    return _cover(readings, steps, intervals, frequency, rules)
-
-
-def _cover(
     readings: Readings,
     steps: _Steps,
     intervals: npt.NDArray[np.float64],
     frequency: Frequency,
     rules: UseRules,
 ) -> npt.NDArray[np.float64]:
+    """The seconds each reading covers (fleetcast_processing.usage), ``steps`` being the
+    readings' (:class:`_Steps`) and ``intervals`` each customer's (distinct rank, in
+    order)."""
     first = np.concatenate([[True], ~steps.same_customer])
     gaps = np.empty(len(readings))
     gaps[0] = np.nan
