@@ -116,6 +116,46 @@ def test_without_seasonal_naive_among_the_servable_kinds_there_is_no_blend():
     assert choice.backtest.score(NAIVE_BLEND) is None
 
 
+def test_candidates_that_share_no_usable_point_with_the_rest_are_left_out_not_the_customer():
+    # Given a meter off (no usable value) until the last week of the last window, so that
+    # seasonal naive and the seasonal median have no last weeks to forecast those days from
+    # (the NSW household 10017650 of make accuracy's earlier window), while ETS and Theta
+    # forecast every point, ETS 5% over and Theta 10% under
+    models = fitted_models()
+    bt = backtests(100.0, ets=105.0, theta=90.0, seasonal_median=100.0)
+    actual = np.full((2, 14), np.nan)
+    actual[1, 7:] = 100.0
+    for kind in (seasonal_naive.KIND, seasonal_median.KIND):
+        bt[kind][:] = np.nan
+    bt[seasonal_median.KIND][0, :3] = 100.0  # points of no usable value: not shared
+    candidates = [Candidate(kind, bt[kind], models[kind]) for kind in bt]
+    # When the model is chosen
+    choice = choose(candidates, actual, ORIGINS, None, {}, 1)
+    # Then the customer is served the combination of what could be scored, on the seven
+    # usable points, and the backtest says what was left out and why
+    assert choice is not None and choice.kind == COMBINATION
+    assert [m["kind"] for m in choice.model["members"]] == ["ets", "theta"]
+    assert choice.backtest.windows == 1
+    assert {s.model_kind for s in choice.backtest.candidates} == {"ets", "theta", COMBINATION}
+    assert choice.backtest.score(COMBINATION).mae == pytest.approx(2.5)
+    assert "seasonal_naive, seasonal_median left out" in choice.backtest.why
+    # And with no usable point at all there is still nothing to choose from
+    assert choose(candidates, np.full((2, 14), np.nan), ORIGINS, None, {}, 1) is None
+
+
+def test_candidates_sharing_a_usable_point_are_all_scored_on_the_points_they_share():
+    # Given seasonal naive without the first window (too little history before it)
+    models = fitted_models()
+    bt = backtests(95.0, ets=99.0, theta=130.0, seasonal_median=130.0)
+    bt[seasonal_naive.KIND][0] = np.nan
+    candidates = [Candidate(kind, bt[kind], models[kind]) for kind in bt]
+    choice = choose(candidates, ACTUAL, ORIGINS, None, {}, 1)
+    # Then every candidate is scored, on the second window alone, and none left out
+    assert choice is not None and choice.backtest.windows == 1
+    assert choice.backtest.score(seasonal_naive.KIND) is not None
+    assert "left out" not in choice.backtest.why
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -20,7 +20,11 @@ combination and of what may be served; the gate then applies as above.
 
 Errors are compared on the points every candidate forecast (and the customer had a usable
 value for), pooled over the windows: WAPE, ``sum|F - A| / sum|A|``; between candidates of
-one customer it ranks as MAE does.
+one customer it ranks as MAE does. Where the candidates share no such point (a meter off
+for weeks before the last usable days: seasonal naive has no last week to repeat at the
+points the others forecast), the candidate that forecast the fewest usable points is left
+out, then the next, until the rest share some (:func:`_comparable`): the customer is
+served from what could be compared, and the backtest's ``why`` names what was left out.
 """
 
 from __future__ import annotations
@@ -134,7 +138,9 @@ def choose(
     candidates) are scored as the yardstick. With a level ``shift`` at the end of the
     history, the members that cannot follow it are neither combined nor served
     (:mod:`fleetcast_training.level_shift`), unless no member can."""
-    fitted = [c for c in candidates if c.model is not None]
+    fitted, unscored = _comparable(
+        [c for c in candidates if c.model is not None], np.isfinite(actual)
+    )
     allowed = servable if servable is not None else {c.kind for c in fitted} | {COMBINATION}
     weights = COMBINED[Frequency.of_periods_per_day(periods_per_day)]
     members, allowed, left_out, shift = _members(fitted, allowed, shift, weights)
@@ -158,6 +164,8 @@ def choose(
     if decided is None:
         return None
     chosen, why = decided
+    if unscored:
+        why += f"; {', '.join(unscored)} left out: no backtest point shared with the others"
     model = _model(chosen, fitted, by_kind, common, members, naive_fit, weights)
     served_backtest = next(c.backtest for c in fitted if c.kind == chosen)
     interval = calibration.fit(
@@ -187,6 +195,26 @@ def choose(
         by_kind[chosen], by_kind.get(NAIVE), actual.shape[1], windows, periods_per_day
     )
     return Choice(chosen, model, backtest, metrics)
+
+
+def _comparable(
+    fitted: list[Candidate], usable: npt.NDArray[np.bool_]
+) -> tuple[list[Candidate], list[str]]:
+    """The ``fitted`` candidates that share at least one ``usable`` point of the backtest,
+    and the kinds left out so that they do: while the candidates share none, the one that
+    forecast the fewest usable points goes (the first of them, in ``fitted``'s order, on a
+    tie). All of them, and nothing left out, when they share a point, or no point is usable."""
+    kept = list(fitted)
+    left_out: list[str] = []
+    if not usable.any():
+        return kept, left_out
+    while kept:
+        forecast = [np.isfinite(c.backtest) & usable for c in kept]
+        if np.logical_and.reduce(forecast).any():
+            break
+        fewest = int(np.argmin([points.sum() for points in forecast]))
+        left_out.append(kept.pop(fewest).kind)
+    return kept, left_out
 
 
 def _members(
