@@ -106,3 +106,52 @@ def test_the_thresholds_are_job_settings(
     # Then the decisions follow it
     uses = _uses(job)
     assert {customer: uses[customer] for customer in expected} == expected
+
+
+def test_a_meter_reading_less_often_than_the_periods_has_no_whole_period(job: Job) -> None:  # noqa: F811
+    # Given, for an hourly model, a meter read once a day (at midnight: each reading the
+    # day before it), one read every 70 minutes, and an hourly meter whose readings come
+    # a few minutes late or early
+    late = [0, 3, -2, 5, 1, -4, 2, 0, 6, -1, 3, 0]
+    upload = (
+        HEADER
+        + "".join(f"daily,2024-03-{day:02d}T00:00:00Z,24\n" for day in range(1, 11))
+        + "".join(
+            f"slow,2024-03-01T{minutes // 60:02d}:{minutes % 60:02d}:00Z,1.2\n"
+            for minutes in range(0, 12 * 70, 70)
+        )
+        + "".join(
+            f"hourly,2024-03-01T{hour:02d}:{max(offset, 0):02d}:00Z,1\n"
+            for hour, offset in enumerate(late)
+        )
+    )
+    job.upload(upload)
+
+    # When the job runs hourly
+    assert job.run("--frequency", "h") == 0
+
+    # Then every period of the daily and the 70-minute meters is incomplete (each reading
+    # totals more than the hour it falls in), every reading still in its period, while the
+    # jittered hourly meter's hours are whole but for its last
+    uses = _uses(job)
+    assert uses["daily"] == ["incomplete"] * 10
+    assert set(uses["slow"]) == {"incomplete"} and len(uses["slow"]) == 12
+    assert uses["hourly"][:-1] == ["ok"] * 11
+    assert job.summary.unused_periods["daily"] == {"incomplete": 10}
+    assert sum(y for _, y in job.train("daily")) == 240
+
+
+def test_a_daily_meter_is_whole_in_daily_periods_and_one_read_every_three_days_is_not(
+    job: Job,  # noqa: F811
+) -> None:
+    # Given a daily meter and one read every third day
+    upload = HEADER + _daily("daily", [1.0] * 12) + "".join(
+        f"third,{START + timedelta(days=3 * k)},3\n" for k in range(6)
+    )
+    job.upload(upload)
+    # When the job runs with the default daily frequency
+    assert job.run() == 0
+    # Then the daily meter's days are whole, the other's are not
+    uses = _uses(job)
+    assert uses["daily"] == ["ok"] * 12
+    assert uses["third"] == ["incomplete"] * 6

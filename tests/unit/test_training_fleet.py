@@ -308,6 +308,14 @@ def test_an_hourly_shard_scores_the_fleet_and_serves_a_newcomer_a_cold_start(tmp
         for i, h in enumerate(series[:24])
     }
     customers["newcomer"] = pd.DataFrame({"ds": stamps[-48:], "y": series[24].values[-48:]})
+    # (and one of 400 hours: more than the 192 a model of its own needs with this
+    # instance's holdout, fewer than the 505 of three weeks of lags and a backtest window; and a meter read once a day, whose
+    # days processing left out as incomplete hours)
+    customers["three_weeks"] = pd.DataFrame({"ds": stamps[-400:], "y": series[3].values[-400:]})
+    days = stamps[::24]
+    customers["daily_meter"] = pd.DataFrame(
+        {"ds": days, "y": [24.0] * len(days), "use": ["incomplete"] * len(days)}
+    )
     instance.add_part("part-00000.parquet", customers)
 
     # When the instance trains
@@ -324,6 +332,18 @@ def test_an_hourly_shard_scores_the_fleet_and_serves_a_newcomer_a_cold_start(tmp
     forecast = compile_archive(model_json, "cold_start", "H", 48).forecast(48, seed=1)
     level = customers["newcomer"]["y"].mean()
     assert forecast.yhat.mean() == pytest.approx(level, rel=0.5)
+    # And the customer too short for a backtest has one too, saying so
+    _, three_weeks = read_archive(instance.archive("three_weeks"))
+    assert three_weeks.model_kind == "cold_start"
+    assert "400 periods to fit, too few for a backtest (it needs 505)" in three_weeks.backtest.why
+    # And the daily meter fails, saying why no hour of it can be fitted
+    outcome = {c.customer_id: c for c in instance.manifest().customers}["daily_meter"]
+    assert outcome.outcome is CustomerOutcome.FAILED
+    assert outcome.reason == (
+        "has 0 rows to fit: its meter reads every 24 h, less often than the model's hours, "
+        "so none of its 42 hours has a total of its own (hourly models need readings at "
+        "least every hour); needs at least 192"
+    )
 
 
 def test_an_hourly_fleet_learns_from_origins_on_every_weekday() -> None:

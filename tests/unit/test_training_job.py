@@ -114,9 +114,9 @@ class Instance:
                     "customer_id": pa.array([customer_id] * len(frame), pa.string()),
                     "ds": pa.array(pd.to_datetime(frame["ds"]).to_numpy("datetime64[us]")),
                     "y": pa.array(frame["y"].to_numpy(np.float64)),
-                    # One reading a day each
+                    # One reading a period each, the meter's interval its usual step
                     "readings": pa.array([1] * len(frame), pa.int64()),
-                    "interval_s": pa.array([86_400.0] * len(frame), pa.float64()),
+                    "interval_s": pa.array([_interval(frame)] * len(frame), pa.float64()),
                     "use": pa.array(
                         list(frame["use"]) if "use" in frame else ["ok"] * len(frame), pa.string()
                     ),
@@ -143,6 +143,13 @@ class Instance:
     def failure(self) -> str | None:
         path = self.root / FAILURE_FILE
         return path.read_text() if path.exists() else None
+
+
+def _interval(frame: pd.DataFrame) -> float:
+    """A customer's reading interval as processing writes it: its median step, seconds
+    (a day for a single row)."""
+    steps = pd.to_datetime(frame["ds"]).diff().dropna().dt.total_seconds()
+    return float(steps.median()) if len(steps) else 86_400.0
 
 
 @dataclass

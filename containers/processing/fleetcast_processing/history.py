@@ -139,7 +139,7 @@ def training_periods(readings: Readings, frequency: Frequency, rules: UseRules) 
     cover = _reading_cover(readings, steps, intervals, frequency, rules)
     intervals = np.repeat(intervals, np.diff(customer_starts, append=len(ranks)))
     covered = _period_cover(readings.instants, cover, starts, ranks, periods, intervals, frequency)
-    use = period_use(ranks, periods, values, covered, frequency, rules)
+    use = period_use(ranks, periods, values, covered, frequency, rules, intervals)
     return Periods(ranks, periods, values, counts, intervals, use)
 
 

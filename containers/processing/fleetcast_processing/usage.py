@@ -17,7 +17,8 @@ leaves its first day uncovered, and a history cut at 15:00 leaves that day's eve
 uncovered. A period is credited with the time inside it, whichever reading covers it
 (``fleetcast_processing.history``: a reading's cover may reach back into the period before
 its own, and a meter's last reading covers one interval after it). A period is incomplete when less than FLEETCAST_INCOMPLETE_BELOW (90%) of it
-is covered.
+is covered, and every period of a meter that reads less often than the periods (daily
+readings in hourly periods: :func:`period_use`) is incomplete.
 
 Nothing is changed or invented here: every period stays in the training parts with its
 total and its reading count, and the stored history keeps every reading. The decisions
@@ -35,7 +36,13 @@ import numpy.typing as npt
 
 from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.processing import DEFAULT_INCOMPLETE_BELOW, DEFAULT_ZERO_RUN_DAYS
-from fleetcast_contracts.shards import USE_INACTIVE, USE_INCOMPLETE, USE_OK, USES
+from fleetcast_contracts.shards import (
+    COARSER_THAN_PERIOD,
+    USE_INACTIVE,
+    USE_INCOMPLETE,
+    USE_OK,
+    USES,
+)
 from fleetcast_processing.aggregate import period_us
 
 OK, INCOMPLETE, INACTIVE = (USES.index(use) for use in (USE_OK, USE_INCOMPLETE, USE_INACTIVE))
@@ -134,16 +141,25 @@ def period_use(
     covered: npt.NDArray[np.float64],
     frequency: Frequency,
     rules: UseRules,
+    intervals: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.int8]:
     """The use code (index into USES) of each row: rows sorted by customer, then period;
     ``covered`` is the seconds its readings cover (:func:`covered_seconds`, summed over
-    the period's readings; NaN for a meter with a single reading, never incomplete)."""
+    the period's readings; NaN for a meter with a single reading, never incomplete);
+    ``intervals`` its customer's reading interval (seconds; NaN: one reading).
+
+    A meter that reads less often than the periods (daily readings, hourly periods) has
+    no period of its own: each of its readings totals a stretch longer than a period, all
+    of it put in the period its timestamp falls in, and the periods between have nothing.
+    Every period of such a meter is incomplete (``COARSER_THAN_PERIOD``, contracts.shards):
+    an hourly model of one reading a day was fitted before, on one "hour" a day holding
+    the whole day."""
     period_seconds = period_us(frequency) / 1_000_000
-    # A meter reading less often than its periods (daily readings, hourly periods) covers a
-    # period with each reading it has: a period with a reading is never short of one.
     needed = rules.incomplete_below * period_seconds
     with np.errstate(invalid="ignore"):
         incomplete = covered < needed
+        if intervals is not None:
+            incomplete |= intervals > COARSER_THAN_PERIOD * period_seconds
     use = np.where(incomplete, INCOMPLETE, OK).astype(np.int8)
     zero = values == 0
     if not zero.any():

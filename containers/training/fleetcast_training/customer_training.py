@@ -27,6 +27,7 @@ import prophet
 from prophet.models import CmdStanPyBackend
 
 from fleetcast_contracts.families import BY_KIND, PROPHET, Fit, kinds_fitted
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.holiday_calendar import HolidayCalendar
 from fleetcast_contracts.model_archive import (
     Backtest,
@@ -35,6 +36,7 @@ from fleetcast_contracts.model_archive import (
     read_archive,
     write_archive,
 )
+from fleetcast_contracts.shards import COARSER_THAN_PERIOD
 from fleetcast_contracts.training import MODEL_ARCHIVE_SUFFIX
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_forecasters import cold_start, seasonal_naive
@@ -222,12 +224,25 @@ class CustomerTrainer:
             settings = self._hyperparameters
             cold = self._fleet.get(customer_id)
             if 0 < len(history) < settings.required_rows and cold is not None:
-                return self._cold_start(customer_id, history, cold, started, stored.times[-1])
+                loaded = _Loaded(
+                    customer_id, history, self._calendars.of(customer_id), started, stored.times[-1]
+                )
+                why = (
+                    f"{len(history)} periods to fit, fewer than the {settings.required_rows} "
+                    "a model of its own needs: the fleet's forecast for a customer of its "
+                    "level and shape, not backtested"
+                )
+                return self._cold_start(loaded, cold, why)
             if len(history) < settings.required_rows:
                 unused = ", ".join(f"{n} {use}" for use, n in stored.left_out().items())
+                coarse = _reads_less_often(stored, settings.frequency)
                 raise CustomerFailure(
                     FailureKind.TOO_FEW_ROWS,
-                    f"has {len(history)} rows{f' to fit ({unused} left out)' if unused else ''}, "
+                    f"has {len(history)} rows to fit: {coarse}; needs at least "
+                    f"{settings.required_rows}"
+                    if coarse
+                    else f"has {len(history)} rows"
+                    f"{f' to fit ({unused} left out)' if unused else ''}, "
                     f"needs at least {settings.required_rows}",
                 )
             return _Loaded(
@@ -313,6 +328,16 @@ class CustomerTrainer:
         windows = max(1, min(settings.backtest_windows, spare))
         horizon = min(settings.holdout_rows, spare // windows)
         if horizon < 1:
+            # (an hourly customer of two to three weeks: enough rows for a model of its
+            # own, too few for three weeks of lags and a window after them)
+            forecast = self._fleet.get(customer.customer_id)
+            if forecast is not None:
+                why = (
+                    f"{len(customer.history)} periods to fit, too few for a backtest (it "
+                    f"needs {3 * grids.season + windows}): the fleet's forecast for a "
+                    "customer of its level and shape, not backtested"
+                )
+                return self._cold_start(customer, forecast, why)
             raise CustomerFailure(
                 FailureKind.TOO_FEW_ROWS,
                 f"spans {grids.periods} periods: a backtest of {windows} window(s) needs "
@@ -365,25 +390,14 @@ class CustomerTrainer:
             customer, choice.kind, choice.model, choice.metrics, choice.backtest, fits_before
         )
 
-    def _cold_start(
-        self,
-        customer_id: str,
-        history: History,
-        forecast: FleetForecast,
-        started: float,
-        readings_end: np.datetime64,
-    ) -> _Fitted:
-        """A customer too short for a model of its own, served the fleet's forecast of a
-        customer of its level and shape (:mod:`fleetcast_forecasters.cold_start`): no
-        backtest (none of its windows has the weeks before it a forecast starts from), so
-        no metrics, and the gate, which compares backtests, does not judge it."""
+    def _cold_start(self, customer: _Loaded, forecast: FleetForecast, why: str) -> _Fitted:
+        """A customer too short for a model of its own, or for a backtest, served the
+        fleet's forecast of a customer of its level and shape
+        (:mod:`fleetcast_forecasters.cold_start`): no backtest (none of its windows has the
+        weeks before it a forecast starts from), so no metrics, and the gate, which
+        compares backtests, does not judge it; ``why`` says which."""
         settings = self._hyperparameters
         model = forecast.model(settings.uncertainty_samples, cold_start.KIND)
-        why = (
-            f"{len(history)} periods to fit, fewer than the {settings.required_rows} a "
-            "model of its own needs: the fleet's forecast for a customer of its level and "
-            "shape, not backtested"
-        )
         backtest = Backtest(
             horizon=settings.backtest_periods,
             windows=0,
@@ -391,9 +405,6 @@ class CustomerTrainer:
             chosen=cold_start.KIND,
             why=why,
             candidates=[],
-        )
-        customer = _Loaded(
-            customer_id, history, self._calendars.of(customer_id), started, readings_end
         )
         return self._archived(customer, cold_start.KIND, model, None, backtest, Counter())
 
@@ -565,3 +576,18 @@ def _naive_scale(values: np.ndarray, season: int) -> float | None:
         return None
     changes = changes[np.isfinite(changes)]
     return float(changes.mean()) if changes.size else None
+
+
+def _reads_less_often(stored: History, frequency: Frequency) -> str:
+    """Why every period is left out, for a meter that reads less often than the model's
+    periods (contracts.shards' ``COARSER_THAN_PERIOD``), else nothing."""
+    interval = stored.interval_s
+    if interval is None or interval <= COARSER_THAN_PERIOD * frequency.period_seconds:
+        return ""
+    every = f"{interval / 3600:g} h" if interval >= 3600 else f"{interval / 60:g} min"
+    periods = len(stored)
+    return (
+        f"its meter reads every {every}, less often than the model's {frequency.units}, so "
+        f"none of its {frequency.periods(periods)} has a total of its own "
+        f"({frequency.adjective} models need readings at least every {frequency.unit})"
+    )

@@ -64,7 +64,9 @@ TRAIN_COLUMNS = ("customer_id", "ds", "y", "readings", "interval_s", "use")
 #   time, each reading covering the time since its meter's previous one, up to a limit
 #   (fleetcast_processing.usage says which). Its total is too low because readings are
 #   missing, not because less was used: a missing period for fitting, not a low one. A
-#   customer without an interval (one reading) has none.
+#   customer without an interval (one reading) has none. Every period of a meter whose
+#   interval is more than COARSER_THAN_PERIOD periods (daily readings, hourly periods) is
+#   incomplete: each reading totals a stretch longer than the period it falls in.
 # - inactive: zero consumption while the meter was not in use: the leading run of zero
 #   periods (before the customer was connected), and any later run of zero periods that
 #   spans at least FLEETCAST_ZERO_RUN_DAYS (7) days, inside the history or at its end.
@@ -75,6 +77,9 @@ USE_OK = "ok"
 USE_INCOMPLETE = "incomplete"
 USE_INACTIVE = "inactive"
 USES = (USE_OK, USE_INCOMPLETE, USE_INACTIVE)
+# A meter whose usual interval is longer than this many periods reads less often than the
+# periods (a jittered meter's median gap is its interval to a few seconds).
+COARSER_THAN_PERIOD = 1.1
 
 # Every training part's Parquet key-value metadata: the run's last period, the latest ``ds``
 # of any customer in the run's training input (ISO 8601, UTC, no zone), the same in every
