@@ -234,16 +234,9 @@ class CustomerTrainer:
                 )
                 return self._cold_start(loaded, cold, why)
             if len(history) < settings.required_rows:
-                unused = ", ".join(f"{n} {use}" for use, n in stored.left_out().items())
-                coarse = _reads_less_often(stored, settings.frequency)
                 raise CustomerFailure(
                     FailureKind.TOO_FEW_ROWS,
-                    f"has {len(history)} rows to fit: {coarse}; needs at least "
-                    f"{settings.required_rows}"
-                    if coarse
-                    else f"has {len(history)} rows"
-                    f"{f' to fit ({unused} left out)' if unused else ''}, "
-                    f"needs at least {settings.required_rows}",
+                    _too_few_rows(stored, len(history), settings.required_rows, settings.frequency),
                 )
             return _Loaded(
                 customer_id,
@@ -578,16 +571,19 @@ def _naive_scale(values: np.ndarray, season: int) -> float | None:
     return float(changes.mean()) if changes.size else None
 
 
-def _reads_less_often(stored: History, frequency: Frequency) -> str:
-    """Why every period is left out, for a meter that reads less often than the model's
-    periods (contracts.shards' ``COARSER_THAN_PERIOD``), else nothing."""
+def _too_few_rows(stored: History, fitted: int, needed: int, frequency: Frequency) -> str:
+    """Why a customer with ``fitted`` rows to fit gets no model of its own (``needed``): the
+    rows left out, by use, or, for a meter that reads less often than the model's periods
+    (contracts.shards' ``COARSER_THAN_PERIOD``: every period of it is left out), that."""
     interval = stored.interval_s
-    if interval is None or interval <= COARSER_THAN_PERIOD * frequency.period_seconds:
-        return ""
-    every = f"{interval / 3600:g} h" if interval >= 3600 else f"{interval / 60:g} min"
-    periods = len(stored)
-    return (
-        f"its meter reads every {every}, less often than the model's {frequency.units}, so "
-        f"none of its {frequency.periods(periods)} has a total of its own "
-        f"({frequency.adjective} models need readings at least every {frequency.unit})"
-    )
+    if interval is not None and interval > COARSER_THAN_PERIOD * frequency.period_seconds:
+        every = f"{interval / 3600:g} h" if interval >= 3600 else f"{interval / 60:g} min"
+        return (
+            f"has {fitted} rows to fit: its meter reads every {every}, less often than the "
+            f"model's {frequency.units}, so none of its {frequency.periods(len(stored))} has "
+            f"a total of its own ({frequency.adjective} models need readings at least every "
+            f"{frequency.unit}); needs at least {needed}"
+        )
+    unused = ", ".join(f"{n} {use}" for use, n in stored.left_out().items())
+    left_out = f" to fit ({unused} left out)" if unused else ""
+    return f"has {fitted} rows{left_out}, needs at least {needed}"
