@@ -145,8 +145,10 @@ def test_a_daily_meter_is_whole_in_daily_periods_and_one_read_every_three_days_i
     job: Job,  # noqa: F811
 ) -> None:
     # Given a daily meter and one read every third day
-    upload = HEADER + _daily("daily", [1.0] * 12) + "".join(
-        f"third,{START + timedelta(days=3 * k)},3\n" for k in range(6)
+    upload = (
+        HEADER
+        + _daily("daily", [1.0] * 12)
+        + "".join(f"third,{START + timedelta(days=3 * k)},3\n" for k in range(6))
     )
     job.upload(upload)
     # When the job runs with the default daily frequency
