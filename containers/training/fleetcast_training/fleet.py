@@ -690,7 +690,7 @@ def _log_reference(grid: _Grid, sample: npt.NDArray[np.intp], held: int) -> floa
     before = grid.values[sample, : max(grid.columns - held, 0)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        means = np.nanmean(before, axis=1, dtype=np.float64)
+        means: FloatArray = np.asarray(np.nanmean(before, axis=1, dtype=np.float64))
     positive = means[np.isfinite(means) & (means > 0)]
     return float(np.median(np.log(positive))) if len(positive) else 0.0
 
