@@ -37,11 +37,11 @@ import numpy.typing as npt
 from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.processing import DEFAULT_INCOMPLETE_BELOW, DEFAULT_ZERO_RUN_DAYS
 from fleetcast_contracts.shards import (
-    COARSER_THAN_PERIOD,
     USE_INACTIVE,
     USE_INCOMPLETE,
     USE_OK,
     USES,
+    reads_less_often,
 )
 from fleetcast_processing.aggregate import period_us
 
@@ -141,7 +141,7 @@ def period_use(
     covered: npt.NDArray[np.float64],
     frequency: Frequency,
     rules: UseRules,
-    intervals: npt.NDArray[np.float64] | None = None,
+    intervals: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.int8]:
     """The use code (index into USES) of each row: rows sorted by customer, then period;
     ``covered`` is the seconds its readings cover (:func:`covered_seconds`, summed over
@@ -151,15 +151,13 @@ def period_use(
     A meter that reads less often than the periods (daily readings, hourly periods) has
     no period of its own: each of its readings totals a stretch longer than a period, all
     of it put in the period its timestamp falls in, and the periods between have nothing.
-    Every period of such a meter is incomplete (``COARSER_THAN_PERIOD``, contracts.shards):
+    Every period of such a meter is incomplete (contracts.shards' ``reads_less_often``):
     an hourly model of one reading a day was fitted before, on one "hour" a day holding
     the whole day."""
     period_seconds = period_us(frequency) / 1_000_000
     needed = rules.incomplete_below * period_seconds
     with np.errstate(invalid="ignore"):
-        incomplete = covered < needed
-        if intervals is not None:
-            incomplete |= intervals > COARSER_THAN_PERIOD * period_seconds
+        incomplete = (covered < needed) | reads_less_often(intervals, period_seconds)
     use = np.where(incomplete, INCOMPLETE, OK).astype(np.int8)
     zero = values == 0
     if not zero.any():

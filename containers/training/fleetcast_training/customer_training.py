@@ -36,7 +36,7 @@ from fleetcast_contracts.model_archive import (
     read_archive,
     write_archive,
 )
-from fleetcast_contracts.shards import COARSER_THAN_PERIOD
+from fleetcast_contracts.shards import reads_less_often
 from fleetcast_contracts.training import MODEL_ARCHIVE_SUFFIX
 from fleetcast_contracts.training_manifest import CustomerOutcome, CustomerResult
 from fleetcast_forecasters import cold_start, seasonal_naive
@@ -222,29 +222,23 @@ class CustomerTrainer:
             # Incomplete and inactive periods are gaps for every family, never low values.
             history = stored.for_fitting()
             settings = self._hyperparameters
+            loaded = _Loaded(
+                customer_id, history, self._calendars.of(customer_id), started, stored.times[-1]
+            )
             cold = self._fleet.get(customer_id)
             if 0 < len(history) < settings.required_rows and cold is not None:
-                loaded = _Loaded(
-                    customer_id, history, self._calendars.of(customer_id), started, stored.times[-1]
-                )
-                why = (
+                return self._cold_start(
+                    loaded,
+                    cold,
                     f"{len(history)} periods to fit, fewer than the {settings.required_rows} "
-                    "a model of its own needs: the fleet's forecast for a customer of its "
-                    "level and shape, not backtested"
+                    "a model of its own needs",
                 )
-                return self._cold_start(loaded, cold, why)
             if len(history) < settings.required_rows:
                 raise CustomerFailure(
                     FailureKind.TOO_FEW_ROWS,
                     _too_few_rows(stored, len(history), settings.required_rows, settings.frequency),
                 )
-            return _Loaded(
-                customer_id,
-                history,
-                self._calendars.of(customer_id),
-                started,
-                stored.times[-1],
-            )
+            return loaded
         except CustomerFailure as failure:
             return CustomerReport.failed(customer_id, failure.kind, failure.reason)
         except Exception as error:
@@ -325,12 +319,12 @@ class CustomerTrainer:
             # own, too few for three weeks of lags and a window after them)
             forecast = self._fleet.get(customer.customer_id)
             if forecast is not None:
-                why = (
+                return self._cold_start(
+                    customer,
+                    forecast,
                     f"{len(customer.history)} periods to fit, too few for a backtest (it "
-                    f"needs {3 * grids.season + windows}): the fleet's forecast for a "
-                    "customer of its level and shape, not backtested"
+                    f"needs {3 * grids.season + windows})",
                 )
-                return self._cold_start(customer, forecast, why)
             raise CustomerFailure(
                 FailureKind.TOO_FEW_ROWS,
                 f"spans {grids.periods} periods: a backtest of {windows} window(s) needs "
@@ -383,14 +377,15 @@ class CustomerTrainer:
             customer, choice.kind, choice.model, choice.metrics, choice.backtest, fits_before
         )
 
-    def _cold_start(self, customer: _Loaded, forecast: FleetForecast, why: str) -> _Fitted:
-        """A customer too short for a model of its own, or for a backtest, served the
-        fleet's forecast of a customer of its level and shape
+    def _cold_start(self, customer: _Loaded, forecast: FleetForecast, short: str) -> _Fitted:
+        """A customer too short for a model of its own, or for a backtest (``short`` says
+        which), served the fleet's forecast of a customer of its level and shape
         (:mod:`fleetcast_forecasters.cold_start`): no backtest (none of its windows has the
         weeks before it a forecast starts from), so no metrics, and the gate, which
-        compares backtests, does not judge it; ``why`` says which."""
+        compares backtests, does not judge it."""
         settings = self._hyperparameters
         model = forecast.model(settings.uncertainty_samples, cold_start.KIND)
+        why = f"{short}: the fleet's forecast for a customer of its level and shape, not backtested"
         backtest = Backtest(
             horizon=settings.backtest_periods,
             windows=0,
@@ -574,9 +569,9 @@ def _naive_scale(values: np.ndarray, season: int) -> float | None:
 def _too_few_rows(stored: History, fitted: int, needed: int, frequency: Frequency) -> str:
     """Why a customer with ``fitted`` rows to fit gets no model of its own (``needed``): the
     rows left out, by use, or, for a meter that reads less often than the model's periods
-    (contracts.shards' ``COARSER_THAN_PERIOD``: every period of it is left out), that."""
+    (contracts.shards' ``reads_less_often``: every period of it is left out), that."""
     interval = stored.interval_s
-    if interval is not None and interval > COARSER_THAN_PERIOD * frequency.period_seconds:
+    if interval is not None and reads_less_often(interval, frequency.period_seconds):
         every = f"{interval / 3600:g} h" if interval >= 3600 else f"{interval / 60:g} min"
         return (
             f"has {fitted} rows to fit: its meter reads every {every}, less often than the "

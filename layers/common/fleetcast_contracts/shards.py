@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from typing import Any
 
 # Changing the count moves customers between shards: the count is part of every name, and
 # a store written with another count is refused rather than half read (processing's
@@ -80,6 +81,14 @@ USES = (USE_OK, USE_INCOMPLETE, USE_INACTIVE)
 # A meter whose usual interval is longer than this many periods reads less often than the
 # periods (a jittered meter's median gap is its interval to a few seconds).
 COARSER_THAN_PERIOD = 1.1
+
+
+def reads_less_often(interval_s: Any, period_seconds: float) -> Any:
+    """Whether a meter of reading interval ``interval_s`` (seconds; a number or an array of
+    them, NaN: one reading, never) reads less often than periods of ``period_seconds``:
+    processing marks all its periods incomplete, and training says why."""
+    return interval_s > COARSER_THAN_PERIOD * period_seconds
+
 
 # Every training part's Parquet key-value metadata: the run's last period, the latest ``ds``
 # of any customer in the run's training input (ISO 8601, UTC, no zone), the same in every
