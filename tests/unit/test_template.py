@@ -42,6 +42,8 @@ from fleetcast_common.settings import (
 )
 from fleetcast_common.upload_queue import UNSTARTED_LEASE_GRACE
 from fleetcast_contracts import layout
+from fleetcast_contracts.families import DEFAULT_CANDIDATES, PROPHET, default_candidates
+from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.ids import is_valid_run_id
 from fleetcast_contracts.stages import PIPELINE, PROCESSING, TRAINING
 from fleetcast_contracts.training import CANDIDATES_PATTERN, HYPERPARAMETER_DEFAULTS
@@ -402,6 +404,7 @@ def test_every_parameter_default_is_a_value_it_allows() -> None:
     ("value", "deploys"),
     [
         ("seasonal_naive,ets,theta,prophet", True),
+        ("default", True),
         ("seasonal_median,prophet", True),
         ("prophet", True),
         ("ets,theta", True),
@@ -411,6 +414,7 @@ def test_every_parameter_default_is_a_value_it_allows() -> None:
         ("Prophet", False),
         ("arima", False),
         ("ets,", False),
+        ("default,ets", False),
     ],
 )
 def test_model_candidates_reach_the_training_job_as_its_candidates(
@@ -434,14 +438,26 @@ def test_model_candidates_reach_the_training_job_as_its_candidates(
     # Then the job's candidates are the parameter's value, which the job accepts
     assert request["HyperParameters"]["candidates"] == value
     parsed = Hyperparameters.parse(request["HyperParameters"])
-    assert set(parsed.candidates) == set(value.split(","))
+    listed = (
+        default_candidates(Frequency.DAILY) if value == DEFAULT_CANDIDATES else value.split(",")
+    )
+    assert set(parsed.candidates) == set(listed)
 
 
-def test_model_candidates_default_to_every_family_the_job_knows() -> None:
+def test_model_candidates_default_to_the_frequencys_families() -> None:
     spec = PARAMETERS["ModelCandidates"]
     assert spec["AllowedPattern"] == CANDIDATES_PATTERN
-    assert spec["Default"] == HYPERPARAMETER_DEFAULTS["candidates"]
-    assert set(spec["Default"].split(",")) == set(CANDIDATES)
+    assert spec["Default"] == HYPERPARAMETER_DEFAULTS["candidates"] == DEFAULT_CANDIDATES
+    # Then a daily model's default is every family the job knows, an hourly one's every
+    # family but Prophet (the catalogue's default_for)
+    defaults = {
+        frequency: Hyperparameters.parse(
+            {"run_id": "q0000000909-20261129t120000", "frequency": frequency.value}
+        ).candidates
+        for frequency in Frequency
+    }
+    assert set(defaults[Frequency.DAILY]) == set(CANDIDATES)
+    assert set(defaults[Frequency.HOURLY]) == set(CANDIDATES) - {PROPHET}
     # And every family the job may serve is one the endpoint can compile
     assert set(CANDIDATES) <= set(known_kinds())
 

@@ -135,6 +135,26 @@ def test_hourly_customer_is_scored_on_whole_days(tmp_path: Path):
     assert metadata.metrics.smape < 0.1
 
 
+@pytest.mark.parametrize(
+    ("candidates", "prophet_scored"), [({}, False), ({"candidates": "ets,theta,prophet"}, True)]
+)
+def test_an_hourly_model_fits_prophet_only_where_it_is_named(
+    tmp_path: Path, candidates: dict[str, str], prophet_scored: bool
+):
+    # Given four weeks of hourly data
+    source = write_customer(tmp_path, series(672, freq="h"))
+    # When trained with the default candidates, and with Prophet named among them
+    hourly = trainer(tmp_path, frequency="H", holdout_days="1", min_rows="48", **candidates)
+    report = hourly.train("acme", source)
+    # Then the default (an hourly model's: every family but Prophet) fits no Prophet model,
+    # and a list that names Prophet has it scored like every other candidate
+    assert report.result.outcome is CustomerOutcome.TRAINED
+    _, metadata = read_archive(tmp_path / "checkpoints" / "acme.tar.gz")
+    assert metadata.backtest is not None
+    assert (metadata.backtest.score("prophet") is not None) is prophet_scored
+    assert metadata.backtest.score("ets") is not None
+
+
 def test_a_prophet_fit_that_raises_leaves_the_other_candidates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -11,10 +11,12 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from fleetcast_contracts.families import DEFAULT_CANDIDATES, default_candidates
 from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.holiday_calendar import check_calendar
 from fleetcast_contracts.horizons import MAX_EXPORT_DAYS
@@ -46,9 +48,11 @@ def _seasonality(value: object) -> object:
     raise ValueError("must be 'auto', 'true', 'false' or a positive Fourier order")
 
 
-def _candidates(value: object) -> object:
+def _candidates(value: object, frequency: Frequency) -> object:
     if not isinstance(value, str):
         return value
+    if value.strip() == DEFAULT_CANDIDATES:
+        return default_candidates(frequency)
     names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
     unknown = sorted(set(names) - set(CANDIDATES))
     if unknown:
@@ -74,9 +78,10 @@ class Hyperparameters(BaseModel):
     weekly_seasonality: Seasonality
     daily_seasonality: Seasonality
     uncertainty_samples: int = Field(ge=0, le=100_000)
-    # The model families a customer may be served (fleetcast_training.selection). Seasonal
-    # naive is scored whether listed or not: it is the yardstick every model must meet.
-    candidates: Annotated[tuple[str, ...], BeforeValidator(_candidates)]
+    # The model families a customer may be served (fleetcast_training.selection): a list,
+    # or ``default``, the frequency's (families.default_candidates). Seasonal naive is
+    # scored whether listed or not: it is the yardstick every model must meet.
+    candidates: tuple[str, ...]
     # Rolling-origin windows of the backtest every candidate is scored on.
     backtest_windows: int = Field(ge=1, le=12)
     # 0 means one worker process per CPU of the instance.
@@ -91,6 +96,12 @@ class Hyperparameters(BaseModel):
         if not is_valid_run_id(self.run_id):
             raise ValueError(f"run_id {self.run_id!r} is not a fleetcast run id")
         return self
+
+    @field_validator("candidates", mode="before")
+    @classmethod
+    def _named_candidates(cls, value: object, info: ValidationInfo) -> object:
+        # (``frequency`` is validated first: a field declared before this one)
+        return _candidates(value, info.data.get("frequency", Frequency.DAILY))
 
     @field_validator("default_holiday_country")
     @classmethod

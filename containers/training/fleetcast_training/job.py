@@ -155,11 +155,14 @@ def _run_job(
 
     workers = max(1, min(hyperparameters.worker_count(environment.cpus), len(customers)))
     logger.info(
-        "%s: training %d customers (%d more rejected by name) with %d worker process(es)",
+        "%s: training %d customers (%d more rejected by name) with %d worker process(es); "
+        "%s models, candidates %s",
         host,
         len(customers),
         len(rejected),
         workers,
+        hyperparameters.frequency.adjective,
+        ", ".join(hyperparameters.candidates),
     )
     if hyperparameters.required_rows > hyperparameters.min_rows:
         logger.info(

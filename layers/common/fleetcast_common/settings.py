@@ -14,9 +14,10 @@ from typing import Self, TypeVar
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fleetcast_contracts.families import DEFAULT_CANDIDATES
 from fleetcast_contracts.frequency import Frequency
 from fleetcast_contracts.horizons import MAX_EXPORT_DAYS
-from fleetcast_contracts.training import CANDIDATE_KINDS, CANDIDATES_PATTERN
+from fleetcast_contracts.training import CANDIDATES_PATTERN
 
 
 class _FromEnvironment(BaseSettings):
@@ -89,7 +90,7 @@ class TrainingSettings(PipelineSettings):
     # The model families each customer may be served (docs/model-families.md): the job's
     # ``candidates``. Seasonal naive is scored whether listed or not.
     model_candidates: str = Field(
-        alias="MODEL_CANDIDATES", default=",".join(CANDIDATE_KINDS), pattern=CANDIDATES_PATTERN
+        alias="MODEL_CANDIDATES", default=DEFAULT_CANDIDATES, pattern=CANDIDATES_PATTERN
     )
 
 

@@ -4,7 +4,8 @@ The serving registry (``fleetcast_forecasters.families``), the training job's fi
 (which family is fitted how), the combination's members, the level-shift rule's
 followers, the export's per-family columns, the hyperparameter ``candidates`` and the
 stack parameter ModelCandidates (template.yaml, held to this list by a test) all read
-this tuple. Each family's kind is written here once, under a name every other module uses.
+this tuple, and so do the default candidates of each model frequency (ModelCandidates'
+``default``). Each family's kind is written here once, under a name every other module uses.
 A new family is its module (a ``FAMILY`` with ``kind`` and ``compile``, and for a
 candidate its training half) and, here, its kind's name and its line in FAMILIES.
 """
@@ -48,6 +49,9 @@ class Family:
     # Follows a level shift at the end of the history from its first day (its fit weighs
     # the latest periods most: fleetcast_training.level_shift).
     follows_level_shift: bool = False
+    # The model frequencies whose default candidates (ModelCandidates=default) it is one
+    # of; named in ModelCandidates, a candidate is fitted for a model of any frequency.
+    default_for: frozenset[Frequency] = frozenset(Frequency)
 
     @property
     def combined(self) -> bool:
@@ -87,7 +91,16 @@ FAMILIES: tuple[Family, ...] = (
         combination_weight=1,
         follows_level_shift=True,
     ),
-    Family(PROPHET, "fleetcast_forecasters.prophet_family", Fit.EACH, combination_weight=1),
+    # Not a default candidate of hourly models: on make accuracy's hourly sets, leaving it
+    # out moved no median or mean WAPE by more than chance (1-2%, as often down as up) and
+    # took a fifth of an hourly model's training CPU (docs/model-families.md).
+    Family(
+        PROPHET,
+        "fleetcast_forecasters.prophet_family",
+        Fit.EACH,
+        combination_weight=1,
+        default_for=frozenset({Frequency.DAILY}),
+    ),
     # A member like the others in a daily combination, and four times as heavy as the four
     # others together in an hourly one (the hourly trees are the best single member on every
     # set; 4, 8, 16, 32 measured on make accuracy's sets: docs/model-families.md).
@@ -109,6 +122,16 @@ BY_KIND = {family.kind: family for family in FAMILIES}
 # The families training may score and serve (hyperparameter ``candidates``, the stack
 # parameter ModelCandidates), in the order they fit.
 CANDIDATE_KINDS = tuple(family.kind for family in FAMILIES if family.candidate)
+# ModelCandidates' (and the hyperparameter ``candidates``') value for the default
+# candidates of the model's frequency (:func:`default_candidates`).
+DEFAULT_CANDIDATES = "default"
+
+
+def default_candidates(frequency: Frequency) -> tuple[str, ...]:
+    """The candidates of a model of ``frequency`` when ModelCandidates is ``default``."""
+    return tuple(kind for kind in CANDIDATE_KINDS if frequency in BY_KIND[kind].default_for)
+
+
 # The combination's members (where they are candidates and fitted), each with its weight in
 # the combination's weighted mean, for a model of each frequency.
 COMBINATION_WEIGHTS = {

@@ -102,8 +102,9 @@ def is_manifest_name(name: str) -> bool:
 # stack parameter ModelCandidates), in the order they fit: the family catalogue's.
 CANDIDATE_KINDS = families.CANDIDATE_KINDS
 _KIND = "(" + "|".join(CANDIDATE_KINDS) + ")"
-# A comma-separated list of them, no spaces: ModelCandidates' AllowedPattern.
-CANDIDATES_PATTERN = rf"^{_KIND}(,{_KIND})*$"
+# ``default`` (the model frequency's default candidates: families.default_candidates) or a
+# comma-separated list of them, no spaces: ModelCandidates' AllowedPattern.
+CANDIDATES_PATTERN = rf"^({families.DEFAULT_CANDIDATES}|{_KIND}(,{_KIND})*)$"
 
 # Hyperparameters the container understands, with their defaults. SageMaker passes every
 # value as a string; the container's hyperparameters.py parses and validates them.
@@ -118,7 +119,8 @@ HYPERPARAMETER_DEFAULTS: dict[str, str] = {
     "daily_seasonality": "auto",
     "uncertainty_samples": "1000",
     # The model families scored for each customer by backtest; seasonal naive always is.
-    "candidates": ",".join(CANDIDATE_KINDS),
+    # ``default``: the model frequency's (families.default_candidates).
+    "candidates": families.DEFAULT_CANDIDATES,
     "backtest_windows": "3",
     "workers": "0",
     # The holidays of customers without metadata: a country code of the holidays package
