@@ -115,13 +115,24 @@ class MemoryPeaks:
     them at once, sampled every ``interval`` seconds. All at once is the sum of their
     proportional set sizes (PSS): pages shared by processes (a forkserver's children share
     its imports, the training workers their parent's) counted once, not once each as a
-    sum of RSS would."""
+    sum of RSS would.
+
+    A process's PSS costs the kernel a walk of its pages (a round of the stack's 14
+    processes took 45 ms of CPU at 40,000 customers: 9% of a core every half second, taken
+    from the stack it measures on a 2-core machine); its RSS costs nothing. So each round
+    reads every RSS, and the PSS only where the tree may be at a new peak: while the RSS
+    total is below the one of the round that set the peak and its shares have not moved
+    (``repss`` seconds at most), the PSS total is taken to be below the peak too."""
 
     interval: float = 0.5
+    # A round's PSS is read at least this often, whatever the RSS says.
+    repss: float = 5.0
     by_process: dict[str, int] = field(default_factory=dict)
     tree: int = 0
     # At the moment of ``tree``: each kind of process's share (PSS, summed over its kind).
     at_peak: dict[str, int] = field(default_factory=dict)
+    # The RSS total of the round that read the PSS last with the tree at its peak.
+    _rss_at_peak: int = 0
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -136,21 +147,34 @@ class MemoryPeaks:
 
     def _sample(self) -> None:
         me = psutil.Process()
+        last_pss = 0.0
         while not self._stop.wait(self.interval):
-            shares: dict[str, int] = {}
+            resident: list[tuple[psutil.Process, str, int]] = []
             for process in [me, *me.children(recursive=True)]:
                 try:
-                    memory = process.memory_full_info()
+                    rss = process.memory_info().rss
                     cmdline = process.cmdline()
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
                 if not cmdline:
                     continue  # a child that has exited and not yet been waited for
                 label = _label(cmdline)
-                shares[label] = shares.get(label, 0) + memory.pss
-                self.by_process[label] = max(self.by_process.get(label, 0), memory.rss)
+                self.by_process[label] = max(self.by_process.get(label, 0), rss)
+                resident.append((process, label, rss))
+            rss_total = sum(rss for _, _, rss in resident)
+            now = time.monotonic()
+            if rss_total <= self._rss_at_peak and now - last_pss < self.repss:
+                continue
+            last_pss = now
+            shares: dict[str, int] = {}
+            for process, label, _ in resident:
+                try:
+                    shares[label] = shares.get(label, 0) + process.memory_full_info().pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
             if sum(shares.values()) > self.tree:
                 self.tree, self.at_peak = sum(shares.values()), shares
+                self._rss_at_peak = rss_total
 
 
 def _label(cmdline: Sequence[str]) -> str:

@@ -81,7 +81,7 @@ def output_file(path: Path, option: str) -> Path:
     return path
 
 
-def _statuses(names: dict[str, str]) -> list[RunStatus]:
+def _statuses(names: dict[str, str], summaries: dict[str, Any] | None = None) -> list[RunStatus]:
     import boto3
 
     from fleetcast.status import pipeline_status
@@ -97,6 +97,7 @@ def _statuses(names: dict[str, str]) -> list[RunStatus]:
         boto3.client("s3"),
         dynamodb.Table(names["registry_table"]),
         UploadQueue(dynamodb.Table(queue_table)) if queue_table else None,
+        summaries,
     )
 
 
@@ -169,7 +170,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     from fleetcast.status_table import print_status
 
     names = _names(args)
-    runs = _statuses(names)
+    # (the ended processing jobs' summaries, read once however long the wait)
+    summaries: dict[str, Any] = {}
+    runs = _statuses(names, summaries)
     # Runs that had ended before the wait: not waited for (an old failure stays in the list).
     ended_before = {run.run_id for run in runs if run.done}
     if args.wait is not None:
@@ -182,7 +185,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     print_status(console, runs)
                     return 1
                 time.sleep(1)
-                runs = _statuses(names)
+                runs = _statuses(names, summaries)
     if args.json:
         print(json.dumps([run.model_dump(mode="json") for run in runs], indent=2))
     elif not runs:

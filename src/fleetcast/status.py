@@ -237,9 +237,13 @@ def run_status(
     sagemaker: Any,
     s3: Any,
     table: Any,
+    summaries: dict[str, ProcessingSummary] | None = None,
 ) -> RunStatus:
     """One run's state, read with a number of requests that does not grow with its
-    customers."""
+    customers. ``summaries``, kept by a caller that polls: each run's processing summary
+    once its processing job has ended (written whole once, then never changed), read
+    from there instead of S3 (it lists the run's customers: megabytes for a fleet, which
+    a poll every half second re-read and parsed while the run's jobs needed the CPU)."""
     status = RunStatus(run_id=run_id)
     for stage in PIPELINE:
         job_name = stage.job_name(prefix, run_id)
@@ -258,7 +262,10 @@ def run_status(
         upload = UploadRecord.model_validate_json(record).upload
         status.source_key, status.source_version = upload.key, upload.version_id or upload.etag
         status.source = upload_file_name(status.source_key)
-    summary = processing_summary(s3, bucket, run_id)
+    summary = (summaries or {}).get(run_id) or processing_summary(s3, bucket, run_id)
+    ended = status.job(PIPELINE[0]).status in ENDED_STATUSES
+    if summary is not None and summaries is not None and ended:
+        summaries[run_id] = summary
     if summary is not None:
         _add_processing(status, summary, f"s3://{bucket}/{rejected_report_key(run_id)}")
     training = status.job(TRAINING)
@@ -395,8 +402,9 @@ def follow_run(
 ) -> RunStatus:
     """Poll a run until nothing more will happen to it; ``on_status`` sees every poll."""
     deadline = time.monotonic() + timeout
+    summaries: dict[str, ProcessingSummary] = {}
     while True:
-        status = run_status(run_id, prefix, bucket, sagemaker, s3, table)
+        status = run_status(run_id, prefix, bucket, sagemaker, s3, table, summaries)
         if on_status is not None:
             on_status(status)
         if status.done:
@@ -413,6 +421,7 @@ def pipeline_status(
     s3: Any,
     table: Any,
     queue: UploadQueue | None = None,
+    summaries: dict[str, ProcessingSummary] | None = None,
 ) -> list[RunStatus]:
     """Every run of this stack in upload order (the order they reached the upload queue);
     with the upload ``queue``, also the uploads waiting for their processing job and those
@@ -427,7 +436,9 @@ def pipeline_status(
     left = queue.not_processed() if queue else []
     lost = queue.lost_runs() if queue else []
     started = run_ids(prefix, sagemaker)
-    runs = [run_status(run_id, prefix, bucket, sagemaker, s3, table) for run_id in started]
+    runs = [
+        run_status(run_id, prefix, bucket, sagemaker, s3, table, summaries) for run_id in started
+    ]
     waiting = [w for w in queued if w.run_id not in started]
     runs += [
         RunStatus(

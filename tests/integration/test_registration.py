@@ -938,3 +938,51 @@ def test_a_records_metrics_and_backtest_are_kept_as_their_json_text_and_read_bac
     again = world["registry"].live("a")
     assert again is not None and again.backtest == live.backtest
     assert again.metrics == live.metrics
+
+
+def test_a_followed_run_reads_its_processing_summary_once_processing_has_ended(
+    world: dict[str, Any],
+) -> None:
+    # Given a run whose processing job has ended and written its summary (the list of the
+    # customers it sent: megabytes for a fleet)
+    run_id = f"q{uuid.uuid4().int % 10**10:010d}-20261129t110000"
+    trained(world["s3"], world["bucket"], run_id, {f"c{i}": GOOD for i in range(4)})
+    summary_key = layout.report_prefix(run_id) + "summary.json"
+    world["s3"].put_object(
+        Bucket=world["bucket"],
+        Key=summary_key,
+        Body=processing_summary_json([f"c{i}" for i in range(4)]),
+    )
+    _jobs_of(run_id)
+    read: list[str] = []
+    world["s3"].meta.events.register(
+        "provide-client-params.s3.GetObject", lambda params, **_: read.append(params["Key"])
+    )
+    # When its status is polled three times, as `fleetcast status --wait` and the progress
+    # of `make demo` poll it, with the summaries they keep between polls
+    summaries: dict[str, Any] = {}
+    polls = [
+        run_status(
+            run_id,
+            "fleetcast",
+            world["bucket"],
+            boto3.client("sagemaker"),
+            world["s3"],
+            world["registry_table"],
+            summaries,
+        )
+        for _ in range(3)
+    ]
+    # Then each poll reports what the summary says, and the summary was read once
+    assert [status.customers_to_train for status in polls] == [4, 4, 4]
+    assert read.count(summary_key) == 1
+    # And without kept summaries, each poll reads it again
+    run_status(
+        run_id,
+        "fleetcast",
+        world["bucket"],
+        boto3.client("sagemaker"),
+        world["s3"],
+        world["registry_table"],
+    )
+    assert read.count(summary_key) == 2
