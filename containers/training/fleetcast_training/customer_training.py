@@ -50,7 +50,12 @@ from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.fleet import FleetForecast
 from fleetcast_training.grid import INTERVAL_WIDTH, on_grids, period, positions
 from fleetcast_training.grid_fit import SHAPES_KEPT, ShapeTemplates
-from fleetcast_training.history import History, read_series
+from fleetcast_training.history import (
+    IMPLAUSIBLE_FACTOR,
+    IMPLAUSIBLE_PERCENTILE,
+    History,
+    read_series,
+)
 from fleetcast_training.holiday_fits import fit_families
 from fleetcast_training.hyperparameters import Hyperparameters
 from fleetcast_training.model_json import encode_model
@@ -219,9 +224,12 @@ class CustomerTrainer:
             if resumed is not None:
                 return self._resumed(*resumed, source)
             stored = read_series(source)
-            # Incomplete and inactive periods are gaps for every family, never low values.
+            # Incomplete, inactive and implausible periods are gaps for every family, never
+            # low (or huge) values.
             history = stored.for_fitting()
             settings = self._hyperparameters
+            if len(history) < stored.ok_rows():
+                _say_implausible(customer_id, stored)
             loaded = _Loaded(
                 customer_id, history, self._calendars.of(customer_id), started, stored.times[-1]
             )
@@ -555,6 +563,26 @@ class CustomerTrainer:
             metadata=metadata,
         )
         return resumed, model_json
+
+
+def _say_implausible(customer_id: str, stored: History) -> None:
+    """A warning naming the customer's implausible periods (history.IMPLAUSIBLE_FACTOR),
+    left out of its fit: the largest, and how many."""
+    implausible = stored.implausible()
+    if not len(implausible):
+        return
+    largest = int(np.argmax(implausible.values))
+    logger.warning(
+        "customer %s: %d period(s) over %g times its %gth percentile left out of fitting as "
+        "implausible (a meter's glitch, not use; the largest %s: %g); the stored readings "
+        "keep them",
+        customer_id,
+        len(implausible),
+        IMPLAUSIBLE_FACTOR,
+        IMPLAUSIBLE_PERCENTILE,
+        np.datetime_as_string(implausible.times[largest], unit="s"),
+        implausible.values[largest],
+    )
 
 
 def _naive_scale(values: np.ndarray, season: int) -> float | None:

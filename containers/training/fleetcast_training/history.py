@@ -19,6 +19,21 @@ from fleetcast_training.failures import CustomerFailure, FailureKind
 from fleetcast_training.parts import SERIES_DTYPE, SERIES_SUFFIX
 
 COLUMNS = ["ds", "y"]
+# A period whose total is more than IMPLAUSIBLE_FACTOR times the customer's 95th percentile
+# (IMPLAUSIBLE_PERCENTILE) of its positive fitted totals is a meter's glitch, not use: a
+# register rolling over, a reading sent in Wh among kWh. Fitted, one such period moved the
+# level of every family that saw it (make accuracy's NSW households with one reading a
+# thousand times a customer's largest: that customer's WAPE 12 times the others', the
+# set's mean WAPE 0.34 -> 0.59). It is left out of fitting like an incomplete period (a
+# gap, not filled in), counted as ``implausible``, and stays in the stored readings. Real
+# use stays far below it: the largest period of make accuracy's 222 meters is at most 3.7
+# times their 95th percentile by day, 19 by hour (a building's one busy hour). A customer
+# with fewer than IMPLAUSIBLE_MIN_PERIODS positive periods has no percentile to trust and
+# no period judged so.
+IMPLAUSIBLE_FACTOR = 50.0
+IMPLAUSIBLE_PERCENTILE = 95.0
+IMPLAUSIBLE_MIN_PERIODS = 20
+IMPLAUSIBLE = "implausible"
 # What processing writes (ISO dates or times without a zone, plain decimals) parses
 # straight into these; anything else takes the pandas path, which says what is wrong.
 _ARROW_CONVERSION = pa_csv.ConvertOptions(
@@ -62,18 +77,44 @@ class History:
         return self._take(slice(None, rows))
 
     def for_fitting(self) -> History:
-        """The rows to fit: those whose use is ok. Incomplete and inactive periods are gaps
-        (contracts.shards): left out, not filled in."""
-        if self.use is None or not self.use.any():
-            return self
-        return self._take(self.use == USES.index(USE_OK))
+        """The rows to fit: those whose use is ok and whose total is not implausible.
+        Incomplete and inactive periods (contracts.shards) and implausible ones
+        (:data:`IMPLAUSIBLE_FACTOR`) are gaps: left out, not filled in."""
+        ok = self._ok()
+        fitted = ok & ~self._implausible(ok)
+        return self if fitted.all() else self._take(fitted)
 
     def left_out(self) -> dict[str, int]:
-        """How many rows :meth:`for_fitting` leaves out, by use."""
+        """How many rows :meth:`for_fitting` leaves out, by use (``implausible`` for the
+        ok rows it leaves out)."""
+        counts: dict[str, int] = {}
+        if self.use is not None:
+            by_use = np.bincount(self.use, minlength=len(USES))
+            counts = {USES[code]: int(by_use[code]) for code in np.flatnonzero(by_use) if code}
+        implausible = int(self._implausible(self._ok()).sum())
+        return {**counts, IMPLAUSIBLE: implausible} if implausible else counts
+
+    def ok_rows(self) -> int:
+        """Rows whose use is ok: :meth:`for_fitting`'s, implausible ones included."""
+        return int(self._ok().sum())
+
+    def implausible(self) -> History:
+        """The ok rows :meth:`for_fitting` leaves out as implausible."""
+        return self._take(self._implausible(self._ok()))
+
+    def _ok(self) -> npt.NDArray[np.bool_]:
         if self.use is None:
-            return {}
-        counts = np.bincount(self.use, minlength=len(USES))
-        return {USES[code]: int(counts[code]) for code in np.flatnonzero(counts) if code}
+            return np.ones(len(self), dtype=np.bool_)
+        ok: npt.NDArray[np.bool_] = self.use == USES.index(USE_OK)
+        return ok
+
+    def _implausible(self, ok: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+        positive = self.values[ok & (self.values > 0)]
+        if len(positive) < IMPLAUSIBLE_MIN_PERIODS:
+            return np.zeros(len(self), dtype=np.bool_)
+        bound = IMPLAUSIBLE_FACTOR * float(np.percentile(positive, IMPLAUSIBLE_PERCENTILE))
+        found: npt.NDArray[np.bool_] = ok & (self.values > bound)
+        return found
 
     def _take(self, rows: slice | npt.NDArray[np.bool_]) -> History:
         return History(
