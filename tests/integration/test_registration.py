@@ -958,11 +958,11 @@ def test_a_followed_run_reads_its_processing_summary_once_processing_has_ended(
     world["s3"].meta.events.register(
         "provide-client-params.s3.GetObject", lambda params, **_: read.append(params["Key"])
     )
+
     # When its status is polled three times, as `fleetcast status --wait` and the progress
     # of `make demo` poll it, with the summaries they keep between polls
-    summaries: dict[str, Any] = {}
-    polls = [
-        run_status(
+    def poll(summaries: dict[str, Any] | None) -> Any:
+        return run_status(
             run_id,
             "fleetcast",
             world["bucket"],
@@ -971,18 +971,12 @@ def test_a_followed_run_reads_its_processing_summary_once_processing_has_ended(
             world["registry_table"],
             summaries,
         )
-        for _ in range(3)
-    ]
+
+    summaries: dict[str, Any] = {}
+    polls = [poll(summaries) for _ in range(3)]
     # Then each poll reports what the summary says, and the summary was read once
     assert [status.customers_to_train for status in polls] == [4, 4, 4]
     assert read.count(summary_key) == 1
     # And without kept summaries, each poll reads it again
-    run_status(
-        run_id,
-        "fleetcast",
-        world["bucket"],
-        boto3.client("sagemaker"),
-        world["s3"],
-        world["registry_table"],
-    )
+    poll(None)
     assert read.count(summary_key) == 2
