@@ -113,6 +113,9 @@ class RunStatus(BaseModel):
     # Periods sent to training but left out of fitting: too few readings, or the meter off.
     periods_incomplete: int | None = None
     periods_inactive: int | None = None
+    # Periods training left out of fitting as implausible (a meter's glitch: its history
+    # module's rule), from the run's registration record.
+    periods_implausible: int | None = None
     customers_processed: int | None = None
     # Customers processing sent to training: all of them for readings, those whose holiday
     # calendar changed (and who have history) for a metadata upload; 0 means no training job.
@@ -329,6 +332,7 @@ def _add_registration_plan(status: RunStatus, plan: RegistrationPlan) -> None:
     """What training's end left for registration: the customers trained, failed and lost."""
     status.customers_trained = plan.customers_to_register
     status.customers_failed = len(plan.failures)
+    status.periods_implausible = plan.implausible_periods
     status.failures = [
         TrainingFailure(
             customer_id=failure.customer_id,

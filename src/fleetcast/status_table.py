@@ -54,20 +54,7 @@ def status_table(runs: list[RunStatus]) -> Table:
                 else ""
             ),
             processing,
-            f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})"
-            + (f"\nrejected: {run.top_rejections()}" if run.rejected_by_reason else "")
-            + (
-                f"\n{run.readings_replaced} stored readings replaced, "
-                f"{run.readings_changed or 0} changed (changed.csv)"
-                if run.readings_replaced
-                else ""
-            )
-            + (
-                f"\nnot fitted: {run.periods_incomplete or 0} incomplete, "
-                f"{run.periods_inactive or 0} inactive periods"
-                if run.periods_incomplete or run.periods_inactive
-                else ""
-            ),
+            _rows_cell(run),
             *(_job_cell(run.job(stage)) for stage in later_stages),
             str(run.customers_processed if run.customers_processed is not None else "-"),
             str(
@@ -113,3 +100,30 @@ def print_status(out: Console, runs: list[RunStatus]) -> None:
                 soft_wrap=True,
                 highlight=False,
             )
+
+
+def _rows_cell(run: RunStatus) -> str:
+    """The rows read (rejected), the rejections, the readings replaced and the periods
+    left out of fitting."""
+    return (
+        f"{run.rows_read if run.rows_read is not None else '-'} ({run.rows_rejected if run.rows_rejected is not None else '-'})"
+        + (f"\nrejected: {run.top_rejections()}" if run.rejected_by_reason else "")
+        + (
+            f"\n{run.readings_replaced} stored readings replaced, "
+            f"{run.readings_changed or 0} changed (changed.csv)"
+            if run.readings_replaced
+            else ""
+        )
+        + (
+            f"\nnot fitted: {run.periods_incomplete or 0} incomplete, "
+            f"{run.periods_inactive or 0} inactive periods"
+            if run.periods_incomplete or run.periods_inactive
+            else ""
+        )
+        + (
+            f"\nnot fitted: {run.periods_implausible} implausible (a meter's glitch; "
+            "the training log names them)"
+            if run.periods_implausible
+            else ""
+        )
+    )

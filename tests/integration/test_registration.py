@@ -96,8 +96,10 @@ def trained(
     run_id: str,
     outcomes: dict[str, HoldoutMetrics | None],
     hosts: int = 2,
+    implausible: dict[str, int] | None = None,
 ) -> None:
-    """What a finished training job leaves in its checkpoint prefix."""
+    """What a finished training job leaves in its checkpoint prefix (``implausible``:
+    trained customers' periods left out of fitting as implausible)."""
     results = []
     for customer_id, metrics in outcomes.items():
         if metrics is None:
@@ -129,6 +131,7 @@ def trained(
                 outcome=CustomerOutcome.TRAINED,
                 metrics=metrics,
                 metadata=metadata,
+                implausible_periods=(implausible or {}).get(customer_id),
             )
         )
     host_names = [f"algo-{i + 1}" for i in range(hosts)]
@@ -980,3 +983,33 @@ def test_a_followed_run_reads_its_processing_summary_once_processing_has_ended(
     # And without kept summaries, each poll reads it again
     poll(None)
     assert read.count(summary_key) == 2
+
+
+def test_status_says_how_many_periods_training_left_out_as_implausible(
+    world: dict[str, Any], queues: dict[str, Any]
+) -> None:
+    # Given a finished job of two instances whose manifests say three customers had
+    # periods left out of fitting as implausible (a meter's glitch)
+    run_id = f"q{uuid.uuid4().int % 10**10:010d}-20261129t120000"
+    trained(
+        world["s3"],
+        world["bucket"],
+        run_id,
+        {f"c{i}": GOOD for i in range(4)},
+        implausible={"c0": 2, "c1": 1, "c3": 4},
+    )
+    _jobs_of(run_id)
+    # When registration's coordinator plans the run
+    _handler("register_models").lambda_handler(_training_event(run_id), _Context())
+    # Then the run's record adds the instances' counts up, and its status says so
+    plan = read_registration_record(world["s3"], world["bucket"], run_id)
+    assert plan is not None and plan.implausible_periods == 7
+    status = run_status(
+        run_id,
+        "fleetcast",
+        world["bucket"],
+        boto3.client("sagemaker"),
+        world["s3"],
+        world["registry_table"],
+    )
+    assert status.periods_implausible == 7

@@ -62,7 +62,7 @@ def test_piped_status_at_60_columns_keeps_the_run_id_and_the_s3_path_whole(
     # Given a run with rejected rows, and `fleetcast status` piped at 60 columns
     monkeypatch.setenv("COLUMNS", "60")
     monkeypatch.setattr(cli, "_names", lambda args: {})
-    monkeypatch.setattr(cli, "_statuses", lambda names: [_run()])
+    monkeypatch.setattr(cli, "_statuses", lambda names, summaries: [_run()])
     monkeypatch.setattr(cli, "_accuracy_summary", lambda names, run: None)
     # When it prints
     assert cli.main(["status"]) == 0
@@ -226,7 +226,7 @@ def test_status_wait_exits_non_zero_when_a_run_failed_and_says_which(
 ) -> None:
     # Given a run that has finished as the case says
     monkeypatch.setattr(cli, "_names", lambda args: {})
-    monkeypatch.setattr(cli, "_statuses", lambda names: [run])
+    monkeypatch.setattr(cli, "_statuses", lambda names, summaries: [run])
     monkeypatch.setattr(cli, "_accuracy_summary", lambda names, run_id: None)
     assert run.done
     # When `fleetcast status --wait` has waited for it
@@ -253,7 +253,7 @@ def test_status_wait_does_not_fail_for_a_run_that_had_failed_before_it_waited(
     }
     polls = iter([[old, _run(jobs=training, registered=False)], [old, _run()]])
     monkeypatch.setattr(cli, "_names", lambda args: {})
-    monkeypatch.setattr(cli, "_statuses", lambda names: next(polls))
+    monkeypatch.setattr(cli, "_statuses", lambda names, summaries: next(polls))
     monkeypatch.setattr(cli, "_accuracy_summary", lambda names, run_id: None)
     monkeypatch.setattr(cli.time, "sleep", lambda seconds: None)
     # When `status --wait` waits for the new one, which completes

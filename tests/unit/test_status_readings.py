@@ -26,10 +26,12 @@ def test_status_shows_replaced_readings_and_periods_left_out_of_fitting() -> Non
         readings_changed=2,
         periods_incomplete=3,
         periods_inactive=30,
+        periods_implausible=2,
     )
     shown = _rendered(run)
     assert "24 stored readings replaced, 2 changed (changed.csv)" in shown
     assert "not fitted: 3 incomplete, 30 inactive periods" in shown
+    assert "not fitted: 2 implausible (a meter's glitch; the training log names them)" in shown
 
 
 def test_status_says_nothing_of_them_when_there_are_none() -> None:
@@ -42,6 +44,7 @@ def test_status_says_nothing_of_them_when_there_are_none() -> None:
         readings_changed=0,
         periods_incomplete=0,
         periods_inactive=0,
+        periods_implausible=0,
     )
     shown = _rendered(run)
     assert "replaced" not in shown and "not fitted" not in shown

@@ -12,7 +12,8 @@ from prophet.serialize import model_from_json
 from test_training_job import DAYS, FIRST_DAY, Instance, run_container, weekly_series
 
 from fleetcast_contracts.model_archive import read_archive
-from fleetcast_contracts.training_manifest import CustomerOutcome
+from fleetcast_contracts.training import manifest_summary_name
+from fleetcast_contracts.training_manifest import CustomerOutcome, ManifestSummary
 from fleetcast_training.history import History
 from fleetcast_training.run_exports import EXPORTS_DIR, FORECASTS
 
@@ -88,6 +89,15 @@ def test_an_implausible_period_is_left_out_of_the_fit_and_the_forecast_keeps_its
     _, metadata = read_archive(instance.archive("glitch"))
     _, clean_metadata = read_archive(instance.archive("clean"))
     assert metadata.rows == DAYS - 1 and clean_metadata.rows == DAYS
+    # And the manifest counts it, for the customer and for the instance (registration's
+    # record adds the instances' up, and `fleetcast status` shows the run's)
+    results = {r.customer_id: r for r in instance.manifest().customers}
+    assert results["glitch"].implausible_periods == 1
+    assert results["clean"].implausible_periods is None
+    summary = ManifestSummary.model_validate_json(
+        (instance.checkpoints / manifest_summary_name("algo-1")).read_text()
+    )
+    assert summary.implausible_periods == 1
     # And the forecast is at the customer's level, as the clean customer's is
     exported = pd.concat(
         pd.read_parquet(path)

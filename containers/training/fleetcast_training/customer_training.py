@@ -114,6 +114,8 @@ class _Loaded:
     started: float
     # The last stored period's time, those left out of the fit included.
     readings_end: np.datetime64
+    # Its ok periods left out of the fit as implausible (history.IMPLAUSIBLE_FACTOR).
+    implausible: int = 0
 
 
 def _date(time: np.datetime64) -> date:
@@ -228,10 +230,16 @@ class CustomerTrainer:
             # low (or huge) values.
             history = stored.for_fitting()
             settings = self._hyperparameters
-            if len(history) < stored.ok_rows():
+            implausible = stored.ok_rows() - len(history)
+            if implausible:
                 _say_implausible(customer_id, stored)
             loaded = _Loaded(
-                customer_id, history, self._calendars.of(customer_id), started, stored.times[-1]
+                customer_id,
+                history,
+                self._calendars.of(customer_id),
+                started,
+                stored.times[-1],
+                implausible,
             )
             cold = self._fleet.get(customer_id)
             if 0 < len(history) < settings.required_rows and cold is not None:
@@ -481,6 +489,7 @@ class CustomerTrainer:
             customer_id=customer.customer_id,
             outcome=CustomerOutcome.TRAINED,
             rows=len(history),
+            implausible_periods=customer.implausible or None,
             metrics=metrics,
             fit_seconds=round(time.perf_counter() - customer.started, 4),
             fit_methods=dict(self._backend.fit_methods - fits_before),

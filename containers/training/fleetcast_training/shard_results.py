@@ -50,6 +50,7 @@ class ShardResults:
         self._json: dict[str, str] = {}
         self._outcomes: Counter[CustomerOutcome] = Counter()
         self._fits: Counter[str] = Counter()
+        self._implausible = 0
         self._smape = array("d")
         self._naive_smape = array("d")
         self._mae = array("d")
@@ -65,6 +66,7 @@ class ShardResults:
         self._json[result.customer_id] = result.model_dump_json()
         self._outcomes[result.outcome] += 1
         self._fits.update(result.fit_methods or {})
+        self._implausible += result.implausible_periods or 0
         if result.metrics is not None:
             self._smape.append(result.metrics.smape)
             self._naive_smape.append(result.metrics.naive_smape)
@@ -130,6 +132,7 @@ class ShardResults:
             customers=len(self),
             trained=len(self) - len(self.failures),
             failures=sorted((result for _, result in self.failures), key=lambda r: r.customer_id),
+            implausible_periods=self._implausible,
         )
 
     def _write_whole(self, path: Path) -> Path:

@@ -116,6 +116,11 @@ class RegistrationPlan(BaseModel):
     )
     failures: list[CustomerResult] = Field(description="customers the manifests say failed")
     lost: list[LostCustomer] = Field(default_factory=list)
+    implausible_periods: int = Field(
+        default=0,
+        description="the trained customers' periods training left out of fitting as "
+        "implausible (a meter's glitch), added up",
+    )
 
 
 class ChunkReport(BaseModel):
@@ -289,6 +294,7 @@ def plan_registration(
         job_failure=job_failure,
         failures=[failure for s in summaries.values() for failure in s.failures],
         lost=lost,
+        implausible_periods=sum(s.implausible_periods for s in summaries.values()),
     )
     return plan, chunks
 

@@ -34,6 +34,9 @@ class CustomerResult(BaseModel):
     # of the JSON when None: the manifests hold every trained customer too.
     kind: str | None = Field(default=None, exclude_if=lambda kind: kind is None)
     rows: int | None = None
+    # Its ok periods left out of fitting as implausible (a meter's glitch: training's
+    # history.IMPLAUSIBLE_FACTOR); left out of the JSON when None (none).
+    implausible_periods: int | None = Field(default=None, exclude_if=lambda count: count is None)
     metrics: HoldoutMetrics | None = None
     fit_seconds: float | None = None
     # How its Prophet fits ran: "in-process" (the exact solver) or "cmdstan (why)", counted.
@@ -71,6 +74,8 @@ class ManifestSummary(BaseModel):
     customers: int
     trained: int
     failures: list[CustomerResult]
+    # The trained customers' periods left out of fitting as implausible, added up.
+    implausible_periods: int = 0
 
     @classmethod
     def of(cls, manifest: TrainingManifest) -> ManifestSummary:
@@ -82,6 +87,7 @@ class ManifestSummary(BaseModel):
             customers=len(manifest.customers),
             trained=len(manifest.customers) - len(failures),
             failures=failures,
+            implausible_periods=sum(r.implausible_periods or 0 for r in manifest.customers),
         )
 
 
