@@ -24,7 +24,7 @@ from fleetcast.embedded.lifecycle import expire, lifecycle_rules
 from fleetcast.embedded.parameters import LOCAL_IMAGE_PARAMETERS
 from fleetcast.embedded.queues import event_source_mappings, failed_message_ids, sqs_event
 from fleetcast.embedded.template import LocalTemplate
-from fleetcast.status import customers_done, run_status
+from fleetcast.status import RunStatus, customers_done, run_status
 from fleetcast.status_table import status_table
 from fleetcast_common.chunk_queue import MAX_RECEIVES, redrive_failed_chunks
 from fleetcast_common.promotion import CustomerRegistration
@@ -789,6 +789,21 @@ def test_a_poisoned_chunk_is_retried_then_dead_lettered_while_the_others_finish(
     assert run is not None and (run.chunks_done, run.chunks_total, run.complete) == (1, 2, False)
 
 
+def _status_of(
+    world: dict[str, Any], run_id: str, summaries: dict[str, Any] | None = None
+) -> RunStatus:
+    """``fleetcast status`` of one run of the test's stack."""
+    return run_status(
+        run_id,
+        "fleetcast",
+        world["bucket"],
+        boto3.client("sagemaker"),
+        world["s3"],
+        world["registry_table"],
+        summaries,
+    )
+
+
 def _jobs_of(run_id: str) -> None:
     """The run's processing and training jobs, as moto makes them (Completed at once)."""
     sagemaker = boto3.client("sagemaker")
@@ -831,14 +846,7 @@ def test_a_dead_lettered_chunk_is_in_status_with_its_reason_and_in_the_log_until
     assert len(logged) == MAX_RECEIVES
     assert all("chunk failed" in r.getMessage() and r.exc_info for r in logged)
     # And fleetcast status lists the chunk as dead-lettered, with why and how to re-drive
-    status = run_status(
-        run_id,
-        "fleetcast",
-        world["bucket"],
-        boto3.client("sagemaker"),
-        world["s3"],
-        world["registry_table"],
-    )
+    status = _status_of(world, run_id)
     (chunk,) = status.failed_chunks
     assert chunk.chunk_id == "manifest-algo-1.json:0-2" and chunk.dead_lettered
     assert chunk.deliveries == MAX_RECEIVES and "ValidationError" in chunk.reason
@@ -864,14 +872,7 @@ def test_a_dead_lettered_chunk_is_in_status_with_its_reason_and_in_the_log_until
     assert queues["sqs"].receive_message(QueueUrl=queues["dlq"]).get("Messages", []) == []
     _deliver_all(queues, _handler("register_chunk"))
     # Then the run is registered, and nothing failed is listed
-    status = run_status(
-        run_id,
-        "fleetcast",
-        world["bucket"],
-        boto3.client("sagemaker"),
-        world["s3"],
-        world["registry_table"],
-    )
+    status = _status_of(world, run_id)
     assert status.registered and status.failed_chunks == []
     assert world["registry"].live("c0") is not None
 
@@ -964,24 +965,13 @@ def test_a_followed_run_reads_its_processing_summary_once_processing_has_ended(
 
     # When its status is polled three times, as `fleetcast status --wait` and the progress
     # of `make demo` poll it, with the summaries they keep between polls
-    def poll(summaries: dict[str, Any] | None) -> Any:
-        return run_status(
-            run_id,
-            "fleetcast",
-            world["bucket"],
-            boto3.client("sagemaker"),
-            world["s3"],
-            world["registry_table"],
-            summaries,
-        )
-
     summaries: dict[str, Any] = {}
-    polls = [poll(summaries) for _ in range(3)]
+    polls = [_status_of(world, run_id, summaries) for _ in range(3)]
     # Then each poll reports what the summary says, and the summary was read once
     assert [status.customers_to_train for status in polls] == [4, 4, 4]
     assert read.count(summary_key) == 1
     # And without kept summaries, each poll reads it again
-    poll(None)
+    _status_of(world, run_id)
     assert read.count(summary_key) == 2
 
 
@@ -1004,12 +994,5 @@ def test_status_says_how_many_periods_training_left_out_as_implausible(
     # Then the run's record adds the instances' counts up, and its status says so
     plan = read_registration_record(world["s3"], world["bucket"], run_id)
     assert plan is not None and plan.implausible_periods == 7
-    status = run_status(
-        run_id,
-        "fleetcast",
-        world["bucket"],
-        boto3.client("sagemaker"),
-        world["s3"],
-        world["registry_table"],
-    )
+    status = _status_of(world, run_id)
     assert status.periods_implausible == 7
