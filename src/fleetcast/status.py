@@ -266,7 +266,7 @@ def run_status(
         status.source_key, status.source_version = upload.key, upload.version_id or upload.etag
         status.source = upload_file_name(status.source_key)
     summary = (summaries or {}).get(run_id) or processing_summary(s3, bucket, run_id)
-    ended = status.job(PIPELINE[0]).status in ENDED_STATUSES
+    ended = status.job(PROCESSING).status in ENDED_STATUSES
     if summary is not None and summaries is not None and ended:
         summaries[run_id] = summary
     if summary is not None:

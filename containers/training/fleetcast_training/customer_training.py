@@ -230,16 +230,16 @@ class CustomerTrainer:
             # low (or huge) values.
             history = stored.for_fitting()
             settings = self._hyperparameters
-            implausible = stored.ok_rows() - len(history)
-            if implausible:
-                _say_implausible(customer_id, stored)
+            implausible = stored.implausible()
+            if len(implausible):
+                _say_implausible(customer_id, implausible)
             loaded = _Loaded(
                 customer_id,
                 history,
                 self._calendars.of(customer_id),
                 started,
                 stored.times[-1],
-                implausible,
+                len(implausible),
             )
             cold = self._fleet.get(customer_id)
             if 0 < len(history) < settings.required_rows and cold is not None:
@@ -574,12 +574,9 @@ class CustomerTrainer:
         return resumed, model_json
 
 
-def _say_implausible(customer_id: str, stored: History) -> None:
-    """A warning naming the customer's implausible periods (history.IMPLAUSIBLE_FACTOR),
+def _say_implausible(customer_id: str, implausible: History) -> None:
+    """A warning naming the customer's ``implausible`` periods (history.IMPLAUSIBLE_FACTOR),
     left out of its fit: the largest, and how many."""
-    implausible = stored.implausible()
-    if not len(implausible):
-        return
     largest = int(np.argmax(implausible.values))
     logger.warning(
         "customer %s: %d period(s) over %g times its %gth percentile left out of fitting as "

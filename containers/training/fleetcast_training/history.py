@@ -4,6 +4,7 @@ processed before parts)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,8 +81,7 @@ class History:
         """The rows to fit: those whose use is ok and whose total is not implausible.
         Incomplete and inactive periods (contracts.shards) and implausible ones
         (:data:`IMPLAUSIBLE_FACTOR`) are gaps: left out, not filled in."""
-        ok = self._ok()
-        fitted = ok & ~self._implausible(ok)
+        fitted = self._ok & ~self._implausible
         return self if fitted.all() else self._take(fitted)
 
     def left_out(self) -> dict[str, int]:
@@ -91,29 +91,28 @@ class History:
         if self.use is not None:
             by_use = np.bincount(self.use, minlength=len(USES))
             counts = {USES[code]: int(by_use[code]) for code in np.flatnonzero(by_use) if code}
-        implausible = int(self._implausible(self._ok()).sum())
+        implausible = int(self._implausible.sum())
         return {**counts, IMPLAUSIBLE: implausible} if implausible else counts
-
-    def ok_rows(self) -> int:
-        """Rows whose use is ok: :meth:`for_fitting`'s, implausible ones included."""
-        return int(self._ok().sum())
 
     def implausible(self) -> History:
         """The ok rows :meth:`for_fitting` leaves out as implausible."""
-        return self._take(self._implausible(self._ok()))
+        return self._take(self._implausible)
 
+    # (each mask computed once a history: for_fitting, left_out and implausible share it)
+    @functools.cached_property
     def _ok(self) -> npt.NDArray[np.bool_]:
         if self.use is None:
             return np.ones(len(self), dtype=np.bool_)
         ok: npt.NDArray[np.bool_] = self.use == USES.index(USE_OK)
         return ok
 
-    def _implausible(self, ok: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-        positive = self.values[ok & (self.values > 0)]
+    @functools.cached_property
+    def _implausible(self) -> npt.NDArray[np.bool_]:
+        positive = self.values[self._ok & (self.values > 0)]
         if len(positive) < IMPLAUSIBLE_MIN_PERIODS:
             return np.zeros(len(self), dtype=np.bool_)
         bound = IMPLAUSIBLE_FACTOR * float(np.percentile(positive, IMPLAUSIBLE_PERCENTILE))
-        found: npt.NDArray[np.bool_] = ok & (self.values > bound)
+        found: npt.NDArray[np.bool_] = self._ok & (self.values > bound)
         return found
 
     def _take(self, rows: slice | npt.NDArray[np.bool_]) -> History:
