@@ -160,10 +160,10 @@ $(AUTOGLUON_STAMP): $(UV) requirements/autogluon.lock.txt
 	$(UV) pip install --quiet -p $(AUTOGLUON_VENV)/bin/python -r requirements/autogluon.lock.txt
 	touch $@
 
-accuracy: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP) $(AUTOGLUON_STAMP)  ## Forecast accuracy on real meter data, daily (two windows) and hourly (day-ahead, 30 days), vs naive, Prophet, statsforecast, mlforecast, AutoGluon (~75 min; installs AutoGluon first): bench/accuracy-results.json, chart, README tables
+accuracy: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP) $(AUTOGLUON_STAMP)  ## Forecast accuracy on real meter data, daily (two windows) and hourly (day-ahead, 30 days, day-ahead from a rolling origin), vs naive, Prophet, statsforecast, mlforecast, AutoGluon (~90 min; installs AutoGluon first): bench/accuracy-results.json, chart, README tables
 	$(BIN)/python -m bench.accuracy --results bench/accuracy-results.json --chart bench/accuracy.png --readme README.md
 
-accuracy-hourly: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP) $(AUTOGLUON_STAMP)  ## make accuracy's hourly part alone (~30 min): its figures replace only the hourly ones
+accuracy-hourly: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP) $(AUTOGLUON_STAMP)  ## make accuracy's hourly part alone (~65 min): its figures replace only the hourly ones
 	$(BIN)/python -m bench.accuracy --hourly-only --results bench/accuracy-results.json --readme README.md
 
 accuracy-smoke: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## make accuracy on a handful of series, both windows and hourly, without AutoGluon (never installs torch): checks its answers

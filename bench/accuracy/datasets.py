@@ -155,6 +155,9 @@ class CustomerSplit:
 
 
 WINDOWS = (0, 1)
+# The hourly part's day-ahead from a rolling origin (bench.accuracy.rolling): days between
+# two origins, 0, 5, ..., 25 of a 30-day window (six origins, each on another weekday).
+ROLLING_EVERY_DAYS = 5
 
 
 def window_title(window: int, horizon: int) -> str:

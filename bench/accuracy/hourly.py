@@ -8,12 +8,14 @@ customer's readings before it summed to hours (:func:`bench.accuracy.datasets.sp
 (:mod:`bench.accuracy.fleetcast_run`), and its forecast export's 720 hours read; the peers
 (:mod:`bench.accuracy.peers`) fitted once on the hourly series, each forecasting the 720
 hours. Every method is then scored twice on that one forecast: **day-ahead**, its first 24
-hours, and **30 days**, all 720 (:mod:`bench.accuracy.scoring`).
+hours, and **30 days**, all 720 (:mod:`bench.accuracy.scoring`). Day-ahead from a rolling
+origin, a fit at each of six origins over the window, is :mod:`bench.accuracy.rolling`'s.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -38,13 +40,23 @@ NAIVE_SEASONS = {NAIVE_DAY: 24, NAIVE_WEEK: 168}
 DAY_AHEAD = 24
 
 
+@dataclass(frozen=True)
+class PeerOptions:
+    """How a run asks for the peers: the smoke's few models, AutoGluon or not, the peers'
+    cache, at most ``customers`` a set."""
+
+    smoke: bool = False
+    with_autogluon: bool = False
+    peers_cache: Path | None = None
+    customers: int | None = None
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return SMOKE_STATSFORECAST_MODELS if self.smoke else STATSFORECAST_MODELS
+
+
 def evaluate(
-    split_set: SplitSet,
-    scratch: Path,
-    console: Console,
-    smoke: bool = False,
-    with_autogluon: bool = False,
-    peers_cache: Path | None = None,
+    split_set: SplitSet, scratch: Path, console: Console, options: PeerOptions
 ) -> list[DataSetResult]:
     """fleetcast and the peers on ``split_set`` (an hourly split): its day-ahead result,
     then its 30-day one."""
@@ -62,26 +74,13 @@ def evaluate(
                 "ModelFrequency": HOURLY.model_frequency,
             },
         )
-    models = SMOKE_STATSFORECAST_MODELS if smoke else STATSFORECAST_MODELS
-    runs = (*NAIVE_SEASONS, *models, MLFORECAST, *((AUTOGLUON_ENSEMBLE,) if with_autogluon else ()))
-    cache = (
-        peers_cache / f"{key}-hourly-{peers.inputs_digest(customers, horizon, runs)}.pickle"
-        if peers_cache
-        else None
-    )
-    found, autogluon = _peer_forecasts(
-        customers, horizon, label, models, with_autogluon, cache, console
-    )
-    forecasts = {
-        FLEETCAST: run.forecasts,
-        **{name: found[name] for name in (*NAIVE_SEASONS, *models)},
-        MEDIAN: peers.median_of([found[m] for m in models]),
-        **{name: f for name, f in found.items() if name not in (*NAIVE_SEASONS, *models)},
-    }
+    found, autogluon = peer_forecasts(customers, horizon, label, options, f"{key}-hourly", console)
+    forecasts = {FLEETCAST: run.forecasts, **found}
     check_forecasts(customers, forecasts, horizon, NAIVE_SEASONS)
     seconds = time.perf_counter() - began
+    days = horizon // HOURLY.per_day
     return [
-        _result(split_set, run, forecasts, periods, title, list(models), autogluon, seconds)
+        scored(split_set, run, forecasts, periods, title, autogluon, seconds, days)
         for periods, title in (
             (DAY_AHEAD, f"day-ahead (the first {DAY_AHEAD} hours)"),
             (horizon, f"30 days of hours ({horizon})"),
@@ -89,38 +88,39 @@ def evaluate(
     ]
 
 
-def _result(
+def scored(
     split_set: SplitSet,
     run: fleetcast_run.FleetcastRun,
     forecasts: dict[str, peers.Forecasts],
     periods: int,
     title: str,
-    models: list[str],
     autogluon: dict[str, object] | None,
     seconds: float,
+    held_back_days: int,
+    horizon_dates: str | None = None,
 ) -> DataSetResult:
-    """Every method scored on the first ``periods`` hours of its forecast."""
+    """Every method scored on the first ``periods`` hours of its forecast (``horizon_dates``:
+    how the tables name the held-back hours, their first and last day by default)."""
     customers = split_set.customers
-    held_back_days = len(customers[0].horizon_index) // HOURLY.per_day
     cut = [c.first(periods) for c in customers]
-    scored, methods = scored_results(
+    scored_customers, methods = scored_results(
         cut, {name: f.first(periods) for name, f in forecasts.items()}, tuple(NAIVE_SEASONS)
     )
     wins, total = methods[FLEETCAST].beats_naive
     return DataSetResult(
         data_set=split_set.data_set,
         customers=[c.customer_id for c in customers],
-        scored=[c.customer_id for c in scored],
+        scored=[c.customer_id for c in scored_customers],
         too_short=split_set.too_short,
         readings=split_set.readings,
         horizon=periods,
         methods=methods,
         beats_naive=wins,
         beats_naive_of=total,
-        median_members=models,
+        median_members=[m for m in STATSFORECAST_MODELS if m in forecasts],
         fleetcast_run=run,
         fit_days=[len(c.series) // HOURLY.per_day for c in customers],
-        horizon_dates=common_horizon(customers),
+        horizon_dates=horizon_dates or common_horizon(customers),
         seconds=seconds,
         window=split_set.window,
         autogluon=autogluon,
@@ -130,17 +130,30 @@ def _result(
     )
 
 
-def _peer_forecasts(
+def peer_forecasts(
     customers: list[CustomerSplit],
     horizon: int,
     label: str,
-    models: tuple[str, ...],
-    with_autogluon: bool,
-    cache: Path | None,
+    options: PeerOptions,
+    cache_name: str,
     console: Console,
 ) -> tuple[dict[str, peers.Forecasts], dict[str, object] | None]:
-    """Every hourly peer's forecasts of ``customers`` (:func:`peers.cached_or_computed`),
-    and AutoGluon's leaderboard (or why it did not run)."""
+    """Every hourly peer's forecasts of ``customers`` ``horizon`` hours ahead, their
+    hour-by-hour median included (:func:`peers.cached_or_computed`, cached as
+    ``cache_name`` and the inputs' digest), and AutoGluon's leaderboard (or why it did not
+    run)."""
+    models = options.models
+    runs = (
+        *NAIVE_SEASONS,
+        *models,
+        MLFORECAST,
+        *((AUTOGLUON_ENSEMBLE,) if options.with_autogluon else ()),
+    )
+    cache = (
+        options.peers_cache / f"{cache_name}-{peers.inputs_digest(customers, horizon, runs)}.pickle"
+        if options.peers_cache
+        else None
+    )
 
     def compute() -> dict[str, peers.Forecasts]:
         with console.status(f"{label}: seasonal naive at 24 and 168 hours"):
@@ -164,7 +177,11 @@ def _peer_forecasts(
                 customers, horizon, leaderboard, HOURLY, peers.HOURLY_AUTOGLUON_TIME_LIMIT
             )
 
-    forecasts, autogluon, _ = peers.cached_or_computed(
-        cache, with_autogluon, compute, run_autogluon
+    found, autogluon, _ = peers.cached_or_computed(
+        cache, options.with_autogluon, compute, run_autogluon
     )
-    return forecasts, autogluon
+    return {
+        **{name: found[name] for name in (*NAIVE_SEASONS, *models)},
+        MEDIAN: peers.median_of([found[m] for m in models]),
+        **{name: f for name, f in found.items() if name not in (*NAIVE_SEASONS, *models)},
+    }, autogluon

@@ -17,7 +17,14 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.accuracy import peers
-from bench.accuracy.datasets import DAILY, HOURLY, MIN_FIT_DAYS, DataSet, window_title
+from bench.accuracy.datasets import (
+    DAILY,
+    HOURLY,
+    MIN_FIT_DAYS,
+    ROLLING_EVERY_DAYS,
+    DataSet,
+    window_title,
+)
 from bench.accuracy.metrics import Summary
 from bench.measure import Machine
 
@@ -695,8 +702,14 @@ readings 0), the last {days} days held back (one window: the daily part's
 second window is not run hourly). **fleetcast** is run as above with `ModelFrequency=H`:
 hourly models, and the forecast export's {days} days of hours ({days * 24}). Each
 method is fitted once and forecasts the {days * 24} hours; **day-ahead** scores the first 24
-of them, **{days} days** all {days * 24} (day-ahead from a rolling origin, every day's next 24 hours, is
-not measured: it needs a fit per day). The peers get the hourly totals: **{NAIVE_DAY}**
+of them, **{days} days** all {days * 24}. **Day-ahead from a rolling origin** is how an operator
+uses it, every day the next 24 hours from the readings up to that day: every method is fitted
+again at origins {ROLLING_EVERY_DAYS} days apart over the same window (its days 1, {1 + ROLLING_EVERY_DAYS},
+..., each origin on another weekday), each time on every hour before the origin, and forecasts
+the next 24 hours (fleetcast: its jobs on the readings up to the origin, as a daily upload
+runs them; AutoGluon with `prediction_length` 24); a customer's origins' hours are scored
+end to end as one horizon, and CPU per customer is one origin's (the mean over the origins;
+fleetcast's jobs' CPU in the results file is all of them). The peers get the hourly totals: **{NAIVE_DAY}**
 (the last day repeated) and **{NAIVE_WEEK}** (the last week), each with its interval from
 its own in-sample errors; statsforecast's **MSTL** (seasons 24 and 168, its default
 AutoETS trend), **AutoETS** and **AutoTheta** (season 24), `level=[80]`, each on the last

@@ -1,10 +1,10 @@
 """``make accuracy``: fleetcast's forecasts against the peers a user would pick instead, on
 real public meter data held back from every fit (``python -m bench.accuracy``).
 
-    .venv/bin/python -m bench.accuracy            # every customer of every set (~75 min)
+    .venv/bin/python -m bench.accuracy            # every customer of every set (~90 min)
     .venv/bin/python -m bench.accuracy --smoke    # a few customers, no AutoARIMA, no
                                                   # AutoGluon: checks
-    .venv/bin/python -m bench.accuracy --hourly-only   # the hourly part alone (~30 min)
+    .venv/bin/python -m bench.accuracy --hourly-only   # the hourly part alone (~65 min)
 
 For each data set (:mod:`bench.accuracy.datasets`) and each of two windows: H days of each
 customer are held back (the last H, then the H before those), H being the forecast export's
@@ -19,7 +19,8 @@ figure goes to ``--results``; ``--readme`` rewrites the README's "Accuracy" sect
 
 Then the hourly part (issue 42, :mod:`bench.accuracy.hourly`): the same sets' last window in
 hours, fleetcast's hourly models against the hourly peers, day-ahead and over 30 days of
-hours. ``--hourly-only`` runs it alone and replaces only its own figures (in ``--results``
+hours, and day-ahead from a rolling origin (:mod:`bench.accuracy.rolling`: every method
+fitted again at six origins over the window, each forecasting its next 24 hours). ``--hourly-only`` runs it alone and replaces only its own figures (in ``--results``
 and the README's hourly subsection), ``--no-hourly`` runs the daily part alone.
 """
 
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from bench.accuracy import fleetcast_run, hourly, metrics, peers
+from bench.accuracy import fleetcast_run, hourly, metrics, peers, rolling
 from bench.accuracy.datasets import (
     DATA_SETS,
     HOURLY,
@@ -267,8 +268,9 @@ def main() -> int:
     progress = Progress(
         began=began,
         daily_planned=len(data_sets) * len(windows),
-        # Each set's hourly part gives two results: day-ahead and 30 days.
-        hourly_planned=0 if options.no_hourly else 2 * len(data_sets),
+        # Each set's hourly part gives three results: day-ahead, 30 days, and day-ahead from
+        # a rolling origin.
+        hourly_planned=0 if options.no_hourly else 3 * len(data_sets),
     )
     with tempfile.TemporaryDirectory(prefix="fleetcast-accuracy-") as folder:
         for data_set in data_sets:
@@ -291,21 +293,40 @@ def main() -> int:
             # The smoke's hourly part: the first set only (about two minutes a set).
             if options.no_hourly or (options.smoke and data_set is not DATA_SETS[0]):
                 continue
-            started = time.perf_counter()
             split_set = split(data_set, horizon, limit, readings, 0, HOURLY)
-            found = hourly.evaluate(
-                split_set, Path(folder), console, options.smoke, with_autogluon, options.peers_cache
+            peer_options = hourly.PeerOptions(
+                options.smoke, with_autogluon, options.peers_cache, limit
             )
-            progress.hourly_seconds += time.perf_counter() - started
-            results += found
-            print_tables(found, machine, console)
-            publish(options, results, machine, progress)
+            started = time.perf_counter()
+            found = hourly.evaluate(split_set, Path(folder), console, peer_options)
+            _add_hourly(found, started, results, progress, options, machine, console)
+            started = time.perf_counter()
+            found = [
+                rolling.evaluate(data_set, readings, horizon, Path(folder), console, peer_options)
+            ]
+            _add_hourly(found, started, results, progress, options, machine, console)
     print_tables(results, machine, console)
     console.print(
         f"[dim]make accuracy took {time.perf_counter() - began:.0f} s, its hourly part "
         f"{progress.hourly_seconds:.0f} s[/]"
     )
     return 0
+
+
+def _add_hourly(
+    found: list[DataSetResult],
+    started: float,
+    results: list[DataSetResult],
+    progress: Progress,
+    options: argparse.Namespace,
+    machine: Machine,
+    console: Console,
+) -> None:
+    """An hourly measure's results (begun at ``started``) added to the run's and published."""
+    progress.hourly_seconds += time.perf_counter() - started
+    results += found
+    print_tables(found, machine, console)
+    publish(options, results, machine, progress)
 
 
 @dataclass

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from test_accuracy_measures import method, result_of
 
-from bench.accuracy import fleetcast_run, peers, scoring
-from bench.accuracy.datasets import DATA_SETS, HOURLY, split
+from bench.accuracy import fleetcast_run, peers, rolling, scoring
+from bench.accuracy.datasets import DATA_SETS, HOURLY, load_readings, split
 from bench.accuracy.report import (
     FLEETCAST,
     HOURLY_HEADING,
@@ -178,3 +178,69 @@ def test_the_hourly_subsection_replaces_only_itself_in_the_readme(tmp_path):
     text = readme.read_text()
     assert "0.456" in text and "0.123" not in text and text.count(HOURLY_HEADING) == 1
     assert "0.111" in text
+
+
+@pytest.fixture(scope="module")
+def rolling_splits():
+    """Two London customers' origins over the last 30-day window, and that window in hours."""
+    readings = load_readings(DATA_SETS[0].path)
+    readings = readings[readings["customer_id"].isin(readings["customer_id"].unique()[:2])]
+    window = split(DATA_SETS[0], DAYS, None, readings, frequency=HOURLY)
+    return rolling.splits(DATA_SETS[0], readings, DAYS), window
+
+
+def test_each_rolling_origin_fits_on_every_hour_before_its_day_and_holds_that_day_back(
+    rolling_splits,
+):
+    by_origin, window = rolling_splits
+    # Then there is an origin every 5th day of the window, six in all
+    assert rolling.origins(DAYS) == [0, 5, 10, 15, 20, 25]
+    assert len(by_origin) == 6
+    for day, split_set in zip(rolling.origins(DAYS), by_origin, strict=True):
+        for customer, whole in zip(split_set.customers, window.customers, strict=True):
+            # Its held-back hours are the window's day `day`, as the whole window has them
+            start = day * 24
+            assert customer.horizon_index.equals(whole.horizon_index[start : start + 24])
+            np.testing.assert_array_equal(customer.actuals, whole.actuals[start : start + 24])
+            # And nothing at or after the origin is in what any method is fitted on
+            assert customer.series.index[-1] + pd.Timedelta(hours=1) == customer.horizon_index[0]
+            assert (customer.fit_readings["timestamp"] < customer.horizon_index[0]).all()
+            # And every hour before it is: the window's hours before the day are the series'
+            if start:
+                np.testing.assert_array_equal(
+                    customer.series.to_numpy()[-start:], whole.actuals[:start]
+                )
+
+
+def test_the_rolling_origins_forecasts_are_scored_end_to_end(rolling_splits):
+    by_origin = [s.customers for s in rolling_splits[0][:3]]
+    first, second = (c.customer_id for c in by_origin[0])
+
+    def forecasts(origin: int, with_second: bool, interval: bool) -> peers.Forecasts:
+        ids = [first, second] if with_second else [first]
+        values = {c: np.full(24, float(origin)) for c in ids}
+        bounds = {0.1: {c: v - 1 for c, v in values.items()}, 0.9: values} if interval else {}
+        return peers.Forecasts(values, {c: 0.01 * (origin + 1) for c in ids}, bounds)
+
+    # Given a method that did not forecast the second customer at the middle origin, and
+    # had no interval at the last
+    method = [forecasts(0, True, True), forecasts(1, False, True), forecasts(2, True, False)]
+    customers, pooled = rolling.pooled(by_origin, [{"m": f} for f in method])
+    # Then each customer's horizon is its three origins' days, in order
+    assert [c.customer_id for c in customers] == [first, second]
+    for index, customer in enumerate(customers):
+        assert len(customer.horizon_index) == 72 == customer.actuals.size
+        assert customer.horizon_index[24] == by_origin[1][index].horizon_index[0]
+        np.testing.assert_array_equal(customer.actuals[48:], by_origin[2][index].actuals)
+    # And the forecasts are end to end, the missing origin NaN, CPU one origin's (the mean)
+    found = pooled["m"]
+    np.testing.assert_array_equal(found.values[first], np.repeat([0.0, 1.0, 2.0], 24))
+    assert np.isnan(found.values[second][24:48]).all() and (found.values[second][48:] == 2).all()
+    assert found.cpu_seconds[first] == pytest.approx(0.02)
+    # And an interval only where every origin had one
+    assert found.quantiles[0.1] == {}
+    # And the tables name the origins' days
+    assert rolling.held_back_days(customers).startswith(
+        f"the days {customers[0].horizon_index[0]:%Y-%m-%d}, "
+        f"{customers[0].horizon_index[24]:%m-%d}, {customers[0].horizon_index[48]:%m-%d} (2 of 2"
+    )
