@@ -55,6 +55,12 @@ def _late_event(stack: EmbeddedStack, key: str, version_id: str) -> None:
     assert answer["FailedEntryCount"] == 0, answer
 
 
+def _of_key(capsys: pytest.CaptureFixture[str], key: str) -> list[dict[str, object]]:
+    """``fleetcast status --json``'s uploads of ``key``, as it lists them now."""
+    assert main(["status", "--json"]) == 0
+    return [r for r in json.loads(capsys.readouterr().out) if r["source_key"] == key]
+
+
 def test_status_shows_replaced_and_superseded_uploads_with_key_version_reason_and_run(
     stack: EmbeddedStack,
     capsys: pytest.CaptureFixture[str],
@@ -75,18 +81,19 @@ def test_status_shows_replaced_and_superseded_uploads_with_key_version_reason_an
     )
     # And an older version's event of a key arrives after the newer upload's
     s3.put_object(Bucket=info.raw_bucket, Key="incoming/np-twice.csv", Body=HEADER)
+    for name, value in info.environment().items():
+        monkeypatch.setenv(name, value)
     deadline = time.monotonic() + 120
-    while True:
-        for name, value in info.environment().items():
-            monkeypatch.setenv(name, value)
-        assert main(["status", "--json"]) == 0
-        shown = json.loads(capsys.readouterr().out)
-        newer = [r for r in shown if r["source_key"] == "incoming/np-twice.csv"]
-        if newer:
-            break
+    while not _of_key(capsys, "incoming/np-twice.csv"):
         assert time.monotonic() < deadline, "the newer upload never reached the queue"
         time.sleep(0.5)
     _late_event(stack, "incoming/np-twice.csv", "an-older-version")
+    # (the event reaches the queue through EventBridge and a function, asynchronously: on a
+    # loaded machine after the runs are done, so --wait alone may come back before it)
+    deadline = time.monotonic() + 120
+    while len(_of_key(capsys, "incoming/np-twice.csv")) < 2:
+        assert time.monotonic() < deadline, "the older version's event never reached the queue"
+        time.sleep(0.5)
 
     # Then, once nothing more will happen, fleetcast status --json lists both with the
     # key, the version, why, and (superseded) the run that took its place
