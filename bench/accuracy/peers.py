@@ -336,6 +336,11 @@ def store_cached(path: Path, forecasts: dict[str, Forecasts]) -> None:
         pickle.dump(forecasts, file)
 
 
+# The cached sets of peers' forecasts this run read from --peers-cache (daily and hourly
+# alike): the README's run line says so.
+READ_FROM_CACHE: set[str] = set()
+
+
 def cached_or_computed(
     cache: Path | None,
     with_autogluon: bool,
@@ -351,6 +356,7 @@ def cached_or_computed(
     )
     found = load_cached(cache) if cache else None
     if found is not None:
+        READ_FROM_CACHE.add(cache.name if cache else "")
         leaderboard = cache.with_suffix(".json") if cache else None
         if with_autogluon and leaderboard and leaderboard.exists():
             autogluon = json.loads(leaderboard.read_text())

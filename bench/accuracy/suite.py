@@ -72,8 +72,6 @@ from fleetcast_training.stan_backend import silence_stan_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_CUSTOMERS = 3
-# Data sets whose peers' forecasts this run read from --peers-cache.
-PEERS_FROM_CACHE: set[str] = set()
 
 
 def evaluate(
@@ -102,11 +100,9 @@ def evaluate(
         if (peers_cache)
         else None
     )
-    found, autogluon, cached = _peer_forecasts(
+    found, autogluon, _ = _peer_forecasts(
         customers, horizon, label, models, with_autogluon, cache, console
     )
-    if cached:
-        PEERS_FROM_CACHE.add(key)
     forecasts = {FLEETCAST: run.forecasts, **found}
     median = peers.median_of([forecasts[m] for m in models])
     # The table's order: fleetcast, the per-series peers, their median, then the global ones.
@@ -373,7 +369,7 @@ def publish(
             progress.hourly_seconds,
             progress.hourly_planned,
             "`make accuracy-hourly`" if options.hourly_only else "`make accuracy`'s hourly part",
-            peers_cached=bool(PEERS_FROM_CACHE),
+            peers_cached=bool(peers.READ_FROM_CACHE),
         )
         if by_hour
         else ""
@@ -389,7 +385,7 @@ def publish(
             str(chart.resolve().relative_to(root)),
             figures,
             seconds,
-            peers_cached=bool(PEERS_FROM_CACHE),
+            peers_cached=bool(peers.READ_FROM_CACHE),
             planned=progress.daily_planned,
             hourly=hourly_part,
         ),
