@@ -177,7 +177,7 @@ def peer_forecasts(
                 customers, horizon, leaderboard, HOURLY, peers.HOURLY_AUTOGLUON_TIME_LIMIT
             )
 
-    found, autogluon, _ = peers.cached_or_computed(
+    found, autogluon = peers.cached_or_computed(
         cache, options.with_autogluon, compute, run_autogluon
     )
     return {

@@ -346,21 +346,22 @@ def cached_or_computed(
     with_autogluon: bool,
     compute: Callable[[], dict[str, Forecasts]],
     run_autogluon: Callable[[Path], dict[str, Forecasts]],
-) -> tuple[dict[str, Forecasts], dict[str, object] | None, bool]:
-    """The peers' forecasts: from ``cache`` when it holds them, else ``compute``'s and, when
-    ``with_autogluon``, ``run_autogluon``'s (given where to write its leaderboard), then
-    stored in ``cache``; AutoGluon's leaderboard (or why it did not run); and whether they
-    came from the cache. The daily and the hourly parts of make accuracy both run so."""
+) -> tuple[dict[str, Forecasts], dict[str, object] | None]:
+    """The peers' forecasts: from ``cache`` when it holds them (its name then added to
+    :data:`READ_FROM_CACHE`), else ``compute``'s and, when ``with_autogluon``,
+    ``run_autogluon``'s (given where to write its leaderboard), then stored in ``cache``;
+    and AutoGluon's leaderboard (or why it did not run). The daily and the hourly parts of
+    make accuracy both run so."""
     autogluon: dict[str, object] | None = (
         None if with_autogluon else {"skipped": "not asked for: --no-autogluon or --smoke"}
     )
     found = load_cached(cache) if cache else None
-    if found is not None:
-        READ_FROM_CACHE.add(cache.name if cache else "")
-        leaderboard = cache.with_suffix(".json") if cache else None
-        if with_autogluon and leaderboard and leaderboard.exists():
+    if cache and found is not None:
+        READ_FROM_CACHE.add(cache.name)
+        leaderboard = cache.with_suffix(".json")
+        if with_autogluon and leaderboard.exists():
             autogluon = json.loads(leaderboard.read_text())
-        return found, autogluon, True
+        return found, autogluon
     forecasts = compute()
     if with_autogluon:
         with tempfile.TemporaryDirectory(prefix="fleetcast-autogluon-") as folder:
@@ -371,4 +372,4 @@ def cached_or_computed(
         store_cached(cache, forecasts)
         if autogluon and with_autogluon:
             cache.with_suffix(".json").write_text(json.dumps(autogluon))
-    return forecasts, autogluon, False
+    return forecasts, autogluon

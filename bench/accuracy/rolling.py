@@ -3,14 +3,14 @@ hourly forecast, every day the next 24 hours from the readings up to that day.
 
 The hourly part's day-ahead figure (:mod:`bench.accuracy.hourly`) rests on one day, the
 window's first. Here every method is fitted again at :func:`origins` over the same 30-day
-window, :data:`EVERY_DAYS` days apart (six origins, each on another weekday), each time on
-every hour before its origin, and asked for the next 24 hours: fleetcast through its
-processing and training jobs as a daily upload would run them (the export's first 24
-hours read), every peer fitted anew on the hours before the origin (AutoGluon too, with
-the hourly part's time limit and ``prediction_length`` 24). Each customer's 24-hour
-forecasts are then put end to end and scored as one horizon: WAPE, MASE, wQL and the 80%
-interval's coverage over all its origins' hours (:func:`pooled`). A method's CPU per
-customer is one origin's: its mean over the origins.
+window, :data:`~bench.accuracy.datasets.ROLLING_EVERY_DAYS` days apart (six origins, each
+on another weekday), each time on every hour before its origin, and asked for the next 24
+hours: fleetcast through its processing and training jobs as a daily upload would run them
+(the export's first 24 hours read), every peer fitted anew on the hours before the origin
+(AutoGluon too, with the hourly part's time limit and ``prediction_length`` 24). Each
+customer's 24-hour forecasts are then put end to end and scored as one horizon: WAPE, MASE,
+wQL and the 80% interval's coverage over all its origins' hours (:func:`pooled`). A
+method's CPU per customer is one origin's: its mean over the origins.
 
 An origin is a split of one held-back day (:func:`bench.accuracy.datasets.split`, horizon
 one day, the window the day's distance from the last): nothing of that day or later is
@@ -40,14 +40,13 @@ from bench.accuracy.datasets import (
 from bench.accuracy.report import FLEETCAST, DataSetResult
 from bench.accuracy.scoring import check_forecasts
 
-EVERY_DAYS = ROLLING_EVERY_DAYS
 # The smoke's origins (its first two): it checks the pooling, not the figures.
 SMOKE_ORIGINS = 2
 
 
 def origins(days: int, smoke: bool = False) -> list[int]:
     """The window's days (0: its first) a forecast is made from."""
-    found = list(range(0, days, EVERY_DAYS))
+    found = list(range(0, days, ROLLING_EVERY_DAYS))
     return found[:SMOKE_ORIGINS] if smoke else found
 
 
@@ -107,7 +106,7 @@ def evaluate(
         _merged(runs, pooled_forecasts[FLEETCAST]),
         pooled_forecasts,
         len(customers[0].actuals),
-        f"day-ahead from a rolling origin (every {EVERY_DAYS}th day's next 24 hours, "
+        f"day-ahead from a rolling origin (every {ROLLING_EVERY_DAYS}th day's next 24 hours, "
         f"{len(by_origin)} origins)",
         autogluon,
         time.perf_counter() - began,

@@ -100,7 +100,7 @@ def evaluate(
         if (peers_cache)
         else None
     )
-    found, autogluon, _ = _peer_forecasts(
+    found, autogluon = _peer_forecasts(
         customers, horizon, label, models, with_autogluon, cache, console
     )
     forecasts = {FLEETCAST: run.forecasts, **found}
@@ -143,7 +143,7 @@ def _peer_forecasts(
     with_autogluon: bool,
     cache: Path | None,
     console: Console,
-) -> tuple[dict[str, peers.Forecasts], dict[str, object] | None, bool]:
+) -> tuple[dict[str, peers.Forecasts], dict[str, object] | None]:
     """Every peer's forecasts of ``customers`` (:func:`peers.cached_or_computed`)."""
 
     def compute() -> dict[str, peers.Forecasts]:
