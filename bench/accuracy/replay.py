@@ -6,8 +6,9 @@ members, the gate's tolerance, the fallback) needs none of that work redone: it 
 customer's candidates, their backtests and their whole-history models. So:
 
 - ``python -m bench.accuracy.replay record FOLDER`` runs ``make accuracy``'s fleetcast
-  jobs (:mod:`bench.accuracy.fleetcast_run`; the peers are not run) and keeps, for every
-  customer, what the training job handed to its choice
+  jobs (:mod:`bench.accuracy.fleetcast_run`; the peers are not run) on each set's daily
+  windows (the last 30 days and the 30 before them; ``--window`` for one) and keeps, for
+  every customer, what the training job handed to its choice
   (:func:`fleetcast_training.selection.choose`), and the forecasts the run exported;
 - ``python -m bench.accuracy.replay check FOLDER [--rule MODULE:FUNCTION]`` calls the rule
   (by default the training job's own ``choose``) on every customer's recorded candidates,
@@ -46,7 +47,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.accuracy import fleetcast_run, metrics, peers
-from bench.accuracy.datasets import DATA_SETS, DataSet, SplitSet, split
+from bench.accuracy.datasets import DATA_SETS, WINDOWS, DataSet, SplitSet, split
 from fleetcast_contracts.quantiles import FORECAST_FLOOR
 from fleetcast_forecasters.families import compile_archive
 from fleetcast_training import customer_training
@@ -105,15 +106,24 @@ def recording(folder: Path, key: str) -> Iterator[None]:
         customer_training.choose = choose
 
 
-def record(folder: Path, data_set: DataSet, customers: int | None, console: Console) -> None:
-    """The set's fleetcast run, its calls of the rule and its exported forecasts."""
+def _stem(key: str, window: int) -> str:
+    """A recording's files' stem: the set's key, and its window after the last."""
+    return key if window == 0 else f"{key}.w{window}"
+
+
+def record(
+    folder: Path, data_set: DataSet, customers: int | None, console: Console, window: int = 0
+) -> None:
+    """The set's fleetcast run on ``window``, its calls of the rule and its exported
+    forecasts."""
     horizon = fleetcast_run.export_horizon()
-    split_set = split(data_set, horizon, customers)
-    for stale in folder.glob(f"{data_set.key}-*.calls"):
+    split_set = split(data_set, horizon, customers, window=window)
+    stem = _stem(data_set.key, window)
+    for stale in folder.glob(f"{stem}-*.calls"):
         stale.unlink()
     with (
-        console.status(f"{data_set.key}: fleetcast's jobs, {len(split_set.customers)} customers"),
-        recording(folder, data_set.key),
+        console.status(f"{stem}: fleetcast's jobs, {len(split_set.customers)} customers"),
+        recording(folder, stem),
         tempfile.TemporaryDirectory(prefix="fleetcast-replay-") as scratch,
     ):
         run = fleetcast_run.run(
@@ -121,19 +131,21 @@ def record(folder: Path, data_set: DataSet, customers: int | None, console: Cons
             Path(scratch) / data_set.key,
             {"DefaultHolidayCountry": data_set.holiday_country},
         )
-    calls = _calls(folder, data_set.key)
+    calls = _calls(folder, stem)
     if len(calls) != run.trained:
         raise RuntimeError(
-            f"{data_set.key}: recorded {len(calls)} customers' choices of {run.trained} trained "
+            f"{stem}: recorded {len(calls)} customers' choices of {run.trained} trained "
             "(the training job's workers must be forked from this process)"
         )
     exported = {
         k: [None if math.isnan(x) else x for x in v] for k, v in run.forecasts.values.items()
     }
-    (folder / f"{data_set.key}.json").write_text(
-        json.dumps({"customers": customers, "horizon": horizon, "exported": exported})
+    (folder / f"{stem}.json").write_text(
+        json.dumps(
+            {"customers": customers, "horizon": horizon, "window": window, "exported": exported}
+        )
     )
-    console.print(f"{data_set.key}: {len(calls)} customers recorded")
+    console.print(f"{stem}: {len(calls)} customers recorded")
 
 
 def _calls(folder: Path, key: str) -> dict[str, Recorded]:
@@ -219,20 +231,25 @@ def check(folder: Path, rule_name: str, console: Console) -> int:
     rule = load_rule(rule_name)
     exact = rule_name == DEFAULT_RULE
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"data_sets": []}
-    # The recording is of the last window: the peers' figures of that window.
-    measured = {d["key"]: d for d in results["data_sets"] if d.get("window", 0) == 0}
+    # The peers' figures of each set's daily windows.
+    measured = {
+        (d["key"], d.get("window", 0)): d
+        for d in results["data_sets"]
+        if d.get("frequency", "D") == "D"
+    }
     table = Table(title=f"the rule {rule_name}, replayed", header_style="bold")
     for column in ("data set", "forecasts", "median WAPE", "mean WAPE", "beats naive"):
         table.add_column(column, justify="left" if column in ("data set", "forecasts") else "right")
     failures = 0
-    for data_set in DATA_SETS:
-        meta_path = folder / f"{data_set.key}.json"
+    for data_set, window in ((d, w) for d in DATA_SETS for w in WINDOWS):
+        stem = _stem(data_set.key, window)
+        meta_path = folder / f"{stem}.json"
         if not meta_path.exists():
             continue
         meta = json.loads(meta_path.read_text())
-        split_set = split(data_set, meta["horizon"], meta["customers"])
+        split_set = split(data_set, meta["horizon"], meta["customers"], window=window)
         days = {c.customer_id: c.horizon_index for c in split_set.customers}
-        calls = _calls(folder, data_set.key)
+        calls = _calls(folder, stem)
         replayed = {
             cid: served(rule(*call.args, **call.kwargs), call.last_history, days[cid])
             for cid, call in calls.items()
@@ -253,13 +270,13 @@ def check(folder: Path, rule_name: str, console: Console) -> int:
             if differ:
                 failures += 1
                 console.print(
-                    f"[red]{data_set.key}: the replay of the job's own rule differs from the "
+                    f"[red]{stem}: the replay of the job's own rule differs from the "
                     f"export for {len(differ)} customers ({', '.join(differ[:5])})[/]"
                 )
         horizon = meta["horizon"]
-        table.add_row(data_set.key, "replayed", *figures(split_set, replayed, horizon).cells())
+        table.add_row(stem, "replayed", *figures(split_set, replayed, horizon).cells())
         table.add_row("", "as recorded", *figures(split_set, exported, horizon).cells())
-        found = measured.get(data_set.key)
+        found = measured.get((data_set.key, window))
         if meta["customers"] is None and found:
             for name, method in found["methods"].items():
                 if name == "fleetcast":
@@ -292,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     recorder.add_argument("folder", type=Path)
     recorder.add_argument("--customers", type=int, help="at most this many customers per set")
     recorder.add_argument("--data-set", action="append", choices=[d.key for d in DATA_SETS])
+    recorder.add_argument(
+        "--window",
+        type=int,
+        action="append",
+        choices=WINDOWS,
+        help="a daily window to record (0: the last 30 days, 1: the 30 before); default both",
+    )
     checker = commands.add_parser("check", help="replay a rule on a recording")
     checker.add_argument("folder", type=Path)
     checker.add_argument(
@@ -310,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         options.folder.mkdir(parents=True, exist_ok=True)
         for data_set in DATA_SETS:
             if not options.data_set or data_set.key in options.data_set:
-                record(options.folder, data_set, options.customers, console)
+                for window in options.window or WINDOWS:
+                    record(options.folder, data_set, options.customers, console, window)
         return 0
     if options.command == "check":
         return check(options.folder, options.rule, console)

@@ -46,6 +46,7 @@ def recording(tmp_path_factory) -> Path:
     done = replay("record", str(folder), "--customers", str(CUSTOMERS), "--data-set", DATA_SET)
     assert done.returncode == 0, done.stderr
     assert f"{DATA_SET}: {CUSTOMERS} customers recorded" in done.stdout
+    assert f"{DATA_SET}.w1: " in done.stdout
     return folder
 
 
@@ -96,3 +97,29 @@ def test_a_folder_without_a_recording_says_so(tmp_path):
     done = replay("check", str(tmp_path))
     assert done.returncode == 1
     assert "holds no recording" in done.stdout
+
+
+def test_both_daily_windows_are_recorded_and_replayed(recording):
+    """The earlier window (the 30 days before the last 30) is recorded beside the last,
+    its forecasts dated 30 days earlier, and the check replays it exactly too."""
+    last = json.loads((recording / f"{DATA_SET}.json").read_text())
+    earlier = json.loads((recording / f"{DATA_SET}.w1.json").read_text())
+    assert (last["window"], earlier["window"]) == (0, 1)
+    assert set(earlier["exported"]) and set(earlier["exported"]) <= set(last["exported"])
+    assert all(len(days) == earlier["horizon"] for days in earlier["exported"].values())
+    done = replay("check", str(recording))
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = [
+        line.split("│")[1].strip()
+        for line in done.stdout.splitlines()
+        if "replayed" in line and "│" in line
+    ]
+    assert names == [DATA_SET, f"{DATA_SET}.w1"]
+
+
+def test_one_window_can_be_recorded_alone(tmp_path):
+    done = replay(
+        "record", str(tmp_path), "--customers", "2", "--data-set", DATA_SET, "--window", "1"
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == [f"{DATA_SET}.w1.json"]
