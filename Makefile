@@ -170,7 +170,7 @@ accuracy-smoke: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## make accuracy on a
 	$(BIN)/python -m bench.accuracy --smoke
 
 REPLAY_DIR ?= .fleetcast/accuracy-replay
-accuracy-record: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## Every customer's candidates of make accuracy's daily windows, from its jobs (~10 min), for accuracy-replay
+accuracy-record: $(STAMP) $(SAM_TRANSLATOR) $(PEERS_STAMP)  ## Every customer's candidates of make accuracy's daily windows, from its jobs (~1 min), for accuracy-replay
 	$(BIN)/python -m bench.accuracy.replay record $(REPLAY_DIR)
 
 accuracy-replay: $(STAMP) $(PEERS_STAMP)  ## A choice rule (RULE=module:function; default the job's own) on accuracy-record's candidates, in seconds
