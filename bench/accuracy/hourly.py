@@ -149,11 +149,7 @@ def peer_forecasts(
         MLFORECAST,
         *((AUTOGLUON_ENSEMBLE,) if options.with_autogluon else ()),
     )
-    cache = (
-        options.peers_cache / f"{cache_name}-{peers.inputs_digest(customers, horizon, runs)}.pickle"
-        if options.peers_cache
-        else None
-    )
+    cache = peers.cache_path(options.peers_cache, cache_name, customers, horizon, runs)
 
     def compute() -> dict[str, peers.Forecasts]:
         with console.status(f"{label}: seasonal naive at 24 and 168 hours"):

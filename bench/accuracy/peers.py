@@ -322,6 +322,20 @@ def inputs_digest(customers: list[CustomerSplit], horizon: int, models: tuple[st
     return digest.hexdigest()[:16]
 
 
+def cache_path(
+    folder: Path | None,
+    name: str,
+    customers: list[CustomerSplit],
+    horizon: int,
+    models: tuple[str, ...],
+) -> Path | None:
+    """Where a cached set of the peers' forecasts named ``name`` is kept in ``folder`` (the
+    run's --peers-cache; None without one): the name and :func:`inputs_digest`'s key."""
+    if folder is None:
+        return None
+    return folder / f"{name}-{inputs_digest(customers, horizon, models)}.pickle"
+
+
 def load_cached(path: Path) -> dict[str, Forecasts] | None:
     if not path.is_file():
         return None

@@ -95,11 +95,7 @@ def evaluate(
         )
     models = peers.STATSFORECAST_MODELS if with_arima else peers.STATSFORECAST_MODELS[:2]
     peer_runs = (*models, MLFORECAST, *((AUTOGLUON_ENSEMBLE,) if with_autogluon else ()))
-    cache = (
-        peers_cache / f"{key}-{peers.inputs_digest(customers, horizon, peer_runs)}.pickle"
-        if (peers_cache)
-        else None
-    )
+    cache = peers.cache_path(peers_cache, key, customers, horizon, peer_runs)
     found, autogluon = _peer_forecasts(
         customers, horizon, label, models, with_autogluon, cache, console
     )
