@@ -353,7 +353,7 @@ def test_an_hourly_fleet_learns_from_origins_on_every_weekday() -> None:
     grid = fleet._grid(series, [None] * len(series), HOURLY_HORIZON, unit)
 
     # When its samples are drawn
-    features, _ = fleet._training_set(grid, np.arange(20), grid.columns, HOURLY_HORIZON)
+    features = fleet._training_set(grid, np.arange(20), grid.columns, HOURLY_HORIZON).features
 
     # Then their origins (the target's hour of the week less its step) fall on all seven
     # days at the series' hour of the day: the step does not say the hour of the week
@@ -432,3 +432,34 @@ def test_a_customers_features_are_its_own_whatever_origins_are_built_with_it(
         )
         np.testing.assert_array_equal(together[i], alone[0])
         np.testing.assert_array_equal([level[i], counted[i]], [own_level[0], own_counted[0]])
+
+
+@pytest.mark.parametrize("frequency", [Frequency.DAILY, Frequency.HOURLY])
+def test_the_served_fit_takes_the_backtest_fits_samples_as_they_would_be_built(
+    frequency: Frequency,
+) -> None:
+    # Given a fleet of more than a year and a half, and the backtest fit's samples (their
+    # targets before the first window's origin)
+    unit = fleet.unit_of(frequency)
+    if frequency is Frequency.HOURLY:
+        series, horizon, windows = hourly_histories(12, 80 * 168), HOURLY_HORIZON, 3
+    else:
+        series, horizon, windows = histories(30, 560), HORIZON, WINDOWS
+    grid = fleet._grid(series, [None] * len(series), horizon, unit)
+    sample = np.arange(len(series))
+    cutoff = grid.columns - windows * horizon
+    backtest = fleet._training_set(grid, sample, cutoff, horizon)
+    assert (backtest.origins + horizon <= cutoff).all() and len(backtest.targets) > 0
+
+    # When the served fit's samples are built with them, and from nothing
+    served = fleet._training_set(grid, sample, grid.columns, horizon, known=backtest)
+    fresh = fleet._training_set(grid, sample, grid.columns, horizon)
+
+    # Then they are the same samples (in another order), most of them the backtest fit's
+    def rows(found: fleet._Samples) -> np.ndarray:
+        table = np.column_stack([found.origins, found.targets, found.features])
+        return np.unique(np.nan_to_num(table, nan=-1e9), axis=0)
+
+    np.testing.assert_array_equal(rows(served), rows(fresh))
+    reused = np.isin(served.origins, backtest.origins).mean()
+    assert 0.5 < reused < 1

@@ -20,10 +20,12 @@ and the customer's size.
 
 **Honest backtest**: the trees are fitted once on samples whose targets are all before the
 first backtest window's origin, for every customer of the shard, and forecast every window
-from its own origin, and once on everything for the served forecast: two fits an instance. A window's origin is
-the same period for every customer whose history ends with the fleet's last period; a
-customer whose history ends earlier is not scored on the windows (the trees would have seen
-other customers' periods after its origin).
+from its own origin, and once on everything for the served forecast: two fits an instance,
+the second on the first's feature bins and with the first's samples of the origins both
+have (an origin's samples are drawn by the origin alone: :func:`_training_set`). A
+window's origin is the same period for every customer whose history ends with the fleet's
+last period; a customer whose history ends earlier is not scored on the windows (the trees
+would have seen other customers' periods after its origin).
 
 **Served like every family**: what the trees say for a customer (the path of the fitted
 horizon and its errors' deviation by step) goes into its archive
@@ -460,26 +462,72 @@ def _grid(
 # An origin of a fit's samples as drawn: its column, its customers (rows), its steps and
 # which of each customer's steps are samples (rows x steps).
 _Drawn = tuple[int, npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
+SEED = 39
+
+
+@dataclass(frozen=True)
+class _Samples:
+    """A fit's samples: features (samples x features), targets and each one's origin."""
+
+    features: FloatArray
+    targets: FloatArray
+    origins: npt.NDArray[np.int64]
+
+    def at(self, keep: npt.NDArray[np.bool_]) -> _Samples:
+        return _Samples(self.features[keep], self.targets[keep], self.origins[keep])
+
+    @staticmethod
+    def joined(parts: Sequence[_Samples], unit: Unit) -> _Samples:
+        if not parts:
+            return _Samples(np.zeros((0, len(unit.features))), np.zeros(0), np.zeros(0, np.int64))
+        return _Samples(
+            np.concatenate([part.features for part in parts]),
+            np.concatenate([part.targets for part in parts]),
+            np.concatenate([part.origins for part in parts]),
+        )
+
+
+def _origins(grid: _Grid, cutoff: int, horizon: int) -> npt.NDArray[np.int64]:
+    """A fit's origins: the year's (:attr:`Unit.origins`) latest whose ``horizon`` ends by
+    column ``cutoff``, on one lattice for every fit of the grid (a
+    :attr:`Unit.origin_spacing` apart, counted back from the grid's last ``horizon``), so
+    that the served fit's origins are the backtest fit's but its newest few."""
+    unit = grid.unit
+    top = grid.columns - horizon
+    skip = -(-(grid.columns - cutoff) // unit.origin_spacing)  # (whole spacings, rounded up)
+    origins = top - (skip + np.arange(unit.origins, dtype=np.int64)) * unit.origin_spacing
+    return origins[origins >= unit.season]
 
 
 def _training_set(
-    grid: _Grid, sample: npt.NDArray[np.intp], cutoff: int, horizon: int
-) -> tuple[FloatArray, FloatArray]:
+    grid: _Grid,
+    sample: npt.NDArray[np.intp],
+    cutoff: int,
+    horizon: int,
+    known: _Samples | None = None,
+) -> _Samples:
     """Samples whose targets are all before column ``cutoff``: origins over the year
-    before it (so the trees see every season and holiday; weekly in a daily model, daily
-    in an hourly one: :attr:`Unit.origin_spacing`), each with its share of
+    before it (:func:`_origins`: so the trees see every season and holiday; weekly in a
+    daily model, daily in an hourly one), each with its share of
     :attr:`Unit.origin_budget` customers of ``sample`` (all of a small fleet's).
 
-    Drawn origin by origin (which customers, which steps, which of them are samples),
-    then built :data:`_BUILT_AT_ONCE` customer-steps at a time, many origins each."""
+    Each origin draws its customers, steps and samples from a generator of its own
+    column, so an origin's samples are the same in every fit that has it: those of
+    ``known`` (an earlier fit's, of the same ``sample`` and ``horizon``) are taken as they
+    are, and only the others built (the served fit builds a quarter of its samples, not
+    all: the backtest fit has the rest). Drawn origin by origin, then built
+    :data:`_BUILT_AT_ONCE` customer-steps at a time, many origins each."""
     unit = grid.unit
     per_origin = max(1, unit.origin_budget // unit.origins)
-    rng = np.random.default_rng(cutoff)
+    origins = _origins(grid, cutoff, horizon)
+    parts: list[_Samples] = []
+    if known is not None:
+        reused = np.isin(known.origins, origins)
+        parts.append(known.at(reused))
+        origins = origins[~np.isin(origins, known.origins[reused])]
     drawn: list[_Drawn] = []
-    for i in range(unit.origins):
-        origin = cutoff - horizon - i * unit.origin_spacing
-        if origin < unit.season:
-            break
+    for origin in origins.tolist():
+        rng = np.random.default_rng([SEED, origin])
         rows = (
             sample
             if len(sample) <= per_origin
@@ -496,16 +544,12 @@ def _training_set(
             len(steps), unit.steps_per_origin
         )
         drawn.append((origin, rows, steps, chosen))
-    if not drawn:
-        return np.zeros((0, len(unit.features))), np.zeros(0)
-    features, targets = [], []
-    width = max(len(steps) for _, _, steps, _ in drawn)
-    per_batch = max(1, _BUILT_AT_ONCE // (width * max(len(rows) for _, rows, _, _ in drawn)))
-    for first in range(0, len(drawn), per_batch):
-        found, actual = _samples(grid, drawn[first : first + per_batch], width)
-        features.append(found)
-        targets.append(actual)
-    return np.concatenate(features), np.concatenate(targets)
+    if drawn:
+        width = max(len(steps) for _, _, steps, _ in drawn)
+        per_batch = max(1, _BUILT_AT_ONCE // (width * max(len(rows) for _, rows, _, _ in drawn)))
+        for first in range(0, len(drawn), per_batch):
+            parts.append(_samples(grid, drawn[first : first + per_batch], width))
+    return _Samples.joined(parts, unit)
 
 
 # Customer-steps whose features are built at once (a few tens of MB of features): enough
@@ -513,11 +557,7 @@ def _training_set(
 _BUILT_AT_ONCE = 100_000
 
 
-def _samples(
-    grid: _Grid,
-    drawn: list[_Drawn],
-    width: int,
-) -> tuple[FloatArray, FloatArray]:
+def _samples(grid: _Grid, drawn: list[_Drawn], width: int) -> _Samples:
     """The chosen samples of ``drawn`` origins (each its origin, customers, steps and which
     of them are samples), in their order: every origin's steps padded to ``width`` with
     its last (never chosen)."""
@@ -541,7 +581,8 @@ def _samples(
     # (a sample's level needs a week of usable values)
     usable = (counted >= unit.season) & (level > 0)
     keep = usable[:, None] & np.isfinite(actual) & chosen
-    return _chosen_features(grid, rows, origins, steps, keep, recent), actual[keep]
+    features = _chosen_features(grid, rows, origins, steps, keep, recent)
+    return _Samples(features, actual[keep], np.broadcast_to(origins[:, None], keep.shape)[keep])
 
 
 def _shared_steps(rng: np.random.Generator, horizon: int, unit: Unit) -> npt.NDArray[np.int64]:
@@ -551,6 +592,11 @@ def _shared_steps(rng: np.random.Generator, horizon: int, unit: Unit) -> npt.NDA
     spread = rng.choice(horizon, unit.steps_per_origin, replace=False)
     near = rng.choice(min(2 * unit.frequency.periods_per_day, horizon), unit.steps_per_origin // 2)
     return np.unique(np.concatenate([spread, near])).astype(np.int64)
+
+
+# Samples a dataset's bin boundaries are found from (LightGBM's default, 200,000, is all
+# of a fit's): 63 bins a feature are as well placed from 20,000, at half the dataset's CPU.
+BIN_SAMPLES = 20_000
 
 
 def _dataset(features: FloatArray, targets: FloatArray, unit: Unit, bins: Any = None) -> Any:
@@ -565,7 +611,7 @@ def _dataset(features: FloatArray, targets: FloatArray, unit: Unit, bins: Any = 
         feature_name=list(unit.features),
         categorical_feature=["weekday"],
         free_raw_data=True,
-        params={"verbose": -1},
+        params={"verbose": -1, "bin_construct_sample_cnt": BIN_SAMPLES},
         reference=bins,
     )
 
@@ -638,7 +684,7 @@ def learn(
         )
         return {}
     everyone = np.arange(forecast_rows, dtype=np.intp)
-    rng = np.random.default_rng(39)
+    rng = np.random.default_rng(SEED)
     learners = np.arange(forecast_rows + teachers, dtype=np.intp)
     sample = np.sort(rng.permutation(learners)[:SAMPLE_CUSTOMERS])
     grid = replace(grid, log_reference=_log_reference(grid, sample, windows * horizon))
@@ -647,12 +693,15 @@ def learn(
     # The served path is at least a season long: past its end its last season repeats
     # (an export of two days still serves an hourly customer's week of hours).
     served = max(horizon, unit.season)
-    backtest, bins = _backtests(grid, sample, current, windows, horizon, served, threads)
-    features, targets = _training_set(grid, sample, grid.columns, served)
+    backtest, bins, known = _backtests(grid, sample, current, windows, horizon, served, threads)
+    samples = _training_set(grid, sample, grid.columns, served, known)
+    del known
+    targets = samples.targets
     if len(targets) < MIN_SAMPLES:
         logger.info("the fleet family has too little data to learn from (%d samples)", len(targets))
         return {}
-    booster = _fit(_dataset(features, targets, unit, bins), threads)
+    booster = _fit(_dataset(samples.features, targets, unit, bins), threads)
+    del samples
     path, level = _predict(booster, grid, everyone, grid.columns, served, threads)
     sigma = _deviations(grid, backtest, level, horizon)
     sigma = np.concatenate([sigma, np.repeat(sigma[:, -1:], served - horizon, axis=1)], axis=1)
@@ -703,10 +752,11 @@ def _backtests(
     horizon: int,
     served: int,
     threads: int,
-) -> tuple[FloatArray, Any]:
+) -> tuple[FloatArray, Any, _Samples]:
     """Each customer's forecasts of the ``windows`` backtest windows (NaN where not
-    ``current``: its history ends before the fleet's) and the fit's dataset, whose bins
-    the served fit borrows (None when too few samples came before the first window).
+    ``current``: its history ends before the fleet's), the fit's dataset, whose bins
+    the served fit borrows (None when too few samples came before the first window), and
+    its samples, most of which the served fit's are too (:func:`_training_set`).
 
     One model for every window, fitted before the first window's origin: each window's
     forecast then uses nothing at or after its own origin, at half the fits of a model per
@@ -714,16 +764,16 @@ def _backtests(
     errs, if at all, against the fleet family)."""
     everyone = np.arange(len(current), dtype=np.intp)
     backtest = np.full((len(current), windows, horizon), np.nan)
-    features, targets = _training_set(grid, sample, grid.columns - windows * horizon, served)
-    if len(targets) < MIN_SAMPLES:
-        return backtest, None
-    bins = _dataset(features, targets, grid.unit)
+    samples = _training_set(grid, sample, grid.columns - windows * horizon, served)
+    if len(samples.targets) < MIN_SAMPLES:
+        return backtest, None, samples
+    bins = _dataset(samples.features, samples.targets, grid.unit)
     booster = _fit(bins, threads)
     for window in range(windows):
         origin = grid.columns - (windows - window) * horizon
         forecast, _ = _predict(booster, grid, everyone, origin, horizon, threads)
         backtest[:, window, :] = np.where(current[:, None], forecast, np.nan)
-    return backtest, bins
+    return backtest, bins, samples
 
 
 def _deviations(grid: _Grid, backtest: FloatArray, level: FloatArray, horizon: int) -> FloatArray:
