@@ -645,7 +645,10 @@ naive's in-sample MAE on the fit window; **wQL** (Amazon Forecast's weighted qua
 80% interval's bounds as the 0.1 and 0.9 quantiles and the point forecast as the 0.5 where a
 method has no median (fleetcast's export has none); all per customer, then the median and
 mean over customers. **80% coverage**: the share of held-back days inside the 80% interval
-(77-83% is honest). "beats naive": customers whose WAPE is below seasonal naive's. CPU per
+(77-83% is honest). fleetcast's own figures move with the fleet trees' draw of samples: by
+under 1% on most, by up to 3-4% on a few (three runs with the draws' seeds moved,
+docs/model-families.md), so a lead or a lag smaller than that is a draw's as much as a
+method's. "beats naive": customers whose WAPE is below seasonal naive's. CPU per
 customer: fleetcast's training job (every worker process, all candidates, export and
 archives) divided by its customers; Prophet's fit and predict with its CmdStan process;
 statsforecast's fit and forecast on one core (after one untimed warm-up fit per model);
