@@ -462,6 +462,7 @@ def _grid(
 # An origin of a fit's samples as drawn: its column, its customers (rows), its steps and
 # which of each customer's steps are samples (rows x steps).
 _Drawn = tuple[int, npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
+# The seed of the fleet's generators: its sample of customers, and each origin's draws.
 SEED = 39
 
 
