@@ -101,7 +101,8 @@ def test_a_folder_without_a_recording_says_so(tmp_path):
 
 def test_both_daily_windows_are_recorded_and_replayed(recording):
     """The earlier window (the 30 days before the last 30) is recorded beside the last,
-    its forecasts dated 30 days earlier, and the check replays it exactly too."""
+    its forecasts of its own horizon for customers of the last window's, and the check
+    replays it exactly too."""
     last = json.loads((recording / f"{DATA_SET}.json").read_text())
     earlier = json.loads((recording / f"{DATA_SET}.w1.json").read_text())
     assert (last["window"], earlier["window"]) == (0, 1)
