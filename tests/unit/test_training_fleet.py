@@ -434,32 +434,66 @@ def test_a_customers_features_are_its_own_whatever_origins_are_built_with_it(
         np.testing.assert_array_equal([level[i], counted[i]], [own_level[0], own_counted[0]])
 
 
+def _fits_of(
+    series: list[History], frequency: Frequency, horizon: int, windows: int, monkeypatch
+) -> tuple[dict[str, fleet.FleetForecast], list[tuple[int, int, fleet._Samples]]]:
+    """The fleet's forecasts of ``series``, and each training set its trees were fitted
+    on: its cut-off, the grid's columns and the samples."""
+    fits: list[tuple[int, int, fleet._Samples]] = []
+    built = fleet._training_set
+
+    def recorded(grid, sample, cutoff, served):
+        found = built(grid, sample, cutoff, served)
+        fits.append((cutoff, grid.columns, found))
+        return found
+
+    monkeypatch.setattr(fleet, "_training_set", recorded)
+    ids = [f"c{i:03d}" for i in range(len(series))]
+    found = fleet.learn(
+        ids, series, [None] * len(series), horizon, windows, threads=1, frequency=frequency
+    )
+    return found, fits
+
+
 @pytest.mark.parametrize("frequency", [Frequency.DAILY, Frequency.HOURLY])
-def test_the_served_fit_takes_the_backtest_fits_samples_as_they_would_be_built(
-    frequency: Frequency,
+def test_the_trees_that_make_the_backtest_serve_the_forecast(
+    frequency: Frequency, monkeypatch
 ) -> None:
-    # Given a fleet of more than a year and a half, and the backtest fit's samples (their
-    # targets before the first window's origin)
-    unit = fleet.unit_of(frequency)
+    # Given a fleet of more than a year and a half
     if frequency is Frequency.HOURLY:
         series, horizon, windows = hourly_histories(12, 80 * 168), HOURLY_HORIZON, 3
     else:
         series, horizon, windows = histories(30, 560), HORIZON, WINDOWS
-    grid = fleet._grid(series, [None] * len(series), horizon, unit)
-    sample = np.arange(len(series))
-    cutoff = grid.columns - windows * horizon
-    backtest = fleet._training_set(grid, sample, cutoff, horizon)
-    assert (backtest.origins + horizon <= cutoff).all() and len(backtest.targets) > 0
 
-    # When the served fit's samples are built with them, and from nothing
-    served = fleet._training_set(grid, sample, grid.columns, horizon, known=backtest)
-    fresh = fleet._training_set(grid, sample, grid.columns, horizon)
+    # When the fleet learns
+    forecasts, fits = _fits_of(series, frequency, horizon, windows, monkeypatch)
 
-    # Then they are the same samples (in another order), most of them the backtest fit's
-    def rows(found: fleet._Samples) -> np.ndarray:
-        table = np.column_stack([found.origins, found.targets, found.features])
-        return np.unique(np.nan_to_num(table, nan=-1e9), axis=0)
+    # Then its trees are fitted once, on samples whose targets all come before the first
+    # backtest window's origin, and serve every customer with a backtest of every window
+    assert len(fits) == 1
+    cutoff, columns, samples = fits[0]
+    assert cutoff == columns - windows * horizon
+    assert len(samples.targets) > 0 and (samples.origins + horizon <= cutoff).all()
+    assert len(forecasts) == len(series)
+    for forecast in forecasts.values():
+        assert np.isfinite(forecast.backtest).all() and np.isfinite(forecast.path).all()
 
-    np.testing.assert_array_equal(rows(served), rows(fresh))
-    reused = np.isin(served.origins, backtest.origins).mean()
-    assert 0.5 < reused < 1
+
+def test_a_fleet_too_young_for_a_backtest_is_served_by_trees_of_its_whole_history(
+    monkeypatch,
+) -> None:
+    # Given a fleet of 60 days: its three 14-day windows leave 18 days before them, fewer
+    # than a customer's four weeks of level
+    series = histories(30, 60)
+
+    # When the fleet learns
+    forecasts, fits = _fits_of(series, Frequency.DAILY, HORIZON, WINDOWS, monkeypatch)
+
+    # Then the backtest's cut-off gives no samples, and trees of the whole history serve
+    # every customer, with no backtest of the family
+    assert len(fits) == 2 and len(fits[0][2].targets) == 0
+    cutoff, columns, samples = fits[1]
+    assert cutoff == columns and len(samples.targets) >= fleet.MIN_SAMPLES
+    assert len(forecasts) == len(series)
+    for forecast in forecasts.values():
+        assert np.isnan(forecast.backtest).all() and np.isfinite(forecast.path).all()

@@ -18,14 +18,15 @@ origin's four weeks, a year earlier: how the season moved then), the calendar (w
 of the year), the customer's public holidays (the calendar every family uses), the step,
 and the customer's size.
 
-**Honest backtest**: the trees are fitted once on samples whose targets are all before the
-first backtest window's origin, for every customer of the shard, and forecast every window
-from its own origin, and once on everything for the served forecast: two fits an instance,
-the second on the first's feature bins and with the first's samples of the origins both
-have (an origin's samples are drawn by the origin alone: :func:`_training_set`). A
-window's origin is the same period for every customer whose history ends with the fleet's
-last period; a customer whose history ends earlier is not scored on the windows (the trees
-would have seen other customers' periods after its origin).
+**Honest backtest**: the trees are fitted once an instance, on samples whose targets are
+all before the first backtest window's origin, for every customer of the shard; they
+forecast every window from its own origin, and the served forecast from the history's end
+(its features are the latest periods'): the backtest that weighs and calibrates the family
+is the served trees' own. Only a fleet too young for samples before the first window gets
+trees of its whole history instead, and no backtest of the family. A window's origin is
+the same period for every customer whose history ends with the fleet's last period; a
+customer whose history ends earlier is not scored on the windows (the trees would have
+seen other customers' periods after its origin).
 
 **Served like every family**: what the trees say for a customer (the path of the fitted
 horizon and its errors' deviation by step) goes into its archive
@@ -474,9 +475,6 @@ class _Samples:
     targets: FloatArray
     origins: npt.NDArray[np.int64]
 
-    def at(self, keep: npt.NDArray[np.bool_]) -> _Samples:
-        return _Samples(self.features[keep], self.targets[keep], self.origins[keep])
-
     @staticmethod
     def joined(parts: Sequence[_Samples], unit: Unit) -> _Samples:
         if not parts:
@@ -490,9 +488,8 @@ class _Samples:
 
 def _origins(grid: _Grid, cutoff: int, horizon: int) -> npt.NDArray[np.int64]:
     """A fit's origins: the year's (:attr:`Unit.origins`) latest whose ``horizon`` ends by
-    column ``cutoff``, on one lattice for every fit of the grid (a
-    :attr:`Unit.origin_spacing` apart, counted back from the grid's last ``horizon``), so
-    that the served fit's origins are the backtest fit's but its newest few."""
+    column ``cutoff``, on the grid's lattice (a :attr:`Unit.origin_spacing` apart, counted
+    back from the grid's last ``horizon``)."""
     unit = grid.unit
     top = grid.columns - horizon
     skip = -(-(grid.columns - cutoff) // unit.origin_spacing)  # (whole spacings, rounded up)
@@ -505,7 +502,6 @@ def _training_set(
     sample: npt.NDArray[np.intp],
     cutoff: int,
     horizon: int,
-    known: _Samples | None = None,
 ) -> _Samples:
     """Samples whose targets are all before column ``cutoff``: origins over the year
     before it (:func:`_origins`: so the trees see every season and holiday; weekly in a
@@ -513,19 +509,13 @@ def _training_set(
     :attr:`Unit.origin_budget` customers of ``sample`` (all of a small fleet's).
 
     Each origin draws its customers, steps and samples from a generator of its own
-    column, so an origin's samples are the same in every fit that has it: those of
-    ``known`` (an earlier fit's, of the same ``sample`` and ``horizon``) are taken as they
-    are, and only the others built (the served fit builds a quarter of its samples, not
-    all: the backtest fit has the rest). Drawn origin by origin, then built
-    :data:`_BUILT_AT_ONCE` customer-steps at a time, many origins each."""
+    column, so an origin's samples are the same in every fit that has it. Drawn origin
+    by origin, then built :data:`_BUILT_AT_ONCE` customer-steps at a time, many origins
+    each."""
     unit = grid.unit
     per_origin = max(1, unit.origin_budget // unit.origins)
     origins = _origins(grid, cutoff, horizon)
     parts: list[_Samples] = []
-    if known is not None:
-        reused = np.isin(known.origins, origins)
-        parts.append(known.at(reused))
-        origins = origins[~np.isin(origins, known.origins[reused])]
     drawn: list[_Drawn] = []
     for origin in origins.tolist():
         rng = np.random.default_rng([SEED, origin])
@@ -600,10 +590,8 @@ def _shared_steps(rng: np.random.Generator, horizon: int, unit: Unit) -> npt.NDA
 BIN_SAMPLES = 20_000
 
 
-def _dataset(features: FloatArray, targets: FloatArray, unit: Unit, bins: Any = None) -> Any:
-    """The samples as LightGBM's dataset; ``bins``, an earlier fit's dataset, lends its
-    features' bin boundaries (finding them is a fifth of a fit's CPU, and the backtest's
-    and the served fit's samples come from the same fleet)."""
+def _dataset(features: FloatArray, targets: FloatArray, unit: Unit) -> Any:
+    """The samples as LightGBM's dataset."""
     import lightgbm
 
     return lightgbm.Dataset(
@@ -613,7 +601,6 @@ def _dataset(features: FloatArray, targets: FloatArray, unit: Unit, bins: Any = 
         categorical_feature=["weekday"],
         free_raw_data=True,
         params={"verbose": -1, "bin_construct_sample_cnt": BIN_SAMPLES},
-        reference=bins,
     )
 
 
@@ -694,15 +681,19 @@ def learn(
     # The served path is at least a season long: past its end its last season repeats
     # (an export of two days still serves an hourly customer's week of hours).
     served = max(horizon, unit.season)
-    backtest, bins, known = _backtests(grid, sample, current, windows, horizon, served, threads)
-    samples = _training_set(grid, sample, grid.columns, served, known)
-    del known
-    targets = samples.targets
-    if len(targets) < MIN_SAMPLES:
-        logger.info("the fleet family has too little data to learn from (%d samples)", len(targets))
-        return {}
-    booster = _fit(_dataset(samples.features, targets, unit, bins), threads)
-    del samples
+    backtest, booster, fits = _backtests(grid, sample, current, windows, horizon, served, threads)
+    if booster is None:
+        # Too few samples before the first window (a young fleet): trees of the whole
+        # history serve, and no customer has a backtest of the family.
+        samples = _training_set(grid, sample, grid.columns, served)
+        if len(samples.targets) < MIN_SAMPLES:
+            logger.info(
+                "the fleet family has too little data to learn from (%d samples)",
+                len(samples.targets),
+            )
+            return {}
+        booster = _fit(_dataset(samples.features, samples.targets, unit), threads)
+        fits = len(samples.targets)
     path, level = _predict(booster, grid, everyone, grid.columns, served, threads)
     sigma = _deviations(grid, backtest, level, horizon)
     sigma = np.concatenate([sigma, np.repeat(sigma[:, -1:], served - horizon, axis=1)], axis=1)
@@ -716,10 +707,10 @@ def learn(
     }
     logger.info(
         "the fleet family: %d customers' trees (%d of them stored customers the run does not "
-        "train) fitted twice (%d samples), %d forecasts, %.1f s of CPU",
+        "train) fitted on %d samples, %d forecasts, %.1f s of CPU",
         len(sample),
         int((sample >= forecast_rows).sum()),
-        len(targets),
+        fits,
         len(forecasts),
         time.process_time() - started,
     )
@@ -753,28 +744,29 @@ def _backtests(
     horizon: int,
     served: int,
     threads: int,
-) -> tuple[FloatArray, Any, _Samples]:
+) -> tuple[FloatArray, Any, int]:
     """Each customer's forecasts of the ``windows`` backtest windows (NaN where not
-    ``current``: its history ends before the fleet's), the fit's dataset, whose bins
-    the served fit borrows (None when too few samples came before the first window), and
-    its samples, most of which the served fit's are too (:func:`_training_set`).
+    ``current``: its history ends before the fleet's), the trees that made them (None
+    when too few samples came before the first window) and how many samples they were
+    fitted on.
 
     One model for every window, fitted before the first window's origin: each window's
-    forecast then uses nothing at or after its own origin, at half the fits of a model per
-    window (its later windows' forecasts are staler than the served one: the backtest
-    errs, if at all, against the fleet family)."""
+    forecast then uses nothing at or after its own origin. The same trees make the served
+    forecast, from the history's end (:func:`learn`), so the backtest that weighs and
+    calibrates the family measures the trees that serve."""
     everyone = np.arange(len(current), dtype=np.intp)
     backtest = np.full((len(current), windows, horizon), np.nan)
     samples = _training_set(grid, sample, grid.columns - windows * horizon, served)
-    if len(samples.targets) < MIN_SAMPLES:
-        return backtest, None, samples
-    bins = _dataset(samples.features, samples.targets, grid.unit)
-    booster = _fit(bins, threads)
+    fits = len(samples.targets)
+    if fits < MIN_SAMPLES:
+        return backtest, None, fits
+    booster = _fit(_dataset(samples.features, samples.targets, grid.unit), threads)
+    del samples
     for window in range(windows):
         origin = grid.columns - (windows - window) * horizon
         forecast, _ = _predict(booster, grid, everyone, origin, horizon, threads)
         backtest[:, window, :] = np.where(current[:, None], forecast, np.nan)
-    return backtest, bins, samples
+    return backtest, booster, fits
 
 
 def _deviations(grid: _Grid, backtest: FloatArray, level: FloatArray, horizon: int) -> FloatArray:
