@@ -133,7 +133,9 @@ def pooled(
     one split whose horizon is its origins' hours in order (its series the first origin's,
     MASE's scale) and each method one forecast of them (NaN for an origin it did not
     forecast the customer at; an interval only where it had one at every origin; CPU per
-    customer the mean over the origins)."""
+    customer the mean over the origins). A method is pooled only where every origin has
+    it: AutoGluon's base models are those its time limit let it fit, origin by origin
+    (its Theta fitted at some of Cambridge's origins and not at others, 2026-12-07)."""
     indexed = [{c.customer_id: c for c in split} for split in by_origin]
     customers = [
         dataclasses.replace(
@@ -146,7 +148,7 @@ def pooled(
         for first in by_origin[0]
         if all(first.customer_id in by_id for by_id in indexed)
     ]
-    methods = list(forecasts[0])
+    methods = [name for name in forecasts[0] if all(name in origin for origin in forecasts)]
     return customers, {
         name: _end_to_end(
             [origin[name] for origin in forecasts], [c.customer_id for c in customers]

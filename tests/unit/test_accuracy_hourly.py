@@ -244,3 +244,18 @@ def test_the_rolling_origins_forecasts_are_scored_end_to_end(rolling_splits):
         f"the days {customers[0].horizon_index[0]:%Y-%m-%d}, "
         f"{customers[0].horizon_index[24]:%m-%d}, {customers[0].horizon_index[48]:%m-%d} (2 of 2"
     )
+
+
+def test_a_method_missing_at_an_origin_is_left_out_of_the_pooled_figures(rolling_splits):
+    by_origin = [s.customers for s in rolling_splits[0][:2]]
+    ids = [c.customer_id for c in by_origin[0]]
+    forecast = peers.Forecasts({c: np.ones(24) for c in ids}, {c: 0.01 for c in ids}, {})
+    # Given a method every origin has, and one (an AutoGluon base model its time limit
+    # left unfitted) only the first has
+    found = [{"m": forecast, "AutoGluon Theta": forecast}, {"m": forecast}]
+
+    # When the origins are pooled
+    _, pooled = rolling.pooled(by_origin, found)
+
+    # Then the method of every origin is pooled, and the other is left out
+    assert list(pooled) == ["m"]
