@@ -681,7 +681,9 @@ def learn(
     # The served path is at least a season long: past its end its last season repeats
     # (an export of two days still serves an hourly customer's week of hours).
     served = max(horizon, unit.season)
-    backtest, booster, fits = _backtests(grid, sample, current, windows, horizon, served, threads)
+    backtest, booster, fitted_samples = _backtests(
+        grid, sample, current, windows, horizon, served, threads
+    )
     if booster is None:
         # Too few samples before the first window (a young fleet): trees of the whole
         # history serve, and no customer has a backtest of the family.
@@ -693,7 +695,7 @@ def learn(
             )
             return {}
         booster = _fit(_dataset(samples.features, samples.targets, unit), threads)
-        fits = len(samples.targets)
+        fitted_samples = len(samples.targets)
     path, level = _predict(booster, grid, everyone, grid.columns, served, threads)
     sigma = _deviations(grid, backtest, level, horizon)
     sigma = np.concatenate([sigma, np.repeat(sigma[:, -1:], served - horizon, axis=1)], axis=1)
@@ -710,7 +712,7 @@ def learn(
         "train) fitted on %d samples, %d forecasts, %.1f s of CPU",
         len(sample),
         int((sample >= forecast_rows).sum()),
-        fits,
+        fitted_samples,
         len(forecasts),
         time.process_time() - started,
     )
@@ -757,16 +759,16 @@ def _backtests(
     everyone = np.arange(len(current), dtype=np.intp)
     backtest = np.full((len(current), windows, horizon), np.nan)
     samples = _training_set(grid, sample, grid.columns - windows * horizon, served)
-    fits = len(samples.targets)
-    if fits < MIN_SAMPLES:
-        return backtest, None, fits
+    fitted_samples = len(samples.targets)
+    if fitted_samples < MIN_SAMPLES:
+        return backtest, None, fitted_samples
     booster = _fit(_dataset(samples.features, samples.targets, grid.unit), threads)
     del samples
     for window in range(windows):
         origin = grid.columns - (windows - window) * horizon
         forecast, _ = _predict(booster, grid, everyone, origin, horizon, threads)
         backtest[:, window, :] = np.where(current[:, None], forecast, np.nan)
-    return backtest, booster, fits
+    return backtest, booster, fitted_samples
 
 
 def _deviations(grid: _Grid, backtest: FloatArray, level: FloatArray, horizon: int) -> FloatArray:
