@@ -37,7 +37,11 @@ from fleetcast.embedded.endpoint import (
     LocalEndpoint,
     ModelDiskCache,
 )
-from fleetcast.embedded.sagemaker_jobs.containers import image_entrypoint, local_command
+from fleetcast.embedded.sagemaker_jobs.containers import (
+    image_entrypoint,
+    image_environment,
+    local_command,
+)
 from fleetcast_contracts import layout
 from fleetcast_contracts.model_archive import HoldoutMetrics, ModelMetadata, write_archive
 
@@ -206,7 +210,12 @@ def start_runtime(
             [*image_entrypoint("fleetcast-inference:latest", ROOT / "containers"), "serve"]
         )
         container = InferenceContainer(
-            command, home / "opt_ml", home / "container.log", memory_budget_mb, restart_delay
+            command,
+            home / "opt_ml",
+            home / "container.log",
+            memory_budget_mb,
+            restart_delay,
+            environment=image_environment("fleetcast-inference:latest", ROOT / "containers"),
         )
         cache = ModelDiskCache(container.models_root, disk_bytes, s3, BUCKET, layout.MODELS_PREFIX)
         endpoint = LocalEndpoint(name, container, cache, "AllTraffic", ACCOUNT, REGION)

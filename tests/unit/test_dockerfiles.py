@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 from template_helpers import REPO_ROOT
 
-from fleetcast.embedded.sagemaker_jobs.containers import image_entrypoint
+from fleetcast.embedded.sagemaker_jobs.containers import (
+    IMAGE_ONLY_ENV,
+    image_entrypoint,
+    image_environment,
+)
 from fleetcast.embedded.serving import SERVE_COMMAND
 from fleetcast_contracts.processing import ENTRYPOINT as PROCESSING_ENTRYPOINT
 
@@ -67,6 +71,31 @@ def test_the_entrypoint_is_the_module_the_local_stack_runs(family: str) -> None:
     assert (CONTAINERS / family / f"fleetcast_{family}" / "__main__.py").is_file()
     # The local stack maps the image back to this Dockerfile and runs the same command.
     assert image_entrypoint(f"{family}.example/fleetcast-{family}:abc", CONTAINERS) == command
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_local_stack_runs_a_container_with_its_images_environment(family: str) -> None:
+    declared = dict(
+        pair.split("=", 1) for arguments in only(family, "ENV") for pair in arguments.split()
+    )
+    local = image_environment(f"{family}.example/fleetcast-{family}:abc", CONTAINERS)
+    # Everything but where the image keeps its code (the local stack runs the checkout's).
+    assert local == {k: v for k, v in declared.items() if k not in IMAGE_ONLY_ENV}
+    assert "PYTHONPATH" in declared and "PYTHONPATH" not in local
+    if family != "processing":
+        # The jobs and the server run a process per CPU: one BLAS thread each, locally too.
+        assert local["OPENBLAS_NUM_THREADS"] == local["OMP_NUM_THREADS"] == "1"
+
+
+def test_an_env_line_that_is_not_key_value_pairs_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "Dockerfile").write_text(
+        "FROM python:3.11.14-slim-bookworm\n# a note\nENV A=1 \\\n    B=two\nENV LEGACY value\n"
+    )
+    with pytest.raises(LookupError, match="ENV 'LEGACY value' is not KEY=value pairs"):
+        image_environment("fleetcast-training:latest", tmp_path)
+    (tmp_path / "training" / "Dockerfile").write_text("ENV A=1 \\\n    B='two words'\n")
+    assert image_environment("fleetcast-training:latest", tmp_path) == {"A": "1", "B": "two words"}
 
 
 def test_the_processing_job_request_names_the_images_entrypoint() -> None:

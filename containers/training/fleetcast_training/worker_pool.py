@@ -202,7 +202,8 @@ def _start_worker(
     # One BLAS thread per worker: the job already runs a worker per CPU, and the fits'
     # small matrix products on a pool of BLAS threads that spin-wait cost more CPU than
     # the products (60 ms of 105 ms per customer on 2 cores). The image sets
-    # OPENBLAS_NUM_THREADS=1; a job run anywhere else (the local stack, the bench) may not.
+    # OPENBLAS_NUM_THREADS=1, and the local stack and make bench run a job with the image's
+    # ENV; a job run anywhere else (a test) may not.
     threadpool_limits(limits=1)
     scratch = Path(tempfile.mkdtemp(prefix="worker-", dir=pool_dir))
     _marker = scratch / _TRAINING_MARKER

@@ -22,7 +22,11 @@ from fleetcast.embedded.endpoint import (
     ModelDiskCache,
 )
 from fleetcast.embedded.moto_patches.sagemaker import omit_empty_data_capture
-from fleetcast.embedded.sagemaker_jobs.containers import image_entrypoint, local_command
+from fleetcast.embedded.sagemaker_jobs.containers import (
+    image_entrypoint,
+    image_environment,
+    local_command,
+)
 from fleetcast.embedded.sagemaker_jobs.transfer import split_s3_uri
 from fleetcast.embedded.template import ACCOUNT_ID, REGION
 
@@ -139,11 +143,11 @@ class LocalServing:
 
         home = context.state_dir / "endpoints" / name
         shutil.rmtree(home, ignore_errors=True)
-        command = local_command(
-            [*image_entrypoint(container["Image"], context.root / "containers"), SERVE_COMMAND]
-        )
+        containers = context.root / "containers"
+        command = local_command([*image_entrypoint(container["Image"], containers), SERVE_COMMAND])
         process = InferenceContainer(
             command=command,
+            environment=image_environment(container["Image"], containers),
             opt_ml=home / "opt_ml",
             log_path=context.state_dir / "logs" / f"{endpoint_id}.log",
             memory_budget_mb=self.options.memory_budget_mb,

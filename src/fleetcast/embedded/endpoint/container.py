@@ -11,7 +11,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,8 +70,12 @@ class InferenceContainer:
         restart_delay: float = 1.0,
         start_timeout: float = 60.0,
         on_restart: Callable[[], None] | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self.command = command
+        # The image's ENV (sagemaker_jobs.containers.image_environment): one BLAS thread
+        # per process, say, as requests run on many threads.
+        self.environment = dict(environment or {})
         self.opt_ml = opt_ml
         self.log_path = log_path
         self.memory_budget_mb = memory_budget_mb
@@ -180,15 +184,13 @@ class InferenceContainer:
     def _spawn(self) -> subprocess.Popen[bytes]:
         environment = {
             **os.environ,
+            **self.environment,
             OPT_ML_ENV: str(self.opt_ml),
             BIND_HOST_ENV: HOST,
             PORT_ENV: str(self.port),
             MEMORY_BUDGET_ENV: f"{self.memory_budget_mb:g}",
             MULTI_MODEL_ENV: "true",
             LOG_LEVEL_ENV: os.environ.get(LOG_LEVEL_ENV, "INFO"),
-            # One BLAS thread per process, as the image sets: requests run on many threads.
-            "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
         }
         with self.log_path.open("ab") as log_file:
             process = subprocess.Popen(

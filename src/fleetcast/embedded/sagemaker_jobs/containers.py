@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,11 +16,50 @@ from pathlib import Path
 # What SageMaker keeps of a FailureReason.
 FAILURE_REASON_LIMIT = 1024
 _ENTRYPOINT = re.compile(r"^\s*ENTRYPOINT\s+(\[.*\])\s*$", re.MULTILINE)
+_ENV = re.compile(r"^\s*ENV\s+(.*)$", re.MULTILINE)
+_CONTINUED = re.compile(r"\\\n")
+_COMMENT = re.compile(r"^\s*#")
 
 
 def image_entrypoint(image_uri: str, containers_dir: Path) -> list[str]:
     """The ENTRYPOINT of the Dockerfile that builds ``image_uri`` (``…/fleetcast-training:tag``
     is built from ``containers/training/Dockerfile``), so the local stack runs what ships."""
+    dockerfile = image_dockerfile(image_uri, containers_dir)
+    found = _ENTRYPOINT.findall(dockerfile.read_text())
+    if not found:
+        raise LookupError(f"{dockerfile} has no exec-form ENTRYPOINT")
+    command: list[str] = json.loads(found[-1])
+    return command
+
+
+# What the image's ENV says of the image alone: where its code is copied to, and that its
+# code is read-only (no bytecode written beside it). The local stack runs the checkout's
+# code, from its own paths.
+IMAGE_ONLY_ENV = frozenset({"PYTHONPATH", "PYTHONDONTWRITEBYTECODE"})
+
+
+def image_environment(image_uri: str, containers_dir: Path) -> dict[str, str]:
+    """The ENV of the Dockerfile that builds ``image_uri`` (``KEY=value`` pairs, lines
+    continued with a backslash, comment lines skipped), but for :data:`IMAGE_ONLY_ENV`: what the container's
+    process runs with (one BLAS and OpenMP thread per process, say), so a local instance
+    costs what a deployed one does."""
+    dockerfile = image_dockerfile(image_uri, containers_dir)
+    lines = [line for line in dockerfile.read_text().splitlines() if not _COMMENT.match(line)]
+    text = _CONTINUED.sub(" ", "\n".join(lines))
+    environment: dict[str, str] = {}
+    for payload in _ENV.findall(text):
+        for pair in shlex.split(payload):
+            key, equals, value = pair.partition("=")
+            if not equals:
+                raise LookupError(f"{dockerfile}: ENV {payload.strip()!r} is not KEY=value pairs")
+            if key not in IMAGE_ONLY_ENV:
+                environment[key] = value
+    return environment
+
+
+def image_dockerfile(image_uri: str, containers_dir: Path) -> Path:
+    """The Dockerfile that builds ``image_uri``: ``containers/<family>/Dockerfile`` for
+    ``…/fleetcast-<family>:tag``."""
     repository = image_uri.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
     family = repository.removeprefix("fleetcast-")
     dockerfile = containers_dir / family / "Dockerfile"
@@ -27,11 +67,7 @@ def image_entrypoint(image_uri: str, containers_dir: Path) -> list[str]:
         raise LookupError(
             f"the local stack has no container for image {image_uri!r} (looked for {dockerfile})"
         )
-    found = _ENTRYPOINT.findall(dockerfile.read_text())
-    if not found:
-        raise LookupError(f"{dockerfile} has no exec-form ENTRYPOINT")
-    command: list[str] = json.loads(found[-1])
-    return command
+    return dockerfile
 
 
 # A folder of the images' own environments (fleetcast.image_environments): when set, a

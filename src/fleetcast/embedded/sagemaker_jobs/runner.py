@@ -32,6 +32,7 @@ from fleetcast.embedded.sagemaker_jobs.containers import (
     FAILURE_REASON_LIMIT,
     hold_instance,
     image_entrypoint,
+    image_environment,
     kill_instance,
     killed_reason,
     local_command,
@@ -321,6 +322,7 @@ class JobRunner:
             command = local_command(command) + list(app.get("ContainerArguments") or [])
             env = {
                 **os.environ,
+                **image_environment(app["ImageUri"], self._containers_dir),
                 **self.environments.of(name),
                 OPT_ML_ENV: str(root),
                 training_contract.INSTANCE_CPUS_ENV: str(self._cpus),
@@ -385,10 +387,12 @@ class JobRunner:
     ) -> list[int] | None:
         """Run every instance's container, again from the last checkpoint after each spot
         interruption; their exit codes, or None when the runner is stopping."""
-        command = local_command(
-            image_entrypoint(job.algorithm_specification["TrainingImage"], self._containers_dir)
-        )
+        image = job.algorithm_specification["TrainingImage"]
+        command = local_command(image_entrypoint(image, self._containers_dir))
         command.append("train")
+        # The image's ENV too: one BLAS thread per process, say (each forked worker would
+        # otherwise start a pool of BLAS threads that spin before they sleep).
+        image_env = image_environment(image, self._containers_dir)
         cpus = str(max(1, self._cpus // len(hosts)))
         while True:
             training.transition(job, "Downloading", "Downloading input data")
@@ -407,6 +411,7 @@ class JobRunner:
                     command,
                     {
                         **os.environ,
+                        **image_env,
                         OPT_ML_ENV: str(root),
                         training_contract.INSTANCE_CPUS_ENV: cpus,
                     },
