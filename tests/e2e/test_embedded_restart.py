@@ -26,6 +26,7 @@ from template_helpers import REPO_ROOT
 from test_pipeline import readings, to_csv
 
 from fleetcast.embedded import lease
+from fleetcast.embedded.sagemaker_jobs.containers import image_environment
 from fleetcast.embedded.stack import StackInfo
 from fleetcast.status import RunStatus, follow_run, run_ids, wait_for_new_run
 from fleetcast_contracts.ids import upload_sequence
@@ -204,11 +205,13 @@ def test_a_job_running_when_the_stack_stops_runs_again_at_the_next_start(
     # run, seeing the first one's mark, finishes at once)
     state_dir = tmp_path / "state"
     mark = tmp_path / "started-once"
+    # (and, in its mark, what its image's ENV set in its environment)
+    image = image_environment("fleetcast-processing:latest", REPO_ROOT / "containers")
     script = (
-        "import pathlib, sys, time\n"
+        "import json, os, pathlib, sys, time\n"
         f"mark = pathlib.Path({str(mark)!r})\n"
         "if mark.exists(): sys.exit(0)\n"
-        "mark.write_text('started')\n"
+        f"mark.write_text(json.dumps({{k: os.environ.get(k) for k in {sorted(image)!r}}}))\n"
         "time.sleep(3600)\n"
     )
     first = start_up(state_dir, tmp_path / "first.log", "--port", "0")
@@ -223,9 +226,10 @@ def test_a_job_running_when_the_stack_stops_runs_again_at_the_next_start(
         RoleArn=ROLE,
     )
     deadline = time.monotonic() + JOB_SECONDS
-    while not mark.exists():
+    while not (mark.exists() and mark.read_text()):
         assert time.monotonic() < deadline, "the job's container never started"
         time.sleep(0.2)
+    assert json.loads(mark.read_text()) == image
 
     # When the stack stops while it runs, and starts again
     stopped = first.stop()
