@@ -9,17 +9,3 @@ import logging
 
 # Prophet logs an error on import when plotly is missing; the suite draws no plots.
 logging.getLogger("prophet.plot").disabled = True
-
-# The jobs measured here run in this process as their image runs them: with the training
-# image's ENV (one BLAS and OpenMP thread per process), set before numpy loads OpenBLAS.
-# Without it, every worker process the job forks starts BLAS threads that spin for a
-# tenth of a second before they sleep: CPU a deployed job does not spend.
-import os  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from fleetcast.embedded.sagemaker_jobs.containers import image_environment  # noqa: E402
-
-for _key, _value in image_environment(
-    "fleetcast-training", Path(__file__).resolve().parent.parent / "containers"
-).items():
-    os.environ.setdefault(_key, _value)
