@@ -186,3 +186,37 @@ def test_the_layering_check_sees_a_container_importing_lambda_code(tmp_path: Pat
     imported = imports("fleetcast_training.probe", probe, modules())
     assert imported == {"fleetcast_common.registry"}
     assert "fleetcast_common" not in MAY_IMPORT["fleetcast_training"]
+
+
+# The peers' scripts run in virtual environments of their own (statsforecast's,
+# AutoGluon's), without fleetcast: what they import of the bench, and the packages above
+# them, must not import ours.
+PEER_SCRIPTS = ("statsforecast_peers", "mlforecast_peers", "autogluon_peers")
+
+
+def test_the_peers_scripts_import_nothing_of_fleetcast() -> None:
+    bench = REPO_ROOT / "bench"
+    reached: set[Path] = set()
+    queue = [bench / "__init__.py", bench / "accuracy" / "__init__.py"]
+    queue += [bench / "accuracy" / f"{script}.py" for script in PEER_SCRIPTS]
+    while queue:
+        path = queue.pop()
+        if path in reached:
+            continue
+        reached.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                # (``from bench.accuracy import peer_rows`` imports the module peer_rows)
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            for name in names:
+                assert not name.startswith("fleetcast"), f"{path.name} imports {name}"
+                if name.startswith("bench."):
+                    module = REPO_ROOT.joinpath(*name.split("."))
+                    if module.with_suffix(".py").is_file():
+                        queue.append(module.with_suffix(".py"))
+                    elif (module / "__init__.py").is_file():
+                        queue.append(module / "__init__.py")
+    assert bench / "accuracy" / "peer_rows.py" in reached
