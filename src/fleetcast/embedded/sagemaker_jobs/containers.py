@@ -40,9 +40,9 @@ IMAGE_ONLY_ENV = frozenset({"PYTHONPATH", "PYTHONDONTWRITEBYTECODE"})
 
 def image_environment(image_uri: str, containers_dir: Path) -> dict[str, str]:
     """The ENV of the Dockerfile that builds ``image_uri`` (``KEY=value`` pairs, lines
-    continued with a backslash, comment lines skipped), but for :data:`IMAGE_ONLY_ENV`: what the container's
-    process runs with (one BLAS and OpenMP thread per process, say), so a local instance
-    costs what a deployed one does."""
+    continued with a backslash, comment lines skipped), but for :data:`IMAGE_ONLY_ENV`:
+    what the container's process runs with (one BLAS and OpenMP thread per process, say),
+    so a local instance costs what a deployed one does."""
     dockerfile = image_dockerfile(image_uri, containers_dir)
     lines = [line for line in dockerfile.read_text().splitlines() if not _COMMENT.match(line)]
     text = _CONTINUED.sub(" ", "\n".join(lines))
