@@ -39,9 +39,9 @@ MAY_IMPORT = {
 }
 
 
-def modules() -> dict[str, Path]:
+def modules(packages: dict[str, Path] = PACKAGES) -> dict[str, Path]:
     found = {}
-    for package, directory in PACKAGES.items():
+    for package, directory in packages.items():
         for path in directory.rglob("*.py"):
             parts = [package, *path.relative_to(directory).with_suffix("").parts]
             if parts[-1] == "__init__":
@@ -195,28 +195,16 @@ PEER_SCRIPTS = ("statsforecast_peers", "mlforecast_peers", "autogluon_peers")
 
 
 def test_the_peers_scripts_import_nothing_of_fleetcast() -> None:
-    bench = REPO_ROOT / "bench"
-    reached: set[Path] = set()
-    queue = [bench / "__init__.py", bench / "accuracy" / "__init__.py"]
-    queue += [bench / "accuracy" / f"{script}.py" for script in PEER_SCRIPTS]
-    while queue:
-        path = queue.pop()
-        if path in reached:
+    known = modules({**PACKAGES, "bench": REPO_ROOT / "bench"})
+    # (``python -m bench.accuracy.x`` imports its parent packages first)
+    pending = ["bench", "bench.accuracy", *(f"bench.accuracy.{script}" for script in PEER_SCRIPTS)]
+    reached: set[str] = set()
+    while pending:
+        module = pending.pop()
+        if module in reached:
             continue
-        reached.add(path)
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                # (``from bench.accuracy import peer_rows`` imports the module peer_rows)
-                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-            for name in names:
-                assert not name.startswith("fleetcast"), f"{path.name} imports {name}"
-                if name.startswith("bench."):
-                    module = REPO_ROOT.joinpath(*name.split("."))
-                    if module.with_suffix(".py").is_file():
-                        queue.append(module.with_suffix(".py"))
-                    elif (module / "__init__.py").is_file():
-                        queue.append(module / "__init__.py")
-    assert bench / "accuracy" / "peer_rows.py" in reached
+        reached.add(module)
+        for target in imports(module, known[module], known):
+            assert target.startswith("bench"), f"{module} imports {target}"
+            pending.append(target)
+    assert "bench.accuracy.peer_rows" in reached
